@@ -1,0 +1,46 @@
+r"""BoTorch models of botorch-fed.
+
+- :class:`FederatedPITCGP`: the distributed PITC sparse GP (dPITC) of [FBO-FedGP]
+  built from aggregated client summaries (:func:`compute_local_summary`,
+  :class:`SparseSummary`).
+- :func:`fit_federated_pitc` / :func:`fit_local_average`: federated hyperparameters.
+"""
+
+from botorch_fed.models.federated_standardize import (
+    outcome_moments,
+    standardize_from_moments,
+)
+from botorch_fed.models.pitc import FederatedPITCGP, sum_arrays
+from botorch_fed.models.pitc_fit import (
+    FederatedFitResult,
+    PITCFitClient,
+    PITCHyperparameters,
+    fit_federated_pitc,
+    fit_local_average,
+    pitc_loss_and_adjoint,
+)
+from botorch_fed.models.pitc_summary import (
+    SparseSummary,
+    compute_local_summary,
+    default_jitter,
+    pitc_log_marginal_likelihood,
+    support_cholesky,
+)
+
+__all__ = [
+    "FederatedFitResult",
+    "FederatedPITCGP",
+    "PITCFitClient",
+    "PITCHyperparameters",
+    "fit_federated_pitc",
+    "fit_local_average",
+    "outcome_moments",
+    "pitc_loss_and_adjoint",
+    "SparseSummary",
+    "compute_local_summary",
+    "default_jitter",
+    "pitc_log_marginal_likelihood",
+    "standardize_from_moments",
+    "sum_arrays",
+    "support_cholesky",
+]

@@ -1,0 +1,486 @@
+r"""Client-side summaries of the distributed PITC (dPITC) sparse GP.
+
+Each client ``i`` holds private data ``(X_i, y_i)``; all parties share a support
+set ``S`` (``m`` points) and the GP hyperparameters. The client summarises its data
+on ``S`` (eq. 6-7 of [FBO-FedGP], App. A) as
+
+    Lambda_i = K_ii - Q_ii + sigma^2 I,         Q_ii = K_iS K_SS^-1 K_Si,
+    b_i      = K_Si Lambda_i^-1 (y_i - mu_i),
+    A_i      = K_Si Lambda_i^-1 K_iS,
+
+and sends them *whitened* with ``L = chol(K_SS)`` (computable by every party):
+``b~_i = L^-1 b_i`` and ``A~_i = L^-1 A_i L^-T``. Whitened summaries are O(1)-scaled
+and well conditioned, so noise added by secure aggregation (CKKS) is not amplified
+in the posterior. Alongside, the client sends the scalars the marginal likelihood
+needs: ``y_i' Lambda_i^-1 y_i``, ``log|Lambda_i|`` and ``n_i``.
+
+The server only ever adds summaries (:class:`SparseSummary` supports ``+``), so the
+sum can be formed under secure aggregation from the flat float64 vectors produced
+by :meth:`SparseSummary.to_numpy`.
+
+References:
+
+.. [FBO-FedGP] Secure federated Bayesian optimisation with distributed sparse GPs,
+   Sec. 2 and App. A (paper 000 in ``shared/papers``).
+.. [Chen2012] J. Chen et al. Decentralized data fusion and active sensing with
+   mobile sensors for modeling and predicting spatiotemporal traffic phenomena.
+   UAI 2012.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+from botorch.exceptions.errors import BotorchTensorDimensionError, InputDataError
+from gpytorch.kernels import Kernel
+from gpytorch.likelihoods import GaussianLikelihood, Likelihood
+from gpytorch.means import Mean
+from torch import Tensor
+
+DEFAULT_JITTER = {torch.float64: 1e-8, torch.float32: 1e-5}
+
+
+def default_jitter(dtype: torch.dtype) -> float:
+    r"""The relative jitter added to ``K_SS`` before its Cholesky factorisation.
+
+    Every party must use the same jitter so that their whitening factors ``L``
+    agree; this is the value all functions of this package default to.
+
+    Args:
+        dtype: The floating point dtype of the computation.
+
+    Returns:
+        ``1e-8`` for float64 and ``1e-5`` for lower precisions. The jitter is
+        relative: ``K_SS + jitter * mean(diag(K_SS)) * I`` is factorised.
+    """
+    return DEFAULT_JITTER.get(dtype, 1e-5)
+
+
+@dataclass
+class SparseSummary:
+    r"""Whitened dPITC summary of one client, of several stacked clients, or a sum.
+
+    All fields share a (broadcastable) batch shape; a summary computed for one
+    client has an empty batch shape. Summaries add elementwise (``s1 + s2``), which
+    is the server's only operation.
+
+    Attributes:
+        b: ``batch_shape x m`` whitened projection ``L^-1 K_S Lambda^-1 (y - mu)``.
+        A: ``batch_shape x m x m`` whitened precision ``L^-1 K_S Lambda^-1 K_S' L^-T``
+            (symmetric positive semi-definite).
+        quad: ``batch_shape`` quadratic form ``(y - mu)' Lambda^-1 (y - mu)``.
+        logdet: ``batch_shape`` log-determinant ``log|Lambda|``.
+        num_data: ``batch_shape`` number of observations (as a float tensor).
+    """
+
+    b: Tensor
+    A: Tensor
+    quad: Tensor
+    logdet: Tensor
+    num_data: Tensor
+
+    @property
+    def num_support(self) -> int:
+        r"""The number ``m`` of support points the summary lives on."""
+        return self.b.shape[-1]
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        r"""The broadcast batch shape of all fields."""
+        return torch.broadcast_shapes(
+            self.b.shape[:-1],
+            self.A.shape[:-2],
+            self.quad.shape,
+            self.logdet.shape,
+            self.num_data.shape,
+        )
+
+    def __add__(self, other: SparseSummary) -> SparseSummary:
+        if not isinstance(other, SparseSummary):
+            return NotImplemented
+        if other.num_support != self.num_support:
+            raise ValueError(
+                "Cannot add summaries on different support sets: "
+                f"{self.num_support} vs {other.num_support} support points."
+            )
+        return SparseSummary(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(self))
+        )
+
+    def __radd__(self, other: SparseSummary | int) -> SparseSummary:
+        # Lets the builtin ``sum`` start from 0.
+        if isinstance(other, int) and other == 0:
+            return self
+        return self.__add__(other)
+
+    @staticmethod
+    def sum(summaries: Iterable[SparseSummary]) -> SparseSummary:
+        r"""Add a non-empty collection of summaries (in the given order).
+
+        Args:
+            summaries: The summaries to add.
+
+        Returns:
+            The summed summary.
+        """
+        summaries = list(summaries)
+        if len(summaries) == 0:
+            raise ValueError("`summaries` is empty: nothing to sum.")
+        total = summaries[0]
+        for s in summaries[1:]:
+            total = total + s
+        return total
+
+    def unbind(self, dim: int = 0) -> list[SparseSummary]:
+        r"""Split a summary of stacked clients along a batch dimension.
+
+        Args:
+            dim: The (non-negative) batch dimension to split along.
+
+        Returns:
+            A list of summaries, one per entry of that batch dimension.
+        """
+        batch_shape = self.batch_shape
+        if not 0 <= dim < len(batch_shape):
+            raise ValueError(f"`dim`={dim} is not a batch dimension of {batch_shape}.")
+        m = self.num_support
+        b = self.b.expand(*batch_shape, m)
+        A = self.A.expand(*batch_shape, m, m)
+        scalars = [t.expand(batch_shape) for t in (self.quad, self.logdet, self.num_data)]
+        parts = zip(b.unbind(dim), A.unbind(dim), *(s.unbind(dim) for s in scalars), strict=True)
+        return [SparseSummary(*p) for p in parts]
+
+    def to(self, *args, **kwargs) -> SparseSummary:
+        r"""Move/cast all fields, with the arguments of :meth:`torch.Tensor.to`."""
+        return SparseSummary(*(getattr(self, f.name).to(*args, **kwargs) for f in fields(self)))
+
+    @staticmethod
+    def packed_length(num_support: int) -> int:
+        r"""Length of the packed vector for ``num_support`` support points.
+
+        Args:
+            num_support: The number ``m`` of support points.
+
+        Returns:
+            ``m + m (m + 1) / 2 + 3`` (``b``, the upper triangle of ``A``, and the
+            three scalars).
+        """
+        return num_support + num_support * (num_support + 1) // 2 + 3
+
+    def pack(self) -> Tensor:
+        r"""Pack into one flat tensor (differentiable).
+
+        Returns:
+            A ``batch_shape x P`` tensor with ``P = packed_length(m)``: ``b``, the
+            row-major upper triangle of ``A`` (diagonal included), ``quad``,
+            ``logdet`` and ``num_data``.
+        """
+        m = self.num_support
+        batch_shape = self.batch_shape
+        rows, cols = torch.triu_indices(m, m, device=self.A.device)
+        parts = [
+            self.b.expand(*batch_shape, m),
+            self.A.expand(*batch_shape, m, m)[..., rows, cols],
+            *(t.expand(batch_shape).unsqueeze(-1) for t in (self.quad, self.logdet, self.num_data)),
+        ]
+        dtype = torch.promote_types(self.b.dtype, self.A.dtype)
+        return torch.cat([p.to(dtype) for p in parts], dim=-1)
+
+    @classmethod
+    def unpack(cls, packed: Tensor, num_support: int) -> SparseSummary:
+        r"""Inverse of :meth:`pack` (differentiable).
+
+        Args:
+            packed: A ``batch_shape x P`` tensor with ``P = packed_length(m)``.
+            num_support: The number ``m`` of support points.
+
+        Returns:
+            The summary; ``A`` is rebuilt symmetric from its upper triangle.
+        """
+        m = int(num_support)
+        if m < 1:
+            raise ValueError(f"`num_support` must be a positive integer, got {num_support}.")
+        length = cls.packed_length(m)
+        if packed.ndim < 1 or packed.shape[-1] != length:
+            raise ValueError(
+                f"A packed summary on {m} support points has length {length}, but the "
+                f"vector has shape {tuple(packed.shape)}."
+            )
+        if not torch.isfinite(packed).all():
+            raise InputDataError("The packed summary contains NaN or infinite values.")
+        b = packed[..., :m]
+        triu = packed[..., m : length - 3]
+        rows, cols = torch.triu_indices(m, m, device=packed.device)
+        upper = packed.new_zeros(*packed.shape[:-1], m, m)
+        upper[..., rows, cols] = triu
+        A = upper + upper.mT - torch.diag_embed(upper.diagonal(dim1=-2, dim2=-1))
+        quad, logdet, num_data = packed[..., -3], packed[..., -2], packed[..., -1]
+        return cls(b=b, A=A, quad=quad, logdet=logdet, num_data=num_data)
+
+    def to_numpy(self) -> np.ndarray:
+        r"""Pack into a flat float64 numpy vector for secure aggregation.
+
+        Returns:
+            A ``batch_shape x P`` float64 array (``P = packed_length(m)``), see
+            :meth:`pack` for the layout.
+        """
+        return self.pack().detach().to(device="cpu", dtype=torch.float64).numpy()
+
+    @classmethod
+    def from_numpy(
+        cls,
+        vector: np.ndarray,
+        num_support: int,
+        dtype: torch.dtype = torch.float64,
+        device: torch.device | str | None = None,
+    ) -> SparseSummary:
+        r"""Rebuild a summary from :meth:`to_numpy` output (or a sum of such vectors).
+
+        Args:
+            vector: A ``batch_shape x P`` array.
+            num_support: The number ``m`` of support points.
+            dtype: The dtype of the returned tensors.
+            device: The device of the returned tensors.
+
+        Returns:
+            The summary.
+        """
+        array = np.asarray(vector, dtype=np.float64)
+        return cls.unpack(torch.as_tensor(array, dtype=dtype, device=device), num_support)
+
+
+def _check_finite(name: str, value: Tensor) -> None:
+    if not torch.isfinite(value).all():
+        raise InputDataError(f"`{name}` contains NaN or infinite values.")
+
+
+def validate_support(support: Tensor) -> None:
+    r"""Check that the support set is an ``m x d`` finite tensor without duplicates.
+
+    Args:
+        support: The support set.
+
+    Raises:
+        BotorchTensorDimensionError: If ``support`` is not ``m x d`` with ``m >= 1``.
+        InputDataError: If it has NaN/inf entries or duplicate rows.
+    """
+    if support.ndim != 2 or support.shape[0] < 1 or support.shape[1] < 1:
+        raise BotorchTensorDimensionError(
+            f"`support` must be an `m x d` tensor with m, d >= 1, got shape {tuple(support.shape)}."
+        )
+    _check_finite("support", support)
+    if not support.is_floating_point():
+        raise InputDataError(f"`support` must be floating point, got {support.dtype}.")
+    m = support.shape[0]
+    if m > 1:
+        same = (support.unsqueeze(0) == support.unsqueeze(1)).all(dim=-1)
+        same = same.triu(diagonal=1)
+        if same.any():
+            i, j = (int(k) for k in same.nonzero()[0])
+            raise InputDataError(
+                f"`support` has duplicate points (rows {i} and {j}); K(S, S) would be "
+                "singular. Remove duplicates from the support set."
+            )
+
+
+def support_cholesky(support: Tensor, covar_module: Kernel, jitter: float | None = None) -> Tensor:
+    r"""Cholesky factor ``L`` of ``K_SS + jitter * mean(diag K_SS) * I``.
+
+    Every party computes the same ``L`` from the shared support set and kernel; it
+    whitens the summaries.
+
+    Args:
+        support: ``m x d`` support set.
+        covar_module: The shared kernel.
+        jitter: Relative jitter; ``None`` uses :func:`default_jitter`.
+
+    Returns:
+        The ``m x m`` lower Cholesky factor (batched if the kernel is batched).
+    """
+    jitter = default_jitter(support.dtype) if jitter is None else float(jitter)
+    if not jitter >= 0:
+        raise ValueError(f"`jitter` must be non-negative, got {jitter}.")
+    K = covar_module(support).to_dense()
+    diag = K.diagonal(dim1=-2, dim2=-1)
+    scale = diag.mean(dim=-1, keepdim=True).clamp_min(torch.finfo(K.dtype).tiny)
+    K = K + torch.diag_embed((jitter * scale).expand_as(diag))
+    L, info = torch.linalg.cholesky_ex(K)
+    if (info != 0).any():
+        raise InputDataError(
+            "K(support, support) is not positive definite even with relative jitter "
+            f"{jitter:g}: the support set has (near-)duplicate points for the current "
+            "lengthscales. Use fewer/more spread-out support points or a larger `jitter`."
+        )
+    return L
+
+
+def _noise_from_likelihood(likelihood: Likelihood) -> Tensor:
+    if not isinstance(likelihood, GaussianLikelihood):
+        raise UnsupportedLikelihoodError(likelihood)
+    noise = likelihood.noise
+    if not torch.isfinite(noise).all() or (noise <= 0).any():
+        raise InputDataError(
+            f"`likelihood.noise` must be positive and finite, got {noise.detach().tolist()}."
+        )
+    return noise
+
+
+class UnsupportedLikelihoodError(TypeError):
+    r"""Raised for likelihoods other than a homoskedastic ``GaussianLikelihood``."""
+
+    def __init__(self, likelihood: object) -> None:
+        super().__init__(
+            "`likelihood` must be a gpytorch GaussianLikelihood (homoskedastic "
+            f"noise), got {type(likelihood).__name__}. Pass known per-point noise via "
+            "`train_Yvar` instead."
+        )
+
+
+def compute_local_summary(
+    train_X: Tensor,
+    train_Y: Tensor,
+    support: Tensor,
+    covar_module: Kernel,
+    likelihood: Likelihood,
+    mean_module: Mean | None = None,
+    train_Yvar: Tensor | None = None,
+    jitter: float | None = None,
+    support_chol: Tensor | None = None,
+) -> SparseSummary:
+    r"""The whitened dPITC summary of one client (or of clients stacked in a batch).
+
+    Implements eq. 6-7 of [FBO-FedGP] (App. A) followed by whitening with
+    ``L = chol(K_SS)``. Fully differentiable in the data and in the hyperparameters
+    of ``covar_module``, ``likelihood`` and ``mean_module``.
+
+    Args:
+        train_X: ``batch_shape x n x d`` inputs of the client(s); ``n >= 1``.
+        train_Y: ``batch_shape' x n x 1`` outcomes; ``batch_shape'`` must broadcast
+            with ``batch_shape`` (e.g. fantasies ``num_fantasies x batch_shape``).
+        support: ``m x d`` shared support set.
+        covar_module: The shared kernel (including any output scale).
+        likelihood: A ``GaussianLikelihood``; its noise is ``sigma^2``.
+        mean_module: The shared prior mean; ``None`` means a zero mean.
+        train_Yvar: Optional ``batch_shape x n x 1`` known observation noise
+            variances, used instead of the likelihood's noise.
+        jitter: Relative jitter for ``K_SS`` (:func:`support_cholesky`).
+        support_chol: Optional precomputed ``support_cholesky(support, ...)``.
+
+    Returns:
+        The client's :class:`SparseSummary` with batch shape
+        ``broadcast(batch_shape, batch_shape')``.
+    """
+    _validate_local_data(train_X, train_Y, support, train_Yvar)
+    if train_Yvar is None:
+        noise = _noise_from_likelihood(likelihood).unsqueeze(-1)  # ... x 1 x 1
+    else:
+        noise = train_Yvar
+    L = support_cholesky(support, covar_module, jitter) if support_chol is None else support_chol
+    S = support.expand(*train_X.shape[:-2], *support.shape)
+    K_Sx = covar_module(S, train_X).to_dense()  # batch x m x n
+    K_xx = covar_module(train_X).to_dense()  # batch x n x n
+    V = torch.linalg.solve_triangular(L, K_Sx, upper=False)  # batch x m x n
+    noise_diag = noise.squeeze(-1) * torch.ones_like(K_xx[..., 0])  # ... x n
+    Lambda = K_xx - V.mT @ V + torch.diag_embed(noise_diag)
+    L_Lambda, info = torch.linalg.cholesky_ex(Lambda)
+    if (info != 0).any():
+        raise InputDataError(
+            "The block covariance Lambda = K_xx - Q_xx + noise is not positive definite; "
+            "the noise variance is too small relative to the numerical precision "
+            f"({train_X.dtype}). Use float64 or a larger noise lower bound."
+        )
+    mean = torch.zeros_like(train_X[..., 0]) if mean_module is None else mean_module(train_X)
+    resid = train_Y.squeeze(-1) - mean  # batch' x n
+    Z = torch.linalg.solve_triangular(L_Lambda, V.mT, upper=False)  # batch x n x m
+    z = torch.linalg.solve_triangular(L_Lambda, resid.unsqueeze(-1), upper=False).squeeze(
+        -1
+    )  # batch' x n
+    b = (Z.mT @ z.unsqueeze(-1)).squeeze(-1)
+    A = Z.mT @ Z
+    quad = z.pow(2).sum(dim=-1)
+    logdet = 2 * L_Lambda.diagonal(dim1=-2, dim2=-1).log().sum(dim=-1)
+    num_data = torch.full_like(logdet, train_X.shape[-2])
+    return SparseSummary(b=b, A=A, quad=quad, logdet=logdet, num_data=num_data)
+
+
+def _validate_local_data(
+    train_X: Tensor, train_Y: Tensor, support: Tensor, train_Yvar: Tensor | None
+) -> None:
+    if train_X.ndim < 2:
+        raise BotorchTensorDimensionError(
+            f"`train_X` must be `batch_shape x n x d`, got shape {tuple(train_X.shape)}."
+        )
+    n, d = train_X.shape[-2:]
+    if n == 0:
+        raise InputDataError(
+            "`train_X` has no observations (an empty client); a client must hold at "
+            "least one data point to compute a summary."
+        )
+    if train_Y.ndim < 2 or train_Y.shape[-1] != 1 or train_Y.shape[-2] != n:
+        raise BotorchTensorDimensionError(
+            f"`train_Y` must be `batch_shape x n x 1` with n={n} matching `train_X`, got "
+            f"shape {tuple(train_Y.shape)}."
+        )
+    try:
+        torch.broadcast_shapes(train_X.shape[:-2], train_Y.shape[:-2])
+    except RuntimeError as e:
+        raise BotorchTensorDimensionError(
+            f"Batch shapes of `train_X` {tuple(train_X.shape[:-2])} and `train_Y` "
+            f"{tuple(train_Y.shape[:-2])} do not broadcast."
+        ) from e
+    validate_support(support)
+    if support.shape[-1] != d:
+        raise BotorchTensorDimensionError(
+            f"`support` has d={support.shape[-1]} columns but `train_X` has d={d}."
+        )
+    if train_X.dtype != support.dtype or train_Y.dtype != support.dtype:
+        raise InputDataError(
+            f"dtypes differ: train_X {train_X.dtype}, train_Y {train_Y.dtype}, "
+            f"support {support.dtype}."
+        )
+    _check_finite("train_X", train_X)
+    _check_finite("train_Y", train_Y)
+    if train_Yvar is not None:
+        if train_Yvar.shape[-2:] not in ((n, 1), (1, 1)):
+            raise BotorchTensorDimensionError(
+                f"`train_Yvar` must be `batch_shape x n x 1`, got {tuple(train_Yvar.shape)}."
+            )
+        _check_finite("train_Yvar", train_Yvar)
+        if (train_Yvar <= 0).any():
+            raise InputDataError("`train_Yvar` (noise variances) must be positive.")
+
+
+def pitc_log_marginal_likelihood(summary: SparseSummary) -> Tensor:
+    r"""Exact log marginal likelihood of the PITC model from the *summed* summary.
+
+    With ``B = I + sum_i A~_i`` and ``b~ = sum_i b~_i`` (DESIGN.md):
+
+        y'(Q + Lambda)^-1 y = sum_i y_i' Lambda_i^-1 y_i - b~' B^-1 b~,
+        log|Q + Lambda|     = log|B| + sum_i log|Lambda_i|,
+
+    so the likelihood needs only aggregated quantities.
+
+    Args:
+        summary: The sum of all clients' summaries.
+
+    Returns:
+        A ``batch_shape`` tensor: ``log p(y)`` (not normalised by ``n``).
+    """
+    A = summary.A
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    L_B, info = torch.linalg.cholesky_ex(eye + A)
+    if (info != 0).any():
+        raise InputDataError(
+            "I + sum(A) is not positive definite: the aggregated summary is corrupt "
+            "(e.g. not a sum of valid client summaries)."
+        )
+    v = torch.linalg.solve_triangular(L_B, summary.b.unsqueeze(-1), upper=False).squeeze(-1)
+    logdet_B = 2 * L_B.diagonal(dim1=-2, dim2=-1).log().sum(dim=-1)
+    n = summary.num_data
+    return -0.5 * (
+        summary.quad - v.pow(2).sum(dim=-1) + logdet_B + summary.logdet + n * math.log(2 * math.pi)
+    )
