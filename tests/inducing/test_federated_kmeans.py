@@ -1,0 +1,117 @@
+r"""Federated k-means support set (Alg. 1 of FBO-FedGP)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from botorch.exceptions.errors import BotorchTensorDimensionError, InputDataError
+
+from botorch_fed.inducing import global_support, local_centers, random_support
+
+DTYPES = [torch.float32, torch.float64]
+
+
+def _assignments(points: torch.Tensor, centers: torch.Tensor) -> torch.Tensor:
+    return torch.cdist(points.double(), centers.double()).argmin(dim=-1)
+
+
+def _is_lloyd_fixed_point(points, centers, atol):
+    labels = _assignments(points, centers)
+    for j in range(len(centers)):
+        members = points[labels == j].double()
+        if len(members):
+            if not torch.allclose(members.mean(0), centers[j].double(), atol=atol):
+                return False
+    return True
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_local_centers_are_a_lloyd_fixed_point(dtype):
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(200, 3, generator=g, dtype=torch.float64).to(dtype)
+    C = local_centers(X, k=7, tol=0.0, max_iter=1000, seed=1)
+    assert C.shape == (7, 3) and C.dtype == dtype
+    assert _is_lloyd_fixed_point(X, C, atol=1e-5)
+    # deterministic given the seed
+    assert torch.equal(C, local_centers(X, k=7, tol=0.0, max_iter=1000, seed=1))
+
+
+def test_local_centers_clip_k_to_distinct_points():
+    X = torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    C = local_centers(X, k=5)
+    assert C.shape == (2, 2)
+    assert {tuple(r) for r in C.tolist()} == {(0.0, 0.0), (1.0, 1.0)}
+
+
+def test_noised_centres_are_seeded_and_have_the_requested_spread():
+    g = torch.Generator().manual_seed(1)
+    X = torch.rand(500, 2, generator=g, dtype=torch.float64)
+    exact = local_centers(X, k=50, seed=3)
+    noisy = local_centers(X, k=50, seed=3, noise_std=0.1)
+    assert torch.equal(noisy, local_centers(X, k=50, seed=3, noise_std=0.1))
+    diff = (noisy - exact).flatten()
+    assert 0.07 < diff.std().item() < 0.13  # 100 draws of N(0, 0.1^2)
+
+
+def test_global_support_finds_separated_client_blobs():
+    g = torch.Generator().manual_seed(2)
+    corners = torch.tensor([[0.1, 0.1], [0.9, 0.1], [0.1, 0.9], [0.9, 0.9]], dtype=torch.float64)
+    centers = []
+    for i, c in enumerate(corners):
+        X = c + 0.02 * torch.randn(40, 2, generator=g, dtype=torch.float64)
+        centers.append(local_centers(X, k=3, seed=i))
+    S = global_support(centers, size=4, seed=0)
+    assert S.shape == (4, 2)
+    # one support point per blob, close to the blob's centre
+    d = torch.cdist(corners, S)
+    assert (d.min(dim=1).values < 0.05).all()
+    assert len(set(d.argmin(dim=1).tolist())) == 4
+    # and the result is a k-means fixed point on the pooled centres
+    assert _is_lloyd_fixed_point(torch.cat(centers), S, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_global_support_size_dtype_and_clipping(dtype):
+    g = torch.Generator().manual_seed(3)
+    centers = [torch.rand(k, 3, generator=g, dtype=torch.float64).to(dtype) for k in (2, 5, 4)]
+    S = global_support(centers, size=6, seed=1)
+    assert S.shape == (6, 3) and S.dtype == dtype
+    assert torch.equal(S, global_support(centers, size=6, seed=1))
+    assert global_support(centers, size=50).shape == (11, 3)  # |Z| <= |S|
+
+
+def test_random_support_in_bounds_and_seeded():
+    bounds = torch.tensor([[-1.0, 0.0, 2.0], [1.0, 5.0, 3.0]], dtype=torch.float64)
+    S = random_support(bounds, 16, seed=4)
+    assert S.shape == (16, 3) and S.dtype == torch.float64
+    assert ((S >= bounds[0]) & (S <= bounds[1])).all()
+    assert torch.equal(S, random_support(bounds, 16, seed=4))
+    assert not torch.equal(S, random_support(bounds, 16, seed=5))
+
+
+def test_bad_inputs():
+    X = torch.rand(10, 2)
+    with pytest.raises(ValueError, match="`k`"):
+        local_centers(X, k=0)
+    with pytest.raises(ValueError, match="noise_std"):
+        local_centers(X, k=2, noise_std=-1.0)
+    with pytest.raises(ValueError, match="max_iter"):
+        local_centers(X, k=2, max_iter=0)
+    Xn = X.clone()
+    Xn[1, 1] = float("nan")
+    with pytest.raises(InputDataError, match="`X`"):
+        local_centers(Xn, k=2)
+    with pytest.raises(BotorchTensorDimensionError, match="`X`"):
+        local_centers(X[:0], k=2)
+    with pytest.raises(TypeError, match="`X`"):
+        local_centers(X.numpy(), k=2)
+    with pytest.raises(ValueError, match="empty"):
+        global_support([], 4)
+    with pytest.raises(ValueError, match="`size`"):
+        global_support([X], 0)
+    with pytest.raises(BotorchTensorDimensionError, match=r"centers\[1\]"):
+        global_support([X, torch.rand(3, 3)], 4)
+    with pytest.raises(BotorchTensorDimensionError, match="bounds"):
+        random_support(torch.rand(3, 2), 4)
+    with pytest.raises(InputDataError, match="bounds"):
+        random_support(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), 4)

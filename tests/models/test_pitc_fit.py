@@ -1,0 +1,213 @@
+r"""Federated PITC marginal likelihood, its gradient, and the hyperparameter fits."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from botorch.exceptions.warnings import InputDataWarning
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
+from botorch.models.utils.gpytorch_modules import (
+    get_covar_module_with_dim_scaled_prior,
+    get_gaussian_likelihood_with_lognormal_prior,
+)
+from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
+from gpytorch.means import ConstantMean
+from gpytorch.mlls import ExactMarginalLogLikelihood
+
+from botorch_fed.models import (
+    PITCFitClient,
+    PITCHyperparameters,
+    SparseSummary,
+    compute_local_summary,
+    default_jitter,
+    fit_federated_pitc,
+    fit_local_average,
+    pitc_log_marginal_likelihood,
+    pitc_loss_and_adjoint,
+)
+from tests.models.dense_pitc import dense_pitc_log_likelihood, make_modules, random_federation
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InputDataWarning)
+        yield
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("seed", range(4))
+def test_log_marginal_likelihood_matches_dense(seed, dtype):
+    rng = np.random.default_rng(seed)
+    M, d = int(rng.integers(1, 9)), int(rng.integers(1, 7))
+    clients, support = random_federation(seed, dtype, M, d, m=int(rng.integers(2, 3 + 2 * d)))
+    k, lik, mean = make_modules(d, dtype, 0.3 * math.sqrt(d))
+    with torch.no_grad():
+        total = SparseSummary.sum(
+            compute_local_summary(X, Y, support, k, lik, mean) for X, Y in clients
+        )
+        mll = pitc_log_marginal_likelihood(total)
+        c64 = [(X.double(), Y.double()) for X, Y in clients]
+        ref = dense_pitc_log_likelihood(
+            c64, support.double(), k.double(), lik.double(), mean.double(), default_jitter(dtype)
+        )
+    assert total.num_data.item() == sum(len(X) for X, _ in clients)
+    if dtype == torch.float64:
+        assert abs(mll.item() - ref.item()) <= 1e-10 * max(1.0, abs(ref.item()))
+    else:
+        assert abs(mll.item() - ref.item()) <= 1e-3 * max(1.0, abs(ref.item()))
+
+
+def _fit_setup(dtype=torch.float64, seed=0, kernel="rbf"):
+    d = 2
+    clients, support = random_federation(seed, dtype, num_clients=4, d=d, m=9, sizes=[7, 3, 12, 5])
+    if kernel == "rbf":
+        k = get_covar_module_with_dim_scaled_prior(d).to(dtype)
+    else:
+        k = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=d)).to(dtype)
+    lik = get_gaussian_likelihood_with_lognormal_prior().to(dtype)
+    mean = ConstantMean().to(dtype)
+    return clients, support, k, lik, mean
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "matern"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_federated_gradient_equals_dense_autograd(dtype, kernel):
+    clients, support, k, lik, mean = _fit_setup(dtype, seed=1, kernel=kernel)
+    fit_clients = [PITCFitClient(X, Y, support, k, lik, mean) for X, Y in clients]
+    hyper = PITCHyperparameters(k, lik, mean)
+    theta = hyper.get_theta() + np.linspace(-0.2, 0.3, hyper.size)
+    # the federated protocol: two aggregation rounds
+    hyper.set_theta(theta)
+    packed = sum(c.summary(theta) for c in fit_clients)
+    loss, adjoint, prior_grad = pitc_loss_and_adjoint(packed, len(support), hyper)
+    grad = prior_grad + sum(c.vjp(adjoint) for c in fit_clients)
+    # the dense reference, differentiated by autograd
+    n = sum(len(X) for X, _ in clients)
+    ll = dense_pitc_log_likelihood(clients, support, k, lik, mean, default_jitter(dtype))
+    dense_loss = -(ll + hyper.log_prior()) / n
+    params = list(hyper.parameters.values())
+    dense_grad = hyper.flat_grad(torch.autograd.grad(dense_loss, params))
+    tol = 1e-9 if dtype == torch.float64 else 2e-3
+    assert abs(loss - dense_loss.item()) <= tol * max(1.0, abs(loss))
+    np.testing.assert_allclose(grad, dense_grad, atol=tol, rtol=tol)
+    assert np.abs(grad).max() > 1e-4  # the point is not a stationary one by accident
+
+
+def test_fit_recovers_known_lengthscales():
+    # data drawn from a GP with known hyperparameters, spread over 5 clients
+    torch.manual_seed(0)
+    d, n = 2, 400
+    true_ls = torch.tensor([0.12, 0.5], dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(n, d, generator=g, dtype=torch.float64)
+    kern = RBFKernel(ard_num_dims=d).double()
+    kern.lengthscale = true_ls
+    with torch.no_grad():
+        K = kern(X).to_dense() + 1e-4 * torch.eye(n, dtype=torch.float64)
+        f = torch.linalg.cholesky(K) @ torch.randn(n, generator=g, dtype=torch.float64)
+    Y = (f + 0.05 * torch.randn(n, generator=g, dtype=torch.float64)).unsqueeze(-1)
+    order = X[:, 0].argsort()  # clients own vertical strips of the domain
+    parts = order.chunk(5)
+    from botorch_fed.inducing import global_support, local_centers
+
+    centers = [local_centers(X[p], k=20, seed=i) for i, p in enumerate(parts)]
+    support = global_support(centers, 60, seed=0)
+    k = RBFKernel(ard_num_dims=d).double()
+    lik = get_gaussian_likelihood_with_lognormal_prior().double()
+    clients = [PITCFitClient(X[p], Y[p], support, k, lik) for p in parts]
+    result = fit_federated_pitc(clients, support, k, lik, include_prior=False)
+    assert result.success, result.message
+    assert result.num_rounds == 2 * result.num_evaluations
+    ls = k.lengthscale.detach().squeeze()
+    assert torch.allclose(ls, true_ls, rtol=0.2), ls
+    assert 0.05**2 / 3 < lik.noise.item() < 3 * 0.05**2
+
+
+def test_fit_matches_exact_gp_fit_when_support_holds_all_inputs():
+    # With S = all inputs, PITC is the exact GP: the federated fit must land on
+    # BoTorch's exact-GP MAP estimate (same priors, same objective).
+    clients, _, k, lik, mean = _fit_setup(torch.float64, seed=3)
+    X = torch.cat([c[0] for c in clients])
+    Y = torch.cat([c[1] for c in clients])
+    import copy
+
+    k2, lik2, mean2 = copy.deepcopy(k), copy.deepcopy(lik), copy.deepcopy(mean)
+    fit_clients = [PITCFitClient(Xi, Yi, X, k, lik, mean, jitter=1e-12) for Xi, Yi in clients]
+    fit_federated_pitc(fit_clients, X, k, lik, mean, maxiter=500, gtol=1e-9)
+    gp = SingleTaskGP(
+        X, Y, covar_module=k2, likelihood=lik2, mean_module=mean2, outcome_transform=None
+    )
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp))
+    fed = PITCHyperparameters(k, lik, mean).get_values()
+    exact = PITCHyperparameters(k2, lik2, mean2).get_values()
+    np.testing.assert_allclose(fed, exact, rtol=2e-3, atol=2e-4)
+
+
+def test_fit_through_an_instrumented_aggregate_only_sees_summaries_and_gradients():
+    clients, support, k, lik, mean = _fit_setup(torch.float64, seed=2)
+    fit_clients = [PITCFitClient(X, Y, support, k, lik, mean) for X, Y in clients]
+    seen = []
+
+    def aggregate(arrays):
+        seen.append([np.array(a) for a in arrays])
+        return np.sum(arrays, axis=0)
+
+    hyper_size = PITCHyperparameters(k, lik, mean).size
+    result = fit_federated_pitc(fit_clients, support, k, lik, mean, aggregate=aggregate, maxiter=5)
+    assert len(seen) == result.num_rounds
+    packed_len = SparseSummary.packed_length(len(support))
+    raw = {float(v) for X, Y in clients for v in torch.cat([X.flatten(), Y.flatten()])}
+    for arrays in seen:
+        assert len(arrays) == len(clients)
+        for a in arrays:
+            assert a.shape in ((packed_len,), (hyper_size,))
+            assert not raw & set(a.tolist())  # no raw input/output value is sent
+
+
+def test_fit_local_average_equals_mean_of_local_fits():
+    clients, support, k, lik, mean = _fit_setup(torch.float64, seed=4)
+    import copy
+
+    fit_clients = [PITCFitClient(X, Y, support, k, lik, mean) for X, Y in clients]
+    expected, weights = [], []
+    for X, Y in clients:
+        ki, li, mi = copy.deepcopy(k), copy.deepcopy(lik), copy.deepcopy(mean)
+        gp = SingleTaskGP(
+            X, Y, covar_module=ki, likelihood=li, mean_module=mi, outcome_transform=None
+        )
+        fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp))
+        expected.append(PITCHyperparameters(ki, li, mi).get_values())
+        weights.append(len(X))
+    values = fit_local_average(fit_clients, k, lik, mean)
+    ref = np.average(np.stack(expected), axis=0, weights=weights)
+    np.testing.assert_allclose(values, ref, rtol=1e-6)
+    np.testing.assert_allclose(PITCHyperparameters(k, lik, mean).get_values(), ref, rtol=1e-6)
+
+
+def test_fit_bad_inputs():
+    clients, support, k, lik, mean = _fit_setup()
+    c = PITCFitClient(*clients[0], support, k, lik, mean)
+    with pytest.raises(RuntimeError, match="before `summary`"):
+        c.vjp(np.zeros(SparseSummary.packed_length(len(support))))
+    with pytest.raises(ValueError, match="theta"):
+        c.summary(np.zeros(2))
+    with pytest.raises(ValueError, match="theta"):
+        c.summary(np.full(PITCHyperparameters(k, lik, mean).size, np.nan))
+    c.summary(PITCHyperparameters(k, lik, mean).get_theta())
+    with pytest.raises(ValueError, match="adjoint"):
+        c.vjp(np.zeros(3))
+    with pytest.raises(ValueError, match="empty"):
+        fit_federated_pitc([], support, k, lik, mean)
+    with pytest.raises(ValueError, match="hyperparameters"):
+        fit_federated_pitc([c], support, k, lik)  # server has no mean module
+    with pytest.raises(ValueError, match="empty"):
+        fit_local_average([], k, lik, mean)
+    hyper = PITCHyperparameters(k, lik, mean)
+    with pytest.raises(ValueError, match="length"):
+        pitc_loss_and_adjoint(np.zeros(5), len(support), hyper)
