@@ -401,6 +401,7 @@ def compute_local_summary(
     )  # batch' x n
     b = (Z.mT @ z.unsqueeze(-1)).squeeze(-1)
     A = Z.mT @ Z
+    A = 0.5 * (A + A.mT)  # exactly symmetric, so packing its upper triangle is lossless
     quad = z.pow(2).sum(dim=-1)
     logdet = 2 * L_Lambda.diagonal(dim1=-2, dim2=-1).log().sum(dim=-1)
     num_data = torch.full_like(logdet, train_X.shape[-2])

@@ -88,7 +88,7 @@ def random_federation(seed: int, dtype: torch.dtype, num_clients: int, d: int, m
     if sizes is None:
         sizes = torch.randint(1, 12, (num_clients,), generator=g).tolist()
     clients = []
-    for i, n in enumerate(sizes):
+    for n in sizes:
         center = torch.rand(d, generator=g, dtype=torch.float64)
         X = (center + 0.25 * torch.rand(n, d, generator=g, dtype=torch.float64)).clamp(0, 1)
         y = torch.sin(6 * X).sum(-1, keepdim=True) + 0.1 * torch.randn(
