@@ -45,6 +45,7 @@ from gpytorch.kernels import Kernel
 from gpytorch.likelihoods import GaussianLikelihood, Likelihood
 from gpytorch.means import Mean, ZeroMean
 from gpytorch.models import GP
+from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
 from botorch_fed.models.pitc_summary import (
@@ -296,7 +297,13 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
             raise ValueError(
                 f"`observation_noise` must be a bool or a Tensor, got {observation_noise!r}."
             )
-        posterior = GPyTorchPosterior(distribution=MultivariateNormal(mean, cov))
+        # A lazy covariance, as ExactGP returns: no eager Cholesky of a q x q matrix that
+        # may be singular (e.g. repeated test points); samplers add jitter when needed.
+        batch_shape = torch.broadcast_shapes(mean.shape[:-1], cov.shape[:-2])
+        mean = mean.expand(*batch_shape, mean.shape[-1])
+        cov = cov.expand(*batch_shape, *cov.shape[-2:])  # fantasies share a covariance
+        mvn = MultivariateNormal(mean, DenseLinearOperator(cov))
+        posterior = GPyTorchPosterior(distribution=mvn)
         if hasattr(self, "outcome_transform"):
             posterior = self.outcome_transform.untransform_posterior(posterior, X=X)
         if posterior_transform is not None:

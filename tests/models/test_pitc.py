@@ -441,3 +441,15 @@ def test_bad_model_inputs_raise_clear_errors():
     with pytest.warns(InputDataWarning, match="float64"):
         warnings.simplefilter("always", InputDataWarning)
         FederatedPITCGP(S.float(), s.to(torch.float32), k.float(), lik.float(), mean.float())
+
+
+def test_joint_posterior_at_repeated_points_is_usable():
+    # K_UU is singular for repeated test points: the covariance must stay lazy and
+    # sampling must still work (as with BoTorch's exact GPs).
+    clients, support, k, lik, mean = _random_setting(3, torch.float64)
+    X = torch.rand(5, support.shape[-1], dtype=torch.float64)
+    with torch.no_grad():
+        post = _build(clients, support, k, lik, mean).posterior(torch.cat([X, X, X]))
+        samples = post.rsample(torch.Size([8]))
+    assert samples.shape == (8, 15, 1) and torch.isfinite(samples).all()
+    torch.testing.assert_close(samples[:, :5], samples[:, 5:10], atol=1e-3, rtol=0)
