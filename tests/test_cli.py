@@ -1,0 +1,79 @@
+r"""The ``botorch-fed`` command line and the regression demo behind ``demo``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from botorch_fed.cli import main
+from botorch_fed.regression_demo import RegressionDemoConfig, run_regression_demo
+
+SMALL = ["--clients", "3", "--points", "12", "--support", "8", "--test-points", "64"]
+
+
+def test_demo_prints_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "demo.json"
+    assert main(["demo", *SMALL, "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    for label in ("client 0 own GP", "federated dPITC", "exact GP, pooled data", "test RMSE"):
+        assert label in text
+    results = json.loads(out.read_text())
+    rows = {r["method"].split(" (")[0]: r for r in results["rows"]}
+    assert len(results["rows"]) == 3 + 2
+    for r in results["rows"]:
+        assert np.isfinite([r["rmse"], r["nll"], r["fit_s"], r["predict_s"]]).all()
+    # pooling information helps: the federated model beats the average client
+    own = np.mean([r["rmse"] for r in results["rows"] if "own GP" in r["method"]])
+    assert rows["federated dPITC"]["rmse"] < own
+    assert results["config"]["num_clients"] == 3
+
+
+def test_demo_uses_only_the_aggregate_for_server_side_sums():
+    config = RegressionDemoConfig(
+        num_clients=3, points_per_client=10, support_size=6, num_test=32, fit="average"
+    )
+    calls = []
+
+    def aggregate(arrays):
+        calls.append(len(arrays))
+        return np.sum(arrays, axis=0)
+
+    results = run_regression_demo(config, aggregate=aggregate)
+    # moments, averaged hyperparameters, summaries: one aggregation round each
+    assert calls == [3, 3, 3]
+    assert results["rows"][-2]["extra"]["aggregation_rounds"] == 3
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--clients", "0"], "num_clients"),
+        (["--support", "0"], "support_size"),
+        (["--noise", "-1"], "noise_std"),
+        (["--function", "no-such-function"], "no-such-function"),
+        (["--function", "branin", "--dim", "3"], "dim"),
+    ],
+)
+def test_bad_demo_arguments_exit_2_with_a_message(args, message, capsys):
+    assert main(["demo", *args]) == 2
+    assert message in capsys.readouterr().out
+
+
+def test_argparse_errors_exit_2():
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--clients", "three"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
+
+
+def test_console_script_is_installed():
+    proc = subprocess.run(
+        [sys.executable, "-m", "botorch_fed.cli", "--version"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "botorch-fed" in proc.stdout
