@@ -1,0 +1,185 @@
+r"""What every Bayesian-optimisation client of a federation has in common.
+
+A :class:`BOClient` holds its private data in the unit cube, evaluates its own black
+box, keeps a local ``SingleTaskGP`` and maximises an acquisition function (UCB, EI
+or Thompson sampling) on any model it is given. ``history`` is a harness-side record
+of what it evaluated (for result tables); it is never sent to the server.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
+from botorch.fit import fit_gpytorch_mll
+from botorch.models import SingleTaskGP
+from botorch.optim import optimize_acqf
+from gpytorch.mlls import ExactMarginalLogLikelihood
+from torch import Tensor
+
+from botorch_fed.acquisition import thompson_sample_candidate
+from botorch_fed.federation.problem import ClientObjective, initial_design
+from botorch_fed.federation.roles import FederatedClient
+
+ACQUISITIONS = ("ucb", "ei", "ts")
+
+
+@dataclass
+class BOSettings:
+    r"""Settings shared by the BO clients of every algorithm.
+
+    Attributes:
+        num_init: Initial design size per client.
+        num_rounds: Number of rounds ``T``.
+        acquisition: ``"ucb"`` (GP-UCB), ``"ei"`` (log-EI) or ``"ts"`` (Thompson).
+        beta: UCB ``beta``; ``None`` uses ``beta_t = 0.2 d log(2t)``.
+        local_refit_every: Refit the local GP's hyperparameters on every ``K``-th
+            model update (in between, the last fitted values are reused).
+        num_restarts: ``optimize_acqf`` restarts.
+        raw_samples: ``optimize_acqf`` raw samples.
+        maxiter: ``optimize_acqf`` L-BFGS-B iterations.
+        ts_candidates: Candidate-set size of discrete Thompson sampling.
+    """
+
+    num_init: int = 4
+    num_rounds: int = 50
+    acquisition: str = "ucb"
+    beta: float | None = None
+    local_refit_every: int = 1
+    num_restarts: int = 2
+    raw_samples: int = 64
+    maxiter: int = 50
+    ts_candidates: int = 512
+
+    def validate(self) -> None:
+        r"""Raise ``ValueError`` naming the first invalid setting."""
+        for name in (
+            "num_init",
+            "num_rounds",
+            "local_refit_every",
+            "num_restarts",
+            "raw_samples",
+            "maxiter",
+            "ts_candidates",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        if self.acquisition not in ACQUISITIONS:
+            raise ValueError(f"`acquisition`={self.acquisition!r} must be one of {ACQUISITIONS}.")
+        if self.beta is not None and not (self.beta >= 0 and math.isfinite(self.beta)):
+            raise ValueError(f"`beta` must be a non-negative number, got {self.beta!r}.")
+
+    def beta_at(self, t: int, dim: int) -> float:
+        r"""The UCB ``beta`` of round ``t`` (``0.2 d log(2t)`` unless fixed)."""
+        return self.beta if self.beta is not None else 0.2 * dim * math.log(2 * max(t, 1))
+
+
+class BOClient(FederatedClient):
+    r"""A client that evaluates its black box and runs BO steps on given models.
+
+    Args:
+        client_id: The id.
+        objective: The client's black box (unit-cube inputs).
+        settings: The BO settings.
+        seed: The client's seed (initial design, draws, acquisition restarts).
+        secagg: The client's secure-aggregation role (or ``None``).
+        init_region: Optional ``2 x d`` sub-box of the unit cube for the initial design.
+    """
+
+    def __init__(
+        self,
+        client_id: int,
+        objective: ClientObjective,
+        settings: BOSettings,
+        seed: int,
+        secagg=None,
+        init_region: Tensor | None = None,
+    ) -> None:
+        super().__init__(client_id, secagg)
+        settings.validate()
+        self.objective = objective
+        self.settings = settings
+        self.dim = objective.dim
+        self.seed = int(seed)
+        self.init_region = init_region
+        self.rng = torch.Generator().manual_seed(self.seed)
+        self.bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
+        self.X = torch.empty(0, self.dim, dtype=torch.float64)
+        self.Y = torch.empty(0, 1, dtype=torch.float64)
+        self.history: list[dict] = []  # harness-only record, never sent
+        self._local_model: SingleTaskGP | None = None
+        self._local_state: dict | None = None
+        self._local_updates = 0
+
+    def evaluate(self, x: Tensor, t: int, step: str) -> None:
+        r"""Evaluate ``x`` (``1 x d``), add it to the private data, record it."""
+        with self.timed("evaluation"):
+            y = self.objective.observe(x)
+            value = float(self.objective.value(x).item())
+        self.X = torch.cat([self.X, x])
+        self.Y = torch.cat([self.Y, y])
+        self._local_model = None
+        self.history.append({"round": t, "step": step, "value": value})
+
+    def local_model(self) -> SingleTaskGP:
+        r"""The client's own GP on its data (BoTorch defaults, outcome standardised)."""
+        if self._local_model is not None:
+            return self._local_model
+        with self.timed("local_fit"):
+            model = SingleTaskGP(self.X, self.Y)
+            refit = (
+                self._local_state is None
+                or self._local_updates % self.settings.local_refit_every == 0
+            )
+            if refit:
+                fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+                self._local_state = {
+                    k: v for k, v in model.state_dict().items() if "outcome_transform" not in k
+                }
+            else:
+                model.load_state_dict(self._local_state, strict=False)
+            self._local_updates += 1
+            model.eval()
+        self._local_model = model
+        return model
+
+    def step_seed(self, t: int) -> int:
+        r"""A seed for round ``t``'s acquisition optimisation on this client."""
+        return (self.seed * 1_000_003 + t) % (2**31)
+
+    def acquire(self, model, t: int, acqf=None) -> Tensor:
+        r"""Maximise the configured acquisition (or ``acqf``) on ``model``.
+
+        Returns:
+            The ``1 x d`` candidate in the unit cube.
+        """
+        s = self.settings
+        seed = self.step_seed(t)
+        with self.timed("acquisition"):
+            if acqf is None and s.acquisition == "ts":
+                return thompson_sample_candidate(
+                    model, self.bounds, num_candidates=s.ts_candidates, seed=seed
+                ).reshape(1, self.dim)
+            if acqf is None:
+                if s.acquisition == "ucb":
+                    acqf = UpperConfidenceBound(model, beta=s.beta_at(t, self.dim))
+                else:
+                    acqf = LogExpectedImprovement(model, best_f=self.Y.max())
+            x, _ = optimize_acqf(
+                acqf,
+                self.bounds,
+                q=1,
+                num_restarts=s.num_restarts,
+                raw_samples=s.raw_samples,
+                options={"maxiter": s.maxiter, "seed": seed},
+            )
+        return x.detach().clamp(0.0, 1.0)
+
+    def on_init(self, payload: dict) -> dict:
+        X0 = initial_design(self.settings.num_init, self.dim, self.seed, self.init_region)
+        for x in X0:
+            self.evaluate(x.unsqueeze(0), 0, "init")
+        return {}

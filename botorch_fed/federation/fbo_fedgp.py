@@ -1,0 +1,359 @@
+r"""FBO-FedGP as a round-based program on the federation protocol (Alg. 1 + Alg. 2).
+
+Initialisation (Alg. 2 lines 1-11): every client evaluates an initial design; the
+support set is chosen by federated k-means (Alg. 1: clients send k-means centres,
+the server clusters them) or at random (the paper's ablation); the shared GP
+hyperparameters are set from aggregated quantities.
+
+Round ``t`` (Alg. 2 lines 12-28): each client draws a local step with probability
+``p_t = 1 - t^-c`` (its own seeded generator). A local step fits/updates the client's
+own GP and maximises the acquisition on it. If any client draws a global step, all
+clients contribute to three secure sums -- outcome moments (federated
+standardisation), optionally the hyperparameters, and the whitened dPITC summaries --
+after which every client holds the global summary ``G`` and the global-step clients
+maximise the acquisition on the :class:`~botorch_fed.models.FederatedPITCGP` built
+from it. With CKKS the sums stay on the clients (the server cannot decrypt); with
+masking or plaintext the server learns them and forwards them. Every client then
+evaluates its point and adds it to its private data.
+
+``mixing="expected"`` replaces the draw by the ``p_t``-weighted combination of the
+local and global UCB (every round is then a global round).
+
+Hyperparameters of the global model (refreshed every ``hyper_every`` rounds):
+
+- ``"average"``: the client-size-weighted average of the clients' local GP
+  hyperparameters (one secure sum; works with every backend);
+- ``"federated"``: exact PITC type-II maximum likelihood from aggregated summaries
+  and vector-Jacobian products (two secure sums per L-BFGS-B evaluation); it runs its
+  optimiser on the server, so it needs a backend that reveals sums to the server
+  (plaintext or masking).
+
+References:
+
+.. [FBO-FedGP] Secure federated Bayesian optimisation with distributed sparse GPs
+   (paper 000 in ``shared/papers``), Alg. 1, Alg. 2, eq. 3 and App. C.7.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from botorch.models.transforms.outcome import Standardize
+from botorch.models.utils.gpytorch_modules import (
+    get_covar_module_with_dim_scaled_prior,
+    get_gaussian_likelihood_with_lognormal_prior,
+)
+from gpytorch.means import ConstantMean
+from scipy.optimize import minimize
+from torch import Tensor
+
+from botorch_fed.acquisition import MixedLocalGlobalUCB, MixingSchedule
+from botorch_fed.federation.bo_client import BOClient, BOSettings
+from botorch_fed.federation.roles import FederatedServer, ProtocolViolation
+from botorch_fed.inducing import global_support, local_centers, random_support
+from botorch_fed.models import (
+    FederatedPITCGP,
+    PITCFitClient,
+    PITCHyperparameters,
+    SparseSummary,
+    compute_local_summary,
+    outcome_moments,
+    pitc_loss_and_adjoint,
+    standardize_from_moments,
+)
+
+SUPPORTS = ("clustered", "random")
+HYPERPARAMETERS = ("average", "federated")
+MIXINGS = ("sample", "expected")
+
+
+@dataclass
+class FBOFedGPConfig(BOSettings):
+    r"""Settings of FBO-FedGP (defaults: the paper's synthetic setting, Sec. 5.1).
+
+    Adds to :class:`~botorch_fed.federation.bo_client.BOSettings`:
+
+    Attributes:
+        support_size: Support-set size ``|S|``.
+        support: ``"clustered"`` (Alg. 1) or ``"random"`` (App. D.3 ablation).
+        support_every: Re-select the support every ``K`` rounds (0: never).
+        support_growth: Points added to ``|S|`` at each re-selection (App. C.7).
+        centers_per_client: k of each client's local k-means.
+        schedule: ``c`` of ``p_t = 1 - t^-c`` (eq. 3), in ``(0, 1]``.
+        mixing: ``"sample"`` (Alg. 2) or ``"expected"`` (p_t-weighted UCB).
+        hyperparameters: ``"average"`` or ``"federated"`` (see module docstring).
+        hyper_every: Refresh the global hyperparameters every ``K`` rounds.
+        federated_maxiter: L-BFGS-B iterations of a ``"federated"`` refresh.
+    """
+
+    support_size: int = 16
+    support: str = "clustered"
+    support_every: int = 0
+    support_growth: int = 0
+    centers_per_client: int = 4
+    schedule: float = 0.5
+    mixing: str = "sample"
+    hyperparameters: str = "average"
+    hyper_every: int = 10
+    federated_maxiter: int = 30
+
+    def validate(self) -> None:
+        r"""Raise ``ValueError`` naming the first invalid setting."""
+        super().validate()
+        for name in ("support_size", "centers_per_client", "hyper_every", "federated_maxiter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        for name in ("support_every", "support_growth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"`{name}` must be a non-negative integer, got {value!r}.")
+        choices = {"support": SUPPORTS, "mixing": MIXINGS, "hyperparameters": HYPERPARAMETERS}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"`{name}`={getattr(self, name)!r} must be one of {allowed}.")
+        MixingSchedule(c=self.schedule)  # validates 0 < c <= 1
+        if self.mixing == "expected" and self.acquisition != "ucb":
+            raise ValueError("`mixing`='expected' is defined for `acquisition`='ucb' only.")
+
+
+def global_modules(dim: int) -> tuple:
+    r"""Kernel, likelihood and mean of the global dPITC model: BoTorch's defaults."""
+    covar = get_covar_module_with_dim_scaled_prior(dim).to(torch.float64)
+    likelihood = get_gaussian_likelihood_with_lognormal_prior().to(torch.float64)
+    return covar, likelihood, ConstantMean().to(torch.float64)
+
+
+class FBOFedGPClient(BOClient):
+    r"""An FBO-FedGP client: private data, local GP, its share of the global model.
+
+    Args:
+        client_id: The id.
+        objective: The client's black box.
+        config: The algorithm settings (shared by all parties).
+        seed: The client's seed (initial design, mixing draws, acquisition restarts).
+        secagg: The client's secure-aggregation role.
+        init_region: Optional ``2 x d`` sub-box for the initial design.
+    """
+
+    def __init__(
+        self,
+        client_id: int,
+        objective,
+        config: FBOFedGPConfig,
+        seed: int,
+        secagg=None,
+        init_region: Tensor | None = None,
+    ) -> None:
+        super().__init__(client_id, objective, config, seed, secagg, init_region)
+        self.config = config
+        self.schedule = MixingSchedule(c=config.schedule)
+        self.support: Tensor | None = None
+        self.modules = global_modules(self.dim)
+        self.standardize: Standardize | None = None
+        self._fit_client: PITCFitClient | None = None
+
+    def global_model(self) -> FederatedPITCGP:
+        r"""The dPITC model from the last aggregated summary (Alg. 2 line 22)."""
+        if self.last_sum is None or self.support is None or self.standardize is None:
+            raise ProtocolViolation(f"Client {self.client_id} has no global summary yet.")
+        with self.timed("global_model"):
+            summary = SparseSummary.from_numpy(self.last_sum, len(self.support))
+            return FederatedPITCGP(
+                self.support, summary, *self.modules, outcome_transform=self.standardize
+            )
+
+    def _transformed_Y(self) -> Tensor:
+        return self.standardize(self.Y)[0]
+
+    # --- protocol handlers ----------------------------------------------------------
+    def on_centers(self, payload: dict) -> dict:
+        k = int(payload["k"])
+        with self.timed("support"):
+            centers = local_centers(self.X, k=min(k, len(self.X)), seed=self.seed)
+        return {"centers": centers.numpy()}
+
+    def on_support(self, payload: dict) -> dict:
+        self.support = torch.as_tensor(np.asarray(payload["support"]), dtype=torch.float64)
+        return {}
+
+    def on_round(self, payload: dict) -> dict:
+        t = int(payload["t"])
+        if self.config.mixing == "expected":
+            return {"global": True}
+        local = bool(self.schedule.sample(t, seed=self.rng))  # Alg. 2 lines 14-15
+        if local:
+            self.evaluate(self.acquire(self.local_model(), t), t, "local")
+        return {"global": not local}
+
+    def on_global_step(self, payload: dict) -> dict:
+        t = int(payload["t"])
+        model = self.global_model()
+        acqf = None
+        if self.config.mixing == "expected":
+            acqf = MixedLocalGlobalUCB(
+                self.local_model(),
+                model,
+                beta=self.config.beta_at(t, self.dim),
+                p_local=self.schedule.prob_local(t),
+                mode="expected",
+            )
+        self.evaluate(self.acquire(model, t, acqf=acqf), t, "global")
+        return {}
+
+    def on_apply_theta(self, payload: dict) -> dict:
+        PITCHyperparameters(*self.modules).set_theta(np.asarray(payload["theta"]))
+        self._fit_client = None
+        return {}
+
+    # --- vectors contributed to secure sums ----------------------------------------------
+    def vector_moments(self) -> np.ndarray:
+        return outcome_moments(self.Y)
+
+    def vector_hyper(self) -> np.ndarray:
+        model = self.local_model()
+        hyper = PITCHyperparameters(model.covar_module, model.likelihood, model.mean_module)
+        n = float(len(self.X))
+        return np.concatenate([n * hyper.get_values(), [n]])
+
+    def vector_summary(self) -> np.ndarray:
+        with self.timed("summary"), torch.no_grad():
+            summary = compute_local_summary(
+                self.X, self._transformed_Y(), self.support, *self.modules
+            )
+            return summary.to_numpy()
+
+    def vector_pitc_summary(self, theta: np.ndarray) -> np.ndarray:
+        with self.timed("summary"):
+            if self._fit_client is None:
+                self._fit_client = PITCFitClient(
+                    self.X, self._transformed_Y(), self.support, *self.modules
+                )
+            return self._fit_client.summary(np.asarray(theta))
+
+    def vector_pitc_vjp(self, adjoint: np.ndarray) -> np.ndarray:
+        if self._fit_client is None:
+            raise ProtocolViolation(f"Client {self.client_id}: VJP requested before a summary.")
+        with self.timed("summary"):
+            return self._fit_client.vjp(np.asarray(adjoint))
+
+    def sum_received(self, request: str | None, total: np.ndarray) -> dict | None:
+        if request == "moments":
+            self.standardize = standardize_from_moments(total)
+            self._fit_client = None
+        elif request == "hyper":
+            PITCHyperparameters(*self.modules).set_values(total[:-1] / total[-1])
+        return None
+
+
+class FBOFedGPServer(FederatedServer):
+    r"""The FBO-FedGP server: support set, rounds, secure aggregation relay.
+
+    Args:
+        transport: Reaches the clients.
+        config: The algorithm settings.
+        dim: Problem dimension.
+        secagg: The server role of the secure-aggregation backend.
+        seed: Seed of the server's own randomness (global k-means, random support).
+    """
+
+    def __init__(self, transport, config: FBOFedGPConfig, dim: int, secagg, seed: int) -> None:
+        super().__init__(transport, secagg)
+        config.validate()
+        self.config = self.settings = config
+        self.dim = dim
+        self.seed = int(seed)
+        self.support_size = config.support_size
+        self.support: Tensor | None = None
+        self._hyper_round: int | None = None
+        self.hyper = PITCHyperparameters(*global_modules(dim))  # structure only (and priors)
+
+    def select_support(self, t: int) -> None:
+        r"""Alg. 1 (or a random support) and its broadcast."""
+        cfg = self.config
+        with self.ledger.timer("support"):
+            if cfg.support == "random":
+                bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
+                support = random_support(bounds, self.support_size, seed=self.seed + t)
+            else:
+                replies = self.broadcast("centers", {"k": cfg.centers_per_client})
+                centers = [
+                    torch.as_tensor(replies[c].payload["centers"], dtype=torch.float64)
+                    for c in sorted(replies)
+                ]
+                support = global_support(centers, self.support_size, seed=self.seed + t)
+        self.support = support
+        self.broadcast("support", {"support": support.numpy()})
+        self._hyper_round = None  # a new support needs fresh summaries (and hyperparameters)
+
+    def refresh_hyperparameters(self, t: int) -> None:
+        cfg = self.config
+        if cfg.hyperparameters == "average":
+            self.secure_sum("hyper", self.hyper.size + 1)
+        else:
+            self._fit_federated()
+        self._hyper_round = t
+
+    def _fit_federated(self) -> None:
+        m = len(self.support)
+        length = SparseSummary.packed_length(m)
+        theta0 = self.hyper.get_theta()
+
+        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+            packed = self.secure_sum("pitc_summary", length, {"theta": theta}, share=False)
+            if packed is None:
+                raise ProtocolViolation(
+                    "hyperparameters='federated' needs the server to learn the aggregated "
+                    "summaries; this backend keeps sums on the clients (use 'average')."
+                )
+            self.hyper.set_theta(theta)
+            loss, adjoint, prior_grad = pitc_loss_and_adjoint(packed, m, self.hyper)
+            grad = self.secure_sum("pitc_vjp", self.hyper.size, {"adjoint": adjoint}, share=False)
+            return loss, grad + prior_grad
+
+        with self.ledger.timer("hyperparameters"):
+            result = minimize(
+                objective,
+                theta0,
+                jac=True,
+                method="L-BFGS-B",
+                bounds=self.hyper.bounds,
+                options={"maxiter": self.config.federated_maxiter},
+            )
+        self.hyper.set_theta(result.x)
+        self.broadcast("apply_theta", {"theta": result.x})
+
+    def global_round(self, t: int, clients: list[int]) -> None:
+        cfg = self.config
+        self.secure_sum("moments", 3)
+        if self._hyper_round is None or t - self._hyper_round >= cfg.hyper_every:
+            self.refresh_hyperparameters(t)
+        self.secure_sum("summary", SparseSummary.packed_length(len(self.support)))
+        self.broadcast("global_step", {"t": t}, clients=clients)
+
+    def run(self, on_round: Callable[[int], None] | None = None) -> None:
+        r"""Run initialisation and all rounds.
+
+        Args:
+            on_round: Called with ``t`` after each round (0: initialisation).
+        """
+        cfg = self.config
+        self.ledger.round = 0
+        self.broadcast("init")
+        self.select_support(0)
+        if on_round is not None:
+            on_round(0)
+        for t in range(1, cfg.num_rounds + 1):
+            self.ledger.round = t
+            if cfg.support_every and t > 1 and (t - 1) % cfg.support_every == 0:
+                self.support_size += cfg.support_growth
+                self.select_support(t)
+            replies = self.broadcast("round", {"t": t})
+            global_clients = sorted(c for c, r in replies.items() if r.payload["global"])
+            if global_clients:
+                self.global_round(t, global_clients)
+            if on_round is not None:
+                on_round(t)

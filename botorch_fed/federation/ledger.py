@@ -1,0 +1,91 @@
+r"""Communication and timing ledger of a federated run.
+
+Records, per round, the wall time spent in each stage (local fit, summary, secure
+aggregation, global model, acquisition, evaluation, ...) by each party, and the
+bytes each client sent and received. The in-process transport fills it from the
+messages it carries (clients report their own stage times in ``time:<stage>``
+payload entries); the server times its own stages with :meth:`Ledger.timer`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+SERVER = "server"
+
+
+class Ledger:
+    r"""Per-round, per-stage times and per-client bytes of a federated run."""
+
+    def __init__(self) -> None:
+        self.round = 0
+        self._times: dict[tuple[int, str, str], float] = defaultdict(float)
+        self._bytes: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
+        self._messages = 0
+
+    def add_time(self, stage: str, seconds: float, party: str | int = SERVER) -> None:
+        r"""Add ``seconds`` to ``stage`` of ``party`` in the current round."""
+        if not seconds >= 0:
+            raise ValueError(f"`seconds` must be non-negative, got {seconds}.")
+        self._times[(self.round, stage, str(party))] += float(seconds)
+
+    @contextmanager
+    def timer(self, stage: str, party: str | int = SERVER) -> Iterator[None]:
+        r"""Time a block of the server's (or a party's) work as ``stage``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add_time(stage, time.perf_counter() - t0, party)
+
+    def add_message(self, client: int, down: int, up: int) -> None:
+        r"""Record one message pair: ``down`` bytes to ``client``, ``up`` bytes back."""
+        entry = self._bytes[(self.round, int(client))]
+        entry[0] += int(down)
+        entry[1] += int(up)
+        self._messages += 1
+
+    def stage_totals(self) -> dict[str, float]:
+        r"""Total seconds per stage, summed over rounds and parties."""
+        out: dict[str, float] = defaultdict(float)
+        for (_, stage, _), s in self._times.items():
+            out[stage] += s
+        return dict(out)
+
+    def bytes_per_client(self) -> dict[int, dict[str, int]]:
+        r"""Total bytes ``{"down": ..., "up": ...}`` per client."""
+        out: dict[int, dict[str, int]] = {}
+        for (_, client), (down, up) in self._bytes.items():
+            e = out.setdefault(client, {"down": 0, "up": 0})
+            e["down"] += down
+            e["up"] += up
+        return dict(sorted(out.items()))
+
+    def per_round(self) -> list[dict]:
+        r"""One record per round: stage seconds and bytes up/down (all clients)."""
+        rounds = sorted({r for r, _, _ in self._times} | {r for r, _ in self._bytes})
+        out = []
+        for r in rounds:
+            stages: dict[str, float] = defaultdict(float)
+            for (rr, stage, _), s in self._times.items():
+                if rr == r:
+                    stages[stage] += s
+            down = sum(v[0] for (rr, _), v in self._bytes.items() if rr == r)
+            up = sum(v[1] for (rr, _), v in self._bytes.items() if rr == r)
+            out.append({"round": r, "stage_s": dict(stages), "bytes_down": down, "bytes_up": up})
+        return out
+
+    def to_dict(self) -> dict:
+        r"""JSON-friendly summary (totals, per client, per round)."""
+        per_client = self.bytes_per_client()
+        return {
+            "stage_s": self.stage_totals(),
+            "bytes_per_client": {str(k): v for k, v in per_client.items()},
+            "total_bytes_down": sum(v["down"] for v in per_client.values()),
+            "total_bytes_up": sum(v["up"] for v in per_client.values()),
+            "messages": self._messages,
+            "rounds": self.per_round(),
+        }
