@@ -1,0 +1,38 @@
+r"""Acquisition pieces of botorch-fed: Alg. 2 / eq. 3 of [FBO-FedGP].
+
+- :class:`MixingSchedule`: the local-step probability ``p_t = 1 - t^-c`` (or a custom,
+  per-client schedule) and the conditions of eq. 3.
+- :class:`MixedLocalGlobalUCB`: UCB of a client's local GP with probability ``p_t``,
+  of the global dPITC GP otherwise (sampled, or in expectation).
+- :func:`make_step_acquisition`, :func:`thompson_sample_candidate`,
+  :func:`propose_step_candidate`: one step's UCB / EI / Thompson sampling on a model
+  through BoTorch's own classes.
+
+References:
+
+.. [FBO-FedGP] Secure federated Bayesian optimisation with distributed sparse GPs,
+   Alg. 2 and Sec. 4.2-4.3 (paper 000 in ``shared/papers``).
+"""
+
+from botorch_fed.acquisition._rng import SeedLike
+from botorch_fed.acquisition.mixed_ucb import MixedLocalGlobalUCB, model_input_dim
+from botorch_fed.acquisition.mixing_schedule import MixingSchedule
+from botorch_fed.acquisition.step_acquisition import (
+    STEP_KINDS,
+    make_step_acquisition,
+    propose_step_candidate,
+    supports_pathwise_sampling,
+    thompson_sample_candidate,
+)
+
+__all__ = [
+    "MixedLocalGlobalUCB",
+    "MixingSchedule",
+    "STEP_KINDS",
+    "SeedLike",
+    "make_step_acquisition",
+    "model_input_dim",
+    "propose_step_candidate",
+    "supports_pathwise_sampling",
+    "thompson_sample_candidate",
+]

@@ -1,0 +1,231 @@
+r"""make_step_acquisition / thompson_sample_candidate / propose_step_candidate."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
+from botorch.acquisition.thompson_sampling import PathwiseThompsonSampling
+from botorch.exceptions.errors import BotorchTensorDimensionError, UnsupportedError
+from botorch.exceptions.warnings import InputDataWarning
+from linear_operator.utils.warnings import NumericalWarning
+from scipy.stats import binomtest, kstest
+from torch.quasirandom import SobolEngine
+
+from botorch_fed.acquisition import (
+    STEP_KINDS,
+    make_step_acquisition,
+    propose_step_candidate,
+    supports_pathwise_sampling,
+    thompson_sample_candidate,
+)
+from tests.acquisition.toy_models import (
+    dense_gp_posterior,
+    make_pitc,
+    make_stgp,
+    normal_cdf,
+    toy_data,
+)
+
+DTYPES = [torch.float32, torch.float64]
+D = 2
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InputDataWarning)
+        warnings.simplefilter("ignore", NumericalWarning)  # float32 Cholesky jitter
+        warnings.filterwarnings("ignore", "Optimization failed", RuntimeWarning)
+        yield
+
+
+def _stgp(dtype, lengthscale=0.3, standardize=False):
+    X, Y = toy_data(0, 8, D, dtype)
+    return make_stgp(X, Y, lengthscale=lengthscale, standardize=standardize), X, Y
+
+
+def _pitc(dtype):
+    X1, Y1 = toy_data(0, 6, D, dtype)
+    X2, Y2 = toy_data(1, 6, D, dtype)
+    return make_pitc([(X1, Y1), (X2, Y2)], toy_data(2, 5, D, dtype)[0])
+
+
+def _bounds(dtype):
+    return torch.tensor([[-0.5, 0.2], [1.0, 0.9]], dtype=dtype)
+
+
+def _inside(x, bounds):
+    return bool(((x >= bounds[0]) & (x <= bounds[1])).all())
+
+
+def test_supports_pathwise_sampling():
+    assert supports_pathwise_sampling(_stgp(torch.float64)[0])
+    assert not supports_pathwise_sampling(_pitc(torch.float64))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("maximize", [True, False])
+def test_ucb_and_ei_are_botorch_classes(dtype, maximize):
+    model, X, Y = _stgp(dtype)
+    X_test = torch.rand(5, 1, D, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    ucb = make_step_acquisition("ucb", model, beta=2.25, maximize=maximize)
+    assert type(ucb) is UpperConfidenceBound and ucb.maximize is maximize
+    mean, cov = dense_gp_posterior(X, Y, X_test.squeeze(-2))
+    sign = 1.0 if maximize else -1.0
+    by_hand = sign * mean + 1.5 * cov.diagonal().sqrt()
+    tol = 1e-10 if dtype == torch.float64 else 2e-3
+    with torch.no_grad():
+        torch.testing.assert_close(ucb(X_test).double(), by_hand, rtol=tol, atol=tol)
+    best_f = Y.max() if maximize else Y.min()
+    ei = make_step_acquisition("ei", model, best_f=best_f, maximize=maximize)
+    assert type(ei) is LogExpectedImprovement
+    ref = LogExpectedImprovement(model, best_f=best_f, maximize=maximize)
+    with torch.no_grad():
+        torch.testing.assert_close(ei(X_test), ref(X_test))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pathwise_ts_seeded(dtype):
+    model, *_ = _stgp(dtype)
+    X_test = torch.rand(9, 1, D, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    state = torch.random.get_rng_state()
+    a = make_step_acquisition("ts", model, seed=7)
+    b = make_step_acquisition("ts", model, seed=7)
+    c = make_step_acquisition("ts", model, seed=8)
+    mn = make_step_acquisition("ts", model, seed=7, maximize=False)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert isinstance(a, PathwiseThompsonSampling)
+    with torch.no_grad():
+        va = a(X_test)
+        assert va.shape == (9,) and torch.isfinite(va).all()
+        assert torch.equal(va, b(X_test))
+        assert not torch.allclose(va, c(X_test))
+        torch.testing.assert_close(mn(X_test), -va)  # same path, negated
+        # one path: deterministic across calls (it can be optimised)
+        assert torch.equal(va, a(X_test))
+
+
+def test_factory_errors():
+    model, *_ = _stgp(torch.float64)
+    with pytest.raises(ValueError, match="`kind`"):
+        make_step_acquisition("pi", model)
+    with pytest.raises(ValueError, match="`beta`"):
+        make_step_acquisition("ucb", model)
+    with pytest.raises(ValueError, match="`beta`"):
+        make_step_acquisition("ucb", model, beta=-1.0)
+    with pytest.raises(ValueError, match="`best_f`"):
+        make_step_acquisition("ei", model)
+    with pytest.raises(ValueError, match="`best_f`"):
+        make_step_acquisition("ei", model, best_f=math.nan)
+    with pytest.raises(TypeError, match="`model`"):
+        make_step_acquisition("ucb", "gp", beta=1.0)
+    with pytest.raises(UnsupportedError, match="thompson_sample_candidate"):
+        make_step_acquisition("ts", _pitc(torch.float64), seed=0)
+    bounds = _bounds(torch.float64)
+    with pytest.raises(BotorchTensorDimensionError, match="`bounds`"):
+        thompson_sample_candidate(model, bounds[0], seed=0)
+    with pytest.raises(ValueError, match="`bounds`"):
+        thompson_sample_candidate(model, bounds.flip(0), seed=0)
+    with pytest.raises(ValueError, match="`num_candidates`"):
+        thompson_sample_candidate(model, bounds, num_candidates=0, seed=0)
+    with pytest.raises(BotorchTensorDimensionError, match="`X_candidates`"):
+        thompson_sample_candidate(model, bounds, X_candidates=torch.rand(4, 3), seed=0)
+    with pytest.raises(ValueError, match="`seed`"):
+        thompson_sample_candidate(model, bounds, seed=-1)
+    with pytest.raises(ValueError, match="`kind`"):
+        propose_step_candidate("random", model, bounds)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("which", ["stgp", "pitc"])
+def test_thompson_sample_candidate(dtype, which):
+    model = _stgp(dtype)[0] if which == "stgp" else _pitc(dtype)
+    bounds = _bounds(dtype)
+    N, seed = 128, 31
+    state = torch.random.get_rng_state()
+    x, X_cand, f = thompson_sample_candidate(model, bounds, N, seed=seed, return_sample=True)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert x.shape == (1, D) and x.dtype == dtype and _inside(x, bounds)
+    assert X_cand.shape == (N, D) and f.shape == (N,)
+    # the candidate set: scrambled Sobol points from the seed, scaled to the box
+    unit = SobolEngine(D, scramble=True, seed=seed).draw(N, dtype=dtype)
+    torch.testing.assert_close(X_cand, bounds[0] + (bounds[1] - bounds[0]) * unit)
+    # the candidate is the argmax (argmin) of the sampled path on that set
+    assert torch.equal(x[0], X_cand[f.argmax()])
+    x_min = thompson_sample_candidate(model, bounds, N, seed=seed, maximize=False)
+    assert torch.equal(x_min[0], X_cand[f.argmin()])
+    # seeded
+    assert torch.equal(x, thompson_sample_candidate(model, bounds, N, seed=seed))
+    g1, g2 = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    assert torch.equal(
+        thompson_sample_candidate(model, bounds, N, seed=g1),
+        thompson_sample_candidate(model, bounds, N, seed=g2),
+    )
+    others = {
+        tuple(thompson_sample_candidate(model, bounds, N, seed=s)[0].tolist()) for s in range(6)
+    }
+    assert len(others) > 1
+
+
+def test_thompson_sample_is_a_posterior_sample():
+    r"""Whitened samples ``L^-1 (f - mu)`` (dense exact GP) are standard normal."""
+    model, X, Y = _stgp(torch.float64, lengthscale=0.15)
+    bounds = _bounds(torch.float64)
+    N, zs = 10, []
+    for seed in range(60):
+        _, X_cand, f = thompson_sample_candidate(model, bounds, N, seed=seed, return_sample=True)
+        mean, cov = dense_gp_posterior(X, Y, X_cand, lengthscale=0.15)
+        L = torch.linalg.cholesky(cov)
+        zs.append(torch.linalg.solve_triangular(L, (f - mean).unsqueeze(-1), upper=False))
+    z = torch.cat(zs).flatten()
+    assert kstest(z.numpy(), "norm").pvalue > 1e-3
+    assert abs(float(z.mean())) < 4 / math.sqrt(len(z))
+    assert abs(float(z.var()) - 1.0) < 0.2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_thompson_two_points_frequency(dtype):
+    r"""P(pick x_0) = Phi((m_0 - m_1) / sqrt(v_0 + v_1 - 2 c_01)) from a dense GP."""
+    model, X, Y = _stgp(dtype)
+    X_cand = torch.tensor([[0.35, 0.5], [0.6, 0.45]], dtype=dtype)
+    mean, cov = dense_gp_posterior(X, Y, X_cand)
+    s = float(cov[0, 0] + cov[1, 1] - 2 * cov[0, 1])
+    p0 = normal_cdf(float(mean[0] - mean[1]) / math.sqrt(s))
+    assert 0.1 < p0 < 0.9  # an informative test point pair
+    n = 300
+    picks = [
+        thompson_sample_candidate(model, _bounds(dtype), X_candidates=X_cand, seed=seed)
+        for seed in range(n)
+    ]
+    k = sum(bool(torch.equal(x[0], X_cand[0])) for x in picks)
+    assert binomtest(k, n, p0).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("which", ["stgp", "pitc"])
+def test_propose_step_candidate(dtype, which):
+    model = _stgp(dtype, standardize=True)[0] if which == "stgp" else _pitc(dtype)
+    bounds = _bounds(dtype)
+    kw = dict(beta=2.0, best_f=0.5, num_restarts=2, raw_samples=32, num_candidates=64)
+    state = torch.random.get_rng_state()
+    for kind in STEP_KINDS:
+        x = propose_step_candidate(kind, model, bounds, seed=3, **kw)
+        assert x.shape == (1, D) and x.dtype == dtype and _inside(x, bounds)
+        assert torch.equal(x, propose_step_candidate(kind, model, bounds, seed=3, **kw))
+    assert torch.equal(torch.random.get_rng_state(), state)
+    # UCB: the proposal is at least as good as the best point of a grid
+    ucb = UpperConfidenceBound(model, beta=2.0)
+    x = propose_step_candidate("ucb", model, bounds, seed=3, **kw)
+    u = torch.linspace(0, 1, 30, dtype=dtype)
+    grid = bounds[0] + (bounds[1] - bounds[0]) * torch.cartesian_prod(u, u)
+    with torch.no_grad():
+        best, grid_max = ucb(x.unsqueeze(0)), ucb(grid.unsqueeze(-2)).max()
+    assert best >= grid_max - 1e-3 * (1 + grid_max.abs())
+    # discrete TS route for models without pathwise sampling
+    if which == "pitc":
+        x_ts = propose_step_candidate("ts", model, bounds, seed=3, **kw)
+        assert torch.equal(x_ts, thompson_sample_candidate(model, bounds, 64, seed=3))
