@@ -16,6 +16,7 @@ from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.optim import optimize_acqf
+from botorch.utils.sampling import manual_seed
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 
@@ -47,7 +48,7 @@ class BOSettings:
     num_rounds: int = 50
     acquisition: str = "ucb"
     beta: float | None = None
-    local_refit_every: int = 1
+    local_refit_every: int = 5
     num_restarts: int = 2
     raw_samples: int = 64
     maxiter: int = 50
@@ -75,6 +76,15 @@ class BOSettings:
     def beta_at(self, t: int, dim: int) -> float:
         r"""The UCB ``beta`` of round ``t`` (``0.2 d log(2t)`` unless fixed)."""
         return self.beta if self.beta is not None else 0.2 * dim * math.log(2 * max(t, 1))
+
+
+def _distinct_optima(X: Tensor, values: Tensor, tol: float = 1e-3) -> Tensor:
+    r"""Rows of ``X`` by decreasing ``values``, dropping any within ``tol`` of a kept one."""
+    kept: list[Tensor] = []
+    for i in values.argsort(descending=True).tolist():
+        if all((X[i] - k).norm() > tol for k in kept):
+            kept.append(X[i])
+    return torch.stack(kept)
 
 
 class BOClient(FederatedClient):
@@ -150,33 +160,60 @@ class BOClient(FederatedClient):
         r"""A seed for round ``t``'s acquisition optimisation on this client."""
         return (self.seed * 1_000_003 + t) % (2**31)
 
-    def acquire(self, model, t: int, acqf=None) -> Tensor:
+    def make_acquisition(self, model, t: int):
+        r"""The configured analytic acquisition (UCB or log-EI) of round ``t``."""
+        s = self.settings
+        if s.acquisition == "ucb":
+            return UpperConfidenceBound(model, beta=s.beta_at(t, self.dim))
+        return LogExpectedImprovement(model, best_f=self.Y.max())
+
+    def acquire(self, model, t: int, acqf=None, rank: int = 0, count: int = 1, seed=None) -> Tensor:
         r"""Maximise the configured acquisition (or ``acqf``) on ``model``.
+
+        With ``count > 1`` (``count`` clients maximise the same acquisition on the same
+        model in this round, and this one has ``rank``), all of them run the same
+        seeded multi-start optimisation and this client takes the ``rank``-th best of
+        the distinct local optima, so simultaneous steps do not evaluate one point
+        ``count`` times. The optimisation runs under a fixed seed (the global RNG
+        state is restored afterwards).
 
         Returns:
             The ``1 x d`` candidate in the unit cube.
         """
         s = self.settings
-        seed = self.step_seed(t)
+        seed = self.step_seed(t) if seed is None else int(seed)
         with self.timed("acquisition"):
             if acqf is None and s.acquisition == "ts":
                 return thompson_sample_candidate(
-                    model, self.bounds, num_candidates=s.ts_candidates, seed=seed
+                    model, self.bounds, num_candidates=s.ts_candidates, seed=self.step_seed(t)
                 ).reshape(1, self.dim)
-            if acqf is None:
-                if s.acquisition == "ucb":
-                    acqf = UpperConfidenceBound(model, beta=s.beta_at(t, self.dim))
-                else:
-                    acqf = LogExpectedImprovement(model, best_f=self.Y.max())
-            x, _ = optimize_acqf(
-                acqf,
-                self.bounds,
-                q=1,
-                num_restarts=s.num_restarts,
-                raw_samples=s.raw_samples,
-                options={"maxiter": s.maxiter, "seed": seed},
-            )
-        return x.detach().clamp(0.0, 1.0)
+            acqf = self.make_acquisition(model, t) if acqf is None else acqf
+            restarts = max(s.num_restarts, 2 * count) if count > 1 else s.num_restarts
+            with manual_seed(seed):
+                X, values = optimize_acqf(
+                    acqf,
+                    self.bounds,
+                    q=1,
+                    num_restarts=restarts,
+                    raw_samples=max(s.raw_samples, 4 * restarts),
+                    return_best_only=count == 1,
+                    options={"maxiter": s.maxiter, "seed": seed},
+                )
+            if count > 1:
+                X = _distinct_optima(X.reshape(-1, self.dim), values.reshape(-1))
+                if rank < len(X):
+                    X = X[rank : rank + 1]
+                else:  # fewer distinct optima than clients: an own restart
+                    with manual_seed(self.step_seed(t)):
+                        X, _ = optimize_acqf(
+                            acqf,
+                            self.bounds,
+                            q=1,
+                            num_restarts=s.num_restarts,
+                            raw_samples=s.raw_samples,
+                            options={"maxiter": s.maxiter, "seed": self.step_seed(t)},
+                        )
+        return X.detach().reshape(1, self.dim).clamp(0.0, 1.0)
 
     def on_init(self, payload: dict) -> dict:
         X0 = initial_design(self.settings.num_init, self.dim, self.seed, self.init_region)

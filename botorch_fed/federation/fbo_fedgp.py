@@ -52,6 +52,7 @@ from torch import Tensor
 
 from botorch_fed.acquisition import MixedLocalGlobalUCB, MixingSchedule
 from botorch_fed.federation.bo_client import BOClient, BOSettings
+from botorch_fed.federation.messages import Message
 from botorch_fed.federation.roles import FederatedServer, ProtocolViolation
 from botorch_fed.inducing import global_support, local_centers, random_support
 from botorch_fed.models import (
@@ -68,6 +69,7 @@ from botorch_fed.models import (
 SUPPORTS = ("clustered", "random")
 HYPERPARAMETERS = ("average", "federated")
 MIXINGS = ("sample", "expected")
+GLOBAL_BATCHES = ("distinct", "independent")
 
 
 @dataclass
@@ -87,6 +89,11 @@ class FBOFedGPConfig(BOSettings):
         hyperparameters: ``"average"`` or ``"federated"`` (see module docstring).
         hyper_every: Refresh the global hyperparameters every ``K`` rounds.
         federated_maxiter: L-BFGS-B iterations of a ``"federated"`` refresh.
+        global_batch: How clients taking a global step in the same round choose:
+            ``"independent"`` (Alg. 2 literally: each maximises the same acquisition
+            on the same model, so they usually evaluate the same point) or
+            ``"distinct"`` (they run the same seeded multi-start search and take
+            distinct local optima by rank; no private data is exchanged).
     """
 
     support_size: int = 16
@@ -99,6 +106,7 @@ class FBOFedGPConfig(BOSettings):
     hyperparameters: str = "average"
     hyper_every: int = 10
     federated_maxiter: int = 30
+    global_batch: str = "distinct"
 
     def validate(self) -> None:
         r"""Raise ``ValueError`` naming the first invalid setting."""
@@ -111,7 +119,12 @@ class FBOFedGPConfig(BOSettings):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"`{name}` must be a non-negative integer, got {value!r}.")
-        choices = {"support": SUPPORTS, "mixing": MIXINGS, "hyperparameters": HYPERPARAMETERS}
+        choices = {
+            "support": SUPPORTS,
+            "mixing": MIXINGS,
+            "hyperparameters": HYPERPARAMETERS,
+            "global_batch": GLOBAL_BATCHES,
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}`={getattr(self, name)!r} must be one of {allowed}.")
@@ -192,7 +205,6 @@ class FBOFedGPClient(BOClient):
     def on_global_step(self, payload: dict) -> dict:
         t = int(payload["t"])
         model = self.global_model()
-        acqf = None
         if self.config.mixing == "expected":
             acqf = MixedLocalGlobalUCB(
                 self.local_model(),
@@ -201,7 +213,20 @@ class FBOFedGPClient(BOClient):
                 p_local=self.schedule.prob_local(t),
                 mode="expected",
             )
-        self.evaluate(self.acquire(model, t, acqf=acqf), t, "global")
+            x = self.acquire(model, t, acqf=acqf)
+        elif self.config.global_batch == "distinct" and self.config.acquisition != "ts":
+            # every global client of round t holds the same model: same seeded search,
+            # then one distinct optimum each (see BOClient.acquire)
+            x = self.acquire(
+                model,
+                t,
+                rank=int(payload["rank"]),
+                count=int(payload["count"]),
+                seed=int(payload["seed"]),
+            )
+        else:
+            x = self.acquire(model, t)
+        self.evaluate(x, t, "global")
         return {}
 
     def on_apply_theta(self, payload: dict) -> dict:
@@ -332,7 +357,15 @@ class FBOFedGPServer(FederatedServer):
         if self._hyper_round is None or t - self._hyper_round >= cfg.hyper_every:
             self.refresh_hyperparameters(t)
         self.secure_sum("summary", SparseSummary.packed_length(len(self.support)))
-        self.broadcast("global_step", {"t": t}, clients=clients)
+        seed = (self.seed * 10_007 + t) % (2**31)
+        self.send(
+            {
+                cid: Message(
+                    "global_step", {"t": t, "rank": r, "count": len(clients), "seed": seed}
+                )
+                for r, cid in enumerate(clients)
+            }
+        )
 
     def run(self, on_round: Callable[[int], None] | None = None) -> None:
         r"""Run initialisation and all rounds.

@@ -28,8 +28,10 @@ import numpy as np
 from botorch_fed.federation.ledger import Ledger
 from botorch_fed.federation.messages import TIME_PREFIX, Message
 from botorch_fed.federation.transport import Transport
+from botorch_fed.secure.limbs import LimbEncoding
 
 SECAGG = "secagg"
+WIDE = LimbEncoding()
 SUM_RESULT = "secagg_result"
 
 
@@ -52,6 +54,7 @@ class FederatedClient:
         self.last_sum: np.ndarray | None = None
         self._pending: np.ndarray | None = None
         self._request: str | None = None
+        self._wide = False
         self._timings: dict[str, float] = {}
 
     def handle(self, message: Message) -> Message:
@@ -89,7 +92,8 @@ class FederatedClient:
                 )
             args = {k[len("arg:") :]: v for k, v in payload.items() if k.startswith("arg:")}
             vector = np.asarray(compute(**args), dtype=np.float64)
-            self._pending = vector
+            self._wide = bool(payload.get("wide", False))
+            self._pending = WIDE.encode(vector) if self._wide else vector
             self._request = request
             self.last_sum = None
         if self._pending is None:
@@ -105,7 +109,8 @@ class FederatedClient:
             result = getattr(self.secagg, "result", None)
             if result is None:
                 raise ProtocolViolation(f"Client {self.client_id} holds no decrypted sum.")
-            self.last_sum = np.asarray(result, dtype=np.float64).copy()
+            result = np.asarray(result, dtype=np.float64)
+            self.last_sum = WIDE.decode(result) if self._wide else result.copy()
         self._pending = None
         request, self._request = self._request, None
         return self.sum_received(request, self.last_sum) or {}
@@ -159,6 +164,7 @@ class FederatedServer:
         args: dict | None = None,
         clients: Iterable[int] | None = None,
         share: bool = True,
+        wide: bool = True,
     ) -> np.ndarray | None:
         r"""Sum a vector over clients with the secure-aggregation backend.
 
@@ -169,6 +175,9 @@ class FederatedServer:
             clients: Contributors (default all).
             share: Tell the clients the outcome so each holds the sum in
                 ``last_sum`` (the server forwards it if it learnt it).
+            wide: Send the vectors in the wide-range limb encoding
+                (:class:`~botorch_fed.secure.limbs.LimbEncoding`): exact to ``2^-40``
+                for any magnitude below ``2^64``, at ``num_limbs`` times the length.
 
         Returns:
             The sum if the backend reveals it to the server, else ``None`` (the
@@ -178,8 +187,9 @@ class FederatedServer:
             raise ProtocolViolation("This server has no secure-aggregation backend.")
         ids = self.client_ids if clients is None else tuple(clients)
         first = {"request": request, **{f"arg:{k}": v for k, v in (args or {}).items()}}
+        first["wide"] = bool(wide)
         with self.ledger.timer("secure_aggregation"):
-            outgoing = self.secagg.start(ids, length)
+            outgoing = self.secagg.start(ids, WIDE.encoded_length(length) if wide else length)
         extra = first
         while True:
             replies = self.send(
@@ -193,6 +203,8 @@ class FederatedServer:
                 continue
             break
         result = out if isinstance(out, np.ndarray) else None
+        if result is not None and wide:
+            result = WIDE.decode(result)
         if share:
             payload = {} if result is None else {"sum": result}
             self.broadcast(SUM_RESULT, payload, clients=self.secagg.contributors)

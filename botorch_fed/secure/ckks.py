@@ -1,0 +1,436 @@
+r"""The ``ckks`` backend: additively homomorphic aggregation with CKKS (TenSEAL).
+
+Cheon, Kim, Kim, Song, "Homomorphic Encryption for Arithmetic of Approximate
+Numbers", ASIACRYPT 2017, via TenSEAL (Benaissa et al., 2021) over Microsoft SEAL;
+the secure aggregation of the FBO-FedGP paper (paper 000, Sec. 2 and App. B) with a
+single key shared by the clients (the paper's multi-key / threshold decryption is
+not available in TenSEAL; see ``docs/security.md``).
+
+A client-side :class:`~botorch_fed.secure.ckks_keys.CKKSKeyHolder` generates the keys
+(:meth:`CKKSBackend.setup`); the server receives only the public context and cannot
+decrypt. Rounds:
+
+0. ``encrypt``: each client checks the session's key id, checks the headroom, splits
+   its vector into chunks of ``N/2 - 4`` values, appends 4 *guard* slots holding a
+   secret per-client canary (derived from a group key the server does not have) and
+   sends one ciphertext per chunk. The server adds the ciphertexts.
+1. ``decrypt``: the server sends the encrypted aggregate and the contributor list
+   to the clients that will decrypt:
+
+   * ``release="clients"`` (default): every surviving contributor decrypts; the sum
+     stays on the clients (``ClientRole.result``), the server receives an empty
+     acknowledgement and :meth:`ServerRole.step` returns None. The server never
+     sees any decryption, which rules out the IND-CPA^D key-recovery attack of Li &
+     Micciancio (EUROCRYPT 2021) by the server.
+   * ``release="server"``: one key-holding client decrypts and returns the sum plus
+     Gaussian noise of standard deviation ``release_noise`` (noise flooding,
+     deterministic per ciphertext so repeated queries cannot average it away).
+
+   Before releasing anything, the decrypting client checks the guard slots (the sum
+   of the contributors' canaries), the padding slots (zero) and the magnitude bound,
+   so a corrupted, substituted or partial aggregate raises instead of yielding a
+   wrong sum.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+
+from botorch_fed.secure.base import (
+    BackendSetup,
+    ClientRole,
+    RoundSpec,
+    SecureAggregationBackend,
+    ServerRole,
+)
+from botorch_fed.secure.ckks_keys import (
+    GUARD_SLOTS,
+    CKKSKeyHolder,
+    CKKSParameters,
+    ClientKeyMaterial,
+    ServerKeyMaterial,
+    import_tenseal,
+)
+from botorch_fed.secure.crypto import hkdf, label
+from botorch_fed.secure.errors import (
+    ConfigurationError,
+    DropoutError,
+    KeyMismatchError,
+    ProtocolError,
+    TamperedMessageError,
+    TooFewClientsError,
+)
+from botorch_fed.secure.validation import error_context, validate_client_ids
+from botorch_fed.secure.wire import PayloadReader, PayloadWriter
+
+__all__ = ["CKKSBackend"]
+
+_ENCRYPTIONS = ("symmetric", "asymmetric")
+_RELEASES = ("clients", "server")
+
+
+def _canaries(group_key: bytes, session: bytes, client_id: int, chunk: int) -> np.ndarray:
+    """Secret guard values in ``[1, 2)`` of one client and chunk."""
+    words = np.frombuffer(
+        hkdf(group_key, label("ckks/canary", session, client_id, chunk), 8 * GUARD_SLOTS),
+        dtype="<u8",
+    )
+    return 1.0 + (words >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+class CKKSBackend(SecureAggregationBackend):
+    """CKKS homomorphic aggregation with client-side decryption.
+
+    Args:
+        poly_modulus_degree: Ring dimension ``N`` (default 8192).
+        coeff_mod_bit_sizes: Coefficient-modulus prime sizes (default ``(60, 60, 60)``),
+            validated against the HE-standard 128-bit bound for ``N``.
+        scale_bits: ``log2`` of the global scale (default 50).
+        encryption: ``"symmetric"`` (default; every client holds the secret key, the
+            server cannot encrypt) or ``"asymmetric"`` (public-key encryption; with
+            ``release="server"`` only the key holder gets the secret key).
+        release: ``"clients"`` (default; the sum stays on the clients) or
+            ``"server"`` (one key holder returns the noise-flooded sum to the server).
+        release_noise: Standard deviation of the Gaussian noise added to a sum
+            released to the server (default ``1e-9``; ignored with
+            ``release="clients"``).
+        n_threads: TenSEAL threads per context (default 1).
+        min_clients: Minimum number of contributors (default 3).
+        allow_two_clients: Must be True to allow ``min_clients=2``.
+    """
+
+    name = "ckks"
+    code = 2
+    rounds = (
+        RoundSpec("encrypt", "client_encode", "server_aggregate"),
+        RoundSpec("decrypt", "decrypt_unmask", "decrypt_unmask"),
+    )
+
+    def __init__(
+        self,
+        *,
+        poly_modulus_degree: int = 8192,
+        coeff_mod_bit_sizes: tuple[int, ...] = (60, 60, 60),
+        scale_bits: int = 50,
+        encryption: str = "symmetric",
+        release: str = "clients",
+        release_noise: float = 1e-9,
+        n_threads: int = 1,
+        min_clients: int = 3,
+        allow_two_clients: bool = False,
+    ) -> None:
+        super().__init__(min_clients=min_clients, allow_two_clients=allow_two_clients)
+        self.params = CKKSParameters(poly_modulus_degree, coeff_mod_bit_sizes, scale_bits)
+        if encryption not in _ENCRYPTIONS:
+            raise ConfigurationError(
+                f"option 'encryption' must be one of {_ENCRYPTIONS}, got {encryption!r}"
+            )
+        if release not in _RELEASES:
+            raise ConfigurationError(
+                f"option 'release' must be one of {_RELEASES}, got {release!r}"
+            )
+        if (
+            isinstance(release_noise, bool)
+            or not isinstance(release_noise, int | float)
+            or not math.isfinite(release_noise)
+            or release_noise < 0
+        ):
+            raise ConfigurationError(
+                f"option 'release_noise' must be a finite float >= 0, got {release_noise!r}"
+            )
+        if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
+            raise ConfigurationError(f"option 'n_threads' must be an int >= 1, got {n_threads!r}")
+        self.encryption = encryption
+        self.release = release
+        self.release_noise = float(release_noise)
+        self.n_threads = n_threads
+
+    @property
+    def options(self) -> dict[str, object]:
+        """The options this backend was created with."""
+        return {
+            **super().options,
+            "poly_modulus_degree": self.params.poly_modulus_degree,
+            "coeff_mod_bit_sizes": list(self.params.coeff_mod_bit_sizes),
+            "scale_bits": self.params.scale_bits,
+            "encryption": self.encryption,
+            "release": self.release,
+            "release_noise": self.release_noise,
+            "n_threads": self.n_threads,
+        }
+
+    def key_holder(self, client_id: int, *, seed: int | None = None) -> CKKSKeyHolder:
+        """Create the client-side key holder (it generates the keys)."""
+        return CKKSKeyHolder(self, client_id, seed=seed)
+
+    def setup(
+        self,
+        client_ids: list[int] | tuple[int, ...],
+        *,
+        seed: int | None = None,
+        key_holder: int | None = None,
+    ) -> BackendSetup:
+        """Generate the keys on the key-holding client and package the material.
+
+        Args:
+            client_ids: The clients of the federation.
+            seed: Seed for the key id / group key (tests only).
+            key_holder: The client generating the keys (default: the smallest id).
+
+        Returns:
+            Public server material and per-client secret material. With
+            ``encryption="asymmetric"`` and ``release="server"`` only the key holder
+            receives the secret key; otherwise every client does.
+        """
+        ids = validate_client_ids(client_ids)
+        holder_id = ids[0] if key_holder is None else key_holder
+        if holder_id not in ids:
+            raise ConfigurationError(f"key_holder {holder_id} is not one of {list(ids)}")
+        holder = self.key_holder(holder_id, seed=seed)
+        only_holder = self.encryption == "asymmetric" and self.release == "server"
+        decryptors = (holder_id,) if only_holder else ids
+        clients = {cid: holder.client_material(with_secret_key=cid in decryptors) for cid in ids}
+        return BackendSetup(holder.server_material(decryptors), clients)
+
+    def server(self, material: bytes = b"", *, seed: int | None = None) -> ServerRole:
+        """Create the server role from the key holder's public material."""
+        return _CKKSServer(self, ServerKeyMaterial.from_bytes(material), seed=seed)
+
+    def client(
+        self, client_id: int, material: bytes = b"", *, seed: int | None = None
+    ) -> ClientRole:
+        """Create a client role from its secret material (received out of band)."""
+        return _CKKSClient(self, client_id, ClientKeyMaterial.from_bytes(material), seed=seed)
+
+    def max_abs_supported(self, n_clients: int) -> float:
+        """Largest ``max|x_i|`` such that the CKKS sum of ``n_clients`` cannot wrap."""
+        return self.params.max_abs_supported(n_clients)
+
+    def _check_material(self, material: ServerKeyMaterial | ClientKeyMaterial) -> None:
+        if material.params != self.params or material.encryption != self.encryption:
+            raise ConfigurationError(
+                f"key material was made for {material.params} ({material.encryption}), "
+                f"this backend uses {self.params} ({self.encryption})"
+            )
+
+    def n_chunks(self, length: int) -> int:
+        """Ciphertexts per vector of ``length`` values."""
+        return -(-length // self.params.data_slots)
+
+
+class _CKKSServer(ServerRole):
+    backend: CKKSBackend
+
+    def __init__(
+        self, backend: CKKSBackend, material: ServerKeyMaterial, *, seed: int | None
+    ) -> None:
+        super().__init__(backend, seed=seed)
+        backend._check_material(material)
+        ts = import_tenseal()
+        context = ts.context_from(material.context, n_threads=backend.n_threads)
+        if context.is_private():
+            raise ConfigurationError(
+                "the server material contains a secret key; the server must only get "
+                "the public context (serialize(save_secret_key=False))"
+            )
+        context.auto_mod_switch = False
+        context.auto_rescale = False
+        context.auto_relin = False
+        self.context = context
+        self._ts = ts
+        self._key_id = material.key_id
+        self._decryptors = material.decryptors
+
+    def _begin(self) -> dict[int, bytes]:
+        return dict.fromkeys(self.client_ids, self._key_id)
+
+    def _handle(
+        self, round: int, payloads: dict[int, bytes]
+    ) -> dict[int, bytes] | np.ndarray | None:
+        if round == 0:
+            return self._aggregate(payloads)
+        return self._finish(payloads)
+
+    def _aggregate(self, payloads: dict[int, bytes]) -> dict[int, bytes]:
+        ids = self._require(payloads, self.backend.min_clients, "submitted ciphertexts")
+        n_chunks = self.backend.n_chunks(self.length)
+        acc: list = [None] * n_chunks
+        for cid in ids:
+            reader = PayloadReader(payloads[cid])
+            with error_context(cid, None, None):
+                if reader.u32() != n_chunks:
+                    raise TamperedMessageError(f"expected {n_chunks} ciphertexts")
+                blobs = [reader.blob() for _ in range(n_chunks)]
+                reader.done()
+            for k, blob in enumerate(blobs):
+                try:
+                    vec = self._ts.ckks_vector_from(self.context, blob)
+                except Exception as exc:  # TenSEAL raises ValueError/RuntimeError
+                    raise TamperedMessageError(
+                        f"ciphertext {k} does not deserialise under the session's public "
+                        f"context ({exc})",
+                        client_id=cid,
+                    ) from exc
+                self._check_ciphertext(vec, k, cid)
+                try:
+                    acc[k] = vec if acc[k] is None else acc[k].add_(vec)
+                except Exception as exc:
+                    raise KeyMismatchError(
+                        f"ciphertext {k} is incompatible with the others ({exc})",
+                        client_id=cid,
+                    ) from exc
+        self._contributors = ids
+        writer = PayloadWriter().ids(ids).u32(n_chunks)
+        for vec in acc:
+            writer.blob(vec.serialize())
+        message = writer.getvalue()
+        able = [cid for cid in ids if cid in set(self._decryptors)]
+        if not able:
+            raise DropoutError(
+                f"no client holding the secret key {list(self._decryptors)} contributed; "
+                "nobody can decrypt"
+            )
+        targets = able if self.backend.release == "clients" else able[:1]
+        return dict.fromkeys(targets, message)
+
+    def _check_ciphertext(self, vec: object, k: int, cid: int) -> None:
+        """Reject ciphertexts with another shape, scale, level or size (context mismatch)."""
+        params = self.backend.params
+        cts = vec.ciphertext()
+        ct = cts[0] if len(cts) == 1 else None
+        if (
+            vec.size() != params.slots
+            or ct is None
+            or ct.scale != 2.0**params.scale_bits
+            or ct.size() != 2
+            or ct.coeff_modulus_size() != len(params.coeff_mod_bit_sizes) - 1
+        ):
+            raise KeyMismatchError(
+                f"ciphertext {k} does not match the session's parameters (slots, scale, "
+                f"level or size differ: context mismatch)",
+                client_id=cid,
+            )
+
+    def _finish(self, payloads: dict[int, bytes]) -> np.ndarray | None:
+        ids = self._require(payloads, 1, "decrypted the aggregate")
+        if self.backend.release == "clients":
+            for cid in ids:
+                PayloadReader(payloads[cid]).done()  # empty acknowledgement
+            return None
+        reader = PayloadReader(payloads[ids[0]])
+        total = reader.array("f", self.length)
+        reader.done()
+        return total
+
+
+class _CKKSClient(ClientRole):
+    backend: CKKSBackend
+
+    def __init__(
+        self,
+        backend: CKKSBackend,
+        client_id: int,
+        material: ClientKeyMaterial,
+        *,
+        seed: int | None,
+    ) -> None:
+        super().__init__(backend, client_id, seed=seed)
+        backend._check_material(material)
+        self._ts = import_tenseal()
+        self._context = self._ts.context_from(material.context, n_threads=backend.n_threads)
+        self._key_id = material.key_id
+        self._group_key = material.group_key
+        self.can_decrypt = bool(material.has_secret_key and self._context.is_private())
+
+    def _begin(self, reader: PayloadReader, x: np.ndarray | None) -> bytes:
+        key_id = reader.raw(16)
+        reader.done()
+        if key_id != self._key_id:
+            raise KeyMismatchError(
+                f"session uses CKKS key {key_id.hex()}, this client holds key "
+                f"{self._key_id.hex()} (wrong key material or wrong federation)"
+            )
+        arr = self.checked_input(x, self.backend.max_abs_supported(self.n_clients))
+        params = self.backend.params
+        d = params.data_slots
+        n_chunks = self.backend.n_chunks(self.length)
+        session = self.session_id or b""
+        writer = PayloadWriter().u32(n_chunks)
+        buf = np.zeros(params.slots)
+        for k in range(n_chunks):
+            part = arr[k * d : (k + 1) * d]
+            buf[:] = 0.0
+            buf[: part.size] = part
+            buf[d:] = _canaries(self._group_key, session, self.client_id, k)
+            writer.blob(self._ts.ckks_vector(self._context, buf.tolist()).serialize())
+        return writer.getvalue()
+
+    def _handle(self, round: int, reader: PayloadReader, x: np.ndarray | None) -> bytes:
+        if round != 1:
+            raise ProtocolError(f"the ckks protocol has no round {round}")
+        contributors = reader.ids()
+        n_chunks = reader.u32()
+        blobs = [reader.blob() for _ in range(n_chunks)]
+        reader.done()
+        if (
+            list(contributors) != sorted(set(contributors))
+            or not set(contributors) <= set(self.client_ids)
+            or self.client_id not in contributors
+        ):
+            raise ProtocolError(f"implausible contributor list {list(contributors)}")
+        if len(contributors) < self.backend.min_clients:
+            raise TooFewClientsError(
+                f"aggregate claims {len(contributors)} contributors, fewer than "
+                f"min_clients={self.backend.min_clients}; refusing to decrypt"
+            )
+        if n_chunks != self.backend.n_chunks(self.length):
+            raise TamperedMessageError(f"aggregate has {n_chunks} ciphertexts")
+        if not self.can_decrypt:
+            raise ProtocolError("this client holds no secret key and cannot decrypt")
+        total = self._decrypt_checked(contributors, blobs)
+        if self.backend.release == "clients":
+            self.result = total
+            return b""
+        digest = hashlib.sha256(b"".join(blobs)).digest()
+        seed = hkdf(self._group_key, label("ckks/release-noise", self.session_id or b"") + digest)
+        rng = np.random.default_rng(int.from_bytes(seed, "big"))
+        released = total + rng.normal(0.0, self.backend.release_noise, self.length)
+        self.result = released
+        return PayloadWriter().array(released).getvalue()
+
+    def _decrypt_checked(self, contributors: tuple[int, ...], blobs: list[bytes]) -> np.ndarray:
+        params = self.backend.params
+        d = params.data_slots
+        n = len(contributors)
+        tol = n * 2.0**params.tolerance_bits
+        bound = n * self.backend.max_abs_supported(self.n_clients) + tol
+        session = self.session_id or b""
+        parts = []
+        for k, blob in enumerate(blobs):
+            try:
+                vec = self._ts.ckks_vector_from(self._context, blob)
+                values = np.asarray(vec.decrypt(), dtype=np.float64)
+            except Exception as exc:
+                raise TamperedMessageError(
+                    f"aggregate ciphertext {k} does not deserialise/decrypt ({exc})"
+                ) from exc
+            if values.shape != (params.slots,):
+                raise TamperedMessageError(f"aggregate ciphertext {k} has the wrong size")
+            expected = sum(_canaries(self._group_key, session, cid, k) for cid in contributors)
+            used = min(d, self.length - k * d)
+            if (
+                not np.isfinite(values).all()
+                or np.max(np.abs(values[d:] - expected)) > tol
+                or (used < d and np.max(np.abs(values[used:d])) > tol)
+                or np.max(np.abs(values[:used])) > bound
+            ):
+                raise TamperedMessageError(
+                    f"aggregate ciphertext {k} failed the integrity checks (guard slots do "
+                    f"not hold the {n} contributors' canaries): corrupted, substituted or "
+                    "encrypted under another key"
+                )
+            parts.append(values[:used])
+        return np.concatenate(parts)

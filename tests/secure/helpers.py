@@ -1,0 +1,81 @@
+"""Shared helpers for the secure-aggregation tests (manual protocol driving, inputs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from botorch_fed.secure import SecureAggregationBackend
+
+ReplyHook = Callable[[int, dict[int, bytes]], dict[int, bytes]]
+MessageHook = Callable[[int, int, bytes], bytes]
+
+
+def random_inputs(
+    n_clients: int, length: int, seed: int = 0, scale: float = 1.0, first_id: int = 0
+) -> dict[int, np.ndarray]:
+    """Independent float64 vectors of magnitude ~``scale`` for clients first_id.."""
+    rng = np.random.default_rng(seed)
+    return {first_id + i: scale * rng.uniform(-1.0, 1.0, length) for i in range(n_clients)}
+
+
+def plain_sum(inputs: dict[int, np.ndarray], ids=None) -> np.ndarray:
+    """Reference sum computed with numpy in float64 (independent of the backends)."""
+    ids = sorted(inputs) if ids is None else sorted(ids)
+    return np.sum(np.stack([np.asarray(inputs[i], dtype=np.float64) for i in ids]), axis=0)
+
+
+def make_roles(backend: SecureAggregationBackend, ids, seed=None):
+    """Run the client-side setup and create the server and client roles."""
+    setup = backend.setup(ids, seed=seed)
+    server = backend.server(setup.server_material, seed=seed)
+    clients = {cid: backend.client(cid, setup.for_client(cid), seed=seed) for cid in ids}
+    return server, clients
+
+
+def drive(
+    server,
+    clients,
+    inputs,
+    *,
+    tamper_down: MessageHook | None = None,
+    tamper_up: ReplyHook | None = None,
+    received: list | None = None,
+):
+    """Run a session by hand, letting a test alter messages in either direction.
+
+    Args:
+        tamper_down: ``(round, cid, msg) -> msg`` applied to server-to-client bytes.
+        tamper_up: ``(round, replies) -> replies`` applied before the server sees them.
+        received: If a list, every byte string the server receives is appended.
+
+    Returns:
+        What the server's last step returned (the sum or None).
+    """
+    ids = sorted(inputs)
+    length = len(next(iter(inputs.values())))
+    messages = server.start(ids, length)
+    rnd = 0
+    while True:
+        replies = {}
+        for cid, msg in sorted(messages.items()):
+            if tamper_down is not None:
+                msg = tamper_down(rnd, cid, msg)
+            replies[cid] = clients[cid].step(msg, inputs[cid])
+        if tamper_up is not None:
+            replies = tamper_up(rnd, replies)
+        if received is not None:
+            received.extend(replies.values())
+        out = server.step(replies)
+        if not isinstance(out, dict):
+            return out
+        messages = out
+        rnd += 1
+
+
+def flip(data: bytes, position: int) -> bytes:
+    """Flip one bit of ``data[position]`` (negative positions count from the end)."""
+    buf = bytearray(data)
+    buf[position] ^= 0x01
+    return bytes(buf)
