@@ -80,7 +80,7 @@ def _rmse(model, X_test, y_test) -> tuple[float, float]:
     return (mean - y_test).pow(2).mean().sqrt().item(), elapsed
 
 
-def _shared_hyperparameters(clients, seed: int):
+def shared_hyperparameters(clients, seed: int):
     r"""Fit kernel + noise once by exact MLL on a pooled subset of <= 1,000 points."""
     X = torch.cat([c[0] for c in clients])
     Y = torch.cat([c[1] for c in clients])
@@ -112,7 +112,7 @@ def run_point(n: int, M: int, S: int, seed: int, exact_max_n: int) -> dict:
     clients = [(X, (Y - mu) / sd) for X, Y in clients]
     y_test = (y_test - mu) / sd
     n_total = len(Y_all)
-    k, lik, mean = _shared_hyperparameters(clients, seed)
+    k, lik, mean = shared_hyperparameters(clients, seed)
     rec = {"n": n_total, "M": M, "S": S}
 
     t0 = time.perf_counter()

@@ -431,12 +431,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             "fewer repeats (a round took > "
             f"{args.max_seconds:g} s) for: " + ", ".join(f"{b} M={m}" for b, m in capped)
         )
+    # the dPITC posterior after aggregation (imports torch; the backends above do not)
+    from secure_posterior_error import markdown_section, posterior_error_records
+
+    posterior = posterior_error_records(10, args.support_sizes, seed=args.seed)
+    command = "python benchmarks/secure_aggregation.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
     paths = write_results(
         records,
         stem="secure_aggregation_smoke" if args.smoke else "secure_aggregation",
         out_dir=args.out_dir,
         notes=notes,
         make_plot=not args.no_plot,
+        extra_sections={
+            "dPITC posterior after secure aggregation (M = 10)": markdown_section(
+                posterior, command.strip()
+            )
+        },
     )
     print("\n" + target_summary(records))
     print("wrote " + ", ".join(str(p) for p in paths.values()))

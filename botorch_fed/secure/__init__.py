@@ -23,6 +23,7 @@ The threat model of every backend is in ``docs/security.md``.
 
 from __future__ import annotations
 
+from botorch_fed.secure.aggregator import make_aggregator
 from botorch_fed.secure.base import (
     BackendSetup,
     ClientRole,
@@ -44,6 +45,7 @@ from botorch_fed.secure.errors import (
     TamperedMessageError,
     TooFewClientsError,
 )
+from botorch_fed.secure.limbs import LimbEncoding
 from botorch_fed.secure.masking import MaskingBackend
 from botorch_fed.secure.plaintext import PlaintextBackend
 from botorch_fed.secure.registry import available_backends, backend_options, get_backend
@@ -60,6 +62,7 @@ __all__ = [
     "HeadroomError",
     "InputError",
     "KeyMismatchError",
+    "LimbEncoding",
     "MaskingBackend",
     "PlaintextBackend",
     "ProtocolError",
@@ -73,5 +76,6 @@ __all__ = [
     "available_backends",
     "backend_options",
     "get_backend",
+    "make_aggregator",
     "run_protocol",
 ]
