@@ -205,7 +205,7 @@ def run_regression_demo(
     clients_tf = [(X, tf(Y)[0]) for X, Y in clients]
     k_local = max(1, math.ceil(2 * config.support_size / config.num_clients))
     centers = [
-        local_centers(X, k=min(k_local, len(X)), seed=config.seed + i)
+        local_centers(X, k=k_local, seed=config.seed + i, min_cluster_size=2)
         for i, (X, _) in enumerate(clients)
     ]
     support = global_support(centers, config.support_size, seed=config.seed)

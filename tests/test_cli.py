@@ -77,3 +77,51 @@ def test_console_script_is_installed():
         [sys.executable, "-m", "botorch_fed.cli", "--version"], capture_output=True, text=True
     )
     assert proc.returncode == 0 and "botorch-fed" in proc.stdout
+
+
+RUN_SMALL = [
+    "--problem", "branin", "--dim", "2", "--clients", "3", "--init", "3", "--rounds", "2",
+    "--support", "4",
+]  # fmt: skip
+
+
+def test_run_fbo_fedgp_writes_json_and_plot(tmp_path, capsys):
+    out, plot = tmp_path / "r.json", tmp_path / "r.png"
+    code = main(["run", "fbo-fedgp", *RUN_SMALL, "--aggregator", "masking", "--out", str(out),
+                 "--plot", str(plot)])  # fmt: skip
+    assert code == 0
+    text = capsys.readouterr().out
+    for label in ("best value (federation)", "simple regret", "time per stage", "bytes"):
+        assert label in text
+    data = json.loads(out.read_text())
+    for key in ("best_value", "best_per_round", "regret_per_round", "time_s", "ledger",
+                "config", "versions"):  # fmt: skip
+        assert key in data
+    assert len(data["best_per_round"]) == 3
+    assert data["config"]["setup"]["aggregator"] == "masking"
+    assert data["best_value"] == min(data["best_per_round"])
+    assert plot.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("algorithm", ["local", "random"])
+def test_run_baselines(algorithm, capsys):
+    assert main(["run", algorithm, *RUN_SMALL]) == 0
+    assert "best value (federation)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--problem", "no-such-function"], "no-such-function"),
+        (["--problem", "branin", "--dim", "3"], "dim"),
+        (["--clients", "2", "--aggregator", "ckks"], "at least 3 clients"),
+        (["--aggregator", "rot13"], "aggregator"),
+        (["--schedule", "1.5"], "`c`"),
+        (["--rounds", "0"], "num_rounds"),
+        (["--support", "0"], "support_size"),
+    ],
+)
+def test_bad_run_arguments_exit_2(args, message, capsys):
+    base = ["--problem", "branin", "--dim", "2", "--clients", "3"]
+    assert main(["run", "fbo-fedgp", *base, *args]) == 2
+    assert message in capsys.readouterr().out

@@ -16,7 +16,7 @@ from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.optim import optimize_acqf
-from botorch.utils.sampling import manual_seed
+from botorch.utils.sampling import draw_sobol_samples, manual_seed
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 
@@ -78,12 +78,17 @@ class BOSettings:
         return self.beta if self.beta is not None else 0.2 * dim * math.log(2 * max(t, 1))
 
 
-def _distinct_optima(X: Tensor, values: Tensor, tol: float = 1e-3) -> Tensor:
-    r"""Rows of ``X`` by decreasing ``values``, dropping any within ``tol`` of a kept one."""
+MIN_DISTANCE = 0.05  # in the unit cube: closer points count as one
+
+
+def _ranked_distinct(groups: list[tuple[Tensor, Tensor]]) -> Tensor:
+    r"""Points of the groups in order (each group by decreasing value), dropping any
+    within :data:`MIN_DISTANCE` of a point already kept."""
     kept: list[Tensor] = []
-    for i in values.argsort(descending=True).tolist():
-        if all((X[i] - k).norm() > tol for k in kept):
-            kept.append(X[i])
+    for X, values in groups:
+        for i in values.argsort(descending=True).tolist():
+            if all((X[i] - k).norm() > MIN_DISTANCE for k in kept):
+                kept.append(X[i])
     return torch.stack(kept)
 
 
@@ -172,10 +177,12 @@ class BOClient(FederatedClient):
 
         With ``count > 1`` (``count`` clients maximise the same acquisition on the same
         model in this round, and this one has ``rank``), all of them run the same
-        seeded multi-start optimisation and this client takes the ``rank``-th best of
-        the distinct local optima, so simultaneous steps do not evaluate one point
-        ``count`` times. The optimisation runs under a fixed seed (the global RNG
-        state is restored afterwards).
+        seeded search -- a multi-start optimisation plus its raw Sobol samples -- and
+        rank the results: the optimised points by value, then the raw samples by
+        value, skipping any point within :data:`MIN_DISTANCE` of one already ranked.
+        This client takes the ``rank``-th, so simultaneous steps do not evaluate one
+        point ``count`` times. Searches run under a fixed seed (the global RNG state
+        is restored afterwards).
 
         Returns:
             The ``1 x d`` candidate in the unit cube.
@@ -189,30 +196,25 @@ class BOClient(FederatedClient):
                 ).reshape(1, self.dim)
             acqf = self.make_acquisition(model, t) if acqf is None else acqf
             restarts = max(s.num_restarts, 2 * count) if count > 1 else s.num_restarts
+            raw = max(s.raw_samples, 4 * restarts)
             with manual_seed(seed):
                 X, values = optimize_acqf(
                     acqf,
                     self.bounds,
                     q=1,
                     num_restarts=restarts,
-                    raw_samples=max(s.raw_samples, 4 * restarts),
+                    raw_samples=raw,
                     return_best_only=count == 1,
                     options={"maxiter": s.maxiter, "seed": seed},
                 )
             if count > 1:
-                X = _distinct_optima(X.reshape(-1, self.dim), values.reshape(-1))
-                if rank < len(X):
-                    X = X[rank : rank + 1]
-                else:  # fewer distinct optima than clients: an own restart
-                    with manual_seed(self.step_seed(t)):
-                        X, _ = optimize_acqf(
-                            acqf,
-                            self.bounds,
-                            q=1,
-                            num_restarts=s.num_restarts,
-                            raw_samples=s.raw_samples,
-                            options={"maxiter": s.maxiter, "seed": self.step_seed(t)},
-                        )
+                X_raw = draw_sobol_samples(self.bounds, n=raw, q=1, seed=seed)
+                with torch.no_grad():
+                    v_raw = acqf(X_raw)
+                ranked = _ranked_distinct(
+                    [(X.reshape(-1, self.dim), values.reshape(-1)), (X_raw.squeeze(-2), v_raw)]
+                )
+                X = ranked[min(rank, len(ranked) - 1)]
         return X.detach().reshape(1, self.dim).clamp(0.0, 1.0)
 
     def on_init(self, payload: dict) -> dict:

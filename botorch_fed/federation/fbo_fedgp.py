@@ -84,6 +84,8 @@ class FBOFedGPConfig(BOSettings):
         support_every: Re-select the support every ``K`` rounds (0: never).
         support_growth: Points added to ``|S|`` at each re-selection (App. C.7).
         centers_per_client: k of each client's local k-means.
+        min_cluster_size: Clients only send centres of clusters with at least this
+            many points (a singleton's centre is a raw data point).
         schedule: ``c`` of ``p_t = 1 - t^-c`` (eq. 3), in ``(0, 1]``.
         mixing: ``"sample"`` (Alg. 2) or ``"expected"`` (p_t-weighted UCB).
         hyperparameters: ``"average"`` or ``"federated"`` (see module docstring).
@@ -101,6 +103,7 @@ class FBOFedGPConfig(BOSettings):
     support_every: int = 0
     support_growth: int = 0
     centers_per_client: int = 4
+    min_cluster_size: int = 2
     schedule: float = 0.5
     mixing: str = "sample"
     hyperparameters: str = "average"
@@ -111,7 +114,13 @@ class FBOFedGPConfig(BOSettings):
     def validate(self) -> None:
         r"""Raise ``ValueError`` naming the first invalid setting."""
         super().validate()
-        for name in ("support_size", "centers_per_client", "hyper_every", "federated_maxiter"):
+        for name in (
+            "support_size",
+            "centers_per_client",
+            "min_cluster_size",
+            "hyper_every",
+            "federated_maxiter",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
@@ -186,7 +195,9 @@ class FBOFedGPClient(BOClient):
     def on_centers(self, payload: dict) -> dict:
         k = int(payload["k"])
         with self.timed("support"):
-            centers = local_centers(self.X, k=min(k, len(self.X)), seed=self.seed)
+            centers = local_centers(
+                self.X, k=k, seed=self.seed, min_cluster_size=self.config.min_cluster_size
+            )
         return {"centers": centers.numpy()}
 
     def on_support(self, payload: dict) -> dict:

@@ -57,6 +57,7 @@ def local_centers(
     max_iter: int = 300,
     seed: int | None = None,
     noise_std: float = 0.0,
+    min_cluster_size: int = 1,
 ) -> Tensor:
     r"""A client's k-means centres (LOCALCLUSTERING of Alg. 1).
 
@@ -74,9 +75,13 @@ def local_centers(
         seed: Seed of the k-means++ seeding and of the optional noise.
         noise_std: Standard deviation of Gaussian noise added to each centre before
             it leaves the client (0: exact centres). See the module docstring.
+        min_cluster_size: Centres of clusters with fewer points are not returned (a
+            centre of one point *is* that point); ``k`` is also capped at
+            ``n // min_cluster_size``. If no cluster is large enough, the mean of all
+            points is returned.
 
     Returns:
-        ``min(k, #distinct points) x d`` centres (dtype/device of ``X``).
+        At most ``min(k, #distinct points) x d`` centres (dtype/device of ``X``).
     """
     points = _as_points("X", X)
     if not isinstance(k, int | np.integer) or k < 1:
@@ -87,9 +92,17 @@ def local_centers(
         raise ValueError(f"`max_iter` must be a positive integer, got {max_iter!r}.")
     if not (noise_std >= 0 and np.isfinite(noise_std)):
         raise ValueError(f"`noise_std` must be a finite non-negative number, got {noise_std}.")
+    if not isinstance(min_cluster_size, int | np.integer) or min_cluster_size < 1:
+        raise ValueError(
+            f"`min_cluster_size` must be a positive integer, got {min_cluster_size!r}."
+        )
+    if points.shape[0] < min_cluster_size:
+        raise ValueError(
+            f"`X` has {points.shape[0]} points, fewer than `min_cluster_size`={min_cluster_size}."
+        )
     distinct = _unique_rows(points)
-    k = min(int(k), distinct.shape[0])
-    if k == distinct.shape[0]:
+    k = max(1, min(int(k), distinct.shape[0], points.shape[0] // min_cluster_size))
+    if k == distinct.shape[0] and min_cluster_size == 1:
         centers = distinct
     else:
         km = KMeans(
@@ -101,7 +114,10 @@ def local_centers(
             algorithm="lloyd",
             random_state=seed,
         ).fit(points)
-        centers = km.cluster_centers_
+        counts = np.bincount(km.labels_, minlength=k)
+        centers = km.cluster_centers_[counts >= min_cluster_size]
+        if centers.shape[0] == 0:
+            centers = points.mean(axis=0, keepdims=True)
     if noise_std > 0:
         rng = np.random.default_rng(seed)
         centers = centers + rng.normal(scale=noise_std, size=centers.shape)
@@ -155,9 +171,9 @@ def global_support(
     if start.shape[0] > size:
         start = start[rng.choice(start.shape[0], size=size, replace=False)]
     init = _farthest_first(pooled, start, size)
-    km = KMeans(
-        n_clusters=size, init=init, n_init=1, max_iter=int(max_iter), tol=float(tol)
-    ).fit(pooled)
+    km = KMeans(n_clusters=size, init=init, n_init=1, max_iter=int(max_iter), tol=float(tol)).fit(
+        pooled
+    )
     return torch.as_tensor(km.cluster_centers_, dtype=ref.dtype, device=ref.device)
 
 

@@ -43,6 +43,22 @@ def test_local_centers_clip_k_to_distinct_points():
     assert {tuple(r) for r in C.tolist()} == {(0.0, 0.0), (1.0, 1.0)}
 
 
+def test_min_cluster_size_never_returns_a_raw_point():
+    g = torch.Generator().manual_seed(5)
+    for n in (2, 3, 4, 7):
+        X = torch.rand(n, 2, generator=g, dtype=torch.float64)
+        C = local_centers(X, k=n, seed=0, min_cluster_size=2)
+        assert 1 <= len(C) <= n // 2
+        assert not (C.unsqueeze(1) == X.unsqueeze(0)).all(-1).any()
+        # each returned centre is the mean of >= 2 of the points
+        labels = torch.cdist(X, C).argmin(dim=-1)
+        assert all(int((labels == j).sum()) >= 2 for j in range(len(C))) or len(C) == 1
+    with pytest.raises(ValueError, match="min_cluster_size"):
+        local_centers(torch.rand(1, 2), k=1, min_cluster_size=2)
+    with pytest.raises(ValueError, match="min_cluster_size"):
+        local_centers(torch.rand(5, 2), k=1, min_cluster_size=0)
+
+
 def test_noised_centres_are_seeded_and_have_the_requested_spread():
     g = torch.Generator().manual_seed(1)
     X = torch.rand(500, 2, generator=g, dtype=torch.float64)

@@ -1,0 +1,45 @@
+r"""Plots of federated runs (matplotlib, an optional dependency)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:  # pragma: no cover - optional extra
+        raise ImportError("Plotting needs matplotlib: pip install botorch-fed[plot]") from e
+    return plt
+
+
+def plot_convergence(
+    runs: Sequence[dict], path: str | Path, title: str | None = None, ylabel: str | None = None
+) -> None:
+    r"""Best value (or simple regret, when the optimum is known) per round.
+
+    Args:
+        runs: ``RunResult.to_dict()`` dicts (one curve each, labelled by algorithm).
+        path: Output PNG file.
+        title: Figure title.
+        ylabel: y-axis label (default: regret or best value).
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    use_regret = all(r.get("regret_per_round") for r in runs)
+    for r in runs:
+        y = r["regret_per_round"] if use_regret else r["best_per_round"]
+        ax.plot(range(len(y)), y, label=r["algorithm"])
+    if use_regret and all(v > 0 for r in runs for v in r["regret_per_round"]):
+        ax.set_yscale("log")
+    ax.set_xlabel("round (0 = initial design)")
+    ax.set_ylabel(ylabel or ("simple regret" if use_regret else "best value (lower is better)"))
+    ax.set_title(title or f"{runs[0]['problem']} ({runs[0]['dim']}-D)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,188 @@
+r"""FBO-FedGP on the federation protocol: privacy, determinism, options, baselines."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from botorch_fed.federation import (
+    BOSettings,
+    FBOFedGPConfig,
+    FederationSetup,
+    Message,
+    build_federation,
+    run_federated,
+)
+from botorch_fed.models import SparseSummary
+
+
+@pytest.fixture(autouse=True)
+def _quiet_single_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+    torch.set_num_threads(n)
+
+
+def _setup(**kwargs) -> FederationSetup:
+    base = dict(problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0)
+    base.update(kwargs)
+    return FederationSetup(**base)
+
+
+def _config(**kwargs) -> FBOFedGPConfig:
+    base = dict(num_init=4, num_rounds=3, support_size=6, raw_samples=16, maxiter=20)
+    base.update(kwargs)
+    return FBOFedGPConfig(**base)
+
+
+def _float_rows(values: np.ndarray) -> set[bytes]:
+    r"""float64 byte patterns of the values, except "round" ones (0, 0.5, ... : Sobol
+    points and integer counts produce them everywhere, they identify nothing)."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    v = v[np.round(v * 1024) / 1024 != v]
+    return {np.float64(x).tobytes() for x in v}
+
+
+@pytest.mark.parametrize("aggregator", ["plaintext", "masking", "ckks"])
+def test_server_never_receives_raw_data_or_plaintext_summaries(aggregator):
+    received: list[tuple[int, Message, np.ndarray | None]] = []
+    server, clients, _ = build_federation(
+        "fbo-fedgp",
+        _setup(aggregator=aggregator),
+        _config(),
+        on_receive=lambda cid, reply: received.append(
+            (cid, reply, None if clients[cid]._pending is None else clients[cid]._pending.copy())
+        ),
+    )
+    server.run()
+    assert any(r.type == "secagg" for _, r, _ in received)
+    for cid, reply, pending in received:
+        client = clients[cid]
+        raw = _float_rows(client.X.numpy()) | _float_rows(client.Y.numpy())
+        for key, value in reply.payload.items():
+            if isinstance(value, np.ndarray):
+                # no raw input coordinate or output value appears in any array
+                assert not (_float_rows(value) & raw), (cid, reply.type, key)
+            if isinstance(value, bytes) and len(value) >= 8:
+                blob = value
+                for v in raw:
+                    assert v not in blob, (cid, reply.type, key)
+                if aggregator != "plaintext" and pending is not None:
+                    # the vector this client contributed is nowhere in its message
+                    for v in _float_rows(pending[pending != 0][:50]):
+                        assert v not in blob, (cid, reply.type, key)
+
+
+def test_plaintext_and_ckks_make_identical_decisions():
+    runs = {}
+    for aggregator in ("plaintext", "ckks"):
+        server, clients, _ = build_federation(
+            "fbo-fedgp", _setup(aggregator=aggregator), _config(num_rounds=4)
+        )
+        torch.manual_seed(0)
+        server.run()
+        runs[aggregator] = clients
+    for cid in runs["plaintext"]:
+        a, b = runs["plaintext"][cid], runs["ckks"][cid]
+        assert [h["step"] for h in a.history] == [h["step"] for h in b.history]
+        torch.testing.assert_close(a.X, b.X, atol=1e-6, rtol=0)
+    steps = {h["step"] for c in runs["ckks"].values() for h in c.history}
+    assert "global" in steps  # p_1 = 0: round 1 is global for everybody
+
+
+def test_global_clients_hold_the_true_global_summary():
+    server, clients, _ = build_federation(
+        "fbo-fedgp", _setup(aggregator="masking", num_clients=4), _config(num_rounds=1)
+    )
+    server.run()
+    # after the round-1 global step every client holds the sum of the summaries it
+    # and the others computed before evaluating their new point
+    c0 = clients[0]
+    m = len(c0.support)
+    total = SparseSummary.from_numpy(c0.last_sum, m)
+    assert int(total.num_data.item()) == 4 * 4  # 4 clients x 4 initial points
+    for c in clients.values():
+        np.testing.assert_allclose(c.last_sum, c0.last_sum, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"acquisition": "ei"},
+        {"acquisition": "ts", "ts_candidates": 64},
+        {"mixing": "expected"},
+        {"support": "random", "support_every": 2, "support_growth": 2},
+        {"global_batch": "independent", "schedule": 1.0},
+        {"hyperparameters": "federated", "federated_maxiter": 3},
+    ],
+    ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()),
+)
+def test_options_run_end_to_end(options):
+    aggregator = "masking" if options.get("hyperparameters") == "federated" else "plaintext"
+    result = run_federated("fbo-fedgp", _setup(aggregator=aggregator), _config(**options))
+    assert len(result.best_per_round) == 4  # initial design + 3 rounds
+    assert np.all(np.diff(result.best_per_round) <= 0)
+    assert result.steps["init"] == 12
+    assert sum(result.steps.values()) == 12 + 3 * 3
+    assert np.isfinite(result.best_value)
+
+
+def test_distinct_global_batch_avoids_duplicate_points():
+    result_clients = {}
+    for batch in ("distinct", "independent"):
+        server, clients, _ = build_federation(
+            "fbo-fedgp", _setup(num_clients=4), _config(num_rounds=1, global_batch=batch)
+        )
+        server.run()
+        result_clients[batch] = torch.stack([c.X[-1] for c in clients.values()])
+    distinct = torch.cdist(result_clients["distinct"], result_clients["distinct"])
+    assert (distinct + torch.eye(4) > 1e-4).all()  # 4 different round-1 points
+
+
+@pytest.mark.parametrize("algorithm", ["local", "central", "fts", "random"])
+def test_baselines_run(algorithm):
+    settings = BOSettings(num_init=4, num_rounds=2, raw_samples=16, maxiter=20, ts_candidates=64)
+    result = run_federated(algorithm, _setup(), settings)
+    assert len(result.best_per_round) == 3
+    assert sum(result.steps.values()) == 3 * (4 + 2)
+    assert result.ledger["messages"] > 0
+
+
+def test_ledger_records_stages_and_bytes():
+    result = run_federated("fbo-fedgp", _setup(aggregator="masking"), _config(num_rounds=2))
+    ledger = result.ledger
+    for stage in ("secure_aggregation", "summary", "acquisition", "evaluation", "global_model"):
+        assert ledger["stage_s"].get(stage, 0) > 0, stage
+    assert set(ledger["bytes_per_client"]) == {"0", "1", "2"}
+    assert ledger["total_bytes_up"] > 0 and ledger["total_bytes_down"] > 0
+    assert [r["round"] for r in ledger["rounds"]] == [0, 1, 2]
+    assert result.regret_per_round[-1] == pytest.approx(result.best_value - 0.397887, abs=1e-5)
+
+
+def test_bad_setups_raise_clear_errors():
+    with pytest.raises(ValueError, match="at least 3 clients"):
+        run_federated("fbo-fedgp", _setup(num_clients=2, aggregator="ckks"), _config())
+    with pytest.raises(ValueError, match="aggregator"):
+        run_federated("fbo-fedgp", _setup(aggregator="rot13"), _config())
+    with pytest.raises(ValueError, match="Unknown algorithm"):
+        run_federated("gradient-descent", _setup(), _config())
+    with pytest.raises(ValueError, match="federated"):
+        run_federated(
+            "fbo-fedgp", _setup(aggregator="ckks"), _config(hyperparameters="federated")
+        )
+    with pytest.raises(ValueError, match="`c`"):
+        _config(schedule=1.5).validate()
+    with pytest.raises(ValueError, match="support_size"):
+        _config(support_size=0).validate()
+    with pytest.raises(ValueError, match="acquisition"):
+        _config(acquisition="pi").validate()
+    with pytest.raises(ValueError, match="dim"):
+        run_federated("random", _setup(dim=3), BOSettings(num_rounds=1))
+    with pytest.raises(ValueError, match="shift"):
+        run_federated("random", _setup(shift=1.5), BOSettings(num_rounds=1))
