@@ -24,9 +24,11 @@ Hyperparameters of the global model (refreshed every ``hyper_every`` rounds):
 - ``"average"``: the client-size-weighted average of the clients' local GP
   hyperparameters (one secure sum; works with every backend);
 - ``"federated"``: exact PITC type-II maximum likelihood from aggregated summaries
-  and vector-Jacobian products (two secure sums per L-BFGS-B evaluation); it runs its
-  optimiser on the server, so it needs a backend that reveals sums to the server
-  (plaintext or masking).
+  and vector-Jacobian products (two secure sums per L-BFGS-B evaluation). The
+  optimiser runs on a coordinator client (the lowest id): every client holds the
+  sums, derives the loss and adjoint itself and contributes its vector-Jacobian
+  product; the server relays the secure sums and sees only the (public)
+  hyperparameter iterates. Works with every backend, CKKS included.
 
 References:
 
@@ -47,13 +49,13 @@ from botorch.models.utils.gpytorch_modules import (
     get_gaussian_likelihood_with_lognormal_prior,
 )
 from gpytorch.means import ConstantMean
-from scipy.optimize import minimize
 from torch import Tensor
 
 from botorch_fed.acquisition import MixedLocalGlobalUCB, MixingSchedule
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.roles import FederatedServer, ProtocolViolation
+from botorch_fed.federation.stepped_minimizer import SteppedMinimizer
 from botorch_fed.inducing import global_support, local_centers, random_support
 from botorch_fed.models import (
     FederatedPITCGP,
@@ -177,6 +179,10 @@ class FBOFedGPClient(BOClient):
         self.modules = global_modules(self.dim)
         self.standardize: Standardize | None = None
         self._fit_client: PITCFitClient | None = None
+        self._minimizer: SteppedMinimizer | None = None
+        self._fit_theta: np.ndarray | None = None
+        self._fit_loss = 0.0
+        self._fit_prior_grad: np.ndarray | None = None
 
     def global_model(self) -> FederatedPITCGP:
         r"""The dPITC model from the last aggregated summary (Alg. 2 line 22)."""
@@ -263,6 +269,7 @@ class FBOFedGPClient(BOClient):
             return summary.to_numpy()
 
     def vector_pitc_summary(self, theta: np.ndarray) -> np.ndarray:
+        self._fit_theta = np.asarray(theta, dtype=np.float64)
         with self.timed("summary"):
             if self._fit_client is None:
                 self._fit_client = PITCFitClient(
@@ -270,11 +277,40 @@ class FBOFedGPClient(BOClient):
                 )
             return self._fit_client.summary(np.asarray(theta))
 
-    def vector_pitc_vjp(self, adjoint: np.ndarray) -> np.ndarray:
-        if self._fit_client is None:
+    def vector_pitc_vjp(self) -> np.ndarray:
+        # every client holds the summed summaries: it derives the loss and the adjoint
+        # itself (no party sends them), then contributes its vector-Jacobian product
+        if self._fit_client is None or self.last_sum is None:
             raise ProtocolViolation(f"Client {self.client_id}: VJP requested before a summary.")
+        with self.timed("hyperparameters"):
+            hyper = PITCHyperparameters(*self.modules)
+            hyper.set_theta(self._fit_theta)
+            m = len(self.support)
+            self._fit_loss, adjoint, self._fit_prior_grad = pitc_loss_and_adjoint(
+                self.last_sum, m, hyper
+            )
         with self.timed("summary"):
-            return self._fit_client.vjp(np.asarray(adjoint))
+            return self._fit_client.vjp(adjoint)
+
+    def on_hyper_start(self, payload: dict) -> dict:
+        # the coordinator runs the optimiser; the server only relays the secure sums
+        hyper = PITCHyperparameters(*self.modules)
+        self._minimizer = SteppedMinimizer(
+            hyper.get_theta(), hyper.bounds, maxiter=self.config.federated_maxiter
+        )
+        return self._hyper_reply(self._minimizer.start())
+
+    def on_hyper_feed(self, payload: dict) -> dict:
+        if self._minimizer is None:
+            raise ProtocolViolation(f"Client {self.client_id} is not running a fit.")
+        grad = self.last_sum + self._fit_prior_grad
+        return self._hyper_reply(self._minimizer.feed(self._fit_loss, grad))
+
+    def _hyper_reply(self, theta: np.ndarray | None) -> dict:
+        if theta is None:
+            theta, self._minimizer = self._minimizer.result.x, None
+            return {"theta": theta, "done": True}
+        return {"theta": theta, "done": False}
 
     def sum_received(self, request: str | None, total: np.ndarray) -> dict | None:
         if request == "moments":
@@ -323,7 +359,6 @@ class FBOFedGPServer(FederatedServer):
                 support = global_support(centers, self.support_size, seed=self.seed + t)
         self.support = support
         self.broadcast("support", {"support": support.numpy()})
-        self._hyper_round = None  # a new support needs fresh summaries (and hyperparameters)
 
     def refresh_hyperparameters(self, t: int) -> None:
         cfg = self.config
@@ -334,33 +369,19 @@ class FBOFedGPServer(FederatedServer):
         self._hyper_round = t
 
     def _fit_federated(self) -> None:
-        m = len(self.support)
-        length = SparseSummary.packed_length(m)
-        theta0 = self.hyper.get_theta()
-
-        def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-            packed = self.secure_sum("pitc_summary", length, {"theta": theta}, share=False)
-            if packed is None:
-                raise ProtocolViolation(
-                    "hyperparameters='federated' needs the server to learn the aggregated "
-                    "summaries; this backend keeps sums on the clients (use 'average')."
-                )
-            self.hyper.set_theta(theta)
-            loss, adjoint, prior_grad = pitc_loss_and_adjoint(packed, m, self.hyper)
-            grad = self.secure_sum("pitc_vjp", self.hyper.size, {"adjoint": adjoint}, share=False)
-            return loss, grad + prior_grad
-
+        r"""Exact PITC type-II ML: a coordinator client runs L-BFGS-B; each evaluation
+        is two secure sums (summaries at ``theta``, then vector-Jacobian products with
+        the adjoint every client derives from the summed summaries)."""
+        coordinator = self.client_ids[0]
+        length = SparseSummary.packed_length(len(self.support))
         with self.ledger.timer("hyperparameters"):
-            result = minimize(
-                objective,
-                theta0,
-                jac=True,
-                method="L-BFGS-B",
-                bounds=self.hyper.bounds,
-                options={"maxiter": self.config.federated_maxiter},
-            )
-        self.hyper.set_theta(result.x)
-        self.broadcast("apply_theta", {"theta": result.x})
+            reply = self.send({coordinator: Message("hyper_start")})[coordinator].payload
+            while not reply["done"]:
+                self.secure_sum("pitc_summary", length, {"theta": reply["theta"]})
+                self.secure_sum("pitc_vjp", self.hyper.size)
+                reply = self.send({coordinator: Message("hyper_feed")})[coordinator].payload
+        self.hyper.set_theta(np.asarray(reply["theta"]))
+        self.broadcast("apply_theta", {"theta": reply["theta"]})
 
     def global_round(self, t: int, clients: list[int]) -> None:
         cfg = self.config

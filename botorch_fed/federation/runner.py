@@ -207,17 +207,6 @@ def build_federation(
     if algorithm == "fbo-fedgp" and not isinstance(settings, FBOFedGPConfig):
         raise ValueError("FBO-FedGP needs `settings` of type FBOFedGPConfig.")
     settings.validate()
-    if (
-        algorithm == "fbo-fedgp"
-        and settings.hyperparameters == "federated"
-        and setup.aggregator == "ckks"
-    ):
-        raise ValueError(
-            "`hyperparameters`='federated' runs its optimiser on the server, which needs the "
-            "aggregated summaries; the 'ckks' aggregator keeps sums on the clients (the "
-            "server cannot decrypt). Use `hyperparameters`='average' or the 'masking' "
-            "aggregator."
-        )
     M = setup.num_clients
     ids = list(range(M))
     functions = [

@@ -65,20 +65,18 @@ class LimbEncoding:
             raise ValueError(
                 f"max|x| = {np.abs(x).max():.3g} exceeds the encoding range 2^{self.high}."
             )
-        # exact integer multiple of 2^low (Python ints: no overflow)
-        base = 1 << self.bits
-        half = base >> 1
-        out = np.zeros((x.size, self.num_limbs))
-        for i, v in enumerate(x):
-            n = round(float(np.ldexp(v, -self.low)))
-            for k in range(self.num_limbs):
-                d = n % base
-                if d >= half:
-                    d -= base
-                out[i, k] = d
-                n = (n - d) >> self.bits
-            if n != 0:  # cannot happen within range (guarded above)
-                raise ValueError(f"value {v!r} does not fit into {self.num_limbs} limbs.")
+        # v = x / 2^low rounded to an integer; every step below is exact in float64
+        # (power-of-two scalings, rounding of representable values, and differences of
+        # nearby integers), so no Python-level big integers are needed.
+        base = float(1 << self.bits)
+        v = np.round(np.ldexp(x, -self.low))
+        out = np.empty((x.size, self.num_limbs))
+        for k in range(self.num_limbs):
+            d = v - base * np.round(v / base)  # balanced digit in [-base/2, base/2]
+            out[:, k] = d
+            v = (v - d) / base
+        if np.any(v != 0):  # cannot happen within range (guarded above)
+            raise ValueError("a value does not fit into the limbs.")
         return out.reshape(-1)
 
     def decode(self, limbs: np.ndarray) -> np.ndarray:

@@ -1,0 +1,92 @@
+r"""An L-BFGS-B minimisation whose objective values arrive through protocol messages.
+
+A federated fit evaluates its objective with secure sums that span several message
+rounds, so the optimiser cannot call the objective itself. :class:`SteppedMinimizer`
+runs ``scipy.optimize.minimize`` in a worker thread and hands each requested point
+out (:meth:`start`, :meth:`feed`); the caller supplies the value and gradient when
+the protocol has computed them.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+from scipy.optimize import OptimizeResult, minimize
+
+
+class SteppedMinimizer:
+    r"""L-BFGS-B driven from outside, one objective evaluation at a time.
+
+    Args:
+        x0: Starting point.
+        bounds: ``n x 2`` bounds (``None`` or infinite entries for none).
+        maxiter: Maximum L-BFGS-B iterations.
+        timeout: Seconds to wait for an evaluation before aborting the worker.
+    """
+
+    def __init__(
+        self, x0: np.ndarray, bounds: np.ndarray | None, maxiter: int, timeout: float = 3600.0
+    ) -> None:
+        self._x0 = np.asarray(x0, dtype=np.float64)
+        self._bounds = bounds
+        self._maxiter = int(maxiter)
+        self._timeout = float(timeout)
+        self._requests: queue.Queue = queue.Queue(maxsize=1)
+        self._values: queue.Queue = queue.Queue(maxsize=1)
+        self._thread: threading.Thread | None = None
+        self.result: OptimizeResult | None = None
+        self.num_evaluations = 0
+
+    def _objective(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        self._requests.put(("evaluate", np.array(x, dtype=np.float64)))
+        loss, grad = self._values.get(timeout=self._timeout)
+        return loss, grad
+
+    def _work(self) -> None:
+        try:
+            result = minimize(
+                self._objective,
+                self._x0,
+                jac=True,
+                method="L-BFGS-B",
+                bounds=self._bounds,
+                options={"maxiter": self._maxiter},
+            )
+            self._requests.put(("done", result))
+        except Exception as e:  # surfaced to the caller of start/feed
+            self._requests.put(("error", e))
+
+    def _next(self) -> np.ndarray | None:
+        kind, value = self._requests.get(timeout=self._timeout)
+        if kind == "evaluate":
+            return value
+        if kind == "error":
+            raise value
+        self.result = value
+        self._thread = None
+        return None
+
+    def start(self) -> np.ndarray | None:
+        r"""Start the worker; return the first point to evaluate."""
+        if self._thread is not None:
+            raise RuntimeError("The minimisation is already running.")
+        self._thread = threading.Thread(target=self._work, daemon=True)
+        self._thread.start()
+        return self._next()
+
+    def feed(self, loss: float, grad: np.ndarray) -> np.ndarray | None:
+        r"""Supply the value and gradient at the last point.
+
+        Returns:
+            The next point to evaluate, or ``None`` when finished (see ``result``).
+        """
+        if self._thread is None:
+            raise RuntimeError("`feed` called while no minimisation is running.")
+        grad = np.asarray(grad, dtype=np.float64)
+        if not np.isfinite(loss) or not np.isfinite(grad).all():
+            raise ValueError("The objective value or gradient is not finite.")
+        self.num_evaluations += 1
+        self._values.put((float(loss), grad))
+        return self._next()
