@@ -208,7 +208,11 @@ class SecureAggregationBackend(ABC):
 
     @abstractmethod
     def max_abs_supported(self, n_clients: int) -> float:
-        """Largest ``max|x_i|`` each of ``n_clients`` inputs may have without overflow."""
+        """Largest ``max|x_i|`` each of ``n_clients`` inputs may have.
+
+        Beyond it the sum could overflow (wrap around) or, for approximate encodings
+        (CKKS), miss the backend's accuracy promise; clients raise HeadroomError.
+        """
 
 
 class ServerRole(ABC):
@@ -534,12 +538,15 @@ class ClientRole(ABC):
         """Answer round ``round >= 1`` (backends with a single round need not)."""
         raise ProtocolError(f"backend {self.backend.name!r} has no round {round}")
 
-    def checked_input(self, x: object, max_abs: float) -> np.ndarray:
+    def checked_input(
+        self, x: object, max_abs: float, *, reason: str = "the sum would wrap around"
+    ) -> np.ndarray:
         """Validate this client's input for the current session.
 
         Args:
             x: The input, ``length``, real-valued.
             max_abs: Largest supported ``max|x|`` (headroom of the encoding).
+            reason: Why larger inputs are refused (for the HeadroomError message).
 
         Returns:
             A float64 copy ``length``.
@@ -567,6 +574,6 @@ class ClientRole(ABC):
             raise HeadroomError(
                 f"max|x| = {peak:.6g} exceeds {max_abs:.6g}, the largest magnitude the "
                 f"{self.backend.name} encoding supports for {self.n_clients} clients "
-                "(the sum would wrap around); rescale the inputs"
+                f"({reason}); rescale the inputs"
             )
         return arr

@@ -16,9 +16,10 @@ Exception                     Raised when
                               to the server role).
 :class:`InputError`           a client's vector is not 1-D real, has the wrong length,
                               or contains NaN/inf; invalid client ids or seed.
-:class:`HeadroomError`        ``n_clients * max|x|`` exceeds what the encoding supports
-                              (fixed point mod 2^64, CKKS scale/modulus); raised on the
-                              client before anything is encrypted or masked.
+:class:`HeadroomError`        ``max|x|`` exceeds ``max_abs_supported(n_clients)``, what
+                              the encoding supports (fixed point mod 2^64; CKKS modulus
+                              and magnitude-relative precision); raised on the client
+                              before anything is encrypted or masked.
 :class:`ProtocolError`        a message for the wrong session, round, recipient or
                               direction (replayed, stale or misrouted); a reply from a
                               client that was not asked; a step out of order; an
@@ -93,7 +94,8 @@ class InputError(SecureAggregationError):
 
 
 class HeadroomError(InputError):
-    """The inputs are too large for the encoding: the sum would wrap around."""
+    """The inputs are too large for the encoding: the sum would wrap around (or, for
+    CKKS, lose the promised accuracy and fail the integrity checks)."""
 
 
 class ProtocolError(SecureAggregationError):
