@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/botorch-fed demo
+	$(BIN)/botorch-fed run fbo-fedgp --problem hartmann --dim 6 --clients 5 --rounds 15 --aggregator ckks
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

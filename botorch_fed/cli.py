@@ -20,6 +20,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+import torch
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -158,6 +159,12 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--schedule", type=float, default=cfg.schedule, help="c of p_t = 1 - t^-c")
     g.add_argument("--mixing", choices=MIXINGS, default=cfg.mixing)
     g.add_argument("--hyperparameters", choices=HYPERPARAMETERS, default=cfg.hyperparameters)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1: BO works on small matrices, where threading costs)",
+    )
     p.add_argument("--out", help="write the results as JSON to this file")
     p.add_argument("--plot", help="draw the regret curve into this PNG file")
 
@@ -195,6 +202,9 @@ def _run_run(args: argparse.Namespace, console: Console) -> int:
         settings = BOSettings(**common)
     settings.validate()
     setup.validate(args.algorithm)
+    if args.threads < 1:
+        raise ValueError(f"`--threads` must be >= 1, got {args.threads}.")
+    torch.set_num_threads(args.threads)
     with Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),

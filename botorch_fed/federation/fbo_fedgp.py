@@ -72,6 +72,9 @@ SUPPORTS = ("clustered", "random")
 HYPERPARAMETERS = ("average", "federated")
 MIXINGS = ("sample", "expected")
 GLOBAL_BATCHES = ("distinct", "independent")
+# Outcome moments of unscaled objectives (CEC-2005 F3, F6: y ~ 1e10, sum y^2 ~ 1e22+)
+# need a wider limb range than summaries and gradients (2^64).
+MOMENTS_RANGE = 200
 
 
 @dataclass
@@ -102,7 +105,7 @@ class FBOFedGPConfig(BOSettings):
 
     support_size: int = 16
     support: str = "clustered"
-    support_every: int = 0
+    support_every: int = 5
     support_growth: int = 0
     centers_per_client: int = 4
     min_cluster_size: int = 2
@@ -385,7 +388,7 @@ class FBOFedGPServer(FederatedServer):
 
     def global_round(self, t: int, clients: list[int]) -> None:
         cfg = self.config
-        self.secure_sum("moments", 3)
+        self.secure_sum("moments", 3, wide=MOMENTS_RANGE)
         if self._hyper_round is None or t - self._hyper_round >= cfg.hyper_every:
             self.refresh_hyperparameters(t)
         self.secure_sum("summary", SparseSummary.packed_length(len(self.support)))

@@ -31,7 +31,10 @@ from botorch_fed.federation.transport import Transport
 from botorch_fed.secure.limbs import LimbEncoding
 
 SECAGG = "secagg"
-WIDE = LimbEncoding()
+
+def limb_encoding(high: int) -> LimbEncoding:
+    r"""The limb encoding for values below ``2^high`` (resolution ``2^-40``)."""
+    return LimbEncoding(bits=12, low=-40, high=int(high))
 SUM_RESULT = "secagg_result"
 
 
@@ -54,7 +57,7 @@ class FederatedClient:
         self.last_sum: np.ndarray | None = None
         self._pending: np.ndarray | None = None
         self._request: str | None = None
-        self._wide = False
+        self._encoding: LimbEncoding | None = None
         self._timings: dict[str, float] = {}
 
     def handle(self, message: Message) -> Message:
@@ -92,8 +95,9 @@ class FederatedClient:
                 )
             args = {k[len("arg:") :]: v for k, v in payload.items() if k.startswith("arg:")}
             vector = np.asarray(compute(**args), dtype=np.float64)
-            self._wide = bool(payload.get("wide", False))
-            self._pending = WIDE.encode(vector) if self._wide else vector
+            high = int(payload.get("wide", 0))
+            self._encoding = limb_encoding(high) if high else None
+            self._pending = self._encoding.encode(vector) if self._encoding else vector
             self._request = request
             self.last_sum = None
         if self._pending is None:
@@ -110,7 +114,7 @@ class FederatedClient:
             if result is None:
                 raise ProtocolViolation(f"Client {self.client_id} holds no decrypted sum.")
             result = np.asarray(result, dtype=np.float64)
-            self.last_sum = WIDE.decode(result) if self._wide else result.copy()
+            self.last_sum = self._encoding.decode(result) if self._encoding else result.copy()
         self._pending = None
         request, self._request = self._request, None
         return self.sum_received(request, self.last_sum) or {}
@@ -164,7 +168,7 @@ class FederatedServer:
         args: dict | None = None,
         clients: Iterable[int] | None = None,
         share: bool = True,
-        wide: bool = True,
+        wide: int = 64,
     ) -> np.ndarray | None:
         r"""Sum a vector over clients with the secure-aggregation backend.
 
@@ -177,7 +181,8 @@ class FederatedServer:
                 ``last_sum`` (the server forwards it if it learnt it).
             wide: Send the vectors in the wide-range limb encoding
                 (:class:`~botorch_fed.secure.limbs.LimbEncoding`): exact to ``2^-40``
-                for any magnitude below ``2^64``, at ``num_limbs`` times the length.
+                for any magnitude below ``2^wide``, at ``num_limbs`` times the length
+                (0: raw float64 values).
 
         Returns:
             The sum if the backend reveals it to the server, else ``None`` (the
@@ -187,9 +192,12 @@ class FederatedServer:
             raise ProtocolViolation("This server has no secure-aggregation backend.")
         ids = self.client_ids if clients is None else tuple(clients)
         first = {"request": request, **{f"arg:{k}": v for k, v in (args or {}).items()}}
-        first["wide"] = bool(wide)
+        first["wide"] = int(wide)
+        encoding = limb_encoding(wide) if wide else None
         with self.ledger.timer("secure_aggregation"):
-            outgoing = self.secagg.start(ids, WIDE.encoded_length(length) if wide else length)
+            outgoing = self.secagg.start(
+                ids, encoding.encoded_length(length) if encoding else length
+            )
         extra = first
         while True:
             replies = self.send(
@@ -203,8 +211,8 @@ class FederatedServer:
                 continue
             break
         result = out if isinstance(out, np.ndarray) else None
-        if result is not None and wide:
-            result = WIDE.decode(result)
+        if result is not None and encoding is not None:
+            result = encoding.decode(result)
         if share:
             payload = {} if result is None else {"sum": result}
             self.broadcast(SUM_RESULT, payload, clients=self.secagg.contributors)

@@ -182,3 +182,18 @@ def test_bad_setups_raise_clear_errors():
         run_federated("random", _setup(dim=3), BOSettings(num_rounds=1))
     with pytest.raises(ValueError, match="shift"):
         run_federated("random", _setup(shift=1.5), BOSettings(num_rounds=1))
+
+
+def test_huge_objective_values_survive_the_secure_sums():
+    # CEC-2005 F6 (shifted Rosenbrock) reaches ~1e10 per point: the outcome moments
+    # exceed 2^64 and travel in a wider limb encoding.
+    server, clients, _ = build_federation(
+        "fbo-fedgp", _setup(problem="cec2005-f6", aggregator="ckks"), _config(num_rounds=1)
+    )
+    server.run()
+    # round 1 is global for everybody: the moments cover the initial designs
+    Y = torch.cat([c.Y[:4] for c in clients.values()])
+    assert float(Y.pow(2).sum()) > 2.0**64  # the moments really are that large
+    c0 = clients[0]
+    assert c0.standardize is not None
+    torch.testing.assert_close(c0.standardize.means.squeeze(), Y.mean(), rtol=1e-12, atol=0)
