@@ -63,7 +63,8 @@ class RegressionDemoConfig:
         dim: Input dimension (``None``: the function's default).
         num_clients: Number of clients ``M``.
         points_per_client: Average number of observations per client (client sizes
-            vary between half and one and a half times this).
+            vary, roughly between half and one and a half times this, and sum to
+            exactly ``num_clients * points_per_client``).
         support_size: Support-set size ``|S|``.
         noise_std: Observation noise, as a fraction of the function's standard
             deviation over the domain.
@@ -133,6 +134,16 @@ def _exact_gp(X: Tensor, Y: Tensor) -> tuple[SingleTaskGP, float]:
     return model, time.perf_counter() - t0
 
 
+def client_sizes(num_clients: int, mean_size: int, generator: torch.Generator) -> list[int]:
+    r"""Unequal client sizes (weights uniform in [0.5, 1.5]) that sum to exactly
+    ``num_clients * mean_size``, each at least 2."""
+    total = num_clients * mean_size
+    w = 0.5 + torch.rand(num_clients, generator=generator, dtype=torch.float64)
+    sizes = (w / w.sum() * (total - 2 * num_clients)).floor().long() + 2
+    sizes[: total - int(sizes.sum())] += 1  # distribute the rounding remainder
+    return sizes.tolist()
+
+
 def simulate_clients(config: RegressionDemoConfig):
     r"""Clients' private data (in the unit cube), the test set and the function.
 
@@ -158,9 +169,7 @@ def simulate_clients(config: RegressionDemoConfig):
     y_test = f_test + noise * torch.randn(config.num_test, generator=g, dtype=dtype)
     clients = []
     w = config.region_width
-    for _ in range(config.num_clients):
-        n = int(config.points_per_client * (0.5 + torch.rand(1, generator=g).item()))
-        n = max(n, 2)
+    for n in client_sizes(config.num_clients, config.points_per_client, g):
         corner = (1 - w) * torch.rand(d, generator=g, dtype=dtype)
         X = corner + w * torch.rand(n, d, generator=g, dtype=dtype)
         Y = f(X) + noise * torch.randn(n, generator=g, dtype=dtype)

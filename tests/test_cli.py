@@ -125,3 +125,14 @@ def test_bad_run_arguments_exit_2(args, message, capsys):
     base = ["--problem", "branin", "--dim", "2", "--clients", "3"]
     assert main(["run", "fbo-fedgp", *base, *args]) == 2
     assert message in capsys.readouterr().out
+
+
+def test_demo_client_sizes_are_unequal_and_sum_exactly():
+    import torch
+
+    from botorch_fed.regression_demo import client_sizes
+
+    for num_clients, mean_size in ((5, 60), (50, 200), (3, 2)):
+        sizes = client_sizes(num_clients, mean_size, torch.Generator().manual_seed(0))
+        assert sum(sizes) == num_clients * mean_size and min(sizes) >= 2
+    assert len(set(client_sizes(10, 100, torch.Generator().manual_seed(1)))) > 1

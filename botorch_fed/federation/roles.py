@@ -31,11 +31,12 @@ from botorch_fed.federation.transport import Transport
 from botorch_fed.secure.limbs import LimbEncoding
 
 SECAGG = "secagg"
+SUM_RESULT = "secagg_result"
+
 
 def limb_encoding(high: int) -> LimbEncoding:
     r"""The limb encoding for values below ``2^high`` (resolution ``2^-40``)."""
     return LimbEncoding(bits=12, low=-40, high=int(high))
-SUM_RESULT = "secagg_result"
 
 
 class ProtocolViolation(RuntimeError):
