@@ -283,6 +283,8 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
                 f"`X` must be `batch_shape x q x d` with d={self.support.shape[-1]}, got "
                 f"shape {tuple(X.shape)}."
             )
+        if not torch.isfinite(X).all():
+            raise InputDataError("`X` contains NaN or infinite values.")
         mean, cov = self._predict(X)
         if observation_noise is True:
             cov = cov + torch.diag_embed(self.likelihood.noise * torch.ones_like(mean))

@@ -434,6 +434,8 @@ def test_bad_model_inputs_raise_clear_errors():
     model = FederatedPITCGP(S, s, k, lik, mean)
     with pytest.raises(BotorchTensorDimensionError, match="X"):
         model.posterior(torch.rand(3, d + 1, dtype=torch.float64))
+    with pytest.raises(InputDataError, match="NaN"):
+        model.posterior(torch.full((2, d), float("nan"), dtype=torch.float64))
     with pytest.raises(ValueError, match="output_indices"):
         model.posterior(torch.rand(3, d, dtype=torch.float64), output_indices=[1])
     with pytest.raises(BotorchTensorDimensionError, match="observation_noise"):
