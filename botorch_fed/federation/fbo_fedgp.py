@@ -19,6 +19,19 @@ evaluates its point and adds it to its private data.
 ``mixing="expected"`` replaces the draw by the ``p_t``-weighted combination of the
 local and global UCB (every round is then a global round).
 
+Choices of this implementation where the paper is silent (all configurable):
+
+- clients taking a global step in the same round share one model, so Alg. 2 read
+  literally has them evaluate the same point; by default (``global_batch="distinct"``)
+  they run the same seeded search and take distinct optima by rank (no data is
+  exchanged for this);
+- clients send only centres of clusters with at least ``min_cluster_size`` (2) points:
+  with ``|D_i| = 4`` and ``k = 4`` Alg. 1 would otherwise send the raw initial points;
+- the support set is re-selected by Alg. 1 every ``support_every`` (5) rounds, as the
+  data grow (App. C.7 also grows it: ``support_growth``);
+- outcomes are standardised with federated moments before summarising, and every
+  secure sum travels in the exact limb encoding (``botorch_fed.secure.limbs``).
+
 Hyperparameters of the global model (refreshed every ``hyper_every`` rounds):
 
 - ``"average"``: the client-size-weighted average of the clients' local GP
