@@ -38,6 +38,8 @@ class BOSettings:
         beta: UCB ``beta``; ``None`` uses ``beta_t = 0.2 d log(2t)``.
         local_refit_every: Refit the local GP's hyperparameters on every ``K``-th
             model update (in between, the last fitted values are reused).
+        fit_maxiter: L-BFGS-B iterations of a local refit (warm-started from the
+            previous fit).
         num_restarts: ``optimize_acqf`` restarts.
         raw_samples: ``optimize_acqf`` raw samples.
         maxiter: ``optimize_acqf`` L-BFGS-B iterations.
@@ -49,6 +51,7 @@ class BOSettings:
     acquisition: str = "ucb"
     beta: float | None = None
     local_refit_every: int = 5
+    fit_maxiter: int = 50
     num_restarts: int = 2
     raw_samples: int = 64
     maxiter: int = 50
@@ -60,6 +63,7 @@ class BOSettings:
             "num_init",
             "num_rounds",
             "local_refit_every",
+            "fit_maxiter",
             "num_restarts",
             "raw_samples",
             "maxiter",
@@ -150,7 +154,12 @@ class BOClient(FederatedClient):
                 or self._local_updates % self.settings.local_refit_every == 0
             )
             if refit:
-                fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+                if self._local_state is not None:  # warm start from the last fit
+                    model.load_state_dict(self._local_state, strict=False)
+                fit_gpytorch_mll(
+                    ExactMarginalLogLikelihood(model.likelihood, model),
+                    optimizer_kwargs={"options": {"maxiter": self.settings.fit_maxiter}},
+                )
                 self._local_state = {
                     k: v for k, v in model.state_dict().items() if "outcome_transform" not in k
                 }
