@@ -279,7 +279,7 @@ def report(runs: dict[str, dict], out: Path, meta: dict) -> str:
     )
     missing = [f for f in range(1, 21) if f not in functions]
     if missing:
-        lines += ["", f"Not run yet: {', '.join(f'F{f}' for f in missing)}."]
+        lines += ["", f"No stored runs: {', '.join(f'F{f}' for f in missing)}."]
 
     def _regret_ratio(f: int) -> float:
         recs = [r for a in ALGORITHMS for r in by.get((f, a, "main"), [])]
@@ -327,6 +327,29 @@ def report(runs: dict[str, dict], out: Path, meta: dict) -> str:
         t = [r["time_s"] for (f, aa, vv), recs in by.items() if (aa, vv) == (a, v) for r in recs]
         if t:
             lines.append(f"| {a} | {label} | {len(t)} | {np.mean(t):.1f} | {np.max(t):.1f} |")
+    plain = {
+        (f, r["seed"]): r
+        for (f, a, v), recs in by.items()
+        if (a, v) == ("fbo-fedgp", "plaintext")
+        for r in recs
+    }
+    paired = [
+        (r, plain[(f, r["seed"])])
+        for (f, a, v), recs in by.items()
+        if (a, v) == ("fbo-fedgp", "main")
+        for r in recs
+        if (f, r["seed"]) in plain
+    ]
+    if paired:
+        ck = np.mean([c["time_s"] for c, _ in paired])
+        pt = np.mean([p["time_s"] for _, p in paired])
+        lines += [
+            "",
+            f"Paired on the {len(paired)} (function, seed) runs that have both: ckks {ck:.1f} s, "
+            f"plaintext {pt:.1f} s per run (encryption adds {ck - pt:+.1f} s, "
+            f"{100 * (ck - pt) / pt:+.0f}%); same decisions: "
+            f"{sum(c['best_per_round'] == p['best_per_round'] for c, p in paired)}/{len(paired)}.",
+        ]
     fbo_main = [
         r for (f, a, v), recs in by.items() if (a, v) == ("fbo-fedgp", "main") for r in recs
     ]
