@@ -136,7 +136,9 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("algorithm", choices=ALGORITHMS)
     p.add_argument("--problem", default=fed.problem, help="test function name")
-    p.add_argument("--dim", type=int, default=fed.dim, help="dimension")
+    p.add_argument(
+        "--dim", type=int, default=fed.dim, help="dimension (default: the function's own)"
+    )
     p.add_argument("--clients", type=int, default=fed.num_clients, help="number of clients M")
     p.add_argument("--init", type=int, default=cfg.num_init, help="initial points per client")
     p.add_argument("--rounds", type=int, default=cfg.num_rounds, help="rounds T")
@@ -153,8 +155,15 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("FBO-FedGP")
     g.add_argument("--support", type=int, default=cfg.support_size, help="support size |S|")
     g.add_argument("--support-selection", choices=SUPPORTS, default=cfg.support)
-    g.add_argument("--support-every", type=int, default=0, help="re-select |S| every K rounds")
-    g.add_argument("--support-growth", type=int, default=0, help="grow |S| at re-selection")
+    g.add_argument(
+        "--support-every",
+        type=int,
+        default=cfg.support_every,
+        help="re-select |S| every K rounds (0: never)",
+    )
+    g.add_argument(
+        "--support-growth", type=int, default=cfg.support_growth, help="grow |S| at re-selection"
+    )
     g.add_argument("--aggregator", default=fed.aggregator, help="plaintext, ckks or masking")
     g.add_argument("--schedule", type=float, default=cfg.schedule, help="c of p_t = 1 - t^-c")
     g.add_argument("--mixing", choices=MIXINGS, default=cfg.mixing)

@@ -109,6 +109,25 @@ def test_run_baselines(algorithm, capsys):
     assert "best value (federation)" in capsys.readouterr().out
 
 
+def test_run_defaults_to_the_functions_own_dimension(tmp_path):
+    out = tmp_path / "r.json"
+    args = ["run", "random", "--problem", "hartmann", "--clients", "3", "--init", "2",
+            "--rounds", "1", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    assert json.loads(out.read_text())["dim"] == 6
+
+
+def test_run_uses_the_library_defaults_of_fbo_fedgp(tmp_path):
+    from botorch_fed.federation import FBOFedGPConfig
+
+    out = tmp_path / "r.json"
+    assert main(["run", "fbo-fedgp", *RUN_SMALL, "--out", str(out)]) == 0
+    settings = json.loads(out.read_text())["config"]["settings"]
+    defaults = FBOFedGPConfig()
+    for name in ("support_every", "support_growth", "schedule", "hyperparameters", "mixing"):
+        assert settings[name] == getattr(defaults, name), name
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

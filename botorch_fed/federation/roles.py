@@ -28,6 +28,7 @@ import numpy as np
 from botorch_fed.federation.ledger import Ledger
 from botorch_fed.federation.messages import TIME_PREFIX, Message
 from botorch_fed.federation.transport import Transport
+from botorch_fed.secure.errors import InputError
 from botorch_fed.secure.limbs import LimbEncoding
 
 SECAGG = "secagg"
@@ -96,6 +97,12 @@ class FederatedClient:
                 )
             args = {k[len("arg:") :]: v for k, v in payload.items() if k.startswith("arg:")}
             vector = np.asarray(compute(**args), dtype=np.float64)
+            if vector.ndim != 1 or not np.isfinite(vector).all():
+                raise InputError(
+                    f"Client {self.client_id}: its {request!r} vector for secure aggregation "
+                    f"must be a finite 1-D array, got shape {vector.shape} with "
+                    f"{int((~np.isfinite(vector)).sum())} non-finite entries."
+                )
             high = int(payload.get("wide", 0))
             self._encoding = limb_encoding(high) if high else None
             self._pending = self._encoding.encode(vector) if self._encoding else vector

@@ -57,7 +57,7 @@ class FederationSetup:
     """
 
     problem: str = "cec2005-f1"
-    dim: int | None = 10
+    dim: int | None = None
     num_clients: int = 10
     seed: int = 0
     aggregator: str = "plaintext"
@@ -75,6 +75,8 @@ class FederationSetup:
             raise ValueError(f"`num_clients` must be an integer, got {self.num_clients!r}.")
         if self.num_clients < 1:
             raise ValueError(f"`num_clients` must be >= 1, got {self.num_clients}.")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"`seed` must be a non-negative integer, got {self.seed!r}.")
         if algorithm == "fbo-fedgp":
             from botorch_fed.secure import available_backends
 
@@ -286,18 +288,21 @@ def run_federated(
     Returns:
         The :class:`RunResult`.
     """
-    torch.manual_seed(setup.seed)  # BoTorch's fitting restarts use the global RNG
-    t_start = time.perf_counter()
-    server, clients, objectives = build_federation(algorithm, setup, settings, on_receive)
     best_per_round: list[float] = []
+    # BoTorch's fitting restarts draw from the global RNG: seed it for the run and
+    # restore the caller's state afterwards
+    with torch.random.fork_rng():
+        torch.manual_seed(setup.seed)
+        t_start = time.perf_counter()
+        server, clients, objectives = build_federation(algorithm, setup, settings, on_receive)
 
-    def after_round(t: int) -> None:
-        best = min(h["value"] for c in clients.values() for h in c.history)
-        best_per_round.append(best)
-        if on_round is not None:
-            on_round(t, best)
+        def after_round(t: int) -> None:
+            best = min(h["value"] for c in clients.values() for h in c.history)
+            best_per_round.append(best)
+            if on_round is not None:
+                on_round(t, best)
 
-    server.run(on_round=after_round)
+        server.run(on_round=after_round)
     time_s = time.perf_counter() - t_start
     fn = objectives[0].function
     optimum = getattr(fn, "_optimal_value", None)

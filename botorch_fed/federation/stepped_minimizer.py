@@ -41,8 +41,10 @@ class SteppedMinimizer:
 
     def _objective(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         self._requests.put(("evaluate", np.array(x, dtype=np.float64)))
-        loss, grad = self._values.get(timeout=self._timeout)
-        return loss, grad
+        value = self._values.get(timeout=self._timeout)
+        if value is None:
+            raise _Aborted
+        return value
 
     def _work(self) -> None:
         try:
@@ -86,7 +88,23 @@ class SteppedMinimizer:
             raise RuntimeError("`feed` called while no minimisation is running.")
         grad = np.asarray(grad, dtype=np.float64)
         if not np.isfinite(loss) or not np.isfinite(grad).all():
+            self.close()
             raise ValueError("The objective value or gradient is not finite.")
         self.num_evaluations += 1
         self._values.put((float(loss), grad))
         return self._next()
+
+    def close(self) -> None:
+        r"""Abort a running minimisation and end its worker (no-op when idle)."""
+        if self._thread is None:
+            return
+        self._values.put(None)
+        self._thread.join()
+        self._thread = None
+        # drop the worker's last message (its abort) so a new run starts clean
+        self._requests = queue.Queue(maxsize=1)
+        self._values = queue.Queue(maxsize=1)
+
+
+class _Aborted(Exception):
+    r"""Raised inside the worker to unwind an aborted minimisation."""

@@ -45,7 +45,7 @@ from botorch.optim.utils.numpy_utils import get_bounds_as_ndarray
 from gpytorch import Module as GPyTorchModule
 from gpytorch.kernels import Kernel
 from gpytorch.likelihoods import Likelihood
-from gpytorch.means import Mean
+from gpytorch.means import Mean, ZeroMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from scipy.optimize import minimize
 from torch import Tensor
@@ -280,7 +280,9 @@ class PITCFitClient:
             self._Y,
             likelihood=h.likelihood,
             covar_module=h.covar_module,
-            mean_module=h.mean_module,
+            # no mean module is the PITC model's zero mean (SingleTaskGP would add a
+            # constant one)
+            mean_module=ZeroMean() if h.mean_module is None else h.mean_module,
             outcome_transform=None,
         )
         fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))

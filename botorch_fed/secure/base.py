@@ -25,8 +25,8 @@ given to the server, the client material is distributed out of band.
 Every frame is bound to its session, round, client and direction and is
 authenticated (see :mod:`botorch_fed.secure.wire`): the first server message of a
 session carries an ephemeral X25519 public key, every client answers with its own,
-and all later frames in both directions carry a MAC (Poly1305 under a per-frame key
-derived from the per-client channel key with HMAC-SHA256). This authenticates against
+and all later frames in both directions carry an HMAC-SHA256 tag over header and
+payload under the per-client channel key. This authenticates against
 third parties on the network (not against an active man in the middle of the very
 first exchange; there is no PKI). A role abandons its session on any error.
 

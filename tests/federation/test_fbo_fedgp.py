@@ -2,6 +2,7 @@ r"""FBO-FedGP on the federation protocol: privacy, determinism, options, baselin
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -133,16 +134,57 @@ def test_options_run_end_to_end(options):
     assert np.isfinite(result.best_value)
 
 
-def test_distinct_global_batch_avoids_duplicate_points():
-    result_clients = {}
-    for batch in ("distinct", "independent"):
-        server, clients, _ = build_federation(
-            "fbo-fedgp", _setup(num_clients=4), _config(num_rounds=1, global_batch=batch)
-        )
-        server.run()
-        result_clients[batch] = torch.stack([c.X[-1] for c in clients.values()])
-    distinct = torch.cdist(result_clients["distinct"], result_clients["distinct"])
+@pytest.mark.parametrize("acquisition", ["ucb", "ei"])
+def test_distinct_global_batch_avoids_duplicate_points(acquisition):
+    # round 1 is global for every client (p_1 = 0); EI's incumbent must come from the
+    # shared model, else the clients rank different acquisitions and may collide
+    server, clients, _ = build_federation(
+        "fbo-fedgp",
+        _setup(num_clients=4),
+        _config(num_rounds=1, global_batch="distinct", acquisition=acquisition),
+    )
+    server.run()
+    X = torch.stack([c.X[-1] for c in clients.values()])
+    assert all(c.history[-1]["step"] == "global" for c in clients.values())
+    distinct = torch.cdist(X, X)
     assert (distinct + torch.eye(4) > 1e-4).all()  # 4 different round-1 points
+
+
+def test_run_restores_the_callers_global_rng():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    run_federated("random", _setup(seed=5), BOSettings(num_init=2, num_rounds=1))
+    torch.testing.assert_close(torch.rand(3), expected)
+
+
+def test_server_timers_do_not_count_client_work_twice():
+    # a client's k-means takes >= 0.2 s (timed by the client as "support"); the server's
+    # own "support" entry is the merge of the centres only, not the clients' time again
+    server, clients, _ = build_federation("fbo-fedgp", _setup(), _config(num_rounds=1))
+    slow = clients[0].on_centers
+
+    def slow_centers(payload):
+        with clients[0].timed("support"):
+            time.sleep(0.2)
+        return slow(payload)
+
+    clients[0].on_centers = slow_centers
+    server.run()
+    support = server.ledger.stage_totals_by_party()["support"]
+    assert support["0"] >= 0.2
+    assert support["server"] < 0.1
+    assert server.ledger.stage_totals()["support"] == pytest.approx(sum(support.values()))
+
+
+def test_non_finite_secure_sum_vector_names_the_client_and_request():
+    from botorch_fed.secure import InputError
+
+    server, clients, _ = build_federation("fbo-fedgp", _setup(), _config(num_rounds=1))
+    server.broadcast("init")
+    clients[1].vector_moments = lambda: np.array([4.0, np.nan, 1.0])
+    with pytest.raises(InputError, match=r"Client 1: its 'moments' vector"):
+        server.secure_sum("moments", 3)
 
 
 @pytest.mark.parametrize("algorithm", ["local", "central", "fts", "random"])
@@ -182,6 +224,11 @@ def test_bad_setups_raise_clear_errors():
         run_federated("random", _setup(dim=3), BOSettings(num_rounds=1))
     with pytest.raises(ValueError, match="shift"):
         run_federated("random", _setup(shift=1.5), BOSettings(num_rounds=1))
+    with pytest.raises(ValueError, match="`seed` must be a non-negative integer"):
+        run_federated("random", _setup(seed=-1), BOSettings(num_rounds=1))
+    with pytest.raises(ValueError, match="`num_init`=1 is below `min_cluster_size`=2"):
+        _config(num_init=1).validate()
+    _config(num_init=1, support="random").validate()  # no clustering: fine
 
 
 def test_huge_objective_values_survive_the_secure_sums():

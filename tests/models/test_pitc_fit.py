@@ -16,7 +16,7 @@ from botorch.models.utils.gpytorch_modules import (
     get_gaussian_likelihood_with_lognormal_prior,
 )
 from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
-from gpytorch.means import ConstantMean
+from gpytorch.means import ConstantMean, ZeroMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from botorch_fed.models import (
@@ -170,19 +170,22 @@ def test_fit_through_an_instrumented_aggregate_only_sees_summaries_and_gradients
             assert not raw & set(a.tolist())  # no raw input/output value is sent
 
 
-def test_fit_local_average_equals_mean_of_local_fits():
+@pytest.mark.parametrize("zero_mean", [False, True])
+def test_fit_local_average_equals_mean_of_local_fits(zero_mean):
     clients, support, k, lik, mean = _fit_setup(torch.float64, seed=4)
     import copy
 
+    mean = None if zero_mean else mean
     fit_clients = [PITCFitClient(X, Y, support, k, lik, mean) for X, Y in clients]
     expected, weights = [], []
     for X, Y in clients:
-        ki, li, mi = copy.deepcopy(k), copy.deepcopy(lik), copy.deepcopy(mean)
+        ki, li = copy.deepcopy(k), copy.deepcopy(lik)
+        mi = ZeroMean() if mean is None else copy.deepcopy(mean)
         gp = SingleTaskGP(
             X, Y, covar_module=ki, likelihood=li, mean_module=mi, outcome_transform=None
         )
         fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp))
-        expected.append(PITCHyperparameters(ki, li, mi).get_values())
+        expected.append(PITCHyperparameters(ki, li, None if mean is None else mi).get_values())
         weights.append(len(X))
     values = fit_local_average(fit_clients, k, lik, mean)
     ref = np.average(np.stack(expected), axis=0, weights=weights)
