@@ -392,7 +392,8 @@ def report(runs: dict[str, dict], out: Path, meta: dict) -> str:
             for f in fs:
                 vals = [r["best_value"] for r in by.get((f, "fbo-fedgp", v), [])]
                 row.append(_fmt(np.mean(vals)) if vals else "-")
-            lines.append(f"| {v} | " + " | ".join(row) + " |")
+            label = v.replace("|", "\\|")  # |S|=8 inside a table cell
+            lines.append(f"| {label} | " + " | ".join(row) + " |")
     lines += ["", "Convergence plots: `fbo_fedgp_cec2005_<family>.png`."]
     text = "\n".join(lines) + "\n"
     (out / "fbo_fedgp_cec2005.md").write_text(text)
