@@ -50,10 +50,9 @@ class Ledger:
 
     def stage_totals(self) -> dict[str, float]:
         r"""Total seconds per stage, summed over rounds and parties."""
-        out: dict[str, float] = defaultdict(float)
-        for (_, stage, _), s in self._times.items():
-            out[stage] += s
-        return dict(out)
+        return {
+            stage: sum(parties.values()) for stage, parties in self.stage_totals_by_party().items()
+        }
 
     def stage_totals_by_party(self) -> dict[str, dict[str, float]]:
         r"""Total seconds per stage and party (``"server"`` or a client id)."""
