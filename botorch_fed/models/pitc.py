@@ -17,6 +17,12 @@ of ``A`` and an update of ``b``), so ``fantasize`` and one-shot
 ``qKnowledgeGradient`` work; the update depends on the fantasy ``Y`` only through
 ``b~``, so the ``num_fantasies`` fantasy models share one Cholesky factor of ``B``.
 
+Numerics: all linear algebra runs in float64 whatever the dtype of the inputs; a
+float32 model takes and returns float32 tensors. With an ill-conditioned support
+(``cond(K_SS) ~ 1e9`` is common at long lengthscales) float32 cannot factorise
+``K_SS`` without a jitter large enough to change the Nystrom term, which is where a
+float32 dPITC would lose most of its accuracy.
+
 References:
 
 .. [FBO-FedGP] Secure federated Bayesian optimisation with distributed sparse GPs,
@@ -27,36 +33,58 @@ References:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
+from copy import deepcopy
 from typing import Any
 
 import numpy as np
 import torch
+from botorch import settings as botorch_settings
 from botorch.acquisition.objective import PosteriorTransform
-from botorch.exceptions.errors import BotorchTensorDimensionError, InputDataError
-from botorch.exceptions.warnings import InputDataWarning
+from botorch.exceptions.errors import (
+    BotorchError,
+    BotorchTensorDimensionError,
+    InputDataError,
+    UnsupportedError,
+)
 from botorch.models.model import FantasizeMixin, Model
-from botorch.models.transforms.outcome import OutcomeTransform
+from botorch.models.transforms.input import InputTransform
+from botorch.models.transforms.outcome import ChainedOutcomeTransform, OutcomeTransform
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.posteriors.posterior import Posterior
+from gpytorch import settings as gpytorch_settings
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.kernels import Kernel
 from gpytorch.likelihoods import GaussianLikelihood, Likelihood
 from gpytorch.means import Mean, ZeroMean
+from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import GP
+from gpytorch.priors import Prior
 from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
 from botorch_fed.models.pitc_summary import (
     SparseSummary,
     UnsupportedLikelihoodError,
+    check_input_transform,
     compute_local_summary,
+    local_summary,
+    summary_factor,
     support_cholesky,
+    transform_support_inputs,
     validate_support,
 )
 
 _SUMMARY_FIELDS = ("b", "A", "quad", "logdet", "num_data")
+
+
+class HyperparametersChangedError(BotorchError):
+    r"""The shared modules no longer hold the hyperparameters a summary was computed with.
+
+    A dPITC summary is a function of the data *and* the hyperparameters; the model
+    cannot recompute it (it never sees the data), so predicting would mix new
+    hyperparameters with a summary of the old ones.
+    """
 
 
 def sum_arrays(arrays: Sequence[np.ndarray]) -> np.ndarray:
@@ -76,13 +104,106 @@ def sum_arrays(arrays: Sequence[np.ndarray]) -> np.ndarray:
     return np.sum(np.stack([np.asarray(a, dtype=np.float64) for a in arrays]), axis=0)
 
 
+def check_outcome_transform(outcome_transform: OutcomeTransform | None) -> None:
+    r"""Check that an outcome transform is trained and for a single output.
+
+    Args:
+        outcome_transform: The transform, or ``None``.
+
+    Raises:
+        TypeError: If it is not a BoTorch ``OutcomeTransform``.
+        UnsupportedError: If it transforms more than one output.
+        ValueError: If it (or a part of a chained transform) is untrained.
+    """
+    if outcome_transform is None:
+        return
+    if not isinstance(outcome_transform, OutcomeTransform):
+        raise TypeError(
+            "`outcome_transform` must be a BoTorch OutcomeTransform, got "
+            f"{type(outcome_transform).__name__}."
+        )
+    parts = (
+        list(outcome_transform.values())
+        if isinstance(outcome_transform, ChainedOutcomeTransform)
+        else [outcome_transform]
+    )
+    for part in parts:
+        name = type(part).__name__
+        m = getattr(part, "_m", None)
+        if m is not None and m != 1:
+            raise UnsupportedError(
+                f"`outcome_transform` ({name}) transforms m={m} outputs, but "
+                "FederatedPITCGP models a single output."
+            )
+        trained = getattr(part, "_is_trained", None)
+        if trained is not None and not bool(trained):
+            raise ValueError(
+                f"`outcome_transform` ({name}) is untrained: the model never sees the "
+                "outcomes, so it cannot learn its statistics. Build it from the "
+                "federation's outcome moments (standardize_from_moments), or pass raw "
+                "outcomes and the untrained transform to FederatedPITCGP.from_client_data, "
+                "which trains it on the pooled outcomes."
+            )
+
+
+def _state_tensors(modules: Sequence[torch.nn.Module | None]) -> list[Tensor]:
+    r"""Parameters and buffers of ``modules`` (priors excluded: they do not enter the
+    posterior), in a fixed order."""
+    out: list[Tensor] = []
+    seen: set[int] = set()
+    for root in modules:
+        if root is None:
+            continue
+        stack = [root]
+        while stack:
+            module = stack.pop()
+            if isinstance(module, Prior):
+                continue
+            for t in (*module._parameters.values(), *module._buffers.values()):
+                if t is not None and id(t) not in seen:
+                    seen.add(id(t))
+                    out.append(t)
+            stack.extend(m for m in reversed(module._modules.values()) if m is not None)
+    return out
+
+
 class FederatedPITCGP(Model, FantasizeMixin, GP):
     r"""Distributed PITC sparse GP built from aggregated client summaries.
 
     The model never sees a data point: it is fully determined by the support set,
     the shared hyperparameter modules and the summed whitened summary. It is a
-    snapshot for the hyperparameters the summary was computed with; after changing
-    hyperparameters, recompute the summaries and build a new model.
+    snapshot for the hyperparameters the summary was computed with, which it
+    records: if the modules' hyperparameters change afterwards (``fit_federated_pitc``
+    on the same modules, ``load_state_dict`` of the modules alone, an optimiser step)
+    the next ``posterior`` raises :class:`HyperparametersChangedError` instead of
+    mixing new hyperparameters with an old summary. Give it a summary computed at
+    the new values with :meth:`update_summary` (``PITCMarginalLogLikelihood`` does so
+    after ``fit_gpytorch_mll``). ``load_state_dict`` from another ``FederatedPITCGP``
+    loads its summary and hyperparameters together and predicts as that model.
+
+    What a PITC model learns from new observations: they enter only through the
+    support set -- an observation updates the posterior through its projection
+    ``K_Sx``, so a point far from every support point (in lengthscales) barely moves
+    the posterior anywhere, even at the point itself. Conditioning and fantasies
+    (``fantasize``, ``qKnowledgeGradient``, ``qNegIntegratedPosteriorVariance``,
+    pending points) inherit this: they value a candidate by how much it teaches the
+    model *on the support*. Grow the support (or re-select it near the data, as
+    FBO-FedGP does every few rounds) when the search moves away from it.
+
+    Checks that read tensor values (non-finite test inputs, changed hyperparameter
+    values) run on every call when the model lives on the CPU, where they cost no
+    synchronisation. On an accelerator ``posterior`` performs no host
+    synchronisation: hyperparameters are re-checked whenever a module tensor was
+    replaced or modified in place (optimiser steps, ``copy_``, ``load_state_dict``,
+    ``.to``), but a write through ``.data`` (what gpytorch's property setters such as
+    ``kernel.lengthscale = ...`` do) is not seen there; call :meth:`check_hyperparameters`
+    after such a write.
+
+    Gradients: caches are detached, as gpytorch's ``detach_test_caches`` does, so
+    gradients with respect to test inputs can be taken any number of times. Under
+    ``botorch.settings.propagate_grads(True)`` (which ``qKnowledgeGradient`` sets)
+    the posterior is recomputed from the summary on every call and gradients flow to
+    the data a model was conditioned on (fantasy inputs).
 
     Example:
         >>> summaries = [
@@ -95,6 +216,7 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
     """
 
     num_outputs = 1
+    _num_outputs = 1
 
     def __init__(
         self,
@@ -104,86 +226,87 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         likelihood: Likelihood,
         mean_module: Mean | None = None,
         outcome_transform: OutcomeTransform | None = None,
+        input_transform: InputTransform | None = None,
         jitter: float | None = None,
     ) -> None:
         r"""
         Args:
-            support: ``m x d`` shared support set ``S``.
+            support: ``m x d`` shared support set ``S`` (original input space).
             summary: The sum over clients of their whitened summaries on ``S`` (any
-                batch shape; the model's batch shape is the summary's).
+                batch shape; the model's batch shape is the summary's), computed with
+                the current values of the modules below.
             covar_module: The shared kernel the summaries were computed with.
             likelihood: The shared ``GaussianLikelihood``.
             mean_module: The shared prior mean; ``None`` is a zero mean.
-            outcome_transform: A *trained* outcome transform (e.g. ``Standardize``
-                with federated moments, see :func:`standardize_from_moments`) that
-                the clients applied to their outcomes; posteriors are untransformed.
+            outcome_transform: A *trained*, single-output outcome transform that the
+                clients applied to their outcomes (e.g. ``Standardize`` built from
+                federated moments, see :func:`standardize_from_moments`); posteriors
+                are untransformed.
+            input_transform: The input transform every party applied (to the support
+                and to its data), with fixed coefficients, e.g.
+                ``Normalize(d, bounds=bounds)``. Applied to test inputs as
+                ``SingleTaskGP`` does.
             jitter: Relative jitter of ``K_SS`` (must match the clients').
         """
         super().__init__()
         validate_support(support)
         if not isinstance(summary, SparseSummary):
             raise TypeError(f"`summary` must be a SparseSummary, got {type(summary).__name__}.")
-        if summary.num_support != support.shape[0]:
-            raise BotorchTensorDimensionError(
-                f"`summary` lives on {summary.num_support} support points but `support` "
-                f"has {support.shape[0]}."
-            )
+        _check_summary(summary, support.shape[0])
         if not isinstance(likelihood, GaussianLikelihood):
             raise UnsupportedLikelihoodError(likelihood)
-        for name in _SUMMARY_FIELDS:
-            value = getattr(summary, name)
-            if value.dtype != support.dtype:
-                raise InputDataError(
-                    f"`summary.{name}` has dtype {value.dtype} but `support` has {support.dtype}."
-                )
-            if not torch.isfinite(value).all():
-                raise InputDataError(f"`summary.{name}` contains NaN or infinite values.")
-        if support.dtype != torch.float64:
-            warnings.warn(
-                f"FederatedPITCGP got {support.dtype} inputs; float64 is strongly "
-                "recommended for GP computations.",
-                InputDataWarning,
-                stacklevel=2,
-            )
+        check_outcome_transform(outcome_transform)
+        check_input_transform(input_transform)
+        if jitter is not None and not float(jitter) >= 0:
+            raise ValueError(f"`jitter` must be non-negative, got {jitter}.")
+        self._setup(
+            support,
+            summary,
+            covar_module,
+            likelihood,
+            mean_module,
+            outcome_transform,
+            input_transform,
+            jitter,
+        )
+        self.to(device=support.device)
+        self.eval()
+        summary_factor(self.summary)  # I + A must be positive definite: fail here, not later
+
+    def _setup(
+        self,
+        support: Tensor,
+        summary: SparseSummary,
+        covar_module: Kernel,
+        likelihood: Likelihood,
+        mean_module: Mean | None,
+        outcome_transform: OutcomeTransform | None,
+        input_transform: InputTransform | None,
+        jitter: float | None,
+        snapshot: Tensor | None = None,
+    ) -> None:
         self.covar_module = covar_module
         self.likelihood = likelihood
         self.mean_module = ZeroMean() if mean_module is None else mean_module
         if outcome_transform is not None:
             self.outcome_transform = outcome_transform
-        self._jitter = jitter
+        if input_transform is not None:
+            self.input_transform = input_transform
+        self._jitter = None if jitter is None else float(jitter)
         self.register_buffer("support", support)
         for name in _SUMMARY_FIELDS:
-            self.register_buffer(f"summary_{name}", getattr(summary, name))
-        # Caches: everything that does not depend on the test inputs. They keep an
-        # autograd graph only when the summary has one (fantasy models, so that
-        # gradients flow to the fantasy inputs); otherwise repeated backward passes
-        # through posteriors would hit a freed graph.
-        needs_grad = any(getattr(summary, n).requires_grad for n in _SUMMARY_FIELDS)
-        with torch.set_grad_enabled(needs_grad):
-            self._set_caches()
-        self.to(support)
-        self.eval()
+            value = getattr(summary, name).to(device=support.device, dtype=torch.float64)
+            self.register_buffer(f"summary_{name}", value)
+        # What the summary was computed with: the flattened hyperparameter values.
+        if snapshot is None:
+            snapshot = self._hyperparameter_values(torch.float64, support.device)
+        self.register_buffer("summary_hyperparameters", snapshot)
+        self._cache: dict[str, Any] = {}
 
-    def _set_caches(self) -> None:
-        L = support_cholesky(self.support, self.covar_module, self._jitter)
-        A = self.summary_A
-        eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-        L_B, info = torch.linalg.cholesky_ex(eye + A)
-        if (info != 0).any():
-            raise InputDataError(
-                "I + summary.A is not positive definite: the summary is not a sum of "
-                "valid client summaries (corrupted or wrongly aggregated)."
-            )
-        v = torch.linalg.solve_triangular(L_B, self.summary_b.unsqueeze(-1), upper=False).squeeze(
-            -1
-        )
-        self.register_buffer("_L_S", L, persistent=False)
-        self.register_buffer("_L_B", L_B, persistent=False)
-        self.register_buffer("_v", v, persistent=False)
-
+    # --- state and caches ----------------------------------------------------------
     @property
     def summary(self) -> SparseSummary:
-        r"""The aggregated whitened summary the model was built from."""
+        r"""The aggregated whitened summary the model predicts from."""
         return SparseSummary(*(getattr(self, f"summary_{n}") for n in _SUMMARY_FIELDS))
 
     @property
@@ -191,6 +314,117 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         r"""The model batch shape (that of the summary)."""
         return self.summary.batch_shape
 
+    def _hyperparameter_modules(self) -> list[torch.nn.Module | None]:
+        return [
+            self.covar_module,
+            self.likelihood,
+            self.mean_module,
+            getattr(self, "input_transform", None),
+            getattr(self, "outcome_transform", None),
+        ]
+
+    def _hyperparameter_values(
+        self, dtype: torch.dtype, device: torch.device, tensors: list[Tensor] | None = None
+    ) -> Tensor:
+        tensors = _state_tensors(self._hyperparameter_modules()) if tensors is None else tensors
+        if not tensors:
+            return torch.zeros(0, dtype=dtype, device=device)
+        return torch.cat([t.detach().reshape(-1).to(dtype=dtype, device=device) for t in tensors])
+
+    def check_hyperparameters(self) -> None:
+        r"""Raise if the modules' hyperparameters differ from the summary's.
+
+        Raises:
+            HyperparametersChangedError: If any parameter or buffer of the kernel,
+                likelihood, mean or transforms changed since the summary was set.
+        """
+        self._check_values(_state_tensors(self._hyperparameter_modules()))
+
+    def _check_values(self, tensors: list[Tensor]) -> None:
+        snapshot = self.summary_hyperparameters
+        values = self._hyperparameter_values(snapshot.dtype, snapshot.device, tensors)
+        if values.shape != snapshot.shape or not torch.equal(values, snapshot):
+            raise HyperparametersChangedError(
+                "The hyperparameters of this FederatedPITCGP's modules (kernel, "
+                "likelihood, mean or transforms) are not those its summary was computed "
+                "with -- e.g. after fit_federated_pitc, an optimiser step or "
+                "load_state_dict on the shared modules. Predicting would mix them with a "
+                "summary of the old values. Recompute the clients' summaries with the "
+                "current hyperparameters and call `model.update_summary(summary)` (or "
+                "build a new model); fit with PITCMarginalLogLikelihood, which does this "
+                "after fit_gpytorch_mll."
+            )
+
+    def _ensure_current(self) -> None:
+        r"""Clear the caches if any state tensor was replaced or modified, and check
+        the hyperparameters against the summary's (see the class docstring)."""
+        tensors = _state_tensors(self._hyperparameter_modules())
+        own = [self.support, self.summary_hyperparameters]
+        own += [getattr(self, f"summary_{n}") for n in _SUMMARY_FIELDS]
+        fingerprint = tuple((id(t), t.data_ptr(), t._version) for t in (*tensors, *own))
+        changed = fingerprint != self._cache.get("fingerprint")
+        if changed or self.support.device.type == "cpu":
+            self._check_values(tensors)
+        if changed:
+            self._cache = {"fingerprint": fingerprint}
+
+    @staticmethod
+    def _live() -> bool:
+        # BoTorch ties gpytorch's detach_test_caches to its own propagate_grads flag
+        return botorch_settings.propagate_grads.on() or gpytorch_settings.detach_test_caches.off()
+
+    def _support_factor(self) -> tuple[Tensor, Tensor]:
+        r"""The (transformed) float64 support and ``L = chol(K_SS)``."""
+        self._ensure_current()
+        entry = None if self._live() else self._cache.get("support")
+        if entry is None:
+            with torch.set_grad_enabled(torch.is_grad_enabled() and self._live()):
+                S = transform_support_inputs(self.support, getattr(self, "input_transform", None))
+                entry = (S.to(torch.float64), support_cholesky(S, self.covar_module, self._jitter))
+            if not self._live():
+                self._cache["support"] = entry
+        return entry
+
+    def _summary_factor(self) -> tuple[Tensor, Tensor]:
+        r"""``chol(I + A~)`` and ``v``: cached and detached unless gradients must flow
+        to conditioned data (``propagate_grads``)."""
+        if self._live():
+            return summary_factor(self.summary)
+        entry = self._cache.get("summary")
+        if entry is None:
+            with torch.no_grad():
+                entry = summary_factor(self.summary)
+            self._cache["summary"] = entry
+        return entry
+
+    def update_summary(self, summary: SparseSummary) -> None:
+        r"""Replace the summary by one computed with the modules' current values.
+
+        Args:
+            summary: The new summed summary (same support set), computed by the
+                clients with the current hyperparameters.
+        """
+        if not isinstance(summary, SparseSummary):
+            raise TypeError(f"`summary` must be a SparseSummary, got {type(summary).__name__}.")
+        _check_summary(summary, self.support.shape[0])
+        summary_factor(summary)
+        for name in _SUMMARY_FIELDS:
+            value = getattr(summary, name).detach().to(self.support.device, torch.float64)
+            setattr(self, f"summary_{name}", value)
+        self.summary_hyperparameters = self._hyperparameter_values(
+            torch.float64, self.support.device
+        )
+        self._cache = {}
+
+    # BoTorch transforms stored training inputs on eval(); this model has none (the
+    # support and the clients' inputs are transformed where they are used).
+    def _set_transformed_inputs(self) -> None:
+        return None
+
+    def _revert_to_original_inputs(self) -> None:
+        return None
+
+    # --- construction from data in one process ------------------------------------
     @classmethod
     def from_client_data(
         cls,
@@ -200,56 +434,151 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         likelihood: Likelihood,
         mean_module: Mean | None = None,
         outcome_transform: OutcomeTransform | None = None,
+        input_transform: InputTransform | None = None,
         aggregate: Callable[[Sequence[np.ndarray]], np.ndarray] | None = None,
         jitter: float | None = None,
     ) -> FederatedPITCGP:
         r"""Simulate the federation in one process: summarise, aggregate, build.
 
-        Each client's summary is packed into a float64 vector (as it would be sent),
-        the vectors are combined by ``aggregate`` (e.g. a secure backend), and the
-        model is built from the unpacked sum.
+        Outcomes and inputs are given in their original spaces, as to
+        ``SingleTaskGP``. An untrained outcome transform (e.g. ``Standardize(m=1)``)
+        is trained on the pooled outcomes, and a learnable input transform (e.g.
+        ``Normalize(d)``) learns its coefficients from the pooled inputs (a copy, with
+        learning then switched off), exactly as ``SingleTaskGP`` would on the pooled
+        data; in a real federation nobody holds the pooled data -- use
+        :func:`standardize_from_moments` and transforms with fixed coefficients.
+
+        Without ``aggregate`` the summaries are added as tensors. With ``aggregate``
+        (e.g. a secure backend, ``botorch_fed.secure.make_aggregator``), each client's
+        summary is packed into a float64 vector as it would be sent, the vectors are
+        combined by ``aggregate`` and the model is built from the unpacked sum.
 
         Args:
             client_data: One ``(train_X, train_Y)`` pair per client (``n_i x d``,
-                ``n_i x 1``), in the *transformed* outcome space if an
-                ``outcome_transform`` is given.
+                ``n_i x 1``), untransformed.
             support: ``m x d`` shared support set.
             covar_module: The shared kernel.
             likelihood: The shared ``GaussianLikelihood``.
             mean_module: The shared prior mean (``None``: zero).
-            outcome_transform: Trained outcome transform, see ``__init__``.
-            aggregate: ``list of arrays -> their sum``; default plaintext sum.
+            outcome_transform: Outcome transform (trained or not, see above).
+            input_transform: Input transform (fixed or learnable, see above).
+            aggregate: ``list of arrays -> their sum``; default: add the tensors.
             jitter: Relative jitter of ``K_SS``.
 
         Returns:
             The federated model.
         """
-        if len(client_data) == 0:
-            raise ValueError("`client_data` is empty: a federation needs clients.")
-        aggregate = sum_arrays if aggregate is None else aggregate
+        client_data = _check_client_data(client_data)
+        validate_support(support)
+        X_all = torch.cat([X for X, _ in client_data], dim=-2)
+        if input_transform is not None and getattr(input_transform, "learn_coefficients", False):
+            input_transform = deepcopy(input_transform)
+            input_transform.train()
+            input_transform(X_all)
+            input_transform.learn_coefficients = False
+            input_transform.eval()
+        if outcome_transform is not None:
+            untrained = getattr(outcome_transform, "_is_trained", None)
+            if untrained is not None and not bool(untrained):
+                outcome_transform.train()
+                outcome_transform(torch.cat([Y for _, Y in client_data], dim=-2))
+            outcome_transform.eval()
+        check_outcome_transform(outcome_transform)
+        check_input_transform(input_transform)
         with torch.no_grad():
-            L = support_cholesky(support, covar_module, jitter)
-            packed = [
+            S = transform_support_inputs(support, input_transform)
+            L = support_cholesky(S, covar_module, jitter)
+            summaries = [
                 compute_local_summary(
-                    X, Y, support, covar_module, likelihood, mean_module, support_chol=L
-                ).to_numpy()
-                for X, Y in client_data
+                    X,
+                    Y,
+                    support,
+                    covar_module,
+                    likelihood,
+                    mean_module,
+                    support_chol=L,
+                    input_transform=input_transform,
+                )
+                for X, Y in transform_outcomes(client_data, outcome_transform)
             ]
-        total = SparseSummary.from_numpy(
-            aggregate(packed), support.shape[0], dtype=support.dtype, device=support.device
+        if aggregate is None:
+            total = SparseSummary.sum(summaries)
+        else:
+            packed = aggregate([s.to_numpy() for s in summaries])
+            total = SparseSummary.from_numpy(packed, support.shape[0], device=support.device)
+        return cls(
+            support,
+            total,
+            covar_module,
+            likelihood,
+            mean_module,
+            outcome_transform,
+            input_transform,
+            jitter,
         )
-        return cls(support, total, covar_module, likelihood, mean_module, outcome_transform, jitter)
+
+    # --- prediction ---------------------------------------------------------------
+    def _check_X(self, X: Tensor, d: int, name: str = "X") -> None:
+        if not isinstance(X, Tensor):
+            raise TypeError(f"`{name}` must be a Tensor, got {type(X).__name__}.")
+        if X.ndim < 2 or X.shape[-1] != d:
+            raise BotorchTensorDimensionError(
+                f"`{name}` must be `batch_shape x q x d` with d={d}, got shape "
+                f"{tuple(X.shape)}."
+            )
+        if not X.is_floating_point():
+            raise InputDataError(f"`{name}` must be floating point, got {X.dtype}.")
+        try:
+            torch.broadcast_shapes(X.shape[:-2], self.batch_shape)
+        except RuntimeError as e:
+            raise BotorchTensorDimensionError(
+                f"The batch shape {tuple(X.shape[:-2])} of `{name}` does not broadcast "
+                f"with the model's batch shape {tuple(self.batch_shape)}."
+            ) from e
+        if X.device.type == "cpu" and not torch.isfinite(X).all():
+            raise InputDataError(f"`{name}` contains NaN or infinite values.")
 
     def _predict(self, X: Tensor) -> tuple[Tensor, Tensor]:
-        r"""Latent posterior mean (``batch x q``) and covariance (``batch x q x q``)."""
-        S = self.support.expand(*X.shape[:-2], *self.support.shape)
-        K_SU = self.covar_module(S, X).to_dense()
-        K_UU = self.covar_module(X).to_dense()
-        W = torch.linalg.solve_triangular(self._L_S, K_SU, upper=False)
-        C = torch.linalg.solve_triangular(self._L_B, W, upper=False)
-        mean = self.mean_module(X) + (C * self._v.unsqueeze(-1)).sum(dim=-2)
+        r"""Latent float64 mean (``batch x q``) and covariance (``batch x q x q``) at
+        transformed inputs ``X``."""
+        S, L_S = self._support_factor()
+        L_B, v = self._summary_factor()
+        X64 = X.to(torch.float64)
+        K_SU = self.covar_module(S.expand(*X64.shape[:-2], *S.shape), X64).to_dense()
+        K_UU = self.covar_module(X64).to_dense().to(torch.float64)
+        W = torch.linalg.solve_triangular(L_S, K_SU.to(torch.float64), upper=False)
+        C = torch.linalg.solve_triangular(L_B, W, upper=False)
+        mean = self.mean_module(X64).to(torch.float64) + (C * v.unsqueeze(-1)).sum(dim=-2)
         cov = K_UU - W.mT @ W + C.mT @ C
         return mean, 0.5 * (cov + cov.mT)
+
+    @staticmethod
+    def _mvn(mean: Tensor, cov: Tensor, dtype: torch.dtype) -> MultivariateNormal:
+        batch_shape = torch.broadcast_shapes(mean.shape[:-1], cov.shape[:-2])
+        mean = mean.expand(*batch_shape, mean.shape[-1]).to(dtype)
+        cov = cov.expand(*batch_shape, *cov.shape[-2:]).to(dtype)  # fantasies share one
+        # A lazy covariance, as ExactGP returns: no eager Cholesky of a q x q matrix
+        # that may be singular (repeated test points); samplers add jitter when needed.
+        return MultivariateNormal(mean, DenseLinearOperator(cov))
+
+    def forward(self, X: Tensor) -> MultivariateNormal:
+        r"""The latent posterior at inputs in the model's (transformed) input space.
+
+        As for BoTorch's exact GPs in eval mode, ``model(X)`` takes ``X`` already
+        input-transformed and returns the latent distribution in the
+        outcome-transformed space (no noise, no untransform); GIBBON
+        (``qLowerBoundMaxValueEntropy``) uses it for ``q > 1``.
+
+        Args:
+            X: ``batch_shape x q x d`` transformed inputs.
+
+        Returns:
+            A ``MultivariateNormal`` with a full ``q x q`` covariance.
+        """
+        S, _ = self._support_factor()
+        self._check_X(X, S.shape[-1])
+        mean, cov = self._predict(X)
+        return self._mvn(mean, cov, X.dtype)
 
     def posterior(
         self,
@@ -257,68 +586,61 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         output_indices: list[int] | None = None,
         observation_noise: bool | Tensor = False,
         posterior_transform: PosteriorTransform | None = None,
-        **kwargs: Any,
     ) -> Posterior:
         r"""The dPITC predictive distribution (eq. 9-10 of [FBO-FedGP]).
 
         Args:
-            X: ``batch_shape x q x d`` test inputs (``batch_shape`` broadcasts with
-                the model's batch shape).
-            output_indices: Must be ``None`` or ``[0]`` (single output).
-            observation_noise: If True, add the likelihood's noise; if a tensor of
-                shape ``batch_shape x q x 1`` (outcome-transformed space), add it.
+            X: ``batch_shape x q x d`` test inputs in the original input space
+                (``batch_shape`` broadcasts with the model's batch shape).
+            output_indices: ``None`` or ``[0]`` (single output).
+            observation_noise: If True, add the likelihood's noise; if a tensor
+                (outcome-transformed space), add it: a 0-dim tensor, or one of shape
+                ``batch_shape x q x 1`` (broadcastable).
             posterior_transform: An optional posterior transform.
 
         Returns:
-            A ``GPyTorchPosterior`` with the full ``q x q`` covariance (or the
-            transformed posterior).
+            A ``GPyTorchPosterior`` with the full ``q x q`` covariance, in the dtype of
+            ``X`` (or the transformed posterior).
         """
         self.eval()
-        if output_indices is not None and list(output_indices) != [0]:
-            raise ValueError(
-                f"`output_indices`={output_indices}: FederatedPITCGP has one output (0)."
-            )
-        if X.ndim < 2 or X.shape[-1] != self.support.shape[-1]:
-            raise BotorchTensorDimensionError(
-                f"`X` must be `batch_shape x q x d` with d={self.support.shape[-1]}, got "
-                f"shape {tuple(X.shape)}."
-            )
-        if not torch.isfinite(X).all():
-            raise InputDataError("`X` contains NaN or infinite values.")
-        mean, cov = self._predict(X)
+        _check_output_indices(output_indices)
+        self._check_X(X, self.support.shape[-1])
+        mean, cov = self._predict(self.transform_inputs(X))
         if observation_noise is True:
-            cov = cov + torch.diag_embed(self.likelihood.noise * torch.ones_like(mean))
+            noise = self.likelihood.noise.to(torch.float64)
+            cov = cov + torch.diag_embed(noise * torch.ones_like(mean))
         elif isinstance(observation_noise, Tensor):
-            if observation_noise.shape[-1] != 1:
-                raise BotorchTensorDimensionError(
-                    "`observation_noise` must be `batch_shape x q x 1`, got shape "
-                    f"{tuple(observation_noise.shape)}."
-                )
-            cov = cov + torch.diag_embed(observation_noise.squeeze(-1) * torch.ones_like(mean))
+            cov = cov + torch.diag_embed(_noise_diagonal(observation_noise, mean))
         elif observation_noise is not False:
             raise ValueError(
                 f"`observation_noise` must be a bool or a Tensor, got {observation_noise!r}."
             )
-        # A lazy covariance, as ExactGP returns: no eager Cholesky of a q x q matrix that
-        # may be singular (e.g. repeated test points); samplers add jitter when needed.
-        batch_shape = torch.broadcast_shapes(mean.shape[:-1], cov.shape[:-2])
-        mean = mean.expand(*batch_shape, mean.shape[-1])
-        cov = cov.expand(*batch_shape, *cov.shape[-2:])  # fantasies share a covariance
-        mvn = MultivariateNormal(mean, DenseLinearOperator(cov))
-        posterior = GPyTorchPosterior(distribution=mvn)
+        posterior = GPyTorchPosterior(distribution=self._mvn(mean, cov, X.dtype))
         if hasattr(self, "outcome_transform"):
             posterior = self.outcome_transform.untransform_posterior(posterior, X=X)
         if posterior_transform is not None:
             return posterior_transform(posterior=posterior, X=X)
         return posterior
 
+    def subset_output(self, idcs: list[int]) -> FederatedPITCGP:
+        r"""The model itself for ``idcs == [0]`` (its only output).
+
+        Args:
+            idcs: The output indices.
+
+        Returns:
+            ``self``.
+        """
+        _check_output_indices(idcs)
+        return self
+
     def condition_on_observations(
-        self, X: Tensor, Y: Tensor, noise: Tensor | None = None, **kwargs: Any
+        self, X: Tensor, Y: Tensor, noise: Tensor | None = None
     ) -> FederatedPITCGP:
         r"""Add ``(X, Y)`` as one more PITC block (a rank update of the summary).
 
         Args:
-            X: ``batch_shape x n' x d`` new inputs.
+            X: ``batch_shape x n' x d`` new inputs (original input space).
             Y: ``batch_shape' x n' x 1`` new outcomes (original outcome space);
                 ``batch_shape'`` broadcasts with ``batch_shape``, e.g.
                 ``num_fantasies x batch_shape`` when fantasizing.
@@ -326,28 +648,175 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
                 (outcome-transformed space); default: the likelihood's noise.
 
         Returns:
-            A new ``FederatedPITCGP`` (sharing this model's modules) with batch shape
-            ``broadcast(model batch, batch_shape')``; differentiable in ``X``, ``Y``.
+            A new ``FederatedPITCGP`` (sharing this model's modules and support
+            factorisation) with batch shape ``broadcast(model batch, batch_shape')``;
+            differentiable in ``X``, ``Y`` under ``propagate_grads``.
         """
         self.eval()
+        self._check_X(X, self.support.shape[-1])
+        if not isinstance(Y, Tensor) or Y.ndim < 2 or Y.shape[-2] != X.shape[-2]:
+            shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
+            raise BotorchTensorDimensionError(
+                f"`Y` must be `batch_shape x n x 1` with n={X.shape[-2]} as `X`, got {shape}."
+            )
+        if Y.shape[-1] != 1:
+            raise UnsupportedError(
+                f"`Y` has {Y.shape[-1]} outputs: FederatedPITCGP models a single output."
+            )
+        if noise is not None and (noise.ndim < 2 or noise.shape[-1] != 1):
+            raise BotorchTensorDimensionError(
+                f"`noise` must be `batch_shape x n x 1`, got shape {tuple(noise.shape)}."
+            )
+        S, L_S = self._support_factor()
         if hasattr(self, "outcome_transform"):
             Y, _ = self.outcome_transform(Y, X=X)
-        block = compute_local_summary(
-            X,
+        block = local_summary(
+            self.transform_inputs(X),
             Y,
-            self.support,
+            S,
+            L_S,
             self.covar_module,
             self.likelihood,
             self.mean_module,
             train_Yvar=noise,
-            support_chol=self._L_S,
         )
-        return self.__class__(
-            support=self.support,
-            summary=self.summary + block,
-            covar_module=self.covar_module,
-            likelihood=self.likelihood,
-            mean_module=self.mean_module,
-            outcome_transform=getattr(self, "outcome_transform", None),
-            jitter=self._jitter,
+        return self._derived(self.summary + block)
+
+    def _derived(self, summary: SparseSummary) -> FederatedPITCGP:
+        r"""A model with the same modules, support and snapshot, and a new summary
+        (no re-validation, the support factorisation is shared)."""
+        new = object.__new__(type(self))
+        super(FederatedPITCGP, new).__init__()
+        new._setup(
+            self.support,
+            summary,
+            self.covar_module,
+            self.likelihood,
+            self.mean_module,
+            getattr(self, "outcome_transform", None),
+            getattr(self, "input_transform", None),
+            self._jitter,
+            snapshot=self.summary_hyperparameters,
         )
+        new.train(self.training)
+        if "support" in self._cache:
+            new._ensure_current()
+            new._cache["support"] = self._cache["support"]
+        return new
+
+    # --- fitting --------------------------------------------------------------------
+    def custom_fit(self, mll: MarginalLogLikelihood, **kwargs: Any) -> MarginalLogLikelihood:
+        r"""What ``botorch.fit.fit_gpytorch_mll`` calls for this model.
+
+        The model holds no training data, so it is fitted through a
+        :class:`~botorch_fed.models.pitc_mll.PITCMarginalLogLikelihood`, which holds
+        the clients' data in one process (simulations, tests, tutorials) and optimises
+        the same objective as :func:`fit_federated_pitc`. In a federation use
+        ``fit_federated_pitc``.
+
+        Args:
+            mll: A ``PITCMarginalLogLikelihood`` of this model.
+            **kwargs: Passed to BoTorch's generic fitting routine.
+
+        Returns:
+            The fitted ``mll`` (its model then holds a summary at the fitted values).
+        """
+        from botorch.fit import _fit_fallback
+
+        from botorch_fed.models.pitc_mll import PITCMarginalLogLikelihood
+
+        if not isinstance(mll, PITCMarginalLogLikelihood):
+            raise UnsupportedError(
+                f"fit_gpytorch_mll got a {type(mll).__name__} for a FederatedPITCGP, which "
+                "holds no training data. With all clients' data in one process fit "
+                "PITCMarginalLogLikelihood(model.likelihood, model, client_data); in a "
+                "federation use botorch_fed.models.fit_federated_pitc and rebuild the model "
+                "from fresh summaries."
+            )
+        if mll.model is not self:
+            raise ValueError("`mll.model` is not this model.")
+        return _fit_fallback(mll, **kwargs)
+
+
+def transform_outcomes(
+    client_data: Sequence[tuple[Tensor, Tensor]], outcome_transform: OutcomeTransform | None
+) -> list[tuple[Tensor, Tensor]]:
+    r"""Apply a trained outcome transform (in eval mode) to every client's outcomes.
+
+    Args:
+        client_data: ``(train_X, train_Y)`` pairs.
+        outcome_transform: The shared transform or ``None``.
+
+    Returns:
+        The pairs with transformed outcomes.
+    """
+    if outcome_transform is None:
+        return list(client_data)
+    was_training = outcome_transform.training
+    outcome_transform.eval()  # never re-learn statistics from one client's outcomes
+    try:
+        return [(X, outcome_transform(Y, X=X)[0]) for X, Y in client_data]
+    finally:
+        outcome_transform.train(was_training)
+
+
+def _check_client_data(client_data: Sequence[tuple[Tensor, Tensor]]) -> list:
+    if isinstance(client_data, (Tensor, str, bytes)) or not isinstance(client_data, Sequence):
+        raise TypeError(
+            "`client_data` must be a sequence of (train_X, train_Y) pairs, got "
+            f"{type(client_data).__name__}."
+        )
+    if len(client_data) == 0:
+        raise ValueError("`client_data` is empty: a federation needs clients.")
+    pairs = []
+    for i, pair in enumerate(client_data):
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise TypeError(f"`client_data[{i}]` must be a (train_X, train_Y) pair.")
+        X, Y = pair
+        if not isinstance(X, Tensor) or not isinstance(Y, Tensor) or X.ndim != 2 or Y.ndim != 2:
+            raise BotorchTensorDimensionError(
+                f"`client_data[{i}]` must hold an `n x d` train_X and an `n x 1` train_Y."
+            )
+        pairs.append((X, Y))
+    return pairs
+
+
+def _check_summary(summary: SparseSummary, num_support: int) -> None:
+    if summary.num_support != num_support:
+        raise BotorchTensorDimensionError(
+            f"`summary` lives on {summary.num_support} support points but `support` "
+            f"has {num_support}."
+        )
+    for name in _SUMMARY_FIELDS:
+        value = getattr(summary, name)
+        if not value.is_floating_point():
+            raise InputDataError(f"`summary.{name}` must be floating point, got {value.dtype}.")
+        if not torch.isfinite(value).all():
+            raise InputDataError(f"`summary.{name}` contains NaN or infinite values.")
+
+
+def _check_output_indices(output_indices: list[int] | None) -> None:
+    if output_indices is not None and list(output_indices) != [0]:
+        raise UnsupportedError(
+            f"`output_indices`={list(output_indices)}: FederatedPITCGP models a single "
+            "output (index 0). Model several outcomes with one model each (ModelListGP)."
+        )
+
+
+def _noise_diagonal(observation_noise: Tensor, mean: Tensor) -> Tensor:
+    r"""The ``batch x q`` noise variances of a 0-dim or ``batch x q x 1`` tensor."""
+    noise = observation_noise.to(device=mean.device, dtype=torch.float64)
+    if noise.ndim > 0:
+        if noise.shape[-1] != 1:
+            raise BotorchTensorDimensionError(
+                "`observation_noise` must be a 0-dim tensor or `batch_shape x q x 1`, got "
+                f"shape {tuple(observation_noise.shape)}."
+            )
+        noise = noise.squeeze(-1)
+    try:
+        return noise.expand(torch.broadcast_shapes(noise.shape, mean.shape))
+    except RuntimeError as e:
+        raise BotorchTensorDimensionError(
+            f"`observation_noise` of shape {tuple(observation_noise.shape)} does not "
+            f"broadcast with the posterior's `batch_shape x q` = {tuple(mean.shape)}."
+        ) from e

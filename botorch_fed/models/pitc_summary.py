@@ -35,29 +35,38 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 import torch
-from botorch.exceptions.errors import BotorchTensorDimensionError, InputDataError
+from botorch.exceptions.errors import (
+    BotorchTensorDimensionError,
+    InputDataError,
+    UnsupportedError,
+)
+from botorch.models.transforms.input import InputTransform
 from gpytorch.kernels import Kernel
 from gpytorch.likelihoods import GaussianLikelihood, Likelihood
 from gpytorch.means import Mean
 from torch import Tensor
 
-DEFAULT_JITTER = {torch.float64: 1e-8, torch.float32: 1e-5}
+DEFAULT_JITTER = 1e-8
 
 
-def default_jitter(dtype: torch.dtype) -> float:
+def default_jitter(dtype: torch.dtype | None = None) -> float:
     r"""The relative jitter added to ``K_SS`` before its Cholesky factorisation.
 
     Every party must use the same jitter so that their whitening factors ``L``
-    agree; this is the value all functions of this package default to.
+    agree; this is the value all functions of this package default to. The
+    factorisations run in float64 whatever the input dtype (see
+    :func:`support_cholesky`), so the default does not depend on the dtype: a larger
+    jitter for float32 would change the *model* (the Nystrom term
+    ``K_xS (K_SS + jitter I)^-1 K_Sx``) far more than float32 rounding does when the
+    support is ill-conditioned.
 
     Args:
-        dtype: The floating point dtype of the computation.
+        dtype: Ignored; kept so that callers may state the dtype of their data.
 
     Returns:
-        ``1e-8`` for float64 and ``1e-5`` for lower precisions. The jitter is
-        relative: ``K_SS + jitter * mean(diag(K_SS)) * I`` is factorised.
+        ``1e-8``: ``K_SS + 1e-8 * mean(diag(K_SS)) * I`` is factorised.
     """
-    return DEFAULT_JITTER.get(dtype, 1e-5)
+    return DEFAULT_JITTER
 
 
 @dataclass
@@ -268,13 +277,15 @@ def validate_support(support: Tensor) -> None:
         BotorchTensorDimensionError: If ``support`` is not ``m x d`` with ``m >= 1``.
         InputDataError: If it has NaN/inf entries or duplicate rows.
     """
+    if not isinstance(support, Tensor):
+        raise TypeError(f"`support` must be a Tensor, got {type(support).__name__}.")
     if support.ndim != 2 or support.shape[0] < 1 or support.shape[1] < 1:
         raise BotorchTensorDimensionError(
             f"`support` must be an `m x d` tensor with m, d >= 1, got shape {tuple(support.shape)}."
         )
-    _check_finite("support", support)
     if not support.is_floating_point():
         raise InputDataError(f"`support` must be floating point, got {support.dtype}.")
+    _check_finite("support", support)
     m = support.shape[0]
     if m > 1:
         same = (support.unsqueeze(0) == support.unsqueeze(1)).all(dim=-1)
@@ -287,24 +298,86 @@ def validate_support(support: Tensor) -> None:
             )
 
 
-def support_cholesky(support: Tensor, covar_module: Kernel, jitter: float | None = None) -> Tensor:
-    r"""Cholesky factor ``L`` of ``K_SS + jitter * mean(diag K_SS) * I``.
+def check_input_transform(input_transform: InputTransform | None) -> None:
+    r"""Check that an input transform can be shared by the parties of a federation.
 
-    Every party computes the same ``L`` from the shared support set and kernel; it
-    whitens the summaries.
+    The support set, every client's inputs and the test inputs must be mapped by the
+    same function. A transform that learns its coefficients from the data it sees
+    (``Normalize(d)`` without bounds, ``InputStandardize``) would normalise each
+    client by its own data; it must have fixed coefficients, e.g.
+    ``Normalize(d, bounds=bounds)`` with the problem's public bounds.
 
     Args:
-        support: ``m x d`` support set.
-        covar_module: The shared kernel.
-        jitter: Relative jitter; ``None`` uses :func:`default_jitter`.
+        input_transform: The transform, or ``None``.
+
+    Raises:
+        TypeError: If it is not a BoTorch ``InputTransform``.
+        ValueError: If it learns its coefficients from data.
+    """
+    if input_transform is None:
+        return
+    if not isinstance(input_transform, InputTransform):
+        raise TypeError(
+            "`input_transform` must be a BoTorch InputTransform, got "
+            f"{type(input_transform).__name__}."
+        )
+    if getattr(input_transform, "learn_coefficients", False):
+        raise ValueError(
+            f"`input_transform` ({type(input_transform).__name__}) learns its coefficients "
+            "from the data it transforms, so every party would normalise differently. Give "
+            "it fixed coefficients shared by all parties, e.g. Normalize(d, bounds=bounds) "
+            "with the problem's bounds (FederatedPITCGP.from_client_data learns them from "
+            "the pooled inputs when all data are in one process)."
+        )
+
+
+def transform_support_inputs(X: Tensor, input_transform: InputTransform | None) -> Tensor:
+    r"""Apply a shared input transform to training-side inputs (support, client data).
+
+    Uses ``preprocess_transform`` as BoTorch does for training inputs.
+
+    Args:
+        X: ``batch_shape x n x d`` inputs.
+        input_transform: The shared transform or ``None``.
 
     Returns:
-        The ``m x m`` lower Cholesky factor (batched if the kernel is batched).
+        The transformed inputs.
     """
-    jitter = default_jitter(support.dtype) if jitter is None else float(jitter)
+    if input_transform is None:
+        return X
+    return input_transform.preprocess_transform(X)
+
+
+def _to64(t: Tensor) -> Tensor:
+    return t.to(torch.float64)
+
+
+def support_cholesky(support: Tensor, covar_module: Kernel, jitter: float | None = None) -> Tensor:
+    r"""Cholesky factor ``L`` of ``K_SS + jitter * mean(diag K_SS) * I``, in float64.
+
+    Every party computes the same ``L`` from the shared support set and kernel; it
+    whitens the summaries. The kernel is evaluated on float64 copies of the inputs
+    and the factorisation runs in float64 whatever the dtype of ``support`` and of
+    the kernel's hyperparameters: with a support that is ill-conditioned at the
+    current lengthscales (``cond(K_SS)`` of ``1e9`` is common) float32 cannot factorise
+    ``K_SS`` without a jitter that changes the model.
+
+    Args:
+        support: ``m x d`` support set (already input-transformed).
+        covar_module: The shared kernel.
+        jitter: Relative jitter; ``None`` uses :func:`default_jitter` (``1e-8``).
+
+    Returns:
+        The ``m x m`` float64 lower Cholesky factor (batched if the kernel is batched).
+    """
+    jitter = DEFAULT_JITTER if jitter is None else float(jitter)
     if not jitter >= 0:
         raise ValueError(f"`jitter` must be non-negative, got {jitter}.")
-    K = covar_module(support).to_dense()
+    K = _to64(covar_module(_to64(support)).to_dense())
+    return _jittered_cholesky(K, jitter)
+
+
+def _jittered_cholesky(K: Tensor, jitter: float) -> Tensor:
     diag = K.diagonal(dim1=-2, dim2=-1)
     scale = diag.mean(dim=-1, keepdim=True).clamp_min(torch.finfo(K.dtype).tiny)
     K = K + torch.diag_embed((jitter * scale).expand_as(diag))
@@ -350,61 +423,104 @@ def compute_local_summary(
     train_Yvar: Tensor | None = None,
     jitter: float | None = None,
     support_chol: Tensor | None = None,
+    input_transform: InputTransform | None = None,
 ) -> SparseSummary:
     r"""The whitened dPITC summary of one client (or of clients stacked in a batch).
 
     Implements eq. 6-7 of [FBO-FedGP] (App. A) followed by whitening with
     ``L = chol(K_SS)``. Fully differentiable in the data and in the hyperparameters
-    of ``covar_module``, ``likelihood`` and ``mean_module``.
+    of ``covar_module``, ``likelihood``, ``mean_module`` and ``input_transform``. All
+    linear algebra runs in float64 (see :func:`support_cholesky`); the summary is
+    float64 whatever the input dtype (it travels as float64 anyway).
 
     Args:
         train_X: ``batch_shape x n x d`` inputs of the client(s); ``n >= 1``.
-        train_Y: ``batch_shape' x n x 1`` outcomes; ``batch_shape'`` must broadcast
-            with ``batch_shape`` (e.g. fantasies ``num_fantasies x batch_shape``).
-        support: ``m x d`` shared support set.
+        train_Y: ``batch_shape' x n x 1`` outcomes (outcome-transformed if the
+            federation transforms outcomes); ``batch_shape'`` must broadcast with
+            ``batch_shape`` (e.g. fantasies ``num_fantasies x batch_shape``).
+        support: ``m x d`` shared support set (in the original input space).
         covar_module: The shared kernel (including any output scale).
         likelihood: A ``GaussianLikelihood``; its noise is ``sigma^2``.
         mean_module: The shared prior mean; ``None`` means a zero mean.
         train_Yvar: Optional ``batch_shape x n x 1`` known observation noise
             variances, used instead of the likelihood's noise.
         jitter: Relative jitter for ``K_SS`` (:func:`support_cholesky`).
-        support_chol: Optional precomputed ``support_cholesky(support, ...)``.
+        support_chol: Optional precomputed ``support_cholesky`` of the (transformed)
+            support.
+        input_transform: The transform every party applies to its inputs (support
+            and data alike), with fixed coefficients (:func:`check_input_transform`).
 
     Returns:
-        The client's :class:`SparseSummary` with batch shape
+        The client's float64 :class:`SparseSummary` with batch shape
         ``broadcast(batch_shape, batch_shape')``.
     """
     _validate_local_data(train_X, train_Y, support, train_Yvar)
+    check_input_transform(input_transform)
     if train_Yvar is None:
-        noise = _noise_from_likelihood(likelihood).unsqueeze(-1)  # ... x 1 x 1
+        _noise_from_likelihood(likelihood)
+    X = transform_support_inputs(train_X, input_transform)
+    S = transform_support_inputs(support, input_transform)
+    L = support_cholesky(S, covar_module, jitter) if support_chol is None else support_chol
+    return local_summary(X, train_Y, S, L, covar_module, likelihood, mean_module, train_Yvar)
+
+
+def local_summary(
+    X: Tensor,
+    Y: Tensor,
+    S: Tensor,
+    L: Tensor,
+    covar_module: Kernel,
+    likelihood: GaussianLikelihood,
+    mean_module: Mean | None = None,
+    train_Yvar: Tensor | None = None,
+) -> SparseSummary:
+    r"""The summary maths of :func:`compute_local_summary`, without any validation.
+
+    For callers that validated their inputs already (the model conditioning on
+    fantasies, the marginal likelihood): inputs are in the transformed input space,
+    ``L`` is ``support_cholesky(S, ...)``.
+
+    Args:
+        X: ``batch_shape x n x d`` transformed inputs.
+        Y: ``batch_shape' x n x 1`` outcomes.
+        S: ``m x d`` transformed support.
+        L: ``m x m`` float64 Cholesky factor of the jittered ``K_SS``.
+        covar_module: The shared kernel.
+        likelihood: The ``GaussianLikelihood``.
+        mean_module: The prior mean (``None``: zero).
+        train_Yvar: Optional known noise variances (``batch_shape x n x 1``).
+
+    Returns:
+        The float64 summary.
+    """
+    X64, S64 = _to64(X), _to64(S)
+    if train_Yvar is None:
+        noise = _to64(likelihood.noise)  # ... x 1
     else:
-        noise = train_Yvar
-    L = support_cholesky(support, covar_module, jitter) if support_chol is None else support_chol
-    S = support.expand(*train_X.shape[:-2], *support.shape)
-    K_Sx = covar_module(S, train_X).to_dense()  # batch x m x n
-    K_xx = covar_module(train_X).to_dense()  # batch x n x n
+        noise = _to64(train_Yvar).squeeze(-1)  # ... x n
+    S64 = S64.expand(*X64.shape[:-2], *S64.shape)
+    K_Sx = _to64(covar_module(S64, X64).to_dense())  # batch x m x n
+    K_xx = _to64(covar_module(X64).to_dense())  # batch x n x n
     V = torch.linalg.solve_triangular(L, K_Sx, upper=False)  # batch x m x n
-    noise_diag = noise.squeeze(-1) * torch.ones_like(K_xx[..., 0])  # ... x n
+    noise_diag = noise * torch.ones_like(K_xx[..., 0])  # ... x n
     Lambda = K_xx - V.mT @ V + torch.diag_embed(noise_diag)
     L_Lambda, info = torch.linalg.cholesky_ex(Lambda)
     if (info != 0).any():
         raise InputDataError(
-            "The block covariance Lambda = K_xx - Q_xx + noise is not positive definite; "
-            "the noise variance is too small relative to the numerical precision "
-            f"({train_X.dtype}). Use float64 or a larger noise lower bound."
+            "The block covariance Lambda = K_xx - Q_xx + noise is not positive definite: "
+            "the noise variance is too small for float64 arithmetic at these "
+            "hyperparameters. Use a larger noise lower bound."
         )
-    mean = torch.zeros_like(train_X[..., 0]) if mean_module is None else mean_module(train_X)
-    resid = train_Y.squeeze(-1) - mean  # batch' x n
+    mean = torch.zeros_like(X64[..., 0]) if mean_module is None else _to64(mean_module(X64))
+    resid = _to64(Y).squeeze(-1) - mean  # batch' x n
     Z = torch.linalg.solve_triangular(L_Lambda, V.mT, upper=False)  # batch x n x m
-    z = torch.linalg.solve_triangular(L_Lambda, resid.unsqueeze(-1), upper=False).squeeze(
-        -1
-    )  # batch' x n
+    z = torch.linalg.solve_triangular(L_Lambda, resid.unsqueeze(-1), upper=False).squeeze(-1)
     b = (Z.mT @ z.unsqueeze(-1)).squeeze(-1)
     A = Z.mT @ Z
     A = 0.5 * (A + A.mT)  # exactly symmetric, so packing its upper triangle is lossless
     quad = z.pow(2).sum(dim=-1)
     logdet = 2 * L_Lambda.diagonal(dim1=-2, dim2=-1).log().sum(dim=-1)
-    num_data = torch.full_like(logdet, train_X.shape[-2])
+    num_data = torch.full_like(logdet, X.shape[-2])
     return SparseSummary(b=b, A=A, quad=quad, logdet=logdet, num_data=num_data)
 
 
@@ -420,6 +536,12 @@ def _validate_local_data(
         raise InputDataError(
             "`train_X` has no observations (an empty client); a client must hold at "
             "least one data point to compute a summary."
+        )
+    if train_Y.ndim >= 2 and train_Y.shape[-2] == n and train_Y.shape[-1] > 1:
+        raise UnsupportedError(
+            f"`train_Y` has {train_Y.shape[-1]} outputs: the dPITC model has a single "
+            "output. Model each outcome separately (e.g. one model per outcome in a "
+            "ModelListGP)."
         )
     if train_Y.ndim < 2 or train_Y.shape[-1] != 1 or train_Y.shape[-2] != n:
         raise BotorchTensorDimensionError(
@@ -455,6 +577,34 @@ def _validate_local_data(
             raise InputDataError("`train_Yvar` (noise variances) must be positive.")
 
 
+def summary_factor(summary: SparseSummary) -> tuple[Tensor, Tensor]:
+    r"""``L_B = chol(I + A~)`` and ``v = L_B^-1 b~`` of a summed summary (float64).
+
+    The one place both the predictive distribution (eq. 9-10) and the marginal
+    likelihood factorise ``B = I + sum_i A~_i``.
+
+    Args:
+        summary: The sum of all clients' summaries.
+
+    Returns:
+        ``(L_B, v)`` with shapes ``batch_shape x m x m`` and ``batch_shape x m``.
+
+    Raises:
+        InputDataError: If ``I + A~`` is not positive definite (not a sum of valid
+            client summaries).
+    """
+    A, b = _to64(summary.A), _to64(summary.b)
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    L_B, info = torch.linalg.cholesky_ex(eye + A)
+    if (info != 0).any():
+        raise InputDataError(
+            "I + summary.A is not positive definite: the summary is not a sum of "
+            "valid client summaries (corrupted or wrongly aggregated)."
+        )
+    v = torch.linalg.solve_triangular(L_B, b.unsqueeze(-1), upper=False).squeeze(-1)
+    return L_B, v
+
+
 def pitc_log_marginal_likelihood(summary: SparseSummary) -> Tensor:
     r"""Exact log marginal likelihood of the PITC model from the *summed* summary.
 
@@ -469,19 +619,15 @@ def pitc_log_marginal_likelihood(summary: SparseSummary) -> Tensor:
         summary: The sum of all clients' summaries.
 
     Returns:
-        A ``batch_shape`` tensor: ``log p(y)`` (not normalised by ``n``).
+        A ``batch_shape`` float64 tensor: ``log p(y)`` (not normalised by ``n``).
     """
-    A = summary.A
-    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-    L_B, info = torch.linalg.cholesky_ex(eye + A)
-    if (info != 0).any():
-        raise InputDataError(
-            "I + sum(A) is not positive definite: the aggregated summary is corrupt "
-            "(e.g. not a sum of valid client summaries)."
-        )
-    v = torch.linalg.solve_triangular(L_B, summary.b.unsqueeze(-1), upper=False).squeeze(-1)
+    L_B, v = summary_factor(summary)
     logdet_B = 2 * L_B.diagonal(dim1=-2, dim2=-1).log().sum(dim=-1)
-    n = summary.num_data
+    n = _to64(summary.num_data)
     return -0.5 * (
-        summary.quad - v.pow(2).sum(dim=-1) + logdet_B + summary.logdet + n * math.log(2 * math.pi)
+        _to64(summary.quad)
+        - v.pow(2).sum(dim=-1)
+        + logdet_B
+        + _to64(summary.logdet)
+        + n * math.log(2 * math.pi)
     )
