@@ -15,6 +15,8 @@ accuracy at all); compare against the magnitude of the whole quantity instead.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -67,3 +69,102 @@ def assert_close(
             f"{msg} max abs error {err:.3e} exceeds {factor:g} * eps({dtype}) * scale "
             f"{scale:.3e} = {bound:.3e} (error / (eps * scale) = {err / (eps(dtype) * scale):.3g})"
         )
+
+
+def assert_within(
+    actual: Tensor, expected: Tensor, bound: float | Tensor, *, msg: str = ""
+) -> None:
+    r"""Elementwise comparison: ``|actual - expected| <= bound`` (``bound`` broadcasts).
+
+    For tolerances that differ from entry to entry, e.g. a posterior standard deviation
+    whose rounding error is amplified by ``1 / sigma`` where ``sigma`` is small.
+
+    Args:
+        actual: The computed tensor (compared in float64).
+        expected: The reference, same shape.
+        bound: The absolute error allowed at each entry (>= 0).
+        msg: Context for the failure message.
+    """
+    a = actual.detach().to(torch.float64)
+    e = expected.detach().to(torch.float64)
+    if a.shape != e.shape:
+        raise AssertionError(f"{msg} shapes differ: {tuple(a.shape)} vs {tuple(e.shape)}")
+    b = torch.as_tensor(bound, dtype=torch.float64).expand_as(e)
+    if (b < 0).any() or not torch.isfinite(b).all():
+        raise ValueError(f"`bound` must be finite and >= 0, got min {b.min().item():.3e}.")
+    err = (a - e).abs()
+    bad = ~(err <= b)  # also catches NaN
+    if bad.any():
+        ratio = torch.where(b > 0, err / b, torch.full_like(err, math.inf))
+        i = int(torch.nan_to_num(ratio, nan=math.inf).flatten().argmax())
+        raise AssertionError(
+            f"{msg} {int(bad.sum())} of {err.numel()} entries exceed their bound; worst: "
+            f"error {err.flatten()[i].item():.3e} vs bound {b.flatten()[i].item():.3e} "
+            f"(actual {a.flatten()[i].item():.8g}, expected {e.flatten()[i].item():.8g})"
+        )
+
+
+def sqrt_error(value: Tensor, err: Tensor | float) -> Tensor:
+    r"""Bound on ``|sqrt(a) - sqrt(value)|`` for any ``a >= 0`` with ``|a - value| <= err``.
+
+    ``sqrt(a) - sqrt(b) = (a - b) / (sqrt(a) + sqrt(b))``, so the error is at most
+    ``err / sqrt(value)``, and never more than ``sqrt(err)``: a variance's rounding
+    error is amplified by ``1 / (2 sigma)`` in ``sigma`` (the bound keeps a factor 2 of
+    slack).
+
+    Args:
+        value: The exact (reference) value, ``>= 0``.
+        err: The bound on the error of the value.
+
+    Returns:
+        The bound on the error of the square root, shaped like ``value``.
+    """
+    err = torch.as_tensor(err, dtype=value.dtype).expand_as(value)
+    by_ratio = err / value.clamp_min(torch.finfo(value.dtype).tiny).sqrt()
+    return torch.minimum(by_ratio, err.sqrt())
+
+
+def gp_posterior_error_factors(
+    K: Tensor, K_s: Tensor, k_ss: Tensor, r: Tensor, kappa: float, r_mag: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    r"""First-order rounding-error factors of a GP posterior mean and variance.
+
+    For ``m = k_s' K^-1 r`` and ``v = k_ss - k_s' K^-1 k_s`` computed through a Cholesky
+    factorisation of ``K`` in a precision with unit roundoff ``eps``, first-order
+    perturbation theory (Higham, *Accuracy and Stability of Numerical Algorithms*,
+    Thm. 10.4: the computed solve is exact for ``K + dK`` with
+    ``|dK| <= gamma_{n+1} |L||L'|``) gives, with the kriging weights ``w = K^-1 k_s``
+    and ``alpha = K^-1 r``::
+
+        |dm| <= eps * ((n + kappa) |k_s| |alpha| + (n + kappa) |K| |w| |alpha| + |w| |r_mag| + |m|)
+        |dv| <= eps * (kappa k_ss + (n + 2 kappa) |k_s| |w| + (n + kappa) |K| |w|^2 + k_ss)
+
+    (2-norms), where ``kappa * eps`` is the relative error of each kernel entry as
+    formed (squared distances, lengthscale, exp), ``n * eps`` that of a length-``n``
+    dot product and of the factorisation, and the last terms are the final roundings.
+    These use the conditioning of the *outputs* (``|w|``, ``|alpha|``) rather than
+    ``cond(K)``, which is far more pessimistic for posterior moments.
+
+    Args:
+        K: ``n x n`` training covariance (noise included), float64.
+        K_s: ``q x n`` test-train covariance.
+        k_ss: ``q`` prior variances at the test points.
+        r: ``n`` residuals ``y - mu``.
+        kappa: Relative rounding of each kernel entry, in units of ``eps``.
+        r_mag: ``n`` magnitudes the residuals were formed from (default ``|r|``; pass
+            ``|y| + |mu|`` when ``y - mu`` cancels).
+
+    Returns:
+        ``(f_mean, f_var)``: ``q``-dim factors; ``eps(dtype) * f`` bounds the errors.
+    """
+    n = K.shape[-1]
+    w = torch.linalg.solve(K, K_s.mT)  # n x q
+    alpha = torch.linalg.solve(K, r.unsqueeze(-1)).squeeze(-1)
+    norm_K = torch.linalg.matrix_norm(K, ord=2)
+    wn, ksn, an = w.norm(dim=0), K_s.norm(dim=-1), alpha.norm()
+    r_mag = r.abs() if r_mag is None else r_mag
+    mean = K_s @ alpha
+    f_mean = (n + kappa) * ksn * an + (n + kappa) * norm_K * wn * an + wn * r_mag.norm()
+    f_mean = f_mean + mean.abs()
+    f_var = kappa * k_ss + (n + 2 * kappa) * ksn * wn + (n + kappa) * norm_K * wn**2 + k_ss
+    return f_mean, f_var
