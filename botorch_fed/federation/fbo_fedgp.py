@@ -29,7 +29,9 @@ Choices of this implementation where the paper is silent (all configurable):
   with ``|D_i| = 4`` and ``k = 4`` Alg. 1 would otherwise send the raw initial points;
 - the support set is re-selected by Alg. 1 every ``support_every`` (5) rounds, as the
   data grow (App. C.7 also grows it: ``support_growth``);
-- outcomes are standardised with federated moments before summarising, and every
+- outcomes are standardised with federated moments before summarising (exact for any
+  finite outcomes: the clients send ``n``, ``sum y`` and ``sum y^2`` as exact integer
+  limbs, see :mod:`botorch_fed.models.federated_standardize`), and every other
   secure sum travels in the exact limb encoding (``botorch_fed.secure.limbs``).
 
 Hyperparameters of the global model (refreshed every ``hyper_every`` rounds):
@@ -71,6 +73,7 @@ from botorch_fed.federation.roles import FederatedServer, ProtocolViolation
 from botorch_fed.federation.stepped_minimizer import SteppedMinimizer
 from botorch_fed.inducing import global_support, local_centers, random_support
 from botorch_fed.models import (
+    OUTCOME_MOMENTS_LENGTH,
     FederatedPITCGP,
     PITCFitClient,
     PITCHyperparameters,
@@ -85,9 +88,6 @@ SUPPORTS = ("clustered", "random")
 HYPERPARAMETERS = ("average", "federated")
 MIXINGS = ("sample", "expected")
 GLOBAL_BATCHES = ("distinct", "independent")
-# Outcome moments of unscaled objectives (CEC-2005 F3, F6: y ~ 1e10, sum y^2 ~ 1e22+)
-# need a wider limb range than summaries and gradients (2^64).
-MOMENTS_RANGE = 200
 
 
 @dataclass
@@ -424,9 +424,17 @@ class FBOFedGPServer(FederatedServer):
         self.hyper.set_theta(np.asarray(reply["theta"]))
         self.broadcast("apply_theta", {"theta": reply["theta"]})
 
+    def standardize_outcomes(self) -> None:
+        r"""Federated outcome standardisation: one secure sum of the clients' outcome
+        moments, after which every client holds the ``Standardize`` transform of all
+        outcomes pooled (exact for any finite outcomes)."""
+        # the moments already are exact small-integer limbs (outcome_moments): exact
+        # and within headroom under every backend, so no wide encoding on top
+        self.secure_sum("moments", OUTCOME_MOMENTS_LENGTH, wide=0)
+
     def global_round(self, t: int, clients: list[int]) -> None:
         cfg = self.config
-        self.secure_sum("moments", 3, wide=MOMENTS_RANGE)
+        self.standardize_outcomes()
         if self._hyper_round is None or t - self._hyper_round >= cfg.hyper_every:
             self.refresh_hyperparameters(t)
         self.secure_sum("summary", SparseSummary.packed_length(len(self.support)))

@@ -7,7 +7,9 @@ r"""BoTorch models of botorch-fed.
 """
 
 from botorch_fed.models.federated_standardize import (
+    OUTCOME_MOMENTS_LENGTH,
     outcome_moments,
+    outcome_statistics,
     standardize_from_moments,
 )
 from botorch_fed.models.pitc import FederatedPITCGP, sum_arrays
@@ -28,6 +30,7 @@ from botorch_fed.models.pitc_summary import (
 )
 
 __all__ = [
+    "OUTCOME_MOMENTS_LENGTH",
     "FederatedFitResult",
     "FederatedPITCGP",
     "PITCFitClient",
@@ -35,6 +38,7 @@ __all__ = [
     "fit_federated_pitc",
     "fit_local_average",
     "outcome_moments",
+    "outcome_statistics",
     "pitc_loss_and_adjoint",
     "SparseSummary",
     "compute_local_summary",

@@ -2,6 +2,8 @@ r"""FBO-FedGP on the federation protocol: privacy, determinism, options, baselin
 
 from __future__ import annotations
 
+import math
+import statistics
 import time
 import warnings
 
@@ -17,7 +19,7 @@ from botorch_fed.federation import (
     build_federation,
     run_federated,
 )
-from botorch_fed.models import SparseSummary
+from botorch_fed.models import OUTCOME_MOMENTS_LENGTH, SparseSummary
 
 
 @pytest.fixture(autouse=True)
@@ -182,9 +184,9 @@ def test_non_finite_secure_sum_vector_names_the_client_and_request():
 
     server, clients, _ = build_federation("fbo-fedgp", _setup(), _config(num_rounds=1))
     server.broadcast("init")
-    clients[1].vector_moments = lambda: np.array([4.0, np.nan, 1.0])
+    clients[1].vector_moments = lambda: np.full(OUTCOME_MOMENTS_LENGTH, np.nan)
     with pytest.raises(InputError, match=r"Client 1: its 'moments' vector"):
-        server.secure_sum("moments", 3)
+        server.standardize_outcomes()
 
 
 @pytest.mark.parametrize("algorithm", ["local", "central", "fts", "random"])
@@ -232,8 +234,8 @@ def test_bad_setups_raise_clear_errors():
 
 
 def test_huge_objective_values_survive_the_secure_sums():
-    # CEC-2005 F6 (shifted Rosenbrock) reaches ~1e10 per point: the outcome moments
-    # exceed 2^64 and travel in a wider limb encoding.
+    # CEC-2005 F6 (shifted Rosenbrock) reaches ~1e10 per point: sum y^2 exceeds 2^64;
+    # the clients' exact integer moments still sum exactly.
     server, clients, _ = build_federation(
         "fbo-fedgp", _setup(problem="cec2005-f6", aggregator="ckks"), _config(num_rounds=1)
     )
@@ -243,4 +245,26 @@ def test_huge_objective_values_survive_the_secure_sums():
     assert float(Y.pow(2).sum()) > 2.0**64  # the moments really are that large
     c0 = clients[0]
     assert c0.standardize is not None
-    torch.testing.assert_close(c0.standardize.means.squeeze(), Y.mean(), rtol=1e-12, atol=0)
+    y = Y.reshape(-1).tolist()
+    assert c0.standardize.means.item() == statistics.mean(y)
+    assert c0.standardize.stdvs.item() == pytest.approx(statistics.stdev(y), rel=2**-52)
+
+
+@pytest.mark.parametrize("aggregator", ["plaintext", "masking", "ckks"])
+def test_outcome_standardisation_is_exact_through_the_secure_sum(aggregator):
+    # Large offsets with small spreads cancel in float moments (old: std 1 instead of
+    # 1e-3 here) and |y| ~ 1e12 exceeded the old moments' range: the clients' exact
+    # integer moments give the pooled data's mean and std to the last bit.
+    server, clients, _ = build_federation(
+        "fbo-fedgp", _setup(aggregator=aggregator), _config(num_rounds=1)
+    )
+    g = torch.Generator().manual_seed(0)
+    for offset, spread in ((1e5, 1e-3), (-1e12, 1.0)):
+        for c, n in zip(clients.values(), (4, 1, 6), strict=True):
+            c.Y = offset + spread * torch.randn(n, 1, generator=g, dtype=torch.float64)
+        server.standardize_outcomes()
+        y = torch.cat([c.Y for c in clients.values()]).reshape(-1).tolist()
+        mean, std = statistics.mean(y), statistics.stdev(y)
+        for c in clients.values():
+            assert c.standardize.means.item() == mean
+            assert abs(c.standardize.stdvs.item() - std) <= math.ulp(std)
