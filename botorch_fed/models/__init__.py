@@ -3,7 +3,9 @@ r"""BoTorch models of botorch-fed.
 - :class:`FederatedPITCGP`: the distributed PITC sparse GP (dPITC) of [FBO-FedGP]
   built from aggregated client summaries (:func:`compute_local_summary`,
   :class:`SparseSummary`).
-- :func:`fit_federated_pitc` / :func:`fit_local_average`: federated hyperparameters.
+- :func:`fit_federated_pitc` / :func:`fit_local_average`: federated hyperparameters;
+  :class:`PITCMarginalLogLikelihood` fits the same objective with ``fit_gpytorch_mll``
+  when all clients' data are in one process.
 """
 
 from botorch_fed.models.federated_standardize import (
@@ -12,7 +14,7 @@ from botorch_fed.models.federated_standardize import (
     outcome_statistics,
     standardize_from_moments,
 )
-from botorch_fed.models.pitc import FederatedPITCGP, sum_arrays
+from botorch_fed.models.pitc import FederatedPITCGP, HyperparametersChangedError, sum_arrays
 from botorch_fed.models.pitc_fit import (
     FederatedFitResult,
     PITCFitClient,
@@ -21,6 +23,7 @@ from botorch_fed.models.pitc_fit import (
     fit_local_average,
     pitc_loss_and_adjoint,
 )
+from botorch_fed.models.pitc_mll import PITCMarginalLogLikelihood
 from botorch_fed.models.pitc_summary import (
     SparseSummary,
     compute_local_summary,
@@ -33,6 +36,8 @@ __all__ = [
     "OUTCOME_MOMENTS_LENGTH",
     "FederatedFitResult",
     "FederatedPITCGP",
+    "HyperparametersChangedError",
+    "PITCMarginalLogLikelihood",
     "PITCFitClient",
     "PITCHyperparameters",
     "fit_federated_pitc",
