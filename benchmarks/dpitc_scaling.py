@@ -39,16 +39,19 @@ import gpytorch
 import numpy as np
 import torch
 from botorch.exceptions.warnings import InputDataWarning
-from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.models.utils.gpytorch_modules import (
     get_covar_module_with_dim_scaled_prior,
     get_gaussian_likelihood_with_lognormal_prior,
 )
-from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from botorch_fed.inducing import global_support, local_centers
-from botorch_fed.models import FederatedPITCGP, SparseSummary, compute_local_summary
+from botorch_fed.models import (
+    FederatedPITCGP,
+    SparseSummary,
+    compute_local_summary,
+    fit_exact_gp,
+)
 from botorch_fed.models.pitc_summary import support_cholesky
 from botorch_fed.regression_demo import RegressionDemoConfig, simulate_clients
 
@@ -90,8 +93,9 @@ def shared_hyperparameters(clients, seed: int):
     d = X.shape[-1]
     k = get_covar_module_with_dim_scaled_prior(d).double()
     lik = get_gaussian_likelihood_with_lognormal_prior().double()
-    gp = SingleTaskGP(X[idx], Y[idx], covar_module=k, likelihood=lik, outcome_transform=None)
-    fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp))
+    gp = fit_exact_gp(
+        X[idx], Y[idx], seed=seed, covar_module=k, likelihood=lik, outcome_transform=None
+    )
     return k, lik, gp.mean_module
 
 

@@ -6,7 +6,9 @@ r"""Acquisition pieces of botorch-fed: Alg. 2 / eq. 3 of [FBO-FedGP].
   of the global dPITC GP otherwise (sampled, or in expectation).
 - :func:`make_step_acquisition`, :func:`thompson_sample_candidate`,
   :func:`propose_step_candidate`: one step's UCB / EI / Thompson sampling on a model
-  through BoTorch's own classes.
+  through BoTorch's own classes; :func:`pathwise_thompson_sampling`,
+  :func:`maximize_step_acquisition` and :func:`ranked_step_candidates` are its seeded
+  pieces (batch paths, the ``optimize_acqf`` search, distinct optima by rank).
 
 References:
 
@@ -20,7 +22,10 @@ from botorch_fed.acquisition.mixing_schedule import MixingSchedule
 from botorch_fed.acquisition.step_acquisition import (
     STEP_KINDS,
     make_step_acquisition,
+    maximize_step_acquisition,
+    pathwise_thompson_sampling,
     propose_step_candidate,
+    ranked_step_candidates,
     supports_pathwise_sampling,
     thompson_sample_candidate,
 )
@@ -31,8 +36,11 @@ __all__ = [
     "STEP_KINDS",
     "SeedLike",
     "make_step_acquisition",
+    "maximize_step_acquisition",
     "model_input_dim",
+    "pathwise_thompson_sampling",
     "propose_step_candidate",
+    "ranked_step_candidates",
     "supports_pathwise_sampling",
     "thompson_sample_candidate",
 ]

@@ -15,7 +15,17 @@ picked. This module builds that acquisition through BoTorch's own classes:
   candidate set and returns its argmax
   (:class:`~botorch.generation.sampling.MaxPosteriorSampling`).
 
-:func:`propose_step_candidate` picks the right route and returns the next point.
+:func:`propose_step_candidate` picks the right route and returns the next point. Its
+pieces are public for callers that build or rank the acquisition themselves:
+:func:`pathwise_thompson_sampling` (also for ``q > 1`` paths),
+:func:`maximize_step_acquisition` (the seeded ``optimize_acqf`` search) and
+:func:`ranked_step_candidates` (every distinct optimum of that search, best first --
+for several parties that maximise one acquisition on one model and must not
+evaluate one point twice).
+
+Seeds: one integer seed ``s`` drives a whole step -- the Thompson path is drawn from
+``s``, the discrete Thompson sample from ``s + 1`` and the ``optimize_acqf`` search
+(Sobol raw samples and the choice of initial conditions) from ``s + 2``.
 
 References:
 
@@ -25,6 +35,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from typing import Literal, overload
 
 import torch
@@ -67,6 +78,12 @@ def _check_kind(kind: str) -> str:
     if kind not in STEP_KINDS:
         raise ValueError(f"`kind` must be one of {STEP_KINDS}, got {kind!r}.")
     return kind
+
+
+def _check_positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
+    return value
 
 
 def make_step_acquisition(
@@ -121,6 +138,42 @@ def make_step_acquisition(
         return LogExpectedImprovement(
             model, best_f=best_f_t, posterior_transform=posterior_transform, maximize=maximize
         )
+    return pathwise_thompson_sampling(
+        model, seed=seed, maximize=maximize, posterior_transform=posterior_transform
+    )
+
+
+def pathwise_thompson_sampling(
+    model: Model,
+    *,
+    seed: SeedLike = None,
+    batch_size: int = 1,
+    maximize: bool = True,
+    posterior_transform: PosteriorTransform | None = None,
+) -> PathwiseThompsonSampling:
+    r"""BoTorch's ``PathwiseThompsonSampling`` with its Matheron paths drawn from ``seed``.
+
+    Args:
+        model: A fitted single-output model with pathwise sampling support (see
+            :func:`supports_pathwise_sampling`), e.g. a ``SingleTaskGP``.
+        seed: An ``int``, a ``torch.Generator`` / ``numpy.random.Generator``, or
+            ``None``; the global RNG state is restored afterwards.
+        batch_size: Number ``q`` of independent paths. The acquisition takes
+            ``b x q x d`` inputs and sums path ``j`` at point ``j``, so maximising it
+            over a ``q``-batch maximises every path (batch Thompson sampling).
+        maximize: If False, the paths are negated (minimisation).
+        posterior_transform: Optional posterior transform.
+
+    Returns:
+        The acquisition with its paths drawn (deterministic in ``X``).
+
+    Raises:
+        UnsupportedError: For a model without pathwise sampling support; use
+            :func:`thompson_sample_candidate`.
+    """
+    if not isinstance(model, Model):
+        raise TypeError(f"`model` must be a BoTorch Model, got {type(model).__name__}.")
+    _check_positive_int(batch_size, "batch_size")
     if not supports_pathwise_sampling(model):
         raise UnsupportedError(
             f"Pathwise Thompson sampling does not support {type(model).__name__}; use "
@@ -132,8 +185,8 @@ def make_step_acquisition(
         posterior_transform=posterior_transform,
     )
     with isolated_seed(resolve_seed(seed)):
-        acqf.redraw(batch_size=1)
-    acqf.batch_size = 1
+        acqf.redraw(batch_size=batch_size)
+    acqf.batch_size = batch_size
     return acqf
 
 
@@ -245,6 +298,125 @@ def thompson_sample_candidate(
     return candidate
 
 
+def maximize_step_acquisition(
+    acqf: AcquisitionFunction,
+    bounds: Tensor,
+    *,
+    seed: SeedLike = None,
+    q: int = 1,
+    num_restarts: int = 8,
+    raw_samples: int = 256,
+    maxiter: int | None = None,
+    sequential: bool = False,
+) -> Tensor:
+    r"""The seeded ``optimize_acqf`` search of one step.
+
+    With the integer seed ``s`` (drawn from ``seed`` if it is a generator), the Sobol
+    raw samples take ``s + 2`` and the Boltzmann choice of the initial conditions,
+    which draws from torch's global RNG, runs under that seed too; the global RNG
+    state is restored afterwards.
+
+    Args:
+        acqf: The acquisition (e.g. from :func:`make_step_acquisition`).
+        bounds: ``2 x d`` box bounds.
+        seed: The step's seed (an ``int``, a generator, or ``None``).
+        q: Batch size (``q > 1`` for batch acquisitions such as ``qUCB`` or
+            :func:`pathwise_thompson_sampling` with ``batch_size=q``).
+        num_restarts: ``optimize_acqf`` restarts.
+        raw_samples: ``optimize_acqf`` raw samples for the initial conditions.
+        maxiter: L-BFGS-B iterations per restart (``None``: ``optimize_acqf``'s
+            default).
+        sequential: Sequential greedy optimisation of the ``q`` points.
+
+    Returns:
+        The ``q x d`` maximiser found.
+    """
+    bounds = _check_bounds(bounds)
+    s = resolve_seed(seed)
+    with isolated_seed(s + 2):
+        candidate, _ = optimize_acqf(
+            acqf,
+            bounds=bounds,
+            q=_check_positive_int(q, "q"),
+            num_restarts=_check_positive_int(num_restarts, "num_restarts"),
+            raw_samples=_check_positive_int(raw_samples, "raw_samples"),
+            options=_search_options(s, maxiter),
+            sequential=sequential,
+        )
+    return candidate.detach()
+
+
+def _search_options(s: int, maxiter: int | None) -> dict:
+    # The Sobol raw samples take the seed; the Boltzmann selection of the initial
+    # conditions draws from torch's global RNG, hence also the isolated_seed context.
+    options: dict = {"seed": s + 2}
+    if maxiter is not None:
+        options["maxiter"] = _check_positive_int(maxiter, "maxiter")
+    return options
+
+
+def ranked_step_candidates(
+    acqf: AcquisitionFunction,
+    bounds: Tensor,
+    *,
+    seed: SeedLike = None,
+    num_restarts: int = 8,
+    raw_samples: int = 256,
+    maxiter: int | None = None,
+    min_distance: float = 0.0,
+) -> Tensor:
+    r"""Every distinct point of one seeded ``q = 1`` search, best first.
+
+    Runs the search of :func:`maximize_step_acquisition` (same seed, so the first
+    point is its candidate) but keeps all restarts, then ranks: the optimised points
+    by decreasing acquisition value, then the search's ``raw_samples`` Sobol points
+    (``draw_sobol_samples(bounds, raw_samples, 1, seed=s + 2)``, the ones
+    ``optimize_acqf`` drew its initial conditions from) by decreasing value. A point
+    within ``min_distance`` (Euclidean, in the input space) of one already ranked is
+    dropped. Parties that maximise the same acquisition on the same model with the
+    same seed get the same list, so the ``r``-th of them can take the ``r``-th point
+    without exchanging anything.
+
+    Args:
+        acqf: A ``q = 1`` acquisition.
+        bounds: ``2 x d`` box bounds.
+        seed: The step's seed (an ``int``, a generator, or ``None``).
+        num_restarts: ``optimize_acqf`` restarts (the optimised points).
+        raw_samples: ``optimize_acqf`` raw samples (the fallback points).
+        maxiter: L-BFGS-B iterations per restart (``None``: ``optimize_acqf``'s
+            default).
+        min_distance: Points closer than this to a ranked point count as that point.
+
+    Returns:
+        A ``k x d`` tensor of ranked points, ``1 <= k <= num_restarts + raw_samples``.
+    """
+    bounds = _check_bounds(bounds)
+    if not (min_distance >= 0 and math.isfinite(min_distance)):
+        raise ValueError(f"`min_distance` must be finite and >= 0, got {min_distance!r}.")
+    s = resolve_seed(seed)
+    with isolated_seed(s + 2):
+        X_opt, v_opt = optimize_acqf(
+            acqf,
+            bounds=bounds,
+            q=1,
+            num_restarts=_check_positive_int(num_restarts, "num_restarts"),
+            raw_samples=_check_positive_int(raw_samples, "raw_samples"),
+            options=_search_options(s, maxiter),
+            return_best_only=False,
+        )
+    X_raw = draw_sobol_samples(bounds, n=raw_samples, q=1, seed=s + 2)
+    with torch.no_grad():
+        v_raw = acqf(X_raw)
+    d = bounds.shape[-1]
+    kept: list[Tensor] = []
+    for X, values in ((X_opt.detach().reshape(-1, d), v_opt), (X_raw.reshape(-1, d), v_raw)):
+        order = torch.sort(values.detach().reshape(-1), descending=True, stable=True).indices
+        for x in X[order]:
+            if not kept or bool(((torch.stack(kept) - x).norm(dim=-1) > min_distance).all()):
+                kept.append(x)
+    return torch.stack(kept)
+
+
 def propose_step_candidate(
     kind: StepKind,
     model: Model,
@@ -257,13 +429,15 @@ def propose_step_candidate(
     posterior_transform: PosteriorTransform | None = None,
     num_restarts: int = 8,
     raw_samples: int = 256,
+    maxiter: int | None = None,
     num_candidates: int = 1024,
 ) -> Tensor:
     r"""The next point of one step of Alg. 2 (lines 17 / 23) on ``model``.
 
-    UCB, EI and pathwise TS are maximised with ``optimize_acqf`` (seeded initial
-    conditions, global RNG state restored afterwards); TS on a model without pathwise
-    support (e.g. ``FederatedPITCGP``) uses :func:`thompson_sample_candidate`.
+    UCB, EI and pathwise TS are maximised with :func:`maximize_step_acquisition`
+    (seeded initial conditions, global RNG state restored afterwards); TS on a model
+    without pathwise support (e.g. ``FederatedPITCGP``) uses
+    :func:`thompson_sample_candidate`.
 
     Args:
         kind: ``"ucb"``, ``"ei"`` or ``"ts"``.
@@ -276,6 +450,8 @@ def propose_step_candidate(
         posterior_transform: Optional posterior transform.
         num_restarts: ``optimize_acqf`` restarts.
         raw_samples: ``optimize_acqf`` raw samples for the initial conditions.
+        maxiter: L-BFGS-B iterations per restart (``None``: ``optimize_acqf``'s
+            default).
         num_candidates: Candidate set size for discrete TS.
 
     Returns:
@@ -302,15 +478,11 @@ def propose_step_candidate(
         maximize=maximize,
         posterior_transform=posterior_transform,
     )
-    # The Sobol raw samples take the seed; the Boltzmann selection of the initial
-    # conditions draws from torch's global RNG, hence also the isolated_seed context.
-    with isolated_seed(s + 2):
-        candidate, _ = optimize_acqf(
-            acqf,
-            bounds=bounds,
-            q=1,
-            num_restarts=num_restarts,
-            raw_samples=raw_samples,
-            options={"seed": s + 2},
-        )
-    return candidate.detach()
+    return maximize_step_acquisition(
+        acqf,
+        bounds,
+        seed=s,
+        num_restarts=num_restarts,
+        raw_samples=raw_samples,
+        maxiter=maxiter,
+    )

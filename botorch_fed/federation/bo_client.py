@@ -4,6 +4,14 @@ A :class:`BOClient` holds its private data in the unit cube, evaluates its own b
 box, keeps a local ``SingleTaskGP`` and maximises an acquisition function (UCB, EI
 or Thompson sampling) on any model it is given. ``history`` is a harness-side record
 of what it evaluated (for result tables); it is never sent to the server.
+
+It implements neither piece itself: the local GP is fitted by
+:class:`~botorch_fed.models.ExactGPRefitter` (warm-started refits every
+``local_refit_every`` updates, seeded from the client's seed), and acquisitions are
+built and maximised by :mod:`botorch_fed.acquisition.step_acquisition` -- UCB with a
+float64 ``beta``, log-EI, pathwise Thompson sampling on the local GP (discrete
+Thompson sampling on a Sobol set only for models without pathwise support, such as
+the global ``FederatedPITCGP``), and the ranked distinct optima of a shared search.
 """
 
 from __future__ import annotations
@@ -12,17 +20,20 @@ import math
 from dataclasses import dataclass
 
 import torch
-from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
-from botorch.fit import fit_gpytorch_mll
+from botorch.acquisition.acquisition import AcquisitionFunction
 from botorch.models import SingleTaskGP
-from botorch.optim import optimize_acqf
-from botorch.utils.sampling import draw_sobol_samples, manual_seed
-from gpytorch.mlls import ExactMarginalLogLikelihood
+from botorch.models.model import Model
 from torch import Tensor
 
-from botorch_fed.acquisition import thompson_sample_candidate
+from botorch_fed.acquisition import (
+    make_step_acquisition,
+    maximize_step_acquisition,
+    propose_step_candidate,
+    ranked_step_candidates,
+)
 from botorch_fed.federation.problem import ClientObjective, initial_design
 from botorch_fed.federation.roles import FederatedClient
+from botorch_fed.models import ExactGPRefitter
 
 ACQUISITIONS = ("ucb", "ei", "ts")
 
@@ -43,7 +54,9 @@ class BOSettings:
         num_restarts: ``optimize_acqf`` restarts.
         raw_samples: ``optimize_acqf`` raw samples.
         maxiter: ``optimize_acqf`` L-BFGS-B iterations.
-        ts_candidates: Candidate-set size of discrete Thompson sampling.
+        ts_candidates: Candidate-set size of discrete Thompson sampling (models
+            without pathwise sampling: the global dPITC model; FTS's shared-feature
+            steps).
     """
 
     num_init: int = 4
@@ -85,17 +98,6 @@ class BOSettings:
 MIN_DISTANCE = 0.05  # in the unit cube: closer points count as one
 
 
-def _ranked_distinct(groups: list[tuple[Tensor, Tensor]]) -> Tensor:
-    r"""Points of the groups in order (each group by decreasing value), dropping any
-    within :data:`MIN_DISTANCE` of a point already kept."""
-    kept: list[Tensor] = []
-    for X, values in groups:
-        for i in values.argsort(descending=True).tolist():
-            if all((X[i] - k).norm() > MIN_DISTANCE for k in kept):
-                kept.append(X[i])
-    return torch.stack(kept)
-
-
 class BOClient(FederatedClient):
     r"""A client that evaluates its black box and runs BO steps on given models.
 
@@ -130,8 +132,12 @@ class BOClient(FederatedClient):
         self.Y = torch.empty(0, 1, dtype=torch.float64)
         self.history: list[dict] = []  # harness-only record, never sent
         self._local_model: SingleTaskGP | None = None
-        self._local_state: dict | None = None
-        self._local_updates = 0
+        self._local_fitter = ExactGPRefitter(
+            refit_every=settings.local_refit_every,
+            maxiter=settings.fit_maxiter,
+            warm_start=True,
+            seed=self.seed,
+        )
 
     def evaluate(self, x: Tensor, t: int, step: str) -> None:
         r"""Evaluate ``x`` (``1 x d``), add it to the private data, record it."""
@@ -144,92 +150,135 @@ class BOClient(FederatedClient):
         self.history.append({"round": t, "step": step, "value": value})
 
     def local_model(self) -> SingleTaskGP:
-        r"""The client's own GP on its data (BoTorch defaults, outcome standardised)."""
-        if self._local_model is not None:
-            return self._local_model
-        with self.timed("local_fit"):
-            model = SingleTaskGP(self.X, self.Y)
-            refit = (
-                self._local_state is None
-                or self._local_updates % self.settings.local_refit_every == 0
-            )
-            if refit:
-                if self._local_state is not None:  # warm start from the last fit
-                    model.load_state_dict(self._local_state, strict=False)
-                fit_gpytorch_mll(
-                    ExactMarginalLogLikelihood(model.likelihood, model),
-                    optimizer_kwargs={"options": {"maxiter": self.settings.fit_maxiter}},
-                )
-                self._local_state = {
-                    k: v for k, v in model.state_dict().items() if "outcome_transform" not in k
-                }
-            else:
-                model.load_state_dict(self._local_state, strict=False)
-            self._local_updates += 1
-            model.eval()
-        self._local_model = model
-        return model
+        r"""The client's own GP on its data (BoTorch defaults, outcome standardised).
+
+        Fitted by :class:`~botorch_fed.models.ExactGPRefitter`: every
+        ``local_refit_every``-th update refits the hyperparameters (warm-started from
+        the last fit, at most ``fit_maxiter`` L-BFGS-B iterations, seeded from the
+        client's seed); the updates in between reuse the last fitted values.
+        """
+        if self._local_model is None:
+            with self.timed("local_fit"):
+                self._local_model = self._local_fitter(self.X, self.Y)
+        return self._local_model
 
     def step_seed(self, t: int) -> int:
         r"""A seed for round ``t``'s acquisition optimisation on this client."""
         return (self.seed * 1_000_003 + t) % (2**31)
 
-    def make_acquisition(self, model, t: int, best_f: Tensor | float | None = None):
-        r"""The configured analytic acquisition (UCB or log-EI) of round ``t``.
+    def _kind(self, kind: str | None) -> str:
+        kind = self.settings.acquisition if kind is None else kind
+        if kind not in ACQUISITIONS:
+            raise ValueError(f"`kind`={kind!r} must be one of {ACQUISITIONS}.")
+        return kind
+
+    def _step_arguments(self, kind: str, t: int, best_f: Tensor | float | None) -> dict:
+        r"""``beta`` (UCB) and ``best_f`` (EI) of round ``t`` for the step functions."""
+        if kind == "ucb":
+            return {"beta": self.settings.beta_at(t, self.dim)}
+        if kind == "ei":
+            return {"best_f": self.Y.max() if best_f is None else best_f}
+        return {}
+
+    def make_acquisition(
+        self,
+        model: Model,
+        t: int,
+        best_f: Tensor | float | None = None,
+        seed: int | None = None,
+        kind: str | None = None,
+    ) -> AcquisitionFunction:
+        r"""The configured acquisition of round ``t``, by
+        :func:`~botorch_fed.acquisition.make_step_acquisition`.
 
         Args:
             model: The GP to acquire on.
-            t: The round (UCB's ``beta_t``).
+            t: The round (UCB's ``beta_t``, stored in float64; the default TS seed).
             best_f: EI's incumbent (``None``: the best value of the local data).
-        """
-        s = self.settings
-        if s.acquisition == "ucb":
-            # BoTorch's class as is (it stores a float beta in the default dtype): the
-            # stored CEC-2005 benchmark runs were made with exactly this acquisition
-            return UpperConfidenceBound(model, beta=s.beta_at(t, self.dim))
-        return LogExpectedImprovement(model, best_f=self.Y.max() if best_f is None else best_f)
+            seed: Seed of the Thompson path (``None``: :meth:`step_seed` of ``t``).
+            kind: ``"ucb"``, ``"ei"`` or ``"ts"`` (``None``: the settings').
 
-    def acquire(self, model, t: int, acqf=None, rank: int = 0, count: int = 1, seed=None) -> Tensor:
+        Returns:
+            ``UpperConfidenceBound``, ``LogExpectedImprovement`` or
+            ``PathwiseThompsonSampling`` (the last only for models with pathwise
+            sampling support).
+        """
+        kind = self._kind(kind)
+        return make_step_acquisition(
+            kind,
+            model,
+            seed=self.step_seed(t) if seed is None else int(seed),
+            **self._step_arguments(kind, t, best_f),
+        )
+
+    def acquire(
+        self,
+        model: Model,
+        t: int,
+        acqf: AcquisitionFunction | None = None,
+        rank: int = 0,
+        count: int = 1,
+        seed: int | None = None,
+        kind: str | None = None,
+    ) -> Tensor:
         r"""Maximise the configured acquisition (or ``acqf``) on ``model``.
+
+        Without ``acqf`` this is one step of
+        :func:`~botorch_fed.acquisition.propose_step_candidate` (UCB, log-EI with the
+        local incumbent, pathwise TS -- or discrete TS on ``ts_candidates`` Sobol
+        points for a model without pathwise sampling); a given ``acqf`` is maximised
+        by :func:`~botorch_fed.acquisition.maximize_step_acquisition`.
 
         With ``count > 1`` (``count`` clients maximise the same acquisition on the same
         model in this round, and this one has ``rank``), all of them run the same
         seeded search -- a multi-start optimisation plus its raw Sobol samples -- and
-        rank the results: the optimised points by value, then the raw samples by
-        value, skipping any point within :data:`MIN_DISTANCE` of one already ranked.
-        This client takes the ``rank``-th, so simultaneous steps do not evaluate one
-        point ``count`` times. Searches run under a fixed seed (the global RNG state
-        is restored afterwards).
+        rank the results (:func:`~botorch_fed.acquisition.ranked_step_candidates`):
+        the optimised points by value, then the raw samples by value, skipping any
+        point within :data:`MIN_DISTANCE` of one already ranked. This client takes the
+        ``rank``-th, so simultaneous steps do not evaluate one point ``count`` times.
+        Thompson sampling ignores ``rank`` and ``count`` (each client's own sample).
+        Searches run under a fixed seed (the global RNG state is restored
+        afterwards).
+
+        Args:
+            model: The GP to acquire on.
+            t: The round.
+            acqf: An acquisition to maximise instead of the configured one.
+            rank: This client's rank among the ``count`` clients.
+            count: Number of clients maximising the same acquisition this round.
+            seed: The search's seed (``None``: :meth:`step_seed` of ``t``).
+            kind: ``"ucb"``, ``"ei"`` or ``"ts"`` (``None``: the settings').
 
         Returns:
             The ``1 x d`` candidate in the unit cube.
         """
         s = self.settings
+        kind = self._kind(kind)
         seed = self.step_seed(t) if seed is None else int(seed)
+        distinct = count > 1 and not (acqf is None and kind == "ts")
+        restarts = max(s.num_restarts, 2 * count) if distinct else s.num_restarts
+        search = {
+            "num_restarts": restarts,
+            "raw_samples": max(s.raw_samples, 4 * restarts),
+            "maxiter": s.maxiter,
+        }
         with self.timed("acquisition"):
-            if acqf is None and s.acquisition == "ts":
-                return thompson_sample_candidate(
-                    model, self.bounds, num_candidates=s.ts_candidates, seed=seed
-                ).reshape(1, self.dim)
-            acqf = self.make_acquisition(model, t) if acqf is None else acqf
-            restarts = max(s.num_restarts, 2 * count) if count > 1 else s.num_restarts
-            raw = max(s.raw_samples, 4 * restarts)
-            with manual_seed(seed):
-                X, values = optimize_acqf(
-                    acqf,
+            if acqf is None and not distinct:
+                X = propose_step_candidate(
+                    kind,
+                    model,
                     self.bounds,
-                    q=1,
-                    num_restarts=restarts,
-                    raw_samples=raw,
-                    return_best_only=count == 1,
-                    options={"maxiter": s.maxiter, "seed": seed},
+                    seed=seed,
+                    num_candidates=s.ts_candidates,
+                    **search,
+                    **self._step_arguments(kind, t, None),
                 )
-            if count > 1:
-                X_raw = draw_sobol_samples(self.bounds, n=raw, q=1, seed=seed)
-                with torch.no_grad():
-                    v_raw = acqf(X_raw)
-                ranked = _ranked_distinct(
-                    [(X.reshape(-1, self.dim), values.reshape(-1)), (X_raw.squeeze(-2), v_raw)]
+            elif not distinct:
+                X = maximize_step_acquisition(acqf, self.bounds, seed=seed, **search)
+            else:
+                acqf = self.make_acquisition(model, t, kind=kind) if acqf is None else acqf
+                ranked = ranked_step_candidates(
+                    acqf, self.bounds, seed=seed, min_distance=MIN_DISTANCE, **search
                 )
                 X = ranked[min(rank, len(ranked) - 1)]
         return X.detach().reshape(1, self.dim).clamp(0.0, 1.0)

@@ -3,7 +3,10 @@ r"""Centralised BO on pooled data: the non-private oracle baseline.
 Clients upload their raw observations to the server (this baseline is *not*
 private, by design); the server fits one ``SingleTaskGP`` on the pooled data and
 assigns each client one point of a jointly optimised batch (sequential greedy
-``q``-UCB / ``q``-log-EI, or batch Thompson sampling), which the client evaluates.
+``q``-UCB / ``q``-log-EI, or batch Thompson sampling: ``q`` pathwise posterior samples,
+each maximised), which the client evaluates. The GP is fitted by
+:class:`~botorch_fed.models.ExactGPRefitter` and the batch is found by the seeded
+search of :func:`~botorch_fed.acquisition.maximize_step_acquisition`.
 """
 
 from __future__ import annotations
@@ -13,16 +16,12 @@ from collections.abc import Callable
 import numpy as np
 import torch
 from botorch.acquisition import qLogExpectedImprovement, qUpperConfidenceBound
-from botorch.fit import fit_gpytorch_mll
-from botorch.generation.sampling import MaxPosteriorSampling
-from botorch.models import SingleTaskGP
-from botorch.optim import optimize_acqf
-from botorch.utils.sampling import draw_sobol_samples, manual_seed
-from gpytorch.mlls import ExactMarginalLogLikelihood
 
+from botorch_fed.acquisition import maximize_step_acquisition, pathwise_thompson_sampling
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.roles import FederatedServer
+from botorch_fed.models import ExactGPRefitter
 
 
 class CentralClient(BOClient):
@@ -53,7 +52,10 @@ class CentralServer(FederatedServer):
         self.seed = int(seed)
         self.X = torch.empty(0, dim, dtype=torch.float64)
         self.Y = torch.empty(0, 1, dtype=torch.float64)
-        self._state: dict | None = None
+        # one model update per round: round t refits iff (t - 1) % local_refit_every == 0
+        self._fitter = ExactGPRefitter(
+            refit_every=settings.local_refit_every, warm_start=False, seed=self.seed
+        )
 
     def _collect(self) -> None:
         replies = self.broadcast("upload")
@@ -66,36 +68,30 @@ class CentralServer(FederatedServer):
     def _batch(self, t: int, q: int) -> torch.Tensor:
         s = self.settings
         with self.ledger.timer("local_fit"):
-            model = SingleTaskGP(self.X, self.Y)
-            if self._state is None or (t - 1) % s.local_refit_every == 0:
-                fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
-                self._state = {
-                    k: v for k, v in model.state_dict().items() if "outcome_transform" not in k
-                }
-            else:
-                model.load_state_dict(self._state, strict=False)
-            model.eval()
+            model = self._fitter(self.X, self.Y)
         bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
-        seed = self.seed * 1_000_003 + t
+        seed = (self.seed * 1_000_003 + t) % (2**31)
+        sequential = True
         with self.ledger.timer("acquisition"):
             if s.acquisition == "ts":
-                Xc = draw_sobol_samples(bounds, s.ts_candidates, 1, seed=seed).squeeze(-2)
-                with torch.no_grad(), manual_seed(seed + 1):
-                    return MaxPosteriorSampling(model, replacement=False)(Xc, num_samples=q)
-            if s.acquisition == "ucb":
+                # q independent paths; their sum is maximised jointly (separable)
+                acqf = pathwise_thompson_sampling(model, seed=seed, batch_size=q)
+                sequential = False
+            elif s.acquisition == "ucb":
                 acqf = qUpperConfidenceBound(model, beta=s.beta_at(t, self.dim))
             else:
                 acqf = qLogExpectedImprovement(model, best_f=self.Y.max())
-            X, _ = optimize_acqf(
+            X = maximize_step_acquisition(
                 acqf,
                 bounds,
+                seed=seed,
                 q=q,
                 num_restarts=s.num_restarts,
                 raw_samples=s.raw_samples,
-                sequential=True,
-                options={"maxiter": s.maxiter, "seed": seed},
+                maxiter=s.maxiter,
+                sequential=sequential,
             )
-        return X.detach().clamp(0.0, 1.0)
+        return X.clamp(0.0, 1.0)
 
     def run(self, on_round: Callable[[int], None] | None = None) -> None:
         r"""Run initialisation and all rounds (``on_round(t)`` after each)."""

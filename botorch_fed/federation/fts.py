@@ -5,16 +5,17 @@ NeurIPS 2020. All clients share ``M`` random Fourier features of an RBF kernel
 (drawn from a shared seed); each client keeps the Bayesian linear-regression
 posterior of the feature weights ``omega`` given its own (standardised) data and,
 every round, sends one posterior sample ``omega_i`` to the server. In round ``t`` a
-client does, with probability ``p_t``, ordinary Thompson sampling on its own GP;
-otherwise it maximises the sampled function ``phi(x)' omega_j`` of another client
-``j`` that the server picked at random. The schedule is ``p_t = 1 - 1/t^2`` (the
+client does, with probability ``p_t``, ordinary Thompson sampling on its own GP
+(BoTorch's pathwise sampling, through :meth:`BOClient.acquire`); otherwise it
+maximises the sampled function ``phi(x)' omega_j`` of another client ``j`` that the
+server picked at random. The schedule is ``p_t = 1 - 1/t^2`` (the
 paper's choice; ``p_1 = 0``).
 
 What is shared: weight samples of the other clients' surrogate functions, never raw
 data. Choices of this implementation: a fixed lengthscale shared by all clients (the
 mode of BoTorch's dimension-scaled lengthscale prior) -- shared features need a
 shared kernel --, unit signal variance on standardised outcomes, noise variance
-``1e-2``, and the argmax over a seeded Sobol candidate set.
+``1e-2``, and the argmax of ``phi(x)' omega_j`` over a seeded Sobol candidate set.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 from botorch.utils.sampling import draw_sobol_samples
 from torch import Tensor
 
-from botorch_fed.acquisition import MixingSchedule, thompson_sample_candidate
+from botorch_fed.acquisition import MixingSchedule
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.roles import FederatedServer
@@ -99,14 +100,7 @@ class FTSClient(BOClient):
         t = int(payload["t"])
         local = bool(self.schedule.sample(t, seed=self.rng)) or "omega" not in payload
         if local:
-            model = self.local_model()
-            with self.timed("acquisition"):
-                x = thompson_sample_candidate(
-                    model,
-                    self.bounds,
-                    num_candidates=self.settings.ts_candidates,
-                    seed=self.step_seed(t),
-                ).reshape(1, self.dim)
+            x = self.acquire(self.local_model(), t, kind="ts")
         else:
             with self.timed("acquisition"):
                 omega = torch.as_tensor(np.asarray(payload["omega"]), dtype=torch.float64)

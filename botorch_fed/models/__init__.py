@@ -6,8 +6,11 @@ r"""BoTorch models of botorch-fed.
 - :func:`fit_federated_pitc` / :func:`fit_local_average`: federated hyperparameters;
   :class:`PITCMarginalLogLikelihood` fits the same objective with ``fit_gpytorch_mll``
   when all clients' data are in one process.
+- :func:`fit_exact_gp` / :class:`ExactGPRefitter`: the one exact ``SingleTaskGP`` fit
+  (a party's own data: local GPs, pooled-data GPs).
 """
 
+from botorch_fed.models.exact_gp import ExactGPRefitter, exact_gp_state, fit_exact_gp
 from botorch_fed.models.federated_standardize import (
     OUTCOME_MOMENTS_LENGTH,
     outcome_moments,
@@ -34,6 +37,9 @@ from botorch_fed.models.pitc_summary import (
 
 __all__ = [
     "OUTCOME_MOMENTS_LENGTH",
+    "ExactGPRefitter",
+    "exact_gp_state",
+    "fit_exact_gp",
     "FederatedFitResult",
     "FederatedPITCGP",
     "HyperparametersChangedError",

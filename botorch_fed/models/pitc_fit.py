@@ -38,18 +38,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from botorch.fit import fit_gpytorch_mll
-from botorch.models import SingleTaskGP
 from botorch.optim.utils import get_parameters_and_bounds
 from botorch.optim.utils.numpy_utils import get_bounds_as_ndarray
 from gpytorch import Module as GPyTorchModule
 from gpytorch.kernels import Kernel
 from gpytorch.likelihoods import Likelihood
 from gpytorch.means import Mean, ZeroMean
-from gpytorch.mlls import ExactMarginalLogLikelihood
 from scipy.optimize import minimize
 from torch import Tensor
 
+from botorch_fed.models.exact_gp import fit_exact_gp
 from botorch_fed.models.pitc import sum_arrays
 from botorch_fed.models.pitc_summary import (
     SparseSummary,
@@ -262,11 +260,16 @@ class PITCFitClient:
         grads = torch.autograd.grad(packed, params, grad_outputs=adjoint, allow_unused=True)
         return self._hyper.flat_grad(grads)
 
-    def fit_local(self, theta: np.ndarray | None = None) -> np.ndarray:
+    def fit_local(self, theta: np.ndarray | None = None, seed: int | None = None) -> np.ndarray:
         r"""Fit an exact GP to the local data; return ``[n * values, n]``.
+
+        The fit is :func:`~botorch_fed.models.exact_gp.fit_exact_gp` on this client's
+        copy of the shared modules (fitted in place), without outcome transform.
 
         Args:
             theta: Optional raw starting point broadcast by the server.
+            seed: Seed of the fit's random restarts (``None``: BoTorch's behaviour,
+                drawing from torch's global RNG).
 
         Returns:
             The client-size-weighted natural hyperparameter values followed by the
@@ -275,9 +278,10 @@ class PITCFitClient:
         if theta is not None:
             self._hyper.set_theta(theta)
         h = self._hyper
-        model = SingleTaskGP(
+        fit_exact_gp(
             self._X,
             self._Y,
+            seed=seed,
             likelihood=h.likelihood,
             covar_module=h.covar_module,
             # no mean module is the PITC model's zero mean (SingleTaskGP would add a
@@ -285,7 +289,6 @@ class PITCFitClient:
             mean_module=ZeroMean() if h.mean_module is None else h.mean_module,
             outcome_transform=None,
         )
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
         n = float(self.num_data)
         return np.concatenate([n * h.get_values(), [n]])
 

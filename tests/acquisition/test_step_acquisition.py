@@ -11,6 +11,8 @@ from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
 from botorch.acquisition.thompson_sampling import PathwiseThompsonSampling
 from botorch.exceptions.errors import BotorchTensorDimensionError, UnsupportedError
 from botorch.exceptions.warnings import InputDataWarning
+from botorch.optim import optimize_acqf
+from botorch.utils.sampling import draw_sobol_samples
 from linear_operator.utils.warnings import NumericalWarning
 from scipy.stats import binomtest, kstest
 from torch.quasirandom import SobolEngine
@@ -18,7 +20,10 @@ from torch.quasirandom import SobolEngine
 from botorch_fed.acquisition import (
     STEP_KINDS,
     make_step_acquisition,
+    maximize_step_acquisition,
+    pathwise_thompson_sampling,
     propose_step_candidate,
+    ranked_step_candidates,
     supports_pathwise_sampling,
     thompson_sample_candidate,
 )
@@ -237,3 +242,136 @@ def test_propose_step_candidate(dtype, which):
     if which == "pitc":
         x_ts = propose_step_candidate("ts", model, bounds, seed=3, **kw)
         assert torch.equal(x_ts, thompson_sample_candidate(model, bounds, 64, seed=3))
+
+
+def _botorch_search(acqf, bounds, seed, num_restarts, raw_samples, maxiter, **kwargs):
+    r"""optimize_acqf under the documented seeds (``s + 2``), written out."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed + 2)
+        return optimize_acqf(
+            acqf,
+            bounds=bounds,
+            q=kwargs.pop("q", 1),
+            num_restarts=num_restarts,
+            raw_samples=raw_samples,
+            options={"seed": seed + 2, "maxiter": maxiter},
+            **kwargs,
+        )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_maximize_step_acquisition_is_the_seeded_optimize_acqf(dtype):
+    model, *_ = _stgp(dtype, standardize=True)
+    bounds = _bounds(dtype)
+    acqf = make_step_acquisition("ucb", model, beta=2.0)
+    state = torch.random.get_rng_state()
+    x = maximize_step_acquisition(acqf, bounds, seed=11, num_restarts=3, raw_samples=32, maxiter=15)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    ref, _ = _botorch_search(acqf, bounds, 11, 3, 32, 15)
+    assert x.shape == (1, D) and x.dtype == dtype and torch.equal(x, ref)
+    # the search starts from its best raw sample and only climbs from there
+    X_raw = draw_sobol_samples(bounds, n=32, q=1, seed=13)
+    with torch.no_grad():
+        assert acqf(x.unsqueeze(0)) >= acqf(X_raw).max()
+    # propose_step_candidate is make_step_acquisition + this search, one seed
+    kw = dict(num_restarts=3, raw_samples=32, maxiter=15)
+    for kind in STEP_KINDS:
+        a = make_step_acquisition(kind, model, beta=2.0, best_f=0.3, seed=11)
+        assert torch.equal(
+            propose_step_candidate(kind, model, bounds, beta=2.0, best_f=0.3, seed=11, **kw),
+            maximize_step_acquisition(a, bounds, seed=11, **kw),
+        )
+    with pytest.raises(ValueError, match="`maxiter`"):
+        maximize_step_acquisition(acqf, bounds, seed=0, maxiter=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("min_distance", [0.0, 0.15])
+def test_ranked_step_candidates(dtype, min_distance):
+    model, *_ = _stgp(dtype, lengthscale=0.15, standardize=True)
+    bounds = _bounds(dtype)
+    acqf = make_step_acquisition("ucb", model, beta=4.0)
+    R, N, seed = 6, 24, 5
+    state = torch.random.get_rng_state()
+    ranked = ranked_step_candidates(
+        acqf,
+        bounds,
+        seed=seed,
+        num_restarts=R,
+        raw_samples=N,
+        maxiter=15,
+        min_distance=min_distance,
+    )
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert ranked.dtype == dtype and ranked.shape[-1] == D and 1 <= len(ranked) <= R + N
+    # the first point is the search's candidate
+    best = maximize_step_acquisition(
+        acqf, bounds, seed=seed, num_restarts=R, raw_samples=N, maxiter=15
+    )
+    assert torch.equal(ranked[0], best[0])
+    # the pool, computed independently: every restart's optimum, then the raw samples
+    X_opt, v_opt = _botorch_search(acqf, bounds, seed, R, N, 15, return_best_only=False)
+    X_raw = draw_sobol_samples(bounds, n=N, q=1, seed=seed + 2)
+    with torch.no_grad():
+        v_raw = acqf(X_raw)
+    groups = [(X_opt.reshape(-1, D), v_opt.reshape(-1)), (X_raw.reshape(-1, D), v_raw)]
+    pool = torch.cat([g[0] for g in groups])
+    group_of = [0] * R + [1] * N
+    values = torch.cat([g[1] for g in groups])
+    # each ranked point is a pool point; optimised ones come first, each group by value
+    idx = [int(((pool - x).abs().sum(-1) == 0).nonzero()[0]) for x in ranked]
+    assert [group_of[i] for i in idx] == sorted(group_of[i] for i in idx)
+    for g in (0, 1):
+        v = values[[i for i in idx if group_of[i] == g]]
+        assert (v[:-1] >= v[1:]).all()
+    # ranked points are more than min_distance apart ...
+    dist = torch.cdist(ranked.double(), ranked.double()) + 10 * torch.eye(len(ranked))
+    assert (dist > min_distance).all()
+    # ... and every pool point left out is within min_distance of a better-ranked one
+    for i in set(range(R + N)) - set(idx):
+        later_or_equal = [
+            x
+            for x, j in zip(ranked, idx, strict=True)
+            if group_of[j] < group_of[i] or (group_of[j] == group_of[i] and values[j] >= values[i])
+        ]
+        assert later_or_equal
+        assert ((torch.stack(later_or_equal) - pool[i]).norm(dim=-1) <= min_distance).any()
+    if min_distance == 0.0:  # nothing is dropped but exact duplicates
+        assert len(ranked) == len(torch.unique(pool, dim=0))
+    else:
+        assert len(ranked) < R + N  # the threshold did merge points here
+    with pytest.raises(ValueError, match="`min_distance`"):
+        ranked_step_candidates(acqf, bounds, seed=0, min_distance=-1.0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pathwise_thompson_sampling_batch(dtype):
+    model, *_ = _stgp(dtype)
+    X = torch.rand(5, 3, D, generator=torch.Generator().manual_seed(2), dtype=dtype)
+    state = torch.random.get_rng_state()
+    ts = pathwise_thompson_sampling(model, seed=9, batch_size=3)
+    again = pathwise_thompson_sampling(model, seed=9, batch_size=3)
+    # (drawn outside no_grad: a draw under no_grad can differ in the last bits)
+    one = pathwise_thompson_sampling(model, seed=9)
+    one_ref = make_step_acquisition("ts", model, seed=9)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert isinstance(ts, PathwiseThompsonSampling) and ts.batch_size == 3
+
+    def path_values(Z):  # n x d -> n x 3: every path at every point
+        return ts.samples(Z[:, None, None, :].expand(-1, 3, 1, -1)).reshape(len(Z), 3)
+
+    with torch.no_grad():
+        # path j is evaluated at point j of each q-batch, and the q values are summed
+        by_path = sum(path_values(X[:, j])[:, j] for j in range(3))
+        torch.testing.assert_close(ts(X), by_path)
+        # the paths are different draws; the same seed draws the same paths
+        at_x0 = path_values(X[:, 0])
+        assert not torch.allclose(at_x0[:, 0], at_x0[:, 1])
+        assert torch.equal(ts(X), again(X))
+    # q = 1: make_step_acquisition's Thompson path
+    with torch.no_grad():
+        assert torch.equal(one(X[:, :1]), one_ref(X[:, :1]))
+    with pytest.raises(UnsupportedError, match="thompson_sample_candidate"):
+        pathwise_thompson_sampling(_pitc(dtype), seed=0)
+    with pytest.raises(ValueError, match="`batch_size`"):
+        pathwise_thompson_sampling(model, seed=0, batch_size=0)
