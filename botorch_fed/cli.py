@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -310,7 +311,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _run_run(args, console)
     except (ValueError, ImportError) as e:
-        console.print(f"[bold red]error:[/] {e}", soft_wrap=True)
+        # escape: messages hold brackets (``botorch-fed[secure]``) that are not markup
+        console.print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 2
     parser.error(f"unknown command {args.command!r}")
     return 2

@@ -78,12 +78,13 @@ class FederationSetup:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, got {self.seed!r}.")
         if algorithm == "fbo-fedgp":
-            from botorch_fed.secure import available_backends
+            from botorch_fed.secure.registry import BACKENDS, require_backend
 
-            if self.aggregator not in available_backends():
+            if self.aggregator not in BACKENDS:
                 raise ValueError(
-                    f"`aggregator`={self.aggregator!r} must be one of {available_backends()}."
+                    f"`aggregator`={self.aggregator!r} must be one of {tuple(BACKENDS)}."
                 )
+            require_backend(self.aggregator)  # 'ckks' without TenSEAL: says why, names 'masking'
             minimum = 2 if self.aggregator == "plaintext" else 3
             if self.num_clients < minimum:
                 raise ValueError(

@@ -7,7 +7,9 @@ Backends are round-based and transport-agnostic (bytes in, bytes out), see
 
 - ``"plaintext"``: the reference (no privacy), :mod:`~botorch_fed.secure.plaintext`;
 - ``"ckks"``: CKKS homomorphic encryption (TenSEAL), decryption on the clients,
-  :mod:`~botorch_fed.secure.ckks`;
+  :mod:`~botorch_fed.secure.ckks`; TenSEAL is optional and imported only when a
+  CKKS backend is created, so this package and the other backends work without it
+  (:func:`available_backends` lists what is usable here);
 - ``"masking"``: pairwise double masking with Shamir-shared dropout recovery
   (Bonawitz et al., CCS 2017), :mod:`~botorch_fed.secure.masking`.
 
@@ -35,6 +37,7 @@ from botorch_fed.secure.ckks import CKKSBackend
 from botorch_fed.secure.ckks_keys import HE_STANDARD_MAX_LOGQ, CKKSKeyHolder, CKKSParameters
 from botorch_fed.secure.driver import aggregate, run_protocol
 from botorch_fed.secure.errors import (
+    BackendUnavailableError,
     ConfigurationError,
     DropoutError,
     HeadroomError,
@@ -48,11 +51,18 @@ from botorch_fed.secure.errors import (
 from botorch_fed.secure.limbs import LimbEncoding
 from botorch_fed.secure.masking import MaskingBackend
 from botorch_fed.secure.plaintext import PlaintextBackend
-from botorch_fed.secure.registry import available_backends, backend_options, get_backend
+from botorch_fed.secure.registry import (
+    available_backends,
+    backend_options,
+    backend_unavailable_reason,
+    get_backend,
+    require_backend,
+)
 
 __all__ = [
     "HE_STANDARD_MAX_LOGQ",
     "BackendSetup",
+    "BackendUnavailableError",
     "CKKSBackend",
     "CKKSKeyHolder",
     "CKKSParameters",
@@ -75,7 +85,9 @@ __all__ = [
     "aggregate",
     "available_backends",
     "backend_options",
+    "backend_unavailable_reason",
     "get_backend",
     "make_aggregator",
+    "require_backend",
     "run_protocol",
 ]

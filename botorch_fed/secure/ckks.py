@@ -143,6 +143,10 @@ class CKKSBackend(SecureAggregationBackend):
     the default scale (at most ``M * 9.3e-10 + 1.5e-5`` at the bound). Inputs with
     ``max|x_i|`` above the bound raise :class:`~botorch_fed.secure.errors.HeadroomError`
     on that client before it encrypts anything.
+
+    Raises:
+        BackendUnavailableError: TenSEAL does not import here (it is optional, the
+            ``secure`` extra); the message names the ``masking`` alternative.
     """
 
     name = "ckks"
@@ -165,6 +169,7 @@ class CKKSBackend(SecureAggregationBackend):
         min_clients: int = 3,
         allow_two_clients: bool = False,
     ) -> None:
+        import_tenseal()  # fail here, with the reason and the alternative, not mid-protocol
         super().__init__(min_clients=min_clients, allow_two_clients=allow_two_clients)
         self.params = CKKSParameters(poly_modulus_degree, coeff_mod_bit_sizes, scale_bits)
         if encryption not in _ENCRYPTIONS:

@@ -31,7 +31,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botorch_fed.secure.crypto import RandomSource
-from botorch_fed.secure.errors import ConfigurationError, TamperedMessageError
+from botorch_fed.secure.errors import (
+    BackendUnavailableError,
+    ConfigurationError,
+    TamperedMessageError,
+)
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
 
 if TYPE_CHECKING:
@@ -47,6 +51,7 @@ __all__ = [
     "ClientKeyMaterial",
     "ServerKeyMaterial",
     "import_tenseal",
+    "tenseal_unavailable_reason",
 ]
 
 HE_STANDARD_MAX_LOGQ = {1024: 27, 2048: 54, 4096: 109, 8192: 218, 16384: 438, 32768: 881}
@@ -71,14 +76,42 @@ _SERVER_MAGIC = b"BFCKKS-S"
 _CLIENT_MAGIC = b"BFCKKS-C"
 
 
+def tenseal_unavailable_reason() -> str | None:
+    """Why the ``ckks`` backend cannot be used here, or None if TenSEAL imports.
+
+    TenSEAL is an optional dependency (the ``secure`` extra) and is imported only
+    here, when a CKKS backend is created or used, never when
+    :mod:`botorch_fed.secure` is imported: the other backends work without it.
+    """
+    try:
+        import tenseal  # noqa: F401
+    except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name == "tenseal":
+            why = "TenSEAL is not installed"
+        else:  # installed but broken, e.g. a wheel built for another platform
+            why = f"TenSEAL is installed but does not import ({exc})"
+        return (
+            f"the 'ckks' secure-aggregation backend is unavailable: {why}. Install it "
+            "with pip install 'botorch-fed[secure]' (TenSEAL publishes binary wheels "
+            "only for some platforms and CPython versions; elsewhere pip has to build "
+            "it from source, which needs CMake and a C++ compiler), or use the "
+            "'masking' backend instead (pairwise secure masking, needs only "
+            "'cryptography'): get_backend('masking') / --aggregator masking"
+        )
+    return None
+
+
 def import_tenseal() -> Any:
-    """Import TenSEAL lazily (it is an optional dependency)."""
+    """Import TenSEAL lazily (it is an optional dependency).
+
+    Raises:
+        BackendUnavailableError: TenSEAL does not import; the message says why and
+            what to use instead (also an ``ImportError``).
+    """
     try:
         import tenseal
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the 'ckks' backend needs TenSEAL: pip install 'botorch-fed[secure]'"
-        ) from exc
+    except ImportError as exc:
+        raise BackendUnavailableError(tenseal_unavailable_reason() or str(exc)) from exc
     return tenseal
 
 

@@ -14,6 +14,10 @@ Exception                     Raised when
                               CKKS parameters outside the HE-standard 128-bit table;
                               key material of the wrong kind (e.g. a secret key handed
                               to the server role).
+                              A known backend whose optional dependency does not
+                              import here (``ckks`` without TenSEAL) raises the
+                              subclass :class:`BackendUnavailableError` (also an
+                              ``ImportError``).
 :class:`InputError`           a client's vector is not 1-D real, has the wrong length,
                               or contains NaN/inf; invalid client ids or seed.
 :class:`HeadroomError`        ``max|x|`` exceeds ``max_abs_supported(n_clients)``, what
@@ -43,6 +47,7 @@ Exception                     Raised when
 from __future__ import annotations
 
 __all__ = [
+    "BackendUnavailableError",
     "ConfigurationError",
     "DropoutError",
     "HeadroomError",
@@ -87,6 +92,14 @@ class SecureAggregationError(ValueError):
 
 class ConfigurationError(SecureAggregationError):
     """Unknown backend/option, invalid option value or unsuitable key material."""
+
+
+class BackendUnavailableError(ConfigurationError, ImportError):
+    """A known backend cannot be used here: its optional dependency does not import.
+
+    Both a :class:`ConfigurationError` (so a ``ValueError``, the project's convention)
+    and an ``ImportError`` (what a missing optional dependency raises elsewhere).
+    """
 
 
 class InputError(SecureAggregationError):
