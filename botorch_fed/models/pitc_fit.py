@@ -134,8 +134,10 @@ class PITCHyperparameters:
                 i += k
 
     def log_prior(self) -> Tensor:
-        r"""Sum of the log densities of all registered priors (0 if none)."""
-        total = torch.zeros((), dtype=torch.float64)
+        r"""Sum of the log densities of all registered priors (0 if none), in float64
+        on the modules' device."""
+        device = next((p.device for p in self.parameters.values()), None)
+        total = torch.zeros((), dtype=torch.float64, device=device)
         for _, module, prior, closure, _ in self.container.named_priors():
             total = total + prior.log_prob(closure(module)).sum().to(total)
         return total
