@@ -33,6 +33,7 @@ References:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
@@ -64,14 +65,15 @@ from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
 from botorch_fed.models.pitc_summary import (
+    DEFAULT_JITTER,
     SparseSummary,
     UnsupportedLikelihoodError,
     check_input_transform,
     compute_local_summary,
+    evaluate64,
     local_summary,
     summary_factor,
-    support_cholesky,
-    transform_support_inputs,
+    support_factor,
     validate_support,
 )
 
@@ -146,25 +148,67 @@ def check_outcome_transform(outcome_transform: OutcomeTransform | None) -> None:
             )
 
 
-def _state_tensors(modules: Sequence[torch.nn.Module | None]) -> list[Tensor]:
-    r"""Parameters and buffers of ``modules`` (priors excluded: they do not enter the
-    posterior), in a fixed order."""
+def _summary_modules(
+    slots: Sequence[tuple[str, torch.nn.Module | None]],
+) -> list[tuple[str, torch.nn.Module | None]]:
+    r"""The modules whose state a summary depends on, with their paths, in a fixed order.
+
+    Priors are left out (they do not enter the posterior), and so are input transforms
+    that do not transform training inputs (``transform_on_train=False``, e.g.
+    ``InputPerturbation``): they act on test inputs only.
+    """
+    out: list[tuple[str, torch.nn.Module | None]] = []
+    stack = list(reversed(slots))
+    while stack:
+        path, module = stack.pop()
+        if isinstance(module, Prior):
+            continue
+        if isinstance(module, InputTransform) and not getattr(module, "transform_on_train", True):
+            continue
+        out.append((path, module))
+        if module is not None:
+            children = [(f"{path}.{n}", m) for n, m in module._modules.items() if m is not None]
+            stack.extend(reversed(children))
+    return out
+
+
+def _state_tensors(modules: list[tuple[str, torch.nn.Module | None]]) -> list[Tensor]:
+    r"""Parameters and buffers of ``modules`` (see :func:`_summary_modules`)."""
     out: list[Tensor] = []
     seen: set[int] = set()
-    for root in modules:
-        if root is None:
+    for _, module in modules:
+        if module is None:
             continue
-        stack = [root]
-        while stack:
-            module = stack.pop()
-            if isinstance(module, Prior):
-                continue
-            for t in (*module._parameters.values(), *module._buffers.values()):
-                if t is not None and id(t) not in seen:
-                    seen.add(id(t))
-                    out.append(t)
-            stack.extend(m for m in reversed(module._modules.values()) if m is not None)
+        for t in (*module._parameters.values(), *module._buffers.values()):
+            if t is not None and id(t) not in seen:
+                seen.add(id(t))
+                out.append(t)
     return out
+
+
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def _structure_key(modules: list[tuple[str, torch.nn.Module | None]]) -> int:
+    r"""A stable 63-bit hash of the modules' structure: paths, types and non-tensor
+    settings (e.g. a Matern kernel's ``nu``, a transform's flags)."""
+    parts = []
+    for path, module in modules:
+        if module is None:
+            parts.append((path, None))
+            continue
+        settings = sorted(
+            (k, v if not isinstance(v, tuple) else tuple(v))
+            for k, v in vars(module).items()
+            if k != "training"
+            and (
+                isinstance(v, _SCALARS)
+                or (isinstance(v, tuple) and all(isinstance(e, _SCALARS) for e in v))
+            )
+        )
+        parts.append((path, type(module).__module__, type(module).__qualname__, settings))
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True) >> 1
 
 
 class FederatedPITCGP(Model, FantasizeMixin, GP):
@@ -172,14 +216,17 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
 
     The model never sees a data point: it is fully determined by the support set,
     the shared hyperparameter modules and the summed whitened summary. It is a
-    snapshot for the hyperparameters the summary was computed with, which it
-    records: if the modules' hyperparameters change afterwards (``fit_federated_pitc``
-    on the same modules, ``load_state_dict`` of the modules alone, an optimiser step)
-    the next ``posterior`` raises :class:`HyperparametersChangedError` instead of
-    mixing new hyperparameters with an old summary. Give it a summary computed at
-    the new values with :meth:`update_summary` (``PITCMarginalLogLikelihood`` does so
-    after ``fit_gpytorch_mll``). ``load_state_dict`` from another ``FederatedPITCGP``
-    loads its summary and hyperparameters together and predicts as that model.
+    snapshot for the state the summary was computed with, which it records (buffers
+    ``summary_hyperparameters``, ``summary_structure``, ``summary_jitter``): if the
+    modules change afterwards -- a value (``fit_federated_pitc`` on the same modules,
+    ``load_state_dict`` of the modules alone, an optimiser step, a gpytorch setter), a
+    module replaced or a setting such as a Matern kernel's ``nu`` -- the next
+    ``posterior`` raises :class:`HyperparametersChangedError` instead of mixing them
+    with an old summary. Give it a summary computed at the new values with
+    :meth:`update_summary` (``PITCMarginalLogLikelihood`` does so after
+    ``fit_gpytorch_mll``). ``load_state_dict`` from another ``FederatedPITCGP`` loads
+    its summary and that record together and predicts as that model. ``.to()``,
+    ``.float()`` and ``.double()`` move the summary but keep it in float64.
 
     What a PITC model learns from new observations: they enter only through the
     support set -- an observation updates the posterior through its projection
@@ -282,8 +329,9 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         mean_module: Mean | None,
         outcome_transform: OutcomeTransform | None,
         input_transform: InputTransform | None,
-        jitter: float | None,
+        jitter: float | Tensor | None,
         snapshot: Tensor | None = None,
+        structure: Tensor | None = None,
     ) -> None:
         self.covar_module = covar_module
         self.likelihood = likelihood
@@ -292,15 +340,25 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
             self.outcome_transform = outcome_transform
         if input_transform is not None:
             self.input_transform = input_transform
-        self._jitter = None if jitter is None else float(jitter)
+        device = support.device
         self.register_buffer("support", support)
         for name in _SUMMARY_FIELDS:
-            value = getattr(summary, name).to(device=support.device, dtype=torch.float64)
+            value = getattr(summary, name).to(device=device, dtype=torch.float64)
             self.register_buffer(f"summary_{name}", value)
-        # What the summary was computed with: the flattened hyperparameter values.
+        # The state the summary was computed with (all persistent: load_state_dict
+        # brings a summary together with what it depends on).
+        jitter = DEFAULT_JITTER if jitter is None else jitter
+        self.register_buffer(
+            "summary_jitter", torch.as_tensor(jitter, dtype=torch.float64, device=device)
+        )
         if snapshot is None:
-            snapshot = self._hyperparameter_values(torch.float64, support.device)
+            snapshot = self._hyperparameter_values(device)
         self.register_buffer("summary_hyperparameters", snapshot)
+        if structure is None:
+            structure = torch.tensor(
+                _structure_key(self._summary_modules()), dtype=torch.int64, device=device
+            )
+        self.register_buffer("summary_structure", structure)
         self._cache: dict[str, Any] = {}
 
     # --- state and caches ----------------------------------------------------------
@@ -314,35 +372,58 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         r"""The model batch shape (that of the summary)."""
         return self.summary.batch_shape
 
-    def _hyperparameter_modules(self) -> list[torch.nn.Module | None]:
-        return [
-            self.covar_module,
-            self.likelihood,
-            self.mean_module,
-            getattr(self, "input_transform", None),
-            getattr(self, "outcome_transform", None),
-        ]
+    @property
+    def _jitter(self) -> float:
+        r"""The relative jitter of ``K_SS`` the summary was computed with."""
+        entry = self._cache.get("jitter")
+        return float(self.summary_jitter) if entry is None else entry
+
+    def _summary_modules(self) -> list[tuple[str, torch.nn.Module | None]]:
+        return _summary_modules(
+            [
+                ("covar_module", self.covar_module),
+                ("likelihood", self.likelihood),
+                ("mean_module", self.mean_module),
+                ("input_transform", getattr(self, "input_transform", None)),
+                ("outcome_transform", getattr(self, "outcome_transform", None)),
+            ]
+        )
 
     def _hyperparameter_values(
-        self, dtype: torch.dtype, device: torch.device, tensors: list[Tensor] | None = None
+        self, device: torch.device, tensors: list[Tensor] | None = None
     ) -> Tensor:
-        tensors = _state_tensors(self._hyperparameter_modules()) if tensors is None else tensors
+        tensors = _state_tensors(self._summary_modules()) if tensors is None else tensors
         if not tensors:
-            return torch.zeros(0, dtype=dtype, device=device)
-        return torch.cat([t.detach().reshape(-1).to(dtype=dtype, device=device) for t in tensors])
+            return torch.zeros(0, dtype=torch.float64, device=device)
+        return torch.cat(
+            [t.detach().reshape(-1).to(dtype=torch.float64, device=device) for t in tensors]
+        )
 
     def check_hyperparameters(self) -> None:
         r"""Raise if the modules' hyperparameters differ from the summary's.
 
         Raises:
-            HyperparametersChangedError: If any parameter or buffer of the kernel,
-                likelihood, mean or transforms changed since the summary was set.
+            HyperparametersChangedError: If any parameter, buffer or setting (module
+                type, ``nu``, transform flags, ...) of the kernel, likelihood, mean or
+                transforms changed since the summary was set.
         """
-        self._check_values(_state_tensors(self._hyperparameter_modules()))
+        modules = self._summary_modules()
+        self._check_structure(_structure_key(modules), int(self.summary_structure))
+        self._check_values(_state_tensors(modules))
+
+    @staticmethod
+    def _check_structure(current: int, reference: int) -> None:
+        if current != reference:
+            raise HyperparametersChangedError(
+                "The structure of this FederatedPITCGP's modules (a module replaced or "
+                "added, a kernel's nu, a transform's flags) is not the one its summary was "
+                "computed with. Build a new model from summaries computed with the current "
+                "modules."
+            )
 
     def _check_values(self, tensors: list[Tensor]) -> None:
         snapshot = self.summary_hyperparameters
-        values = self._hyperparameter_values(snapshot.dtype, snapshot.device, tensors)
+        values = self._hyperparameter_values(snapshot.device, tensors)
         if values.shape != snapshot.shape or not torch.equal(values, snapshot):
             raise HyperparametersChangedError(
                 "The hyperparameters of this FederatedPITCGP's modules (kernel, "
@@ -356,44 +437,61 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
             )
 
     def _ensure_current(self) -> None:
-        r"""Clear the caches if any state tensor was replaced or modified, and check
-        the hyperparameters against the summary's (see the class docstring)."""
-        tensors = _state_tensors(self._hyperparameter_modules())
-        own = [self.support, self.summary_hyperparameters]
-        own += [getattr(self, f"summary_{n}") for n in _SUMMARY_FIELDS]
+        r"""Check the modules against the summary's state and clear the caches if any
+        state tensor was replaced or modified (see the class docstring).
+
+        Reads tensor values only on the CPU, or when tensor metadata changed (then the
+        structure key and jitter buffers are read too).
+        """
+        modules = self._summary_modules()
+        tensors = _state_tensors(modules)
+        own = [getattr(self, f"summary_{n}") for n in _SUMMARY_FIELDS]
+        own += [self.support, self.summary_hyperparameters, self.summary_structure]
+        own += [self.summary_jitter]
         fingerprint = tuple((id(t), t.data_ptr(), t._version) for t in (*tensors, *own))
         changed = fingerprint != self._cache.get("fingerprint")
+        reference = int(self.summary_structure) if changed else self._cache["structure"]
+        self._check_structure(_structure_key(modules), reference)
         if changed or self._reads_are_free():
             self._check_values(tensors)
         if changed:
-            self._cache = {"fingerprint": fingerprint}
+            self._cache = {
+                "fingerprint": fingerprint,
+                # holding the tensors keeps their ids and storage from being reused
+                "tensors": (*tensors, *own),
+                "structure": reference,
+                "jitter": float(self.summary_jitter),
+            }
 
     def _reads_are_free(self) -> bool:
         r"""Whether reading tensor values costs no host synchronisation (CPU)."""
         return self.support.device.type == "cpu"
 
-    @staticmethod
-    def _live() -> bool:
-        # BoTorch ties gpytorch's detach_test_caches to its own propagate_grads flag
-        return botorch_settings.propagate_grads.on() or gpytorch_settings.detach_test_caches.off()
-
     def _support_factor(self) -> tuple[Tensor, Tensor]:
-        r"""The (transformed) float64 support and ``L = chol(K_SS)``."""
+        r"""The (transformed) float64 support and ``L = chol(K_SS)``: cached and
+        detached, as gpytorch's ``detach_test_caches`` (recomputed with gradients to
+        the hyperparameters when that setting is off)."""
         self._ensure_current()
-        entry = None if self._live() else self._cache.get("support")
+        live = gpytorch_settings.detach_test_caches.off()
+        entry = None if live else self._cache.get("support")
         if entry is None:
-            with torch.set_grad_enabled(torch.is_grad_enabled() and self._live()):
-                S = transform_support_inputs(self.support, getattr(self, "input_transform", None))
-                entry = (S.to(torch.float64), support_cholesky(S, self.covar_module, self._jitter))
-            if not self._live():
+            with torch.set_grad_enabled(torch.is_grad_enabled() and live):
+                entry = support_factor(
+                    self.support,
+                    self.covar_module,
+                    self._jitter,
+                    getattr(self, "input_transform", None),
+                )
+            if not live:
                 self._cache["support"] = entry
         return entry
 
     def _summary_factor(self) -> tuple[Tensor, Tensor]:
         r"""``chol(I + A~)`` and ``v``: cached and detached unless gradients must flow
-        to conditioned data (``propagate_grads``)."""
-        if self._live():
-            return summary_factor(self.summary)
+        to the data the model was conditioned on (``propagate_grads``, as BoTorch)."""
+        if botorch_settings.propagate_grads.on() or gpytorch_settings.detach_test_caches.off():
+            # the summary was checked when the model was built: no flag read needed
+            return summary_factor(self.summary, check=self._reads_are_free())
         entry = self._cache.get("summary")
         if entry is None:
             with torch.no_grad():
@@ -402,23 +500,52 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         return entry
 
     def update_summary(self, summary: SparseSummary) -> None:
-        r"""Replace the summary by one computed with the modules' current values.
+        r"""Replace the summary by one computed with the modules' current state.
 
         Args:
-            summary: The new summed summary (same support set), computed by the
-                clients with the current hyperparameters.
+            summary: The new summed summary (same support set and jitter), computed by
+                the clients with the current hyperparameters.
         """
         if not isinstance(summary, SparseSummary):
             raise TypeError(f"`summary` must be a SparseSummary, got {type(summary).__name__}.")
         _check_summary(summary, self.support.shape[0])
         summary_factor(summary)
+        device = self.support.device
         for name in _SUMMARY_FIELDS:
-            value = getattr(summary, name).detach().to(self.support.device, torch.float64)
+            value = getattr(summary, name).detach().to(device, torch.float64)
             setattr(self, f"summary_{name}", value)
-        self.summary_hyperparameters = self._hyperparameter_values(
-            torch.float64, self.support.device
+        self.summary_hyperparameters = self._hyperparameter_values(device)
+        self.summary_structure = torch.tensor(
+            _structure_key(self._summary_modules()), dtype=torch.int64, device=device
         )
         self._cache = {}
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> FederatedPITCGP:
+        r"""``.to``, ``.float()``, ``.double()``, ...: the summary and the state it was
+        computed with stay float64 (only their device follows); a dtype conversion of
+        the modules re-records their (converted) values if they matched before."""
+        names = [f"summary_{n}" for n in _SUMMARY_FIELDS]
+        names += ["summary_hyperparameters", "summary_jitter"]
+        if any(self._buffers.get(n) is None for n in names):  # during construction
+            return super()._apply(fn, recurse)
+        try:
+            self.check_hyperparameters()
+            current = True
+        except HyperparametersChangedError:
+            current = False
+        kept = {n: self._buffers[n] for n in names}
+        for n in names:
+            self._buffers[n] = None  # nn.Module._apply skips None buffers
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            device = fn(torch.zeros((), dtype=torch.float64, device=kept[names[0]].device)).device
+            for n, t in kept.items():
+                self._buffers[n] = t.to(device=device)
+        if current:
+            self.summary_hyperparameters = self._hyperparameter_values(device)
+        self._cache = {}
+        return self
 
     # BoTorch transforms stored training inputs on eval(); this model has none (the
     # support and the clients' inputs are transformed where they are used).
@@ -474,24 +601,24 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         """
         client_data = _check_client_data(client_data)
         validate_support(support)
-        X_all = torch.cat([X for X, _ in client_data], dim=-2)
-        if input_transform is not None and getattr(input_transform, "learn_coefficients", False):
+        if input_transform is not None and _learns(input_transform):
+            # learn (a copy of) the transform on the pooled inputs, then freeze it
             input_transform = deepcopy(input_transform)
             input_transform.train()
-            input_transform(X_all)
-            input_transform.learn_coefficients = False
+            input_transform(torch.cat([X for X, _ in client_data], dim=-2).to(torch.float64))
+            for module in input_transform.modules():
+                if getattr(module, "learn_coefficients", False):
+                    module.learn_coefficients = False
             input_transform.eval()
         if outcome_transform is not None:
-            untrained = getattr(outcome_transform, "_is_trained", None)
-            if untrained is not None and not bool(untrained):
+            if _untrained(outcome_transform):
                 outcome_transform.train()
                 outcome_transform(torch.cat([Y for _, Y in client_data], dim=-2))
             outcome_transform.eval()
         check_outcome_transform(outcome_transform)
         check_input_transform(input_transform)
         with torch.no_grad():
-            S = transform_support_inputs(support, input_transform)
-            L = support_cholesky(S, covar_module, jitter)
+            _, L = support_factor(support, covar_module, jitter, input_transform)
             summaries = [
                 compute_local_summary(
                     X,
@@ -527,8 +654,7 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
             raise TypeError(f"`{name}` must be a Tensor, got {type(X).__name__}.")
         if X.ndim < 2 or X.shape[-1] != d:
             raise BotorchTensorDimensionError(
-                f"`{name}` must be `batch_shape x q x d` with d={d}, got shape "
-                f"{tuple(X.shape)}."
+                f"`{name}` must be `batch_shape x q x d` with d={d}, got shape {tuple(X.shape)}."
             )
         if not X.is_floating_point():
             raise InputDataError(f"`{name}` must be floating point, got {X.dtype}.")
@@ -548,11 +674,11 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         S, L_S = self._support_factor()
         L_B, v = self._summary_factor()
         X64 = X.to(torch.float64)
-        K_SU = self.covar_module(S.expand(*X64.shape[:-2], *S.shape), X64).to_dense()
-        K_UU = self.covar_module(X64).to_dense().to(torch.float64)
-        W = torch.linalg.solve_triangular(L_S, K_SU.to(torch.float64), upper=False)
+        K_SU = evaluate64(self.covar_module, S.expand(*X64.shape[:-2], *S.shape), X64)
+        K_UU = evaluate64(self.covar_module, X64, X64)
+        W = torch.linalg.solve_triangular(L_S, K_SU, upper=False)
         C = torch.linalg.solve_triangular(L_B, W, upper=False)
-        mean = self.mean_module(X64).to(torch.float64) + (C * v.unsqueeze(-1)).sum(dim=-2)
+        mean = evaluate64(self.mean_module, X64) + (C * v.unsqueeze(-1)).sum(dim=-2)
         cov = K_UU - W.mT @ W + C.mT @ C
         return mean, 0.5 * (cov + cov.mT)
 
@@ -609,7 +735,8 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         self.eval()
         _check_output_indices(output_indices)
         self._check_X(X, self.support.shape[-1])
-        mean, cov = self._predict(self.transform_inputs(X))
+        # transformed in float64 (BoTorch's transforms cast their buffers to X's dtype)
+        mean, cov = self._predict(self.transform_inputs(X.to(torch.float64)))
         if observation_noise is True:
             noise = self.likelihood.noise.to(torch.float64)
             cov = cov + torch.diag_embed(noise * torch.ones_like(mean))
@@ -658,24 +785,21 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         """
         self.eval()
         self._check_X(X, self.support.shape[-1])
-        if not isinstance(Y, Tensor) or Y.ndim < 2 or Y.shape[-2] != X.shape[-2]:
-            shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
-            raise BotorchTensorDimensionError(
-                f"`Y` must be `batch_shape x n x 1` with n={X.shape[-2]} as `X`, got {shape}."
-            )
-        if Y.shape[-1] != 1:
-            raise UnsupportedError(
-                f"`Y` has {Y.shape[-1]} outputs: FederatedPITCGP models a single output."
-            )
-        if noise is not None and (noise.ndim < 2 or noise.shape[-1] != 1):
-            raise BotorchTensorDimensionError(
-                f"`noise` must be `batch_shape x n x 1`, got shape {tuple(noise.shape)}."
-            )
+        self._check_observations(X, Y, noise)
         S, L_S = self._support_factor()
+        X64 = X.to(torch.float64)
         if hasattr(self, "outcome_transform"):
-            Y, _ = self.outcome_transform(Y, X=X)
+            Y, _ = self.outcome_transform(Y, X=X64)
+        if X.shape[-2] == 0:  # BoTorch's fantasize with no points: the same model
+            batch = torch.broadcast_shapes(self.batch_shape, X.shape[:-2], Y.shape[:-2])
+            m = S.shape[0]
+            zeros = [
+                torch.zeros(*batch, *tail, dtype=torch.float64, device=S.device)
+                for tail in ((m,), (m, m), (), (), ())
+            ]
+            return self._derived(self.summary + SparseSummary(*zeros))
         block = local_summary(
-            self.transform_inputs(X),
+            self.transform_inputs(X64),
             Y,
             S,
             L_S,
@@ -686,21 +810,59 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         )
         return self._derived(self.summary + block)
 
+    def _check_observations(self, X: Tensor, Y: Tensor, noise: Tensor | None) -> None:
+        n = X.shape[-2]
+        if not isinstance(Y, Tensor) or Y.ndim < 2 or Y.shape[-2] != n:
+            shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
+            raise BotorchTensorDimensionError(
+                f"`Y` must be `batch_shape x n x 1` with n={n} as `X`, got {shape}."
+            )
+        if Y.shape[-1] != 1:
+            raise UnsupportedError(
+                f"`Y` has {Y.shape[-1]} outputs: FederatedPITCGP models a single output."
+            )
+        tensors = {"Y": Y}
+        if noise is not None:
+            if not isinstance(noise, Tensor):
+                raise TypeError(f"`noise` must be a Tensor or None, got {type(noise).__name__}.")
+            if noise.ndim < 2 or noise.shape[-1] != 1 or noise.shape[-2] not in (n, 1):
+                raise BotorchTensorDimensionError(
+                    f"`noise` must be `batch_shape x n x 1` with n={n}, got shape "
+                    f"{tuple(noise.shape)}."
+                )
+            tensors["noise"] = noise
+        for name, t in tensors.items():
+            try:
+                torch.broadcast_shapes(t.shape[:-2], X.shape[:-2], self.batch_shape)
+            except RuntimeError as e:
+                raise BotorchTensorDimensionError(
+                    f"The batch shape {tuple(t.shape[:-2])} of `{name}` does not broadcast "
+                    f"with those of `X` {tuple(X.shape[:-2])} and of the model "
+                    f"{tuple(self.batch_shape)}."
+                ) from e
+            if self._reads_are_free() and not torch.isfinite(t).all():
+                raise InputDataError(f"`{name}` contains NaN or infinite values.")
+        if noise is not None and self._reads_are_free() and (noise <= 0).any():
+            raise InputDataError("`noise` (observation noise variances) must be positive.")
+
     def _derived(self, summary: SparseSummary) -> FederatedPITCGP:
         r"""A model with the same modules, support and snapshot, and a new summary
         (no re-validation, the support factorisation is shared)."""
         new = object.__new__(type(self))
         super(FederatedPITCGP, new).__init__()
+        # copies: a later in-place change of this model's state (load_state_dict) must
+        # not move the derived model's record of what its summary was computed with
         new._setup(
-            self.support,
+            self.support.clone(),
             summary,
             self.covar_module,
             self.likelihood,
             self.mean_module,
             getattr(self, "outcome_transform", None),
             getattr(self, "input_transform", None),
-            self._jitter,
-            snapshot=self.summary_hyperparameters,
+            self.summary_jitter.clone(),
+            snapshot=self.summary_hyperparameters.clone(),
+            structure=self.summary_structure.clone(),
         )
         new.train(self.training)
         if "support" in self._cache:
@@ -740,6 +902,21 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         if mll.model is not self:
             raise ValueError("`mll.model` is not this model.")
         return _fit_fallback(mll, **kwargs)
+
+
+def _learns(input_transform: InputTransform) -> bool:
+    return any(getattr(m, "learn_coefficients", False) for m in input_transform.modules())
+
+
+def _untrained(outcome_transform: OutcomeTransform) -> bool:
+    parts = (
+        list(outcome_transform.values())
+        if isinstance(outcome_transform, ChainedOutcomeTransform)
+        else [outcome_transform]
+    )
+    return any(
+        getattr(p, "_is_trained", None) is not None and not bool(p._is_trained) for p in parts
+    )
 
 
 def transform_outcomes(

@@ -7,6 +7,9 @@ clients' data are at hand in one process (simulations, tests, tutorials),
 objective that :func:`~botorch_fed.models.fit_federated_pitc` optimises in a real
 federation: ``-(log p(y) + log prior(theta)) / n`` with ``log p(y)`` the exact PITC
 marginal likelihood (one block per client, :func:`pitc_log_marginal_likelihood`).
+(``fit_gpytorch_mll`` also fits the parameters, and adds the priors, of an input
+transform such as ``Warp``; ``fit_federated_pitc`` fits the kernel, likelihood and
+mean only.)
 When the fit ends (``mll.eval()``) it recomputes the model's summary at the fitted
 hyperparameters, so the model predicts with them.
 
@@ -36,7 +39,7 @@ from botorch_fed.models.pitc_summary import (
     compute_local_summary,
     local_summary,
     pitc_log_marginal_likelihood,
-    support_cholesky,
+    support_factor,
     transform_support_inputs,
 )
 
@@ -85,11 +88,10 @@ class PITCMarginalLogLikelihood(MarginalLogLikelihood):
         (differentiable in them)."""
         model = self.model
         tf = getattr(model, "input_transform", None)
-        S = transform_support_inputs(model.support, tf)
-        L = support_cholesky(S, model.covar_module, model._jitter)
+        S, L = support_factor(model.support, model.covar_module, model._jitter, tf)
         return SparseSummary.sum(
             local_summary(
-                transform_support_inputs(X, tf),
+                transform_support_inputs(X.to(torch.float64), tf),
                 Y,
                 S,
                 L,

@@ -41,10 +41,12 @@ from botorch.exceptions.errors import (
     UnsupportedError,
 )
 from botorch.models.transforms.input import InputTransform
+from gpytorch import settings as gpytorch_settings
 from gpytorch.kernels import Kernel
 from gpytorch.likelihoods import GaussianLikelihood, Likelihood
 from gpytorch.means import Mean
 from torch import Tensor
+from torch.func import functional_call
 
 DEFAULT_JITTER = 1e-8
 
@@ -321,7 +323,7 @@ def check_input_transform(input_transform: InputTransform | None) -> None:
             "`input_transform` must be a BoTorch InputTransform, got "
             f"{type(input_transform).__name__}."
         )
-    if getattr(input_transform, "learn_coefficients", False):
+    if any(getattr(m, "learn_coefficients", False) for m in input_transform.modules()):
         raise ValueError(
             f"`input_transform` ({type(input_transform).__name__}) learns its coefficients "
             "from the data it transforms, so every party would normalise differently. Give "
@@ -352,6 +354,56 @@ def _to64(t: Tensor) -> Tensor:
     return t.to(torch.float64)
 
 
+def evaluate64(module: torch.nn.Module, *inputs: Tensor) -> Tensor:
+    r"""Evaluate a kernel or mean module in float64, densely.
+
+    The inputs are cast to float64. A module whose floating parameters and buffers are
+    all float64 is called as it is; otherwise it is called with float64 copies of them
+    (``torch.func.functional_call``, differentiable in the originals), so modules that
+    do not promote dtypes (e.g. ``LinearMean``, ``PolynomialKernel``) work on float32
+    models and every value is computed in float64.
+
+    Args:
+        module: A gpytorch kernel or mean.
+        *inputs: Its inputs (``batch_shape x n x d`` tensors).
+
+    Returns:
+        The dense float64 output (``batch_shape x n x n'`` or ``batch_shape x n``).
+    """
+    inputs = tuple(_to64(x) for x in inputs)
+    named = [*module.named_parameters(), *module.named_buffers()]
+    if all(t.dtype == torch.float64 or not t.is_floating_point() for _, t in named):
+        out = module(*inputs)
+        return _to64(out.to_dense() if hasattr(out, "to_dense") else out)
+    state = {n: _to64(t) if t.is_floating_point() else t for n, t in named}
+    with gpytorch_settings.lazily_evaluate_kernels(False):
+        out = functional_call(module, state, inputs, strict=False)
+        return _to64(out.to_dense() if hasattr(out, "to_dense") else out)
+
+
+def support_factor(
+    support: Tensor,
+    covar_module: Kernel,
+    jitter: float | None = None,
+    input_transform: InputTransform | None = None,
+) -> tuple[Tensor, Tensor]:
+    r"""The transformed float64 support and its Cholesky factor ``L`` (every party
+    computes the same pair from the shared support, kernel, jitter and transform).
+
+    Args:
+        support: ``m x d`` support set (original input space).
+        covar_module: The shared kernel.
+        jitter: Relative jitter (:func:`support_cholesky`).
+        input_transform: The shared input transform or ``None``.
+
+    Returns:
+        ``(S, L)``: the ``m x d'`` transformed support (float64) and ``chol`` of its
+        jittered kernel matrix.
+    """
+    S = transform_support_inputs(_to64(support), input_transform)
+    return S, support_cholesky(S, covar_module, jitter)
+
+
 def support_cholesky(support: Tensor, covar_module: Kernel, jitter: float | None = None) -> Tensor:
     r"""Cholesky factor ``L`` of ``K_SS + jitter * mean(diag K_SS) * I``, in float64.
 
@@ -373,8 +425,7 @@ def support_cholesky(support: Tensor, covar_module: Kernel, jitter: float | None
     jitter = DEFAULT_JITTER if jitter is None else float(jitter)
     if not jitter >= 0:
         raise ValueError(f"`jitter` must be non-negative, got {jitter}.")
-    K = _to64(covar_module(_to64(support)).to_dense())
-    return _jittered_cholesky(K, jitter)
+    return _jittered_cholesky(evaluate64(covar_module, support), jitter)
 
 
 def _jittered_cholesky(K: Tensor, jitter: float) -> Tensor:
@@ -458,9 +509,11 @@ def compute_local_summary(
     check_input_transform(input_transform)
     if train_Yvar is None:
         _noise_from_likelihood(likelihood)
-    X = transform_support_inputs(train_X, input_transform)
-    S = transform_support_inputs(support, input_transform)
-    L = support_cholesky(S, covar_module, jitter) if support_chol is None else support_chol
+    X = transform_support_inputs(_to64(train_X), input_transform)
+    if support_chol is None:
+        S, L = support_factor(support, covar_module, jitter, input_transform)
+    else:
+        S, L = transform_support_inputs(_to64(support), input_transform), support_chol
     return local_summary(X, train_Y, S, L, covar_module, likelihood, mean_module, train_Yvar)
 
 
@@ -499,8 +552,8 @@ def local_summary(
     else:
         noise = _to64(train_Yvar).squeeze(-1)  # ... x n
     S64 = S64.expand(*X64.shape[:-2], *S64.shape)
-    K_Sx = _to64(covar_module(S64, X64).to_dense())  # batch x m x n
-    K_xx = _to64(covar_module(X64).to_dense())  # batch x n x n
+    K_Sx = evaluate64(covar_module, S64, X64)  # batch x m x n
+    K_xx = evaluate64(covar_module, X64, X64)  # batch x n x n
     V = torch.linalg.solve_triangular(L, K_Sx, upper=False)  # batch x m x n
     noise_diag = noise * torch.ones_like(K_xx[..., 0])  # ... x n
     Lambda = K_xx - V.mT @ V + torch.diag_embed(noise_diag)
@@ -511,7 +564,7 @@ def local_summary(
             "the noise variance is too small for float64 arithmetic at these "
             "hyperparameters. Use a larger noise lower bound."
         )
-    mean = torch.zeros_like(X64[..., 0]) if mean_module is None else _to64(mean_module(X64))
+    mean = torch.zeros_like(X64[..., 0]) if mean_module is None else evaluate64(mean_module, X64)
     resid = _to64(Y).squeeze(-1) - mean  # batch' x n
     Z = torch.linalg.solve_triangular(L_Lambda, V.mT, upper=False)  # batch x n x m
     z = torch.linalg.solve_triangular(L_Lambda, resid.unsqueeze(-1), upper=False).squeeze(-1)
@@ -577,7 +630,7 @@ def _validate_local_data(
             raise InputDataError("`train_Yvar` (noise variances) must be positive.")
 
 
-def summary_factor(summary: SparseSummary) -> tuple[Tensor, Tensor]:
+def summary_factor(summary: SparseSummary, check: bool = True) -> tuple[Tensor, Tensor]:
     r"""``L_B = chol(I + A~)`` and ``v = L_B^-1 b~`` of a summed summary (float64).
 
     The one place both the predictive distribution (eq. 9-10) and the marginal
@@ -585,6 +638,8 @@ def summary_factor(summary: SparseSummary) -> tuple[Tensor, Tensor]:
 
     Args:
         summary: The sum of all clients' summaries.
+        check: Raise if the factorisation fails (reads a flag: a host synchronisation
+            on an accelerator). Skip only for summaries known to be valid.
 
     Returns:
         ``(L_B, v)`` with shapes ``batch_shape x m x m`` and ``batch_shape x m``.
@@ -596,7 +651,7 @@ def summary_factor(summary: SparseSummary) -> tuple[Tensor, Tensor]:
     A, b = _to64(summary.A), _to64(summary.b)
     eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
     L_B, info = torch.linalg.cholesky_ex(eye + A)
-    if (info != 0).any():
+    if check and (info != 0).any():
         raise InputDataError(
             "I + summary.A is not positive definite: the summary is not a sum of "
             "valid client summaries (corrupted or wrongly aggregated)."

@@ -52,9 +52,14 @@ DTYPES = [torch.float32, torch.float64]
 F64_TOL = 1e-10  # dense PITC vs dPITC in float64 (the issue's bar)
 
 
-def _tol(dtype, scale: float = 1.0) -> float:
-    r"""``F64_TOL`` plus, for float32, the rounding of outputs of magnitude ``scale``."""
-    return F64_TOL + (tol(dtype, 2) * scale if dtype != torch.float64 else 0.0)
+def _tol(dtype, scale: float = 1.0, f64_tol: float = F64_TOL) -> float:
+    r"""``f64_tol`` plus, for float32, the rounding of outputs of magnitude ``scale``."""
+    return f64_tol + (tol(dtype, 2) * scale if dtype != torch.float64 else 0.0)
+
+
+def _scale(*tensors) -> float:
+    r"""The largest magnitude among the reference tensors (at least 1)."""
+    return max([1.0, *(t.detach().abs().max().item() for t in tensors)])
 
 
 @pytest.fixture(autouse=True)
@@ -100,8 +105,7 @@ def test_posterior_matches_dense_pitc(seed, dtype):
     assert post.mean.shape == (2, 3, 5, 1)
     assert post.distribution.covariance_matrix.shape == (2, 3, 5, 5)
     assert post.mean.dtype == dtype
-    scale = max(ref_mean.abs().max().item(), ref_cov.abs().max().item(), 1.0)
-    atol = _tol(dtype, scale)
+    atol = _tol(dtype, _scale(ref_mean, ref_cov))
     torch.testing.assert_close(post.mean.squeeze(-1).double(), ref_mean, atol=atol, rtol=0)
     torch.testing.assert_close(
         post.distribution.covariance_matrix.double(), ref_cov, atol=atol, rtol=0
@@ -137,7 +141,7 @@ def test_equals_exact_gp_when_support_holds_all_inputs(dtype):
         ).eval()
         post_stgp = stgp.posterior(to64(X_test))
     # The jitter on K_SS is the only difference (<= 1e-8 here), plus float32 rounding.
-    atol = 1e-8 + (tol(dtype, 2) * 2.0 if dtype != torch.float64 else 0.0)
+    atol = _tol(dtype, _scale(ref_mean, ref_cov), f64_tol=1e-8)
     torch.testing.assert_close(post.mean.squeeze(-1).double(), ref_mean, atol=atol, rtol=0)
     torch.testing.assert_close(
         post.distribution.covariance_matrix.double(), ref_cov, atol=atol, rtol=0
@@ -248,7 +252,8 @@ def test_condition_on_observations_matches_extra_client(dtype):
         rebuilt = _build([*clients, (X_new, Y_new)], support, k, lik, mean)
         p1, p2 = cond.posterior(X_test), rebuilt.posterior(X_test)
     # two float64 computations of the same model, then (float32) output rounding
-    atol = 1e-12 + (tol(dtype, 2) * 4.0 if dtype != torch.float64 else 0.0)
+    scale = _scale(p2.mean, p2.distribution.covariance_matrix)
+    atol = _tol(dtype, 2 * scale, f64_tol=1e-12)  # both sides rounded
     torch.testing.assert_close(p1.mean, p2.mean, atol=atol, rtol=0)
     torch.testing.assert_close(
         p1.distribution.covariance_matrix, p2.distribution.covariance_matrix, atol=atol, rtol=0
@@ -274,7 +279,8 @@ def test_fantasize_matches_rebuilding_per_fantasy(dtype):
             for b in range(2):
                 ref = _build([*clients, (X_f[b], Y_f[j, b])], support, k, lik, mean)
                 rp = ref.posterior(X_test[b])
-                atol = 1e-11 + (tol(dtype, 2) * 4.0 if dtype != torch.float64 else 0.0)
+                scale = _scale(rp.mean, rp.distribution.covariance_matrix)
+                atol = _tol(dtype, 2 * scale, f64_tol=1e-11)  # both sides rounded
                 torch.testing.assert_close(post.mean[j, b], rp.mean, atol=atol, rtol=0)
                 torch.testing.assert_close(
                     post.distribution.covariance_matrix[j, b],

@@ -20,16 +20,21 @@ from botorch.exceptions.errors import (
 from botorch.exceptions.warnings import InputDataWarning
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
-from botorch.models.transforms.input import Normalize
-from botorch.models.transforms.outcome import Standardize
+from botorch.models.transforms.input import (
+    ChainedInputTransform,
+    InputPerturbation,
+    Normalize,
+    Warp,
+)
+from botorch.models.transforms.outcome import ChainedOutcomeTransform, Log, Standardize
 from botorch.models.utils.gpytorch_modules import (
     get_covar_module_with_dim_scaled_prior,
     get_gaussian_likelihood_with_lognormal_prior,
 )
 from botorch.sampling import SobolQMCNormalSampler
-from gpytorch.kernels import RBFKernel, ScaleKernel
+from gpytorch.kernels import MaternKernel, PolynomialKernel, RBFKernel, ScaleKernel
 from gpytorch.likelihoods import GaussianLikelihood
-from gpytorch.means import ConstantMean
+from gpytorch.means import ConstantMean, LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 import botorch_fed.models.pitc as pitc_module
@@ -375,7 +380,7 @@ def test_condition_on_observations_reuses_the_support_factorisation(monkeypatch)
     X_test = torch.rand(3, d, dtype=torch.float64)
     model.posterior(X_test)
     calls = []
-    for name in ("validate_support", "support_cholesky"):
+    for name in ("validate_support", "support_factor"):
         original = getattr(pitc_module, name)
         monkeypatch.setattr(
             pitc_module,
@@ -533,3 +538,214 @@ def test_noise_too_small_for_float64_is_a_clear_error():
     X, Y = torch.cat([X, X]), torch.cat([Y, Y])  # duplicated inputs: Lambda ~ noise
     with pytest.raises(InputDataError, match="Lambda"):
         compute_local_summary(X, Y, support, k, lik, mean, train_Yvar=torch.full_like(Y, 1e-300))
+
+
+# --- state edge cases (review of issue 8) ---------------------------------------------------
+def test_derived_models_keep_their_own_record_of_the_state():
+    clients, support, k, lik, mean = _setting()
+    X_test = torch.rand(4, support.shape[-1], dtype=torch.float64)
+    parent = FederatedPITCGP.from_client_data(clients, support, k, lik, mean)
+    cond = parent.condition_on_observations(X_test[:1], torch.ones(1, 1, dtype=torch.float64))
+    cond.posterior(X_test)
+    k2, lik2, mean2 = make_modules(support.shape[-1], torch.float64, lengthscale=0.8, noise=0.05)
+    other = FederatedPITCGP.from_client_data(clients[:2], support + 0.01, k2, lik2, mean2)
+    parent.load_state_dict(other.state_dict())  # in place: the shared modules change
+    with pytest.raises(HyperparametersChangedError):
+        cond.posterior(X_test)
+    assert not torch.equal(cond.support, parent.support)
+
+
+def test_jitter_travels_with_the_state_dict():
+    clients, support, k, lik, mean = _setting()
+    X_test = torch.rand(6, support.shape[-1], dtype=torch.float64)
+    source = FederatedPITCGP.from_client_data(clients, support, k, lik, mean, jitter=1e-2)
+    k2, lik2, mean2 = make_modules(support.shape[-1], torch.float64, lengthscale=0.4)
+    target = FederatedPITCGP.from_client_data(clients, support, k2, lik2, mean2)
+    target.posterior(X_test)
+    target.load_state_dict(source.state_dict())
+    with torch.no_grad():
+        p, q = target.posterior(X_test), source.posterior(X_test)
+    torch.testing.assert_close(p.mean, q.mean, atol=1e-12, rtol=0)
+    torch.testing.assert_close(p.variance, q.variance, atol=1e-12, rtol=0)
+
+
+def test_module_structure_changes_are_detected():
+    clients, support, k, lik, mean = _setting()
+    d = support.shape[-1]
+    X_test = torch.rand(3, d, dtype=torch.float64)
+    model = FederatedPITCGP.from_client_data(clients, support, k, lik, mean)
+    model.posterior(X_test)
+    matern = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=d)).double()
+    matern.load_state_dict(k.state_dict())  # same tensors, another kernel
+    model.covar_module = matern
+    with pytest.raises(HyperparametersChangedError, match="structure"):
+        model.posterior(X_test)
+    k_m = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=d)).double()
+    model = FederatedPITCGP.from_client_data(clients, support, k_m, lik, mean)
+    model.posterior(X_test)
+    k_m.base_kernel.nu = 0.5
+    with pytest.raises(HyperparametersChangedError, match="structure"):
+        model.posterior(X_test)
+    model = FederatedPITCGP.from_client_data(clients, support, k, lik, mean)
+    model.outcome_transform = Log()
+    with pytest.raises(HyperparametersChangedError, match="structure"):
+        model.posterior(X_test)
+
+
+def test_dtype_conversions_keep_the_summary_in_float64():
+    torch.manual_seed(0)
+    d = 2
+    clients = []
+    for c in (0.0, 0.25, 0.5):
+        X = torch.rand(20, d, dtype=torch.float64) * 0.5 + c
+        clients.append((X, torch.sin(6 * X).sum(-1, keepdim=True)))
+    support = global_support(
+        [local_centers(X, k=8, seed=i) for i, (X, _) in enumerate(clients)], 16
+    )
+    k = ScaleKernel(RBFKernel(ard_num_dims=d)).double()
+    k.base_kernel.lengthscale = 1.0  # cond(K_SS) ~ 1e9: a float32 summary would show
+    lik = GaussianLikelihood().double()
+    lik.noise = 1e-4
+    model = FederatedPITCGP.from_client_data(clients, support, k, lik)
+    X_test = torch.rand(100, d, dtype=torch.float64)
+    with torch.no_grad():
+        ref = model.posterior(X_test)
+        model.float()
+        assert model.summary_A.dtype == torch.float64
+        p32 = model.posterior(X_test.float())  # float32 hyperparameters are re-recorded
+        model.double()
+        back = model.posterior(X_test)
+        # float32-rounded hyperparameters, float64 summary: a tiny perturbation, then
+        # the rounding of the outputs
+        assert_close(p32.mean, ref.mean, dtype=torch.float32, factor=64)
+        torch.testing.assert_close(back.mean, p32.mean.double(), atol=1e-5, rtol=0)
+
+
+def test_float32_inputs_do_not_disturb_a_float64_model_with_normalize():
+    clients, support, k, lik, mean = _setting()
+    d = support.shape[-1]
+    bounds = torch.tensor([[-1.3] * d, [2.4] * d], dtype=torch.float64)
+    tf = Normalize(d, bounds=bounds)
+    summaries = [
+        compute_local_summary(X, Y, support, k, lik, mean, input_transform=tf) for X, Y in clients
+    ]
+    model = FederatedPITCGP(
+        support, SparseSummary.sum(summaries).to(torch.float64), k, lik, mean, input_transform=tf
+    )
+    X_test = torch.rand(5, d, dtype=torch.float64)
+    with torch.no_grad():
+        ref = model.posterior(X_test)
+        p32 = model.posterior(X_test.float())
+        again = model.posterior(X_test)
+    assert p32.mean.dtype == torch.float32
+    torch.testing.assert_close(again.mean, ref.mean, atol=0, rtol=0)
+
+
+def test_nested_and_test_time_input_transforms():
+    clients, X, Y, k, lik, mean = _exact_setting()
+    d = X.shape[-1]
+    X_test = torch.rand(5, d, dtype=torch.float64)
+    with torch.no_grad():
+        s = SparseSummary.sum(compute_local_summary(Xc, Yc, X, k, lik, mean) for Xc, Yc in clients)
+    chained = ChainedInputTransform(norm=Normalize(d))
+    with pytest.raises(ValueError, match="learns"):
+        FederatedPITCGP(X, s, k, lik, mean, input_transform=chained)
+    cases = {
+        "chained": lambda: ChainedInputTransform(norm=Normalize(d)),
+        "warp": lambda: Warp(d, indices=list(range(d))),  # holds a learnable Normalize
+        "perturbation": lambda: InputPerturbation(
+            torch.rand(3, d, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 0.05
+        ),
+    }
+    for name, make in cases.items():
+        with torch.no_grad():
+            model = FederatedPITCGP.from_client_data(
+                clients, X, k, lik, mean, input_transform=make(), jitter=1e-12
+            )
+            stgp = SingleTaskGP(
+                X,
+                Y,
+                covar_module=k,
+                likelihood=lik,
+                mean_module=mean,
+                outcome_transform=None,
+                input_transform=make(),
+            ).eval()
+            p, q = model.posterior(X_test), stgp.posterior(X_test)
+        torch.testing.assert_close(p.mean, q.mean, atol=1e-6, rtol=0, msg=name)
+        torch.testing.assert_close(p.variance, q.variance, atol=1e-6, rtol=0, msg=name)
+
+
+def test_float32_modules_that_do_not_promote_dtypes():
+    clients, support, _, _, _ = _setting(torch.float32)
+    d = support.shape[-1]
+    X_test = torch.rand(4, d)
+    posts = {}
+    for dtype in (torch.float32, torch.float64):
+        k = ScaleKernel(PolynomialKernel(2)).to(dtype)
+        lik = GaussianLikelihood().to(dtype)
+        lik.noise = 0.05
+        mean = LinearMean(d).to(dtype)
+        with torch.no_grad():
+            mean.weights.fill_(0.3)
+            mean.bias.fill_(-0.2)  # (initialised at random)
+            data = [(X.to(dtype), Y.to(dtype)) for X, Y in clients]
+            model = FederatedPITCGP.from_client_data(data, support.to(dtype), k, lik, mean)
+            posts[dtype] = model.posterior(X_test.to(dtype))
+    assert posts[torch.float32].mean.dtype == torch.float32
+    assert_close(
+        posts[torch.float32].mean,
+        posts[torch.float64].mean,
+        dtype=torch.float32,
+        factor=4,
+        scale=max(posts[torch.float64].mean.abs().max().item(), 1.0),
+    )
+
+
+def test_chained_outcome_transform_is_trained_as_single_task_gp_does():
+    clients, X, Y, k, lik, mean = _exact_setting()
+    clients = [(Xc, Yc.exp()) for Xc, Yc in clients]
+    X_test = torch.rand(5, X.shape[-1], dtype=torch.float64)
+    make = lambda: ChainedOutcomeTransform(log=Log(), std=Standardize(m=1))  # noqa: E731
+    with torch.no_grad():
+        model = FederatedPITCGP.from_client_data(
+            clients, X, k, lik, mean, outcome_transform=make(), jitter=1e-12
+        )
+        stgp = SingleTaskGP(
+            X,
+            Y.exp(),
+            covar_module=k,
+            likelihood=lik,
+            mean_module=mean,
+            outcome_transform=make(),
+        ).eval()
+        p, q = model.posterior(X_test), stgp.posterior(X_test)
+    torch.testing.assert_close(p.mean, q.mean, atol=1e-6, rtol=1e-6)
+
+
+def test_condition_on_observations_validates_its_data():
+    clients, support, k, lik, mean = _setting()
+    d = support.shape[-1]
+    model = FederatedPITCGP.from_client_data(clients, support, k, lik, mean)
+    X = torch.rand(2, 3, d, dtype=torch.float64)
+    Y = torch.zeros(2, 3, 1, dtype=torch.float64)
+    with pytest.raises(BotorchTensorDimensionError, match="`Y`.*broadcast"):
+        model.condition_on_observations(X, torch.zeros(4, 3, 1, dtype=torch.float64))
+    with pytest.raises(BotorchTensorDimensionError, match="`noise`"):
+        model.condition_on_observations(X, Y, noise=torch.ones(2, 2, 1, dtype=torch.float64))
+    with pytest.raises(InputDataError, match="`noise`.*positive"):
+        model.condition_on_observations(X, Y, noise=-torch.ones(2, 3, 1, dtype=torch.float64))
+    with pytest.raises(InputDataError, match="`noise`.*NaN"):
+        model.condition_on_observations(X, Y, noise=torch.full((2, 3, 1), float("nan")).double())
+    with pytest.raises(InputDataError, match="`Y`.*NaN"):
+        model.condition_on_observations(X, Y * float("nan"))
+    with pytest.raises(TypeError, match="`noise`"):
+        model.condition_on_observations(X, Y, noise=[0.1])
+    empty = model.fantasize(
+        torch.rand(0, d, dtype=torch.float64),
+        SobolQMCNormalSampler(sample_shape=torch.Size([2]), seed=0),
+    )
+    with torch.no_grad():
+        torch.testing.assert_close(
+            empty.posterior(X[0]).mean[0], model.posterior(X[0]).mean, atol=1e-12, rtol=0
+        )
