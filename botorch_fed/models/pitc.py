@@ -72,6 +72,7 @@ from botorch_fed.models.pitc_summary import (
     compute_local_summary,
     evaluate64,
     local_summary,
+    noise64,
     summary_factor,
     support_factor,
     validate_support,
@@ -226,7 +227,8 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
     :meth:`update_summary` (``PITCMarginalLogLikelihood`` does so after
     ``fit_gpytorch_mll``). ``load_state_dict`` from another ``FederatedPITCGP`` loads
     its summary and that record together and predicts as that model. ``.to()``,
-    ``.float()`` and ``.double()`` move the summary but keep it in float64.
+    ``.float()`` and ``.double()`` move the summary and the support but keep their
+    dtype.
 
     What a PITC model learns from new observations: they enter only through the
     support set -- an observation updates the posterior through its projection
@@ -521,11 +523,12 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         self._cache = {}
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> FederatedPITCGP:
-        r"""``.to``, ``.float()``, ``.double()``, ...: the summary and the state it was
-        computed with stay float64 (only their device follows); a dtype conversion of
-        the modules re-records their (converted) values if they matched before."""
+        r"""``.to``, ``.float()``, ``.double()``, ...: the summary, the support it lives
+        on and the state it was computed with keep their dtype (only their device
+        follows); a dtype conversion of the modules re-records their (converted) values
+        if they matched before."""
         names = [f"summary_{n}" for n in _SUMMARY_FIELDS]
-        names += ["summary_hyperparameters", "summary_jitter"]
+        names += ["summary_hyperparameters", "summary_jitter", "support"]
         if any(self._buffers.get(n) is None for n in names):  # during construction
             return super()._apply(fn, recurse)
         try:
@@ -738,7 +741,7 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         # transformed in float64 (BoTorch's transforms cast their buffers to X's dtype)
         mean, cov = self._predict(self.transform_inputs(X.to(torch.float64)))
         if observation_noise is True:
-            noise = self.likelihood.noise.to(torch.float64)
+            noise = noise64(self.likelihood)
             cov = cov + torch.diag_embed(noise * torch.ones_like(mean))
         elif isinstance(observation_noise, Tensor):
             cov = cov + torch.diag_embed(_noise_diagonal(observation_noise, mean))
@@ -789,7 +792,7 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         S, L_S = self._support_factor()
         X64 = X.to(torch.float64)
         if hasattr(self, "outcome_transform"):
-            Y, _ = self.outcome_transform(Y, X=X64)
+            Y, _ = self.outcome_transform(Y.to(torch.float64), X=X64)
         if X.shape[-2] == 0:  # BoTorch's fantasize with no points: the same model
             batch = torch.broadcast_shapes(self.batch_shape, X.shape[:-2], Y.shape[:-2])
             m = S.shape[0]

@@ -30,7 +30,7 @@ References:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -354,14 +354,54 @@ def _to64(t: Tensor) -> Tensor:
     return t.to(torch.float64)
 
 
-def evaluate64(module: torch.nn.Module, *inputs: Tensor) -> Tensor:
-    r"""Evaluate a kernel or mean module in float64, densely.
+class _Call(torch.nn.Module):
+    r"""Wraps ``fn(module, *inputs)`` as a module, for ``functional_call``."""
 
-    The inputs are cast to float64. A module whose floating parameters and buffers are
-    all float64 is called as it is; otherwise it is called with float64 copies of them
-    (``torch.func.functional_call``, differentiable in the originals), so modules that
-    do not promote dtypes (e.g. ``LinearMean``, ``PolynomialKernel``) work on float32
-    models and every value is computed in float64.
+    def __init__(self, module: torch.nn.Module, fn: Callable) -> None:
+        super().__init__()
+        self.module = module
+        self.fn = fn
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        return self.fn(self.module, *inputs)
+
+
+def _dense(out: Tensor) -> Tensor:
+    return _to64(out.to_dense() if hasattr(out, "to_dense") else out)
+
+
+def call64(module: torch.nn.Module, fn: Callable, *inputs: Tensor) -> Tensor:
+    r"""``fn(module, *inputs)`` computed with float64 values of ``module``'s state.
+
+    A module whose floating parameters and buffers are all float64 is used as it is;
+    otherwise ``fn`` runs on float64 copies of them (``torch.func.functional_call``,
+    differentiable in the originals). So a float32 model evaluates its kernel, mean and
+    noise (e.g. a softplus of a raw parameter plus a bound) exactly as a float64 model
+    with the same (rounded) values would, and modules that do not promote dtypes
+    (``LinearMean``, ``PolynomialKernel``) work on float64 inputs.
+
+    Args:
+        module: A gpytorch module.
+        fn: ``fn(module, *inputs) -> Tensor`` (may return a linear operator).
+        *inputs: Tensor inputs, cast to float64.
+
+    Returns:
+        The dense float64 result.
+    """
+    inputs = tuple(_to64(x) for x in inputs)
+    named = [*module.named_parameters(), *module.named_buffers()]
+    if all(t.dtype == torch.float64 or not t.is_floating_point() for _, t in named):
+        return _dense(fn(module, *inputs))
+    state = {f"module.{n}": _to64(t) if t.is_floating_point() else t for n, t in named}
+    with gpytorch_settings.lazily_evaluate_kernels(False):
+        # evaluated inside the call, while the float64 values are in place
+        return functional_call(
+            _Call(module, lambda m, *x: _dense(fn(m, *x))), state, inputs, strict=False
+        )
+
+
+def evaluate64(module: torch.nn.Module, *inputs: Tensor) -> Tensor:
+    r"""Evaluate a kernel or mean module in float64, densely (see :func:`call64`).
 
     Args:
         module: A gpytorch kernel or mean.
@@ -370,15 +410,12 @@ def evaluate64(module: torch.nn.Module, *inputs: Tensor) -> Tensor:
     Returns:
         The dense float64 output (``batch_shape x n x n'`` or ``batch_shape x n``).
     """
-    inputs = tuple(_to64(x) for x in inputs)
-    named = [*module.named_parameters(), *module.named_buffers()]
-    if all(t.dtype == torch.float64 or not t.is_floating_point() for _, t in named):
-        out = module(*inputs)
-        return _to64(out.to_dense() if hasattr(out, "to_dense") else out)
-    state = {n: _to64(t) if t.is_floating_point() else t for n, t in named}
-    with gpytorch_settings.lazily_evaluate_kernels(False):
-        out = functional_call(module, state, inputs, strict=False)
-        return _to64(out.to_dense() if hasattr(out, "to_dense") else out)
+    return call64(module, lambda m, *x: m(*x), *inputs)
+
+
+def noise64(likelihood: GaussianLikelihood) -> Tensor:
+    r"""The likelihood's noise variance computed in float64 (see :func:`call64`)."""
+    return call64(likelihood, lambda m: m.noise)
 
 
 def support_factor(
@@ -548,7 +585,7 @@ def local_summary(
     """
     X64, S64 = _to64(X), _to64(S)
     if train_Yvar is None:
-        noise = _to64(likelihood.noise)  # ... x 1
+        noise = noise64(likelihood)  # ... x 1
     else:
         noise = _to64(train_Yvar).squeeze(-1)  # ... x n
     S64 = S64.expand(*X64.shape[:-2], *S64.shape)
