@@ -35,7 +35,7 @@ from tests.acquisition.toy_models import (
     toy_data,
     ucb_error_bound,
 )
-from tests.tolerances import assert_close, assert_within
+from tests.tolerances import assert_close, assert_within, tol
 
 DTYPES = [torch.float32, torch.float64]
 D = 2
@@ -272,7 +272,9 @@ def test_maximize_step_acquisition_is_the_seeded_optimize_acqf(dtype):
     # the search starts from its best raw sample and only climbs from there
     X_raw = draw_sobol_samples(bounds, n=32, q=1, seed=13)
     with torch.no_grad():
-        assert acqf(x.unsqueeze(0)) >= acqf(X_raw).max()
+        best_raw = acqf(X_raw).max()
+        # (one point vs a batch of 32: the two evaluations round differently)
+        assert acqf(x.unsqueeze(0)) >= best_raw - tol(dtype, 16) * max(best_raw.abs().item(), 1.0)
     # propose_step_candidate is make_step_acquisition + this search, one seed
     kw = dict(num_restarts=3, raw_samples=32, maxiter=15)
     for kind in STEP_KINDS:
@@ -363,7 +365,9 @@ def test_pathwise_thompson_sampling_batch(dtype):
     with torch.no_grad():
         # path j is evaluated at point j of each q-batch, and the q values are summed
         by_path = sum(path_values(X[:, j])[:, j] for j in range(3))
-        torch.testing.assert_close(ts(X), by_path)
+        # the same random-feature sums in another batching: each value is a sum of
+        # BoTorch's 1024 feature products, rounded in a different order
+        assert_close(ts(X), by_path, dtype=dtype, factor=2 * 1024)
         # the paths are different draws; the same seed draws the same paths
         at_x0 = path_values(X[:, 0])
         assert not torch.allclose(at_x0[:, 0], at_x0[:, 1])

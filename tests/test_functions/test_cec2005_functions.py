@@ -261,7 +261,8 @@ def test_f7_default_bounds_and_unbounded_evaluation() -> None:
 def test_batch_shapes(n: int) -> None:
     fn = CEC2005_FUNCTIONS[n](dim=10)
     lb, ub = fn.bounds
-    X = lb + (ub - lb) * torch.rand(3, 4, 10, dtype=torch.float64)
+    g = torch.Generator().manual_seed(n)
+    X = lb + (ub - lb) * torch.rand(3, 4, 10, generator=g, dtype=torch.float64)
     Y = fn.evaluate_true(X)
     assert Y.shape == torch.Size([3, 4])
     single = torch.stack([fn.evaluate_true(x) for x in X.reshape(-1, 10)])
