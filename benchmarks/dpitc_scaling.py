@@ -124,7 +124,8 @@ def run_point(n: int, M: int, S: int, seed: int, exact_max_n: int, exact: bool =
     t0 = time.perf_counter()
     k_local = max(1, math.ceil(2 * S / M))
     centers = [
-        local_centers(X, k=min(k_local, len(X)), seed=seed + i) for i, (X, _) in enumerate(clients)
+        local_centers(X, k=min(k_local, len(X)), seed=seed + i, min_cluster_size=1)
+        for i, (X, _) in enumerate(clients)
     ]
     support = global_support(centers, S, seed=seed)
     rec["support_s"] = time.perf_counter() - t0

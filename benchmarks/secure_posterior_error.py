@@ -77,7 +77,8 @@ def posterior_error_records(num_clients: int, support_sizes, seed: int = 0) -> l
     records = []
     for S in support_sizes:
         centers = [
-            local_centers(X, k=max(2, S // 4), seed=seed + i) for i, (X, _) in enumerate(clients)
+            local_centers(X, k=max(2, S // 4), seed=seed + i, min_cluster_size=1)
+            for i, (X, _) in enumerate(clients)
         ]
         support = global_support(centers, S, seed=seed)
         m = len(support)

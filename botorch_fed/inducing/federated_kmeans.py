@@ -57,7 +57,7 @@ def local_centers(
     max_iter: int = 300,
     seed: int | None = None,
     noise_std: float = 0.0,
-    min_cluster_size: int = 1,
+    min_cluster_size: int = 2,
 ) -> Tensor:
     r"""A client's k-means centres (LOCALCLUSTERING of Alg. 1).
 
@@ -76,7 +76,8 @@ def local_centers(
         noise_std: Standard deviation of Gaussian noise added to each centre before
             it leaves the client (0: exact centres). See the module docstring.
         min_cluster_size: Centres of clusters with fewer points are not returned (a
-            centre of one point *is* that point); ``k`` is also capped at
+            centre of one point *is* that point, so the default 2 never sends a raw
+            data point; 1 gives plain k-means); ``k`` is also capped at
             ``n // min_cluster_size``. If no cluster is large enough, the mean of all
             points is returned.
 

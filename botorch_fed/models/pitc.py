@@ -622,19 +622,22 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         check_input_transform(input_transform)
         with torch.no_grad():
             _, L = support_factor(support, covar_module, jitter, input_transform)
-            summaries = [
-                compute_local_summary(
-                    X,
-                    Y,
-                    support,
-                    covar_module,
-                    likelihood,
-                    mean_module,
-                    support_chol=L,
-                    input_transform=input_transform,
-                )
-                for X, Y in transform_outcomes(client_data, outcome_transform)
-            ]
+            summaries = []
+            for i, (X, Y) in enumerate(transform_outcomes(client_data, outcome_transform)):
+                try:
+                    summary = compute_local_summary(
+                        X,
+                        Y,
+                        support,
+                        covar_module,
+                        likelihood,
+                        mean_module,
+                        support_chol=L,
+                        input_transform=input_transform,
+                    )
+                except (InputDataError, BotorchTensorDimensionError, UnsupportedError) as e:
+                    raise type(e)(f"client_data[{i}]: {e}") from e
+                summaries.append(summary)
         if aggregate is None:
             total = SparseSummary.sum(summaries)
         else:
@@ -960,6 +963,15 @@ def _check_client_data(client_data: Sequence[tuple[Tensor, Tensor]]) -> list:
         if not isinstance(X, Tensor) or not isinstance(Y, Tensor) or X.ndim != 2 or Y.ndim != 2:
             raise BotorchTensorDimensionError(
                 f"`client_data[{i}]` must hold an `n x d` train_X and an `n x 1` train_Y."
+            )
+        if Y.shape[-1] != 1:
+            raise UnsupportedError(
+                f"`client_data[{i}]` has {Y.shape[-1]} outputs: FederatedPITCGP models a "
+                "single output (one model per outcome, e.g. in a ModelListGP)."
+            )
+        if pairs and X.dtype != pairs[0][0].dtype:
+            raise InputDataError(
+                f"`client_data[{i}]` has dtype {X.dtype} but client 0 has {pairs[0][0].dtype}."
             )
         pairs.append((X, Y))
     return pairs

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from botorch.models.transforms.input import InputTransform
 from botorch.optim.utils import get_parameters_and_bounds
 from botorch.optim.utils.numpy_utils import get_bounds_as_ndarray
 from gpytorch import Module as GPyTorchModule
@@ -51,9 +52,10 @@ from botorch_fed.models.exact_gp import fit_exact_gp
 from botorch_fed.models.pitc import sum_arrays
 from botorch_fed.models.pitc_summary import (
     SparseSummary,
+    check_input_transform,
     compute_local_summary,
     pitc_log_marginal_likelihood,
-    support_cholesky,
+    support_factor,
 )
 
 Aggregate = Callable[[Sequence[np.ndarray]], np.ndarray]
@@ -178,6 +180,10 @@ class PITCFitClient:
         likelihood: The shared ``GaussianLikelihood`` (copied).
         mean_module: The shared mean (copied; ``None``: zero mean).
         jitter: Relative jitter of ``K_SS``.
+        input_transform: The input transform every party applies, with fixed
+            coefficients (e.g. ``Normalize(d, bounds=bounds)``): inputs and support
+            are given in the original space, and the hyperparameters are fitted in the
+            transformed one, as ``FederatedPITCGP(..., input_transform=...)`` uses them.
     """
 
     def __init__(
@@ -189,11 +195,14 @@ class PITCFitClient:
         likelihood: Likelihood,
         mean_module: Mean | None = None,
         jitter: float | None = None,
+        input_transform: InputTransform | None = None,
     ) -> None:
+        check_input_transform(input_transform)
         self._X = train_X
         self._Y = train_Y
         self._support = support
         self._jitter = jitter
+        self._input_transform = input_transform
         self._hyper = PITCHyperparameters(
             deepcopy(covar_module), deepcopy(likelihood), deepcopy(mean_module)
         )
@@ -217,7 +226,8 @@ class PITCFitClient:
         self._hyper.set_theta(theta)
 
     def _summary(self) -> SparseSummary:
-        h = self._hyper
+        h, tf = self._hyper, self._input_transform
+        _, L = support_factor(self._support, h.covar_module, self._jitter, tf)
         return compute_local_summary(
             self._X,
             self._Y,
@@ -225,7 +235,8 @@ class PITCFitClient:
             h.covar_module,
             h.likelihood,
             h.mean_module,
-            support_chol=support_cholesky(self._support, h.covar_module, self._jitter),
+            support_chol=L,
+            input_transform=tf,
         )
 
     def summary(self, theta: np.ndarray) -> np.ndarray:
@@ -280,8 +291,11 @@ class PITCFitClient:
         if theta is not None:
             self._hyper.set_theta(theta)
         h = self._hyper
+        X = self._X
+        if self._input_transform is not None:  # fitted in the transformed space
+            X = self._input_transform.preprocess_transform(X.to(torch.float64)).to(X)
         fit_exact_gp(
-            self._X,
+            X,
             self._Y,
             seed=seed,
             likelihood=h.likelihood,

@@ -596,6 +596,12 @@ def local_summary(
     Lambda = K_xx - V.mT @ V + torch.diag_embed(noise_diag)
     L_Lambda, info = torch.linalg.cholesky_ex(Lambda)
     if (info != 0).any():
+        if (noise <= 0).any():
+            raise InputDataError(
+                "The noise variance must be positive, got a minimum of "
+                f"{noise.min().item():.3g} (e.g. an optimiser step left the likelihood's "
+                "raw noise outside its constraint)."
+            )
         raise InputDataError(
             "The block covariance Lambda = K_xx - Q_xx + noise is not positive definite: "
             "the noise variance is too small for float64 arithmetic at these "
@@ -617,6 +623,9 @@ def local_summary(
 def _validate_local_data(
     train_X: Tensor, train_Y: Tensor, support: Tensor, train_Yvar: Tensor | None
 ) -> None:
+    for name, value in (("train_X", train_X), ("train_Y", train_Y), ("support", support)):
+        if not isinstance(value, Tensor):
+            raise TypeError(f"`{name}` must be a torch Tensor, got {type(value).__name__}.")
     if train_X.ndim < 2:
         raise BotorchTensorDimensionError(
             f"`train_X` must be `batch_shape x n x d`, got shape {tuple(train_X.shape)}."

@@ -30,7 +30,7 @@ def _is_lloyd_fixed_point(points, centers, atol, rtol=1e-5):
 def test_local_centers_are_a_lloyd_fixed_point(dtype):
     g = torch.Generator().manual_seed(0)
     X = torch.rand(200, 3, generator=g, dtype=torch.float64).to(dtype)
-    C = local_centers(X, k=7, tol=0.0, max_iter=1000, seed=1)
+    C = local_centers(X, k=7, tol=0.0, max_iter=1000, seed=1, min_cluster_size=1)
     assert C.shape == (7, 3) and C.dtype == dtype
     # scikit-learn's centres are float64 means of the members, rounded once to ``dtype``
     # (<= eps / 2 relative); the float64 mean here sums the <= 200 members in another
@@ -39,12 +39,12 @@ def test_local_centers_are_a_lloyd_fixed_point(dtype):
     atol = tol(dtype, factor) * X.abs().max().item()
     assert _is_lloyd_fixed_point(X, C, atol=atol, rtol=0.0)
     # deterministic given the seed
-    assert torch.equal(C, local_centers(X, k=7, tol=0.0, max_iter=1000, seed=1))
+    assert torch.equal(C, local_centers(X, k=7, tol=0.0, max_iter=1000, seed=1, min_cluster_size=1))
 
 
 def test_local_centers_clip_k_to_distinct_points():
     X = torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
-    C = local_centers(X, k=5)
+    C = local_centers(X, k=5, min_cluster_size=1)
     assert C.shape == (2, 2)
     assert {tuple(r) for r in C.tolist()} == {(0.0, 0.0), (1.0, 1.0)}
 
@@ -68,9 +68,9 @@ def test_min_cluster_size_never_returns_a_raw_point():
 def test_noised_centres_are_seeded_and_have_the_requested_spread():
     g = torch.Generator().manual_seed(1)
     X = torch.rand(500, 2, generator=g, dtype=torch.float64)
-    exact = local_centers(X, k=50, seed=3)
-    noisy = local_centers(X, k=50, seed=3, noise_std=0.1)
-    assert torch.equal(noisy, local_centers(X, k=50, seed=3, noise_std=0.1))
+    exact = local_centers(X, k=50, seed=3, min_cluster_size=1)
+    noisy = local_centers(X, k=50, seed=3, noise_std=0.1, min_cluster_size=1)
+    assert torch.equal(noisy, local_centers(X, k=50, seed=3, noise_std=0.1, min_cluster_size=1))
     diff = (noisy - exact).flatten()
     assert 0.07 < diff.std().item() < 0.13  # 100 draws of N(0, 0.1^2)
 
@@ -81,7 +81,7 @@ def test_global_support_finds_separated_client_blobs():
     centers = []
     for i, c in enumerate(corners):
         X = c + 0.02 * torch.randn(40, 2, generator=g, dtype=torch.float64)
-        centers.append(local_centers(X, k=3, seed=i))
+        centers.append(local_centers(X, k=3, seed=i, min_cluster_size=1))
     S = global_support(centers, size=4, seed=0)
     assert S.shape == (4, 2)
     # one support point per blob, close to the blob's centre

@@ -49,6 +49,7 @@ from botorch_fed.models import (
     SparseSummary,
     compute_local_summary,
     fit_federated_pitc,
+    fit_local_average,
     pitc_loss_and_adjoint,
 )
 from tests.models.dense_pitc import make_modules, random_federation
@@ -757,3 +758,53 @@ def test_condition_on_observations_validates_its_data():
         torch.testing.assert_close(
             empty.posterior(X[0]).mean[0], model.posterior(X[0]).mean, atol=1e-12, rtol=0
         )
+
+
+def test_federated_fits_take_the_shared_input_transform():
+    clients, support, covar, lik, mean = _fit_setting()
+    d = support.shape[-1]
+    lo = torch.tensor([10.0, -100.0], dtype=torch.float64)
+    span = torch.tensor([20.0, 200.0], dtype=torch.float64)
+    raw = [(lo + span * X, Y) for X, Y in clients]  # a user's own domain
+    tf = Normalize(d, bounds=torch.stack([lo, lo + span]))
+    fitted = {}
+    for name, data, S, transform in (
+        ("transform", raw, lo + span * support, tf),
+        ("by hand", clients, support, None),
+    ):
+        modules = [deepcopy(covar), deepcopy(lik), deepcopy(mean)]
+        fit_clients = [PITCFitClient(X, Y, S, *modules, input_transform=transform) for X, Y in data]
+        fit_federated_pitc(fit_clients, S, *modules, maxiter=15)
+        averaged = fit_local_average(fit_clients, *[deepcopy(m) for m in modules])
+        fitted[name] = (PITCHyperparameters(*modules).get_values(), averaged)
+    # the same computations up to the rounding of the transformed inputs
+    for a, b in zip(fitted["transform"], fitted["by hand"], strict=True):
+        assert abs(a - b).max() <= 1e-6 * max(1.0, abs(b).max())
+    with pytest.raises(ValueError, match="input_transform.*learns"):
+        PITCFitClient(*raw[0], lo + span * support, covar, lik, mean, input_transform=Normalize(d))
+
+
+def test_user_mistakes_get_errors_naming_the_cause():
+    clients, support, k, lik, mean = _setting()
+    X, Y = clients[0]
+    with pytest.raises(TypeError, match="`train_X` must be a torch Tensor"):
+        compute_local_summary(X.numpy(), Y, support, k, lik, mean)
+    bad = [clients[0], (clients[1][0].float(), clients[1][1].float())]
+    with pytest.raises(InputDataError, match=r"client_data\[1\].*dtype"):
+        FederatedPITCGP.from_client_data(bad, support, k, lik, mean)
+    two = [(X, torch.cat([Y, Y], -1))]
+    with pytest.raises(UnsupportedError, match=r"client_data\[0\].*2 outputs"):
+        FederatedPITCGP.from_client_data(
+            two, support, k, lik, mean, outcome_transform=Standardize(m=1)
+        )
+    nan = [clients[0], (clients[1][0], clients[1][1] * float("nan"))]
+    with pytest.raises(InputDataError, match=r"client_data\[1\].*train_Y.*NaN"):
+        FederatedPITCGP.from_client_data(nan, support, k, lik, mean)
+    # an optimiser step outside the noise constraint: named as a negative noise
+    model = FederatedPITCGP.from_client_data(clients, support, k, lik, mean)
+    mll = PITCMarginalLogLikelihood(model.likelihood, model, clients)
+    with torch.no_grad():
+        lik.noise_covar.raw_noise.fill_(-50.0)  # softplus(-50) + 1e-4 bound > 0 ...
+        lik.noise_covar.raw_noise_constraint.lower_bound.fill_(-0.5)  # ... unless shifted
+    with pytest.raises(InputDataError, match="noise variance must be positive"):
+        mll.compute_custom_loss()

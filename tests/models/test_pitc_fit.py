@@ -174,7 +174,7 @@ def test_fit_recovers_known_lengthscales():
     parts = order.chunk(5)
     from botorch_fed.inducing import global_support, local_centers
 
-    centers = [local_centers(X[p], k=20, seed=i) for i, p in enumerate(parts)]
+    centers = [local_centers(X[p], k=20, seed=i, min_cluster_size=1) for i, p in enumerate(parts)]
     support = global_support(centers, 60, seed=0)
     k = RBFKernel(ard_num_dims=d).double()
     lik = get_gaussian_likelihood_with_lognormal_prior().double()
