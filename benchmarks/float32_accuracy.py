@@ -77,7 +77,10 @@ def run_setting(d: int, lengthscale: float, noise: float, m: int, seed: int = 0)
     for c in (0.0, 0.25, 0.5):
         X = torch.rand(20, d, generator=g, dtype=torch.float64) * 0.5 + c
         clients.append((X, torch.sin(6 * X).sum(-1, keepdim=True)))
-    centers = [local_centers(X, k=8, seed=i) for i, (X, _) in enumerate(clients)]
+    # min_cluster_size=1: the supports the figures before issue 8 were measured on
+    centers = [
+        local_centers(X, k=8, seed=i, min_cluster_size=1) for i, (X, _) in enumerate(clients)
+    ]
     support = global_support(centers, m, seed=seed)
     X_test = torch.rand(500, d, generator=g, dtype=torch.float64)
     X_all, Y_all = torch.cat([X for X, _ in clients]), torch.cat([Y for _, Y in clients])
