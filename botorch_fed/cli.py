@@ -15,7 +15,9 @@ Invalid arguments print a message naming the argument and exit with code 2.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import sys
 import warnings
 from collections.abc import Sequence
@@ -293,6 +295,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_outputs(args: argparse.Namespace) -> None:
+    r"""Refuse unwritable ``--out`` / ``--plot`` paths before a run, not after it."""
+    for flag in ("out", "plot"):
+        path = getattr(args, flag, None)
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ValueError(f"--{flag} {path}: the folder {folder} does not exist.")
+        if not os.access(folder, os.W_OK):
+            raise ValueError(f"--{flag} {path}: the folder {folder} is not writable.")
+        if os.path.isdir(path):
+            raise ValueError(f"--{flag} {path} is a folder; give a file name.")
+    if getattr(args, "plot", None) and importlib.util.find_spec("matplotlib") is None:
+        raise ImportError(
+            "--plot needs matplotlib, which is not installed: pip install 'botorch-fed[plot]'."
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     r"""Entry point of the ``botorch-fed`` console script.
 
@@ -306,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     console = Console()
     try:
+        _check_outputs(args)
         if args.command == "demo":
             return _run_demo(args, console)
         if args.command == "run":

@@ -138,6 +138,8 @@ def test_run_uses_the_library_defaults_of_fbo_fedgp(tmp_path):
         (["--schedule", "1.5"], "`c`"),
         (["--rounds", "0"], "num_rounds"),
         (["--support", "0"], "support_size"),
+        (["--out", "/no/such/folder/r.json"], "--out /no/such/folder/r.json: the folder"),
+        (["--plot", "/no/such/folder/r.png"], "--plot /no/such/folder/r.png: the folder"),
     ],
 )
 def test_bad_run_arguments_exit_2(args, message, capsys):
