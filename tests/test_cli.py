@@ -43,9 +43,9 @@ def test_demo_uses_only_the_aggregate_for_server_side_sums():
         return np.sum(arrays, axis=0)
 
     results = run_regression_demo(config, aggregate=aggregate)
-    # moments, averaged hyperparameters, summaries: one aggregation round each
-    assert calls == [3, 3, 3]
-    assert results["rows"][-2]["extra"]["aggregation_rounds"] == 3
+    # outcome moments (two passes), averaged hyperparameters, summaries
+    assert calls == [3, 3, 3, 3]
+    assert results["rows"][-2]["extra"]["aggregation_rounds"] == 4
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ hyperparameters are set from aggregated quantities.
 Round ``t`` (Alg. 2 lines 12-28): each client draws a local step with probability
 ``p_t = 1 - t^-c`` (its own seeded generator). A local step fits/updates the client's
 own GP and maximises the acquisition on it. If any client draws a global step, all
-clients contribute to three secure sums -- outcome moments (federated
+clients contribute to the secure sums -- outcome moments in two passes (federated
 standardisation), optionally the hyperparameters, and the whitened dPITC summaries --
 after which every client holds the global summary ``G`` and the global-step clients
 maximise the acquisition on the :class:`~botorch_fed.models.FederatedPITCGP` built
@@ -29,10 +29,12 @@ Choices of this implementation where the paper is silent (all configurable):
   with ``|D_i| = 4`` and ``k = 4`` Alg. 1 would otherwise send the raw initial points;
 - the support set is re-selected by Alg. 1 every ``support_every`` (5) rounds, as the
   data grow (App. C.7 also grows it: ``support_growth``);
-- outcomes are standardised with federated moments before summarising (exact for any
-  finite outcomes: the clients send ``n``, ``sum y`` and ``sum y^2`` as exact integer
-  limbs, see :mod:`botorch_fed.models.federated_standardize`), and every other
-  secure sum travels in the exact limb encoding (``botorch_fed.secure.limbs``).
+- outcomes are standardised with federated moments before summarising, in two secure
+  sums: ``[n, sum y]``, then ``[sum (y - mu), sum (y - mu)^2]`` around the first
+  pass's mean ``mu``, every sum rounded by its client to 40 significant bits and sent
+  as exact integer limbs (accurate for any finite outcomes, and no party learns exact
+  sums; see :mod:`botorch_fed.models.federated_standardize`); every other secure sum
+  travels in the exact limb encoding (``botorch_fed.secure.limbs``).
 
 Hyperparameters of the global model (refreshed every ``hyper_every`` rounds):
 
@@ -73,11 +75,14 @@ from botorch_fed.federation.roles import FederatedServer, ProtocolViolation
 from botorch_fed.federation.stepped_minimizer import SteppedMinimizer
 from botorch_fed.inducing import global_support, local_centers, random_support
 from botorch_fed.models import (
+    CENTRED_MOMENTS_LENGTH,
     OUTCOME_MOMENTS_LENGTH,
     FederatedPITCGP,
     PITCFitClient,
     PITCHyperparameters,
     SparseSummary,
+    center_from_moments,
+    centred_moments,
     compute_local_summary,
     outcome_moments,
     pitc_loss_and_adjoint,
@@ -200,6 +205,8 @@ class FBOFedGPClient(BOClient):
         self.support: Tensor | None = None
         self.modules = global_modules(self.dim)
         self.standardize: Standardize | None = None
+        self._first_moments: np.ndarray | None = None  # pass 1 of the standardisation
+        self._moments_center: float | None = None
         self._fit_client: PITCFitClient | None = None
         self._minimizer: SteppedMinimizer | None = None
         self._fit_theta: np.ndarray | None = None
@@ -286,6 +293,13 @@ class FBOFedGPClient(BOClient):
     def vector_moments(self) -> np.ndarray:
         return outcome_moments(self.Y)
 
+    def vector_centred_moments(self) -> np.ndarray:
+        if self._moments_center is None:
+            raise self.violation(
+                "centred moments requested before the first pass", "centred_moments"
+            )
+        return centred_moments(self.Y, self._moments_center)
+
     def vector_hyper(self) -> np.ndarray:
         # The local GP's values are in this client's own standardised units. With
         # BoTorch's default kernel (no outputscale: signal variance 1) the noise is a
@@ -352,7 +366,24 @@ class FBOFedGPClient(BOClient):
 
     def sum_received(self, request: str | None, total: np.ndarray) -> dict | None:
         if request == "moments":
-            self.standardize = standardize_from_moments(total)
+            # pass 1: the count and the centre of pass 2 (limb sums beyond what the
+            # session's clients can produce, or fewer outcomes than this client's own,
+            # are a forged sum)
+            self._first_moments = self._moments_center = None
+            n, center = center_from_moments(total, max_contributors=self.sum_contributors)
+            if n < len(self.Y):
+                raise self.violation(
+                    f"the sum reports n={n} outcomes, fewer than this client's own {len(self.Y)}",
+                    request,
+                )
+            self._first_moments, self._moments_center = total.copy(), center
+        elif request == "centred_moments":
+            if self._first_moments is None:
+                raise self.violation("centred moments without a first pass", request)
+            first, self._first_moments, self._moments_center = self._first_moments, None, None
+            self.standardize = standardize_from_moments(
+                first, total, max_contributors=self.sum_contributors
+            )
             self._fit_client = None
         elif request == "hyper":
             PITCHyperparameters(*self.modules).set_values(total[:-1] / total[-1])
@@ -425,12 +456,14 @@ class FBOFedGPServer(FederatedServer):
         self.broadcast("apply_theta", {"theta": reply["theta"]})
 
     def standardize_outcomes(self) -> None:
-        r"""Federated outcome standardisation: one secure sum of the clients' outcome
-        moments, after which every client holds the ``Standardize`` transform of all
-        outcomes pooled (exact for any finite outcomes)."""
-        # the moments already are exact small-integer limbs (outcome_moments): exact
-        # and within headroom under every backend, so no wide encoding on top
+        r"""Federated outcome standardisation: two secure sums of the clients' outcome
+        moments (``[n, sum y]``, then the sums centred at its mean), after which every
+        client holds the ``Standardize`` transform of all outcomes pooled."""
+        # the moments already are exact small-integer limbs (outcome_moments,
+        # centred_moments): exact and within headroom under every backend, so no wide
+        # encoding on top
         self.secure_sum("moments", OUTCOME_MOMENTS_LENGTH, wide=0)
+        self.secure_sum("centred_moments", CENTRED_MOMENTS_LENGTH, wide=0)
 
     def global_round(self, t: int, clients: list[int]) -> None:
         cfg = self.config

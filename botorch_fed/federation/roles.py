@@ -15,6 +15,12 @@ the clients (CKKS: the server cannot decrypt). :meth:`FederatedServer.secure_sum
 then tells every client the outcome, so that afterwards every client holds the sum
 in :attr:`FederatedClient.last_sum` and the server knows it only if the backend
 revealed it to the server.
+
+The server is not trusted with results: a client accepts one only for the session it
+contributed to, prefers its own decryption (under CKKS with ``release="clients"`` it
+refuses any sum the server supplies), checks the length and the limb sums against
+what honest contributors can produce, and turns a result that does not decode into a
+:class:`ProtocolViolation` naming the client, the request and the round.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ class FederatedClient:
         self._pending: np.ndarray | None = None
         self._request: str | None = None
         self._encoding: LimbEncoding | None = None
+        self._length: int | None = None
+        self.round: int | None = None  # the federation round the server last announced
         self._timings: dict[str, float] = {}
 
     def handle(self, message: Message) -> Message:
@@ -85,11 +93,25 @@ class FederatedClient:
             self._timings[stage] = self._timings.get(stage, 0.0) + dt
 
     # --- secure sums -------------------------------------------------------------
+    def violation(self, problem: str, request: str | None = None) -> ProtocolViolation:
+        r"""A :class:`ProtocolViolation` naming this client, ``request`` and the round."""
+        round_ = "?" if self.round is None else self.round
+        return ProtocolViolation(
+            f"Client {self.client_id}, request {request!r}, round {round_}: {problem}"
+        )
+
+    @property
+    def sum_contributors(self) -> int | None:
+        r"""At most this many clients contribute to a secure sum (the session's clients)."""
+        return getattr(self.secagg, "n_clients", None) or None
+
     def on_secagg(self, payload: dict) -> dict:
         if self.secagg is None:
             raise ProtocolViolation(f"Client {self.client_id} has no secure-aggregation role.")
         if "request" in payload:  # first message of a session: compute the vector
             request = str(payload["request"])
+            if "round" in payload:
+                self.round = int(payload["round"])
             compute = getattr(self, f"vector_{request}", None)
             if compute is None:
                 raise ProtocolViolation(
@@ -107,6 +129,7 @@ class FederatedClient:
             self._encoding = limb_encoding(high) if high else None
             self._pending = self._encoding.encode(vector) if self._encoding else vector
             self._request = request
+            self._length = vector.size
             self.last_sum = None
         if self._pending is None:
             raise ProtocolViolation(f"Client {self.client_id}: secure-sum round without a vector.")
@@ -115,17 +138,81 @@ class FederatedClient:
         return {"data": data}
 
     def on_secagg_result(self, payload: dict) -> dict:
-        if "sum" in payload:  # the server learnt the sum and shares it
-            self.last_sum = np.asarray(payload["sum"], dtype=np.float64)
-        else:  # the sum stayed on the clients (e.g. CKKS decryption)
-            result = getattr(self.secagg, "result", None)
-            if result is None:
-                raise ProtocolViolation(f"Client {self.client_id} holds no decrypted sum.")
-            result = np.asarray(result, dtype=np.float64)
-            self.last_sum = self._encoding.decode(result) if self._encoding else result.copy()
-        self._pending = None
-        request, self._request = self._request, None
-        return self.sum_received(request, self.last_sum) or {}
+        request = self._request
+        if self._pending is None or request is None:  # last_sum stays as it was
+            raise self.violation(
+                "a secure-sum result arrived with no session pending (replayed or forged)"
+            )
+        try:
+            self.last_sum = None
+            total = self._received_sum(payload, request)
+            self.last_sum = total
+            return self.sum_received(request, total) or {}
+        except ValueError as exc:  # a forged or garbled sum that does not decode
+            self.last_sum = None
+            raise self.violation(f"the sum does not decode ({exc})", request) from exc
+        except ProtocolViolation:
+            self.last_sum = None
+            raise
+        finally:  # done, or abandoned: a replay of this result is refused
+            self._pending = None
+            self._request = None
+
+    def _sums_stay_on_clients(self) -> bool:
+        r"""Whether the backend delivers sums to the clients only (CKKS, release to
+        clients, with the secret key): the server cannot know the sum then."""
+        backend = getattr(self.secagg, "backend", None)
+        return getattr(backend, "release", None) == "clients" and bool(
+            getattr(self.secagg, "can_decrypt", False)
+        )
+
+    def _received_sum(self, payload: dict, request: str) -> np.ndarray:
+        r"""The sum of the finished session: this client's own decryption if it has one
+        (the server's copy must then agree, and under CKKS it must send none), else the
+        server's; checked against what honest contributors can produce."""
+        own = getattr(self.secagg, "result", None)
+        stays = self._sums_stay_on_clients()
+        if stays and "sum" in payload:
+            raise self.violation(
+                "the server supplied a sum, but under this backend sums stay on the clients "
+                "(the server cannot decrypt); refusing it",
+                request,
+            )
+        if own is not None:
+            own = np.asarray(own, dtype=np.float64)
+            if self._encoding is not None:
+                peak = float(np.abs(np.round(own)).max(initial=0.0))
+                bound = (self.sum_contributors or 1) * self._encoding.max_limb()
+                if not peak <= bound:
+                    raise self.violation(
+                        f"a limb sum of {peak:.6g} exceeds {bound} ({self.sum_contributors} "
+                        "contributors x the largest limb): not a sum of honest inputs",
+                        request,
+                    )
+                total = self._encoding.decode(own)
+            else:
+                total = own.copy()
+            if "sum" in payload and not np.array_equal(
+                np.asarray(payload["sum"], dtype=np.float64), total
+            ):
+                raise self.violation(
+                    "the server's sum differs from this client's own decryption", request
+                )
+        elif stays:
+            raise self.violation(
+                "holds no decrypted sum (the server skipped the decryption round)", request
+            )
+        elif "sum" in payload:
+            total = np.asarray(payload["sum"], dtype=np.float64)
+        else:
+            raise self.violation("no sum: the server sent none and this client holds none", request)
+        if total.shape != (self._length,):
+            raise self.violation(
+                f"the sum has shape {total.shape}, the session summed vectors of length "
+                f"{self._length}",
+                request,
+            )
+        return total
 
     def sum_received(self, request: str | None, total: np.ndarray) -> dict | None:
         r"""Hook: a secure sum of ``vector_<request>`` vectors is now in ``last_sum``.
@@ -201,6 +288,7 @@ class FederatedServer:
         ids = self.client_ids if clients is None else tuple(clients)
         first = {"request": request, **{f"arg:{k}": v for k, v in (args or {}).items()}}
         first["wide"] = int(wide)
+        first["round"] = int(self.ledger.round)
         encoding = limb_encoding(wide) if wide else None
         with self.ledger.timer("secure_aggregation"):
             outgoing = self.secagg.start(

@@ -12,10 +12,14 @@ r"""BoTorch models of botorch-fed.
 
 from botorch_fed.models.exact_gp import ExactGPRefitter, exact_gp_state, fit_exact_gp
 from botorch_fed.models.federated_standardize import (
+    CENTRED_MOMENTS_LENGTH,
     OUTCOME_MOMENTS_LENGTH,
+    center_from_moments,
+    centred_moments,
     outcome_moments,
     outcome_statistics,
     standardize_from_moments,
+    standardize_outcomes,
 )
 from botorch_fed.models.pitc import FederatedPITCGP, HyperparametersChangedError, sum_arrays
 from botorch_fed.models.pitc_fit import (
@@ -36,6 +40,7 @@ from botorch_fed.models.pitc_summary import (
 )
 
 __all__ = [
+    "CENTRED_MOMENTS_LENGTH",
     "OUTCOME_MOMENTS_LENGTH",
     "ExactGPRefitter",
     "exact_gp_state",
@@ -48,6 +53,8 @@ __all__ = [
     "PITCHyperparameters",
     "fit_federated_pitc",
     "fit_local_average",
+    "center_from_moments",
+    "centred_moments",
     "outcome_moments",
     "outcome_statistics",
     "pitc_loss_and_adjoint",
@@ -56,6 +63,7 @@ __all__ = [
     "default_jitter",
     "pitc_log_marginal_likelihood",
     "standardize_from_moments",
+    "standardize_outcomes",
     "sum_arrays",
     "support_cholesky",
 ]
