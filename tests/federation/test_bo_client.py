@@ -4,7 +4,6 @@ fit_exact_gp: checked against BoTorch computations written out here."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import pytest
 import torch
@@ -34,15 +33,7 @@ SEED = 3
 T = 4  # the round of the steps below
 
 
-@pytest.fixture(autouse=True)
-def _quiet_single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    torch.set_num_threads(n)
-
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
 def _settings(**kwargs) -> BOSettings:
     base = dict(num_init=6, num_restarts=2, raw_samples=16, maxiter=20, ts_candidates=64)

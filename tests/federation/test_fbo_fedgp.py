@@ -6,7 +6,6 @@ import math
 import re
 import statistics
 import time
-import warnings
 
 import numpy as np
 import pytest
@@ -25,16 +24,7 @@ from botorch_fed.federation.messages import TIME_PREFIX
 from botorch_fed.models import OUTCOME_MOMENTS_LENGTH, SparseSummary
 from botorch_fed.models import federated_standardize as fs
 
-
-@pytest.fixture(autouse=True)
-def _quiet_single_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    torch.set_num_threads(n)
-
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
 def _setup(**kwargs) -> FederationSetup:
     base = dict(problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0)

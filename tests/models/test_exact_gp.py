@@ -2,8 +2,6 @@ r"""fit_exact_gp / ExactGPRefitter against BoTorch's own SingleTaskGP + fit_gpyt
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from botorch.fit import fit_gpytorch_mll
@@ -19,17 +17,7 @@ from botorch_fed.models import ExactGPRefitter, exact_gp_state, fit_exact_gp
 DTYPES = [torch.float32, torch.float64]
 
 
-@pytest.fixture(autouse=True)
-def _quiet_single_thread():
-    # float32 fits warn (InputDataWarning, Cholesky jitter); one thread keeps the tiny
-    # fits fast on a loaded 2-core machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    torch.set_num_threads(n)
-
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
 def _data(n: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)

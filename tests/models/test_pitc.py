@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-import warnings
 
 import pytest
 import torch
@@ -21,7 +20,6 @@ from botorch.exceptions.errors import (
     InputDataError,
     UnsupportedError,
 )
-from botorch.exceptions.warnings import InputDataWarning
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.outcome import Standardize
 from botorch.optim import optimize_acqf
@@ -62,14 +60,7 @@ def _scale(*tensors) -> float:
     return max([1.0, *(t.detach().abs().max().item() for t in tensors)])
 
 
-@pytest.fixture(autouse=True)
-def _quiet_and_seeded():
-    # every test draws its test inputs from a fixed seed, whatever ran before it
-    with warnings.catch_warnings(), torch.random.fork_rng():
-        warnings.simplefilter("ignore", InputDataWarning)
-        torch.manual_seed(0)
-        yield
-
+pytestmark = pytest.mark.usefixtures("quiet_seeded")
 
 def _random_setting(seed: int, dtype: torch.dtype):
     rng = random.Random(seed)

@@ -7,7 +7,6 @@ dPITC posterior is the exact GP posterior) and dense computations.
 
 from __future__ import annotations
 
-import warnings
 from copy import deepcopy
 
 import pytest
@@ -18,7 +17,6 @@ from botorch.exceptions.errors import (
     InputDataError,
     UnsupportedError,
 )
-from botorch.exceptions.warnings import InputDataWarning
 from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.models.transforms.input import (
@@ -58,19 +56,24 @@ from tests.tolerances import assert_close, tol
 DTYPES = [torch.float32, torch.float64]
 
 
-@pytest.fixture(autouse=True)
-def _quiet_and_seeded():
-    # every test draws its test inputs from a fixed seed, whatever ran before it
-    with warnings.catch_warnings(), torch.random.fork_rng():
-        warnings.simplefilter("ignore", InputDataWarning)
-        torch.manual_seed(0)
-        yield
-
+pytestmark = pytest.mark.usefixtures("quiet_seeded")
 
 def _setting(dtype=torch.float64, seed=0, d=2, m=7):
     clients, support = random_federation(seed, dtype, num_clients=3, d=d, m=m, sizes=[5, 7, 4])
     k, lik, mean = make_modules(d, dtype, lengthscale=0.4)
     return clients, support, k, lik, mean
+
+
+def _overlapping_federation(scale: float = 1.0):
+    r"""Three clients of 20 points in overlapping boxes of [0, 1]^2 and Alg. 1's support
+    of 16 points (ill-conditioned at lengthscale 1: cond(K_SS) ~ 1e9)."""
+    g = torch.Generator().manual_seed(0)
+    clients = []
+    for c in (0.0, 0.25, 0.5):
+        X = torch.rand(20, 2, generator=g, dtype=torch.float64) * 0.5 + c
+        clients.append((X, scale * torch.sin(6 * X).sum(-1, keepdim=True)))
+    centers = [local_centers(X, k=8, seed=i) for i, (X, _) in enumerate(clients)]
+    return clients, global_support(centers, 16)
 
 
 def _pooled(clients):
@@ -79,15 +82,8 @@ def _pooled(clients):
 
 # --- no stale state ---------------------------------------------------------------------
 def test_fit_on_the_same_modules_raises_instead_of_mixing():
-    torch.manual_seed(0)
     d = 2
-    clients = []
-    for c in (0.0, 0.25, 0.5):
-        X = torch.rand(20, d, dtype=torch.float64) * 0.5 + c
-        clients.append((X, 1.5 * torch.sin(6 * X).sum(-1, keepdim=True)))
-    support = global_support(
-        [local_centers(X, k=8, seed=i) for i, (X, _) in enumerate(clients)], 16
-    )
+    clients, support = _overlapping_federation(scale=1.5)
     covar = get_covar_module_with_dim_scaled_prior(d).double()
     lik = get_gaussian_likelihood_with_lognormal_prior().double()
     model = FederatedPITCGP.from_client_data(clients, support, covar, lik)
@@ -501,15 +497,8 @@ def test_float32_model_is_float64_maths_on_rounded_inputs():
     r"""The issue's setting (lengthscale 1, noise 1e-4, an ill-conditioned support): a
     float32 model equals the float64 model on the same float32-rounded data up to the
     final rounding of its outputs."""
-    torch.manual_seed(0)
     d = 2
-    clients = []
-    for c in (0.0, 0.25, 0.5):
-        X = torch.rand(20, d, dtype=torch.float64) * 0.5 + c
-        clients.append((X, torch.sin(6 * X).sum(-1, keepdim=True)))
-    support = global_support(
-        [local_centers(X, k=8, seed=i) for i, (X, _) in enumerate(clients)], 16
-    )
+    clients, support = _overlapping_federation()
 
     def modules(dtype):
         k = ScaleKernel(RBFKernel(ard_num_dims=d)).to(dtype)
@@ -597,15 +586,8 @@ def test_module_structure_changes_are_detected():
 
 
 def test_dtype_conversions_keep_the_summary_in_float64():
-    torch.manual_seed(0)
     d = 2
-    clients = []
-    for c in (0.0, 0.25, 0.5):
-        X = torch.rand(20, d, dtype=torch.float64) * 0.5 + c
-        clients.append((X, torch.sin(6 * X).sum(-1, keepdim=True)))
-    support = global_support(
-        [local_centers(X, k=8, seed=i) for i, (X, _) in enumerate(clients)], 16
-    )
+    clients, support = _overlapping_federation()
     k = ScaleKernel(RBFKernel(ard_num_dims=d)).double()
     k.base_kernel.lengthscale = 1.0  # cond(K_SS) ~ 1e9: a float32 summary would show
     lik = GaussianLikelihood().double()
