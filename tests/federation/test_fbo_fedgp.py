@@ -480,6 +480,25 @@ def test_ckks_clients_refuse_a_sum_from_the_server_and_use_their_own():
         _result(server, 2, {})
 
 
+def test_a_server_sum_must_agree_with_the_clients_own_decryption(monkeypatch):
+    # Under ckks with release="server" the decrypting client holds its own decryption
+    # and the server also sends the (released) sum: the two must agree.
+    server, clients, _ = _pending_moments("ckks")
+    own = clients[1].secagg.result
+    assert own is not None
+    monkeypatch.setattr(type(clients[1]), "_sums_stay_on_clients", lambda self: False)
+    keys = ("_pending", "_request", "_length", "_first_moments", "_moments_center")
+    pending = {k: getattr(clients[1], k) for k in keys}
+    honest = clients[1]._encoding.decode(np.asarray(own)) if clients[1]._encoding else own
+    honest = np.asarray(honest, dtype=np.float64)
+    forged = fs.outcome_moments(torch.full((12, 1), 1234.5, dtype=torch.float64))
+    with pytest.raises(ProtocolViolation, match=r"Client 1, .*differs from this client's own"):
+        _result(server, 1, {"sum": forged})
+    clients[1].__dict__.update(pending)
+    _result(server, 1, {"sum": honest})
+    np.testing.assert_array_equal(clients[1].last_sum, honest)
+
+
 @pytest.mark.parametrize("aggregator", ["masking", "ckks"])
 def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregator):
     # Differential privacy check: the same federation twice, once with client 1's
