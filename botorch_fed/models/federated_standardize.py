@@ -81,6 +81,8 @@ from botorch.exceptions.errors import BotorchTensorDimensionError, InputDataErro
 from botorch.models.transforms.outcome import Standardize
 from torch import Tensor
 
+from botorch_fed.models.pitc import sum_arrays
+
 LIMB_BITS = 12
 MAX_LIMB = 1 << (LIMB_BITS - 1)
 SIGNIFICANT_BITS = 40
@@ -443,12 +445,6 @@ def standardize_from_moments(
     return tf.eval()
 
 
-def _plain_sum(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    if len(arrays) == 0:
-        raise ValueError("`arrays` is empty: no client contributed to the aggregate.")
-    return np.sum(np.stack([np.asarray(a, dtype=np.float64) for a in arrays]), axis=0)
-
-
 def standardize_outcomes(
     client_Y: Sequence[Tensor],
     aggregate: Callable[[Sequence[np.ndarray]], np.ndarray] | None = None,
@@ -474,7 +470,7 @@ def standardize_outcomes(
     Returns:
         The trained ``Standardize(m=1)`` of all clients' outcomes pooled.
     """
-    aggregate = _plain_sum if aggregate is None else aggregate
+    aggregate = sum_arrays if aggregate is None else aggregate
     client_Y = list(client_Y)
     first = aggregate([outcome_moments(Y) for Y in client_Y])
     _, center = center_from_moments(first)
