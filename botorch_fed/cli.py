@@ -124,9 +124,9 @@ def _run_demo(args: argparse.Namespace, console: Console) -> int:
 
 
 def _run_parser(sub: argparse._SubParsersAction) -> None:
+    from botorch_fed.federation import FederationSetup, available_algorithms
     from botorch_fed.federation.bo_client import ACQUISITIONS
     from botorch_fed.federation.fbo_fedgp import HYPERPARAMETERS, MIXINGS, SUPPORTS, FBOFedGPConfig
-    from botorch_fed.federation.runner import ALGORITHMS, FederationSetup
 
     fed, cfg = FederationSetup(), FBOFedGPConfig()
     p = sub.add_parser(
@@ -137,12 +137,12 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
             "'cec2005-fN', or any BoTorch synthetic function by name) and print the result."
         ),
     )
-    p.add_argument("algorithm", choices=ALGORITHMS)
-    p.add_argument("--problem", default=fed.problem, help="test function name")
+    p.add_argument("algorithm", choices=available_algorithms())
+    p.add_argument("--problem", default="cec2005-f1", help="test function name")
     p.add_argument(
         "--dim", type=int, default=fed.dim, help="dimension (default: the function's own)"
     )
-    p.add_argument("--clients", type=int, default=fed.num_clients, help="number of clients M")
+    p.add_argument("--clients", type=int, default=10, help="number of clients M")
     p.add_argument("--init", type=int, default=cfg.num_init, help="initial points per client")
     p.add_argument("--rounds", type=int, default=cfg.num_rounds, help="rounds T")
     p.add_argument("--seed", type=int, default=fed.seed, help="random seed")

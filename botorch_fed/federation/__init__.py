@@ -9,29 +9,47 @@ r"""The federation protocol and the federated algorithms as round-based programs
   (:mod:`~botorch_fed.federation.independent`), centralised BO on pooled data
   (:mod:`~botorch_fed.federation.central_bo`), FTS-style federated Thompson sampling
   (:mod:`~botorch_fed.federation.fts`).
-- :func:`run_federated`: build and run any of them and score the result.
+- :mod:`~botorch_fed.federation.objectives`: the clients' black boxes
+  (:class:`CallableObjective` for the user's own functions); a
+  :class:`FederationSetup` takes them or a built-in test function name.
+- :mod:`~botorch_fed.federation.registry`: every algorithm registers its name,
+  settings and builders once; :func:`run_federated` (build and run any of them and
+  score the result), the CLI and the Flower app dispatch on it.
 """
 
+# the algorithm modules register themselves on import (registry below)
+from botorch_fed.federation import central_bo, fbo_fedgp, fts, independent  # noqa: F401
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.fbo_fedgp import FBOFedGPClient, FBOFedGPConfig, FBOFedGPServer
 from botorch_fed.federation.ledger import Ledger
 from botorch_fed.federation.messages import Message
-from botorch_fed.federation.problem import ClientObjective
-from botorch_fed.federation.roles import FederatedClient, FederatedServer, ProtocolViolation
-from botorch_fed.federation.runner import (
-    ALGORITHMS,
-    FederationSetup,
-    RunResult,
-    build_federation,
-    run_federated,
+from botorch_fed.federation.objectives import (
+    CallableObjective,
+    EvaluationError,
+    Objective,
+    ObjectiveContractError,
 )
+from botorch_fed.federation.problem import ClientObjective
+from botorch_fed.federation.registry import (
+    AlgorithmSpec,
+    BuildContext,
+    available_algorithms,
+    get_algorithm,
+    register_algorithm,
+)
+from botorch_fed.federation.roles import FederatedClient, FederatedServer, ProtocolViolation
+from botorch_fed.federation.runner import RunResult, build_federation, run_federated
+from botorch_fed.federation.setup import FederationSetup
 from botorch_fed.federation.transport import InProcessTransport, Transport
 
 __all__ = [
-    "ALGORITHMS",
+    "AlgorithmSpec",
     "BOClient",
     "BOSettings",
+    "BuildContext",
+    "CallableObjective",
     "ClientObjective",
+    "EvaluationError",
     "FBOFedGPClient",
     "FBOFedGPConfig",
     "FBOFedGPServer",
@@ -41,9 +59,14 @@ __all__ = [
     "InProcessTransport",
     "Ledger",
     "Message",
+    "Objective",
+    "ObjectiveContractError",
     "ProtocolViolation",
     "RunResult",
     "Transport",
+    "available_algorithms",
     "build_federation",
+    "get_algorithm",
+    "register_algorithm",
     "run_federated",
 ]

@@ -31,11 +31,18 @@ from botorch_fed.acquisition import (
     propose_step_candidate,
     ranked_step_candidates,
 )
-from botorch_fed.federation.problem import ClientObjective, initial_design
+from botorch_fed.federation.objectives import (
+    EvaluationError,
+    Objective,
+    ObjectiveContractError,
+    describe_failure,
+)
+from botorch_fed.federation.problem import initial_design
 from botorch_fed.federation.roles import FederatedClient
 from botorch_fed.models import ExactGPRefitter
 
 ACQUISITIONS = ("ucb", "ei", "ts")
+EVALUATION_ERRORS = ("record", "raise")
 
 
 @dataclass
@@ -108,20 +115,33 @@ class BOClient(FederatedClient):
         seed: The client's seed (initial design, draws, acquisition restarts).
         secagg: The client's secure-aggregation role (or ``None``).
         init_region: Optional ``2 x d`` sub-box of the unit cube for the initial design.
+        evaluation_errors: ``"record"`` (a failed evaluation is recorded and the
+            client carries on) or ``"raise"`` (it stops the run).
     """
 
     def __init__(
         self,
         client_id: int,
-        objective: ClientObjective,
+        objective: Objective,
         settings: BOSettings,
         seed: int,
         secagg=None,
         init_region: Tensor | None = None,
+        evaluation_errors: str = "record",
     ) -> None:
         super().__init__(client_id, secagg)
         settings.validate()
+        if not isinstance(objective, Objective):
+            raise ValueError(
+                f"`objective` must be an Objective (e.g. CallableObjective), got "
+                f"{type(objective).__name__}."
+            )
+        if evaluation_errors not in EVALUATION_ERRORS:
+            raise ValueError(
+                f"`evaluation_errors`={evaluation_errors!r} must be one of {EVALUATION_ERRORS}."
+            )
         self.objective = objective
+        self.evaluation_errors = evaluation_errors
         self.settings = settings
         self.dim = objective.dim
         self.seed = int(seed)
@@ -130,6 +150,7 @@ class BOClient(FederatedClient):
         self.bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
         self.X = torch.empty(0, self.dim, dtype=torch.float64)
         self.Y = torch.empty(0, 1, dtype=torch.float64)
+        self.failed_X = torch.empty(0, self.dim, dtype=torch.float64)  # never sent
         self.history: list[dict] = []  # harness-only record, never sent
         self._local_model: SingleTaskGP | None = None
         self._local_fitter = ExactGPRefitter(
@@ -139,15 +160,59 @@ class BOClient(FederatedClient):
             seed=self.seed,
         )
 
-    def evaluate(self, x: Tensor, t: int, step: str) -> None:
-        r"""Evaluate ``x`` (``1 x d``), add it to the private data, record it."""
+    def evaluate(self, x: Tensor, t: int, step: str) -> bool:
+        r"""Evaluate ``x`` (``1 x d``), add it to the private data, record it.
+
+        A failed evaluation (the objective raises, or returns NaN/inf) is recorded in
+        :attr:`history` and :attr:`failures` and the point is *not* added to the data
+        (it is never sent anywhere); with ``evaluation_errors="raise"`` it raises
+        :class:`~botorch_fed.federation.objectives.EvaluationError` instead.
+
+        Returns:
+            Whether the evaluation succeeded.
+        """
+        x = x.detach().to(torch.float64)
+        point = self.objective.to_domain(x).squeeze(0).tolist()
+        entry = {"round": t, "step": step, "x": point}
+        error: BaseException | None = None
+        observed = reported = None
         with self.timed("evaluation"):
-            y = self.objective.observe(x)
-            value = float(self.objective.value(x).item())
+            try:
+                observed, reported = self.objective.evaluate(x)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except ObjectiveContractError:  # a bug in the callable, not a failed point
+                raise
+            except Exception as exc:  # noqa: BLE001 - any failure of the user's black box
+                error = exc
+        if error is not None:
+            failure = describe_failure(error)
+        elif not torch.isfinite(observed).all():
+            failure = describe_failure(None, observed)
+        elif not torch.isfinite(reported).all():
+            failure = describe_failure(None, reported)
+        else:
+            failure = None
+        if failure is not None:
+            if self.evaluation_errors == "raise":
+                raise EvaluationError(
+                    f"Client {self.client_id}, round {t}: evaluating {self.objective.name!r} at "
+                    f"{point} failed ({failure})."
+                ) from error
+            self.history.append({**entry, "value": None, "failed": True, "error": failure})
+            self.failed_X = torch.cat([self.failed_X, x])
+            return False
+        y = observed.reshape(1, 1)
         self.X = torch.cat([self.X, x])
-        self.Y = torch.cat([self.Y, y])
+        self.Y = torch.cat([self.Y, -y if self.objective.minimize else y])
         self._local_model = None
-        self.history.append({"round": t, "step": step, "value": value})
+        self.history.append({**entry, "value": float(reported.item())})
+        return True
+
+    @property
+    def failures(self) -> list[dict]:
+        r"""The failed evaluations (round, step, point in the user's domain, error)."""
+        return [h for h in self.history if h.get("failed")]
 
     def local_model(self) -> SingleTaskGP:
         r"""The client's own GP on its data (BoTorch defaults, outcome standardised).
@@ -161,6 +226,22 @@ class BOClient(FederatedClient):
             with self.timed("local_fit"):
                 self._local_model = self._local_fitter(self.X, self.Y)
         return self._local_model
+
+    def propose_local(self, t: int, kind: str | None = None) -> Tensor:
+        r"""A local step's point: the acquisition on the client's own GP, or a uniform
+        point from the client's generator while it holds no data (every evaluation so
+        far failed)."""
+        if len(self.X) == 0:
+            return torch.rand(1, self.dim, generator=self.rng, dtype=torch.float64)
+        return self.acquire(self.local_model(), t, kind=kind)
+
+    def avoid_failures(self, x: Tensor) -> Tensor:
+        r"""``x``, or a uniform point from the client's generator if ``x`` lies within
+        :data:`MIN_DISTANCE` of a point whose evaluation failed (the models never
+        learn of failures, so they would propose the same point again)."""
+        if len(self.failed_X) and torch.cdist(x, self.failed_X).min() < MIN_DISTANCE:
+            return torch.rand(1, self.dim, generator=self.rng, dtype=torch.float64)
+        return x
 
     def step_seed(self, t: int) -> int:
         r"""A seed for round ``t``'s acquisition optimisation on this client."""
@@ -281,7 +362,7 @@ class BOClient(FederatedClient):
                     acqf, self.bounds, seed=seed, min_distance=MIN_DISTANCE, **search
                 )
                 X = ranked[min(rank, len(ranked) - 1)]
-        return X.detach().reshape(1, self.dim).clamp(0.0, 1.0)
+        return self.avoid_failures(X.detach().reshape(1, self.dim).clamp(0.0, 1.0))
 
     def on_init(self, payload: dict) -> dict:
         X0 = initial_design(self.settings.num_init, self.dim, self.seed, self.init_region)

@@ -11,8 +11,6 @@ search of :func:`~botorch_fed.acquisition.maximize_step_acquisition`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import torch
 from botorch.acquisition import qLogExpectedImprovement, qUpperConfidenceBound
@@ -20,6 +18,7 @@ from botorch.acquisition import qLogExpectedImprovement, qUpperConfidenceBound
 from botorch_fed.acquisition import maximize_step_acquisition, pathwise_thompson_sampling
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.messages import Message
+from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer
 from botorch_fed.models import ExactGPRefitter
 
@@ -93,19 +92,34 @@ class CentralServer(FederatedServer):
             )
         return X.clamp(0.0, 1.0)
 
-    def run(self, on_round: Callable[[int], None] | None = None) -> None:
-        r"""Run initialisation and all rounds (``on_round(t)`` after each)."""
-        self.ledger.round = 0
-        self.broadcast("init")
-        if on_round is not None:
-            on_round(0)
+    def run_round(self, t: int) -> None:
+        r"""Round ``t``: collect the new data, fit, hand out one batch point per client."""
         ids = self.client_ids
-        for t in range(1, self.settings.num_rounds + 1):
-            self.ledger.round = t
-            self._collect()
-            X = self._batch(t, len(ids))
-            self.send(
-                {cid: Message("evaluate", {"x": X[i].numpy(), "t": t}) for i, cid in enumerate(ids)}
-            )
-            if on_round is not None:
-                on_round(t)
+        self._collect()
+        X = self._batch(t, len(ids))
+        self.send(
+            {cid: Message("evaluate", {"x": X[i].numpy(), "t": t}) for i, cid in enumerate(ids)}
+        )
+
+
+register_algorithm(
+    AlgorithmSpec(
+        name="central",
+        summary=(
+            "central BO on pooled data: clients upload raw data, one GP picks a batch "
+            "(non-private oracle baseline)"
+        ),
+        settings_class=BOSettings,
+        make_client=lambda ctx, cid: CentralClient(
+            cid,
+            ctx.objectives[cid],
+            ctx.settings,
+            ctx.client_seeds[cid],
+            init_region=ctx.init_regions[cid],
+            evaluation_errors=ctx.setup.evaluation_errors,
+        ),
+        make_server=lambda ctx, transport: CentralServer(
+            transport, ctx.settings, ctx.dim, seed=ctx.setup.seed
+        ),
+    )
+)

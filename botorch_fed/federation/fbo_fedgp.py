@@ -55,7 +55,6 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +70,7 @@ from torch import Tensor
 from botorch_fed.acquisition import MixedLocalGlobalUCB, MixingSchedule
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.messages import Message
+from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer, ProtocolViolation
 from botorch_fed.federation.stepped_minimizer import SteppedMinimizer
 from botorch_fed.inducing import global_support, local_centers, random_support
@@ -188,6 +188,7 @@ class FBOFedGPClient(BOClient):
         seed: The client's seed (initial design, mixing draws, acquisition restarts).
         secagg: The client's secure-aggregation role.
         init_region: Optional ``2 x d`` sub-box for the initial design.
+        evaluation_errors: ``"record"`` or ``"raise"`` (see :class:`BOClient`).
     """
 
     def __init__(
@@ -198,8 +199,9 @@ class FBOFedGPClient(BOClient):
         seed: int,
         secagg=None,
         init_region: Tensor | None = None,
+        evaluation_errors: str = "record",
     ) -> None:
-        super().__init__(client_id, objective, config, seed, secagg, init_region)
+        super().__init__(client_id, objective, config, seed, secagg, init_region, evaluation_errors)
         self.config = config
         self.schedule = MixingSchedule(c=config.schedule)
         self.support: Tensor | None = None
@@ -246,13 +248,13 @@ class FBOFedGPClient(BOClient):
             return {"global": True}
         local = bool(self.schedule.sample(t, seed=self.rng))  # Alg. 2 lines 14-15
         if local:
-            self.evaluate(self.acquire(self.local_model(), t), t, "local")
+            self.evaluate(self.propose_local(t), t, "local")
         return {"global": not local}
 
     def on_global_step(self, payload: dict) -> dict:
         t = int(payload["t"])
         model = self.global_model()
-        if self.config.mixing == "expected":
+        if self.config.mixing == "expected" and len(self.X) > 0:
             acqf = MixedLocalGlobalUCB(
                 self.local_model(),
                 model,
@@ -306,6 +308,8 @@ class FBOFedGPClient(BOClient):
         # noise-to-signal ratio and the lengthscales are unit-free, so the size-weighted
         # average carries over to the globally standardised model; the constant mean
         # (~0 in either) is the one approximate entry.
+        if len(self.X) == 0:  # every evaluation failed so far: no weight in the average
+            return np.zeros(PITCHyperparameters(*self.modules).size + 1)
         model = self.local_model()
         hyper = PITCHyperparameters(model.covar_module, model.likelihood, model.mean_module)
         n = float(len(self.X))
@@ -481,26 +485,45 @@ class FBOFedGPServer(FederatedServer):
             }
         )
 
-    def run(self, on_round: Callable[[int], None] | None = None) -> None:
-        r"""Run initialisation and all rounds.
-
-        Args:
-            on_round: Called with ``t`` after each round (0: initialisation).
-        """
-        cfg = self.config
-        self.ledger.round = 0
+    def initialize(self) -> None:
+        r"""Initial designs, then the first support set (Alg. 2 lines 1-11)."""
         self.broadcast("init")
         self.select_support(0)
-        if on_round is not None:
-            on_round(0)
-        for t in range(1, cfg.num_rounds + 1):
-            self.ledger.round = t
-            if cfg.support_every and t > 1 and (t - 1) % cfg.support_every == 0:
-                self.support_size += cfg.support_growth
-                self.select_support(t)
-            replies = self.broadcast("round", {"t": t})
-            global_clients = sorted(c for c, r in replies.items() if r.payload["global"])
-            if global_clients:
-                self.global_round(t, global_clients)
-            if on_round is not None:
-                on_round(t)
+
+    def run_round(self, t: int) -> None:
+        r"""Round ``t``: re-select the support when due, let every client draw its step,
+        and run a global round if any client drew a global step (Alg. 2 lines 12-28)."""
+        cfg = self.config
+        if cfg.support_every and t > 1 and (t - 1) % cfg.support_every == 0:
+            self.support_size += cfg.support_growth
+            self.select_support(t)
+        replies = self.broadcast("round", {"t": t})
+        global_clients = sorted(c for c, r in replies.items() if r.payload["global"])
+        if global_clients:
+            self.global_round(t, global_clients)
+
+
+register_algorithm(
+    AlgorithmSpec(
+        name="fbo-fedgp",
+        summary=(
+            "FBO-FedGP: clients mix local GP-UCB steps with steps on a global dPITC "
+            "sparse GP aggregated under secure aggregation (paper 000)"
+        ),
+        settings_class=FBOFedGPConfig,
+        make_client=lambda ctx, cid: FBOFedGPClient(
+            cid,
+            ctx.objectives[cid],
+            ctx.settings,
+            ctx.client_seeds[cid],
+            ctx.secagg_clients[cid],
+            ctx.init_regions[cid],
+            evaluation_errors=ctx.setup.evaluation_errors,
+        ),
+        make_server=lambda ctx, transport: FBOFedGPServer(
+            transport, ctx.settings, ctx.dim, ctx.secagg_server, seed=ctx.setup.seed
+        ),
+        secure_aggregation=True,
+        min_clients=2,
+    )
+)

@@ -21,7 +21,6 @@ shared kernel --, unit signal variance on standardised outcomes, noise variance
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -31,6 +30,7 @@ from torch import Tensor
 from botorch_fed.acquisition import MixingSchedule
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.messages import Message
+from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer
 
 FTS_NUM_FEATURES = 100
@@ -80,7 +80,8 @@ class FTSClient(BOClient):
         r"""One draw from the posterior of the feature weights given own data."""
         with self.timed("local_fit"):
             y = self.Y.squeeze(-1)
-            y = (y - y.mean()) / (y.std() if len(y) > 1 and y.std() > 0 else 1.0)
+            if len(y):  # (no data while every evaluation failed: the prior)
+                y = (y - y.mean()) / (y.std() if len(y) > 1 and y.std() > 0 else 1.0)
             Phi = self.features(self.X)
             M = Phi.shape[-1]
             precision = Phi.T @ Phi / FTS_NOISE + torch.eye(M, dtype=torch.float64)
@@ -100,7 +101,7 @@ class FTSClient(BOClient):
         t = int(payload["t"])
         local = bool(self.schedule.sample(t, seed=self.rng)) or "omega" not in payload
         if local:
-            x = self.acquire(self.local_model(), t, kind="ts")
+            x = self.propose_local(t, kind="ts")
         else:
             with self.timed("acquisition"):
                 omega = torch.as_tensor(np.asarray(payload["omega"]), dtype=torch.float64)
@@ -119,25 +120,52 @@ class FTSServer(FederatedServer):
         super().__init__(transport)
         self.settings = settings
         self.rng = np.random.default_rng(seed)
+        self.omegas: dict[int, np.ndarray] = {}  # each client's last weight sample
 
-    def run(self, on_round: Callable[[int], None] | None = None) -> None:
-        r"""Run initialisation and all rounds (``on_round(t)`` after each)."""
-        self.ledger.round = 0
+    def initialize(self) -> None:
+        r"""Initial designs; every client's first weight sample."""
         replies = self.broadcast("init")
-        omegas = {cid: r.payload["omega"] for cid, r in replies.items()}
-        if on_round is not None:
-            on_round(0)
+        self.omegas = {cid: r.payload["omega"] for cid, r in replies.items()}
+
+    def run_round(self, t: int) -> None:
+        r"""Round ``t``: each client gets the last weight sample of a random other client."""
         ids = self.client_ids
-        for t in range(1, self.settings.num_rounds + 1):
-            self.ledger.round = t
-            messages = {}
-            for cid in ids:
-                others = [c for c in ids if c != cid]
-                payload = {"t": t}
-                if others:
-                    payload["omega"] = omegas[others[self.rng.integers(len(others))]]
-                messages[cid] = Message("round", payload)
-            replies = self.send(messages)
-            omegas.update({cid: r.payload["omega"] for cid, r in replies.items()})
-            if on_round is not None:
-                on_round(t)
+        messages = {}
+        for cid in ids:
+            others = [c for c in ids if c != cid]
+            payload = {"t": t}
+            if others:
+                payload["omega"] = self.omegas[others[self.rng.integers(len(others))]]
+            messages[cid] = Message("round", payload)
+        replies = self.send(messages)
+        self.omegas.update({cid: r.payload["omega"] for cid, r in replies.items()})
+
+
+def _make_fts_client(ctx, cid: int) -> FTSClient:
+    # every client draws the same features from the run's seed (no exchange needed)
+    features = RandomFourierFeatures(
+        ctx.dim, FTS_NUM_FEATURES, prior_mode_lengthscale(ctx.dim), seed=ctx.setup.seed + 31
+    )
+    return FTSClient(
+        cid,
+        ctx.objectives[cid],
+        ctx.settings,
+        ctx.client_seeds[cid],
+        init_region=ctx.init_regions[cid],
+        evaluation_errors=ctx.setup.evaluation_errors,
+        features=features,
+    )
+
+
+register_algorithm(
+    AlgorithmSpec(
+        name="fts",
+        summary=(
+            "federated Thompson sampling with shared random Fourier features "
+            "(FTS-style baseline, Dai et al. 2020)"
+        ),
+        settings_class=BOSettings,
+        make_client=_make_fts_client,
+        make_server=lambda ctx, transport: FTSServer(transport, ctx.settings, seed=ctx.setup.seed),
+    )
+)

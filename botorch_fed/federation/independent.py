@@ -6,11 +6,10 @@ their ledgers and wall times are comparable.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from botorch_fed.federation.bo_client import BOClient, BOSettings
+from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer
 
 
@@ -19,7 +18,7 @@ class LocalBOClient(BOClient):
 
     def on_round(self, payload: dict) -> dict:
         t = int(payload["t"])
-        self.evaluate(self.acquire(self.local_model(), t), t, "local")
+        self.evaluate(self.propose_local(t), t, "local")
         return {}
 
 
@@ -40,14 +39,40 @@ class PacingServer(FederatedServer):
         super().__init__(transport)
         self.settings = settings
 
-    def run(self, on_round: Callable[[int], None] | None = None) -> None:
-        r"""Run initialisation and all rounds (``on_round(t)`` after each)."""
-        self.ledger.round = 0
-        self.broadcast("init")
-        if on_round is not None:
-            on_round(0)
-        for t in range(1, self.settings.num_rounds + 1):
-            self.ledger.round = t
-            self.broadcast("round", {"t": t})
-            if on_round is not None:
-                on_round(t)
+    def run_round(self, t: int) -> None:
+        r"""Round ``t``: every client takes its own step."""
+        self.broadcast("round", {"t": t})
+
+
+def _bo_client(cls):
+    def make(ctx, cid):
+        return cls(
+            cid,
+            ctx.objectives[cid],
+            ctx.settings,
+            ctx.client_seeds[cid],
+            init_region=ctx.init_regions[cid],
+            evaluation_errors=ctx.setup.evaluation_errors,
+        )
+
+    return make
+
+
+register_algorithm(
+    AlgorithmSpec(
+        name="local",
+        summary="independent BO: every client on its own GP, no collaboration (baseline)",
+        settings_class=BOSettings,
+        make_client=_bo_client(LocalBOClient),
+        make_server=lambda ctx, transport: PacingServer(transport, ctx.settings),
+    )
+)
+register_algorithm(
+    AlgorithmSpec(
+        name="random",
+        summary="random search: uniform points on every client (baseline)",
+        settings_class=BOSettings,
+        make_client=_bo_client(RandomSearchClient),
+        make_server=lambda ctx, transport: PacingServer(transport, ctx.settings),
+    )
+)

@@ -20,9 +20,11 @@ from botorch.utils.sampling import draw_sobol_samples
 from botorch.utils.transforms import unnormalize
 from torch import Tensor
 
+from botorch_fed.federation.objectives import Objective
 
-class ClientObjective:
-    r"""One client's view of the black box.
+
+class ClientObjective(Objective):
+    r"""One client's view of a built-in test function.
 
     Args:
         function: A BoTorch synthetic test function (minimisation convention,
@@ -31,16 +33,22 @@ class ClientObjective:
             the domain width (``d`` tensor; zeros for the shared objective).
     """
 
+    minimize = True
+
     def __init__(self, function: SyntheticTestFunction, shift: Tensor | None = None) -> None:
         if getattr(function, "negate", False):
             raise ValueError("`function` must use the minimisation convention (negate=False).")
         self.function = function
-        self.dim = function.dim
         self.bounds = function.bounds.to(torch.float64)
+        self.name = type(function).__name__.replace("Seeded", "")
         shift = torch.zeros(self.dim, dtype=torch.float64) if shift is None else shift
         if shift.shape != (self.dim,):
             raise ValueError(f"`shift` must have shape ({self.dim},), got {tuple(shift.shape)}.")
         self.shift = shift.to(torch.float64)
+        optimum = getattr(function, "_optimal_value", None)
+        # a shifted objective's optimum may be clipped away: unknown
+        shifted = bool((self.shift != 0).any())
+        self.optimal_value = None if optimum is None or shifted else float(optimum)
 
     def _domain_point(self, X: Tensor) -> Tensor:
         if X.shape[-1] != self.dim:
@@ -49,6 +57,9 @@ class ClientObjective:
             raise ValueError("`X` must lie in the unit cube [0, 1]^d.")
         Z = (X.to(torch.float64) - self.shift).clamp(0.0, 1.0)
         return unnormalize(Z, self.bounds)
+
+    def to_domain(self, X: Tensor) -> Tensor:
+        return self._domain_point(X)
 
     def value(self, X: Tensor) -> Tensor:
         r"""Noise-free function values (minimisation convention) at unit-cube ``X``."""
@@ -66,6 +77,24 @@ class ClientObjective:
         """
         with torch.no_grad():
             return -self.function(self._domain_point(X)).unsqueeze(-1)
+
+    def evaluate(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        observed = -self.observe(X).squeeze(-1)
+        return observed, self.value(X)
+
+    def state_dict(self) -> dict:
+        generator = getattr(self.function, "generator", None)
+        return {} if generator is None else {"noise_generator": generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        generator = getattr(self.function, "generator", None)
+        if set(state) != ({"noise_generator"} if generator is not None else set()):
+            raise ValueError(
+                f"State of objective {self.name!r} has keys {sorted(state)}; expected "
+                f"{['noise_generator'] if generator is not None else []}."
+            )
+        if generator is not None:
+            generator.set_state(state["noise_generator"])
 
 
 def initial_design(num_points: int, dim: int, seed: int, region: Tensor | None = None) -> Tensor:

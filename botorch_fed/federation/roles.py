@@ -26,7 +26,7 @@ what honest contributors can produce, and turns a result that does not decode in
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 import numpy as np
@@ -235,6 +235,35 @@ class FederatedServer:
     def __init__(self, transport: Transport, secagg=None) -> None:
         self.transport = transport
         self.secagg = secagg
+
+    # --- the round-based program ------------------------------------------------------
+    def initialize(self) -> None:
+        r"""Round 0: the clients evaluate their initial designs (subclasses add the
+        algorithm's own set-up)."""
+        self.broadcast("init")
+
+    def run_round(self, t: int) -> None:
+        r"""Round ``t >= 1`` of the algorithm."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement run_round.")
+
+    def run(self, on_round: Callable[[int], None] | None = None, start_round: int = 0) -> None:
+        r"""Run the initialisation (round 0) and rounds ``1 .. settings.num_rounds``.
+
+        Args:
+            on_round: Called with ``t`` after each round (0: initialisation).
+            start_round: The last round already done (a resumed run continues after
+                it; 0 runs the initialisation too).
+        """
+        if start_round == 0:
+            self.ledger.round = 0
+            self.initialize()
+            if on_round is not None:
+                on_round(0)
+        for t in range(start_round + 1, self.settings.num_rounds + 1):
+            self.ledger.round = t
+            self.run_round(t)
+            if on_round is not None:
+                on_round(t)
 
     @property
     def ledger(self) -> Ledger:

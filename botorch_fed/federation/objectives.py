@@ -1,0 +1,221 @@
+r"""The black boxes clients evaluate: the user's own callables or built-in test functions.
+
+Every algorithm sees an :class:`Objective` through the unit cube ``[0, 1]^d``: a client
+proposes unit-cube points, the objective maps them to its own domain (``bounds``),
+evaluates, and reports values in the *user's* convention (``minimize``). Clients turn
+them into BoTorch's maximisation convention themselves.
+
+- :class:`CallableObjective` wraps any Python function of an ``n x d`` tensor in the
+  user's domain (a hospital's validation loss, a lab's experiment, a device's
+  latency). Clients of one federation may hold different callables over the same
+  bounds.
+- :class:`~botorch_fed.federation.problem.ClientObjective` wraps a built-in test
+  function (optionally noisy, shifted per client); it also knows the noise-free value
+  and the optimum, which result tables use.
+
+An evaluation may fail (the callable raises, or returns NaN/inf): the client records
+the failure and carries on (see :class:`~botorch_fed.federation.bo_client.BOClient`),
+unless the federation says ``evaluation_errors="raise"``.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from botorch.utils.transforms import unnormalize
+from torch import Tensor
+
+
+class EvaluationError(RuntimeError):
+    r"""A client's black box raised or returned a non-finite value."""
+
+
+class ObjectiveContractError(TypeError):
+    r"""A callable returned something that is not one number per point (a bug in the
+    callable, not a failed evaluation: always raised)."""
+
+
+def check_bounds(bounds, name: str = "bounds") -> Tensor:
+    r"""``bounds`` as a float64 ``2 x d`` tensor; raise ``ValueError`` naming ``name``.
+
+    Args:
+        bounds: Lower and upper bounds (tensor, array or nested lists), ``2 x d``.
+        name: The argument's name for error messages.
+
+    Returns:
+        The bounds as a ``2 x d`` float64 CPU tensor.
+    """
+    try:
+        b = torch.as_tensor(np.asarray(bounds, dtype=np.float64), dtype=torch.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"`{name}` must be a 2 x d array of numbers, got {bounds!r}.") from exc
+    if b.ndim != 2 or b.shape[0] != 2 or b.shape[1] < 1:
+        raise ValueError(f"`{name}` must have shape 2 x d with d >= 1, got {tuple(b.shape)}.")
+    if not torch.isfinite(b).all():
+        raise ValueError(f"`{name}` must be finite, got {b.tolist()}.")
+    bad = (b[0] >= b[1]).nonzero().flatten().tolist()
+    if bad:
+        raise ValueError(
+            f"`{name}`: every lower bound must be below its upper bound; not so in "
+            f"dimension(s) {bad} ({b[:, bad].T.tolist()})."
+        )
+    return b
+
+
+class Objective(ABC):
+    r"""A client's black box, evaluated at unit-cube points.
+
+    Attributes:
+        bounds: ``2 x d`` float64 bounds of the user's domain.
+        minimize: Whether smaller values are better (the user's convention).
+        name: A name for result tables.
+        optimal_value: The known optimum in the user's convention (``None``: unknown).
+    """
+
+    bounds: Tensor
+    minimize: bool = True
+    name: str = "objective"
+    optimal_value: float | None = None
+
+    @property
+    def dim(self) -> int:
+        r"""The input dimension ``d``."""
+        return self.bounds.shape[-1]
+
+    def to_domain(self, X: Tensor) -> Tensor:
+        r"""Map unit-cube points to the user's domain.
+
+        Args:
+            X: ``n x d`` points in ``[0, 1]^d``.
+
+        Returns:
+            ``n x d`` float64 points within ``bounds``.
+        """
+        if X.ndim != 2 or X.shape[-1] != self.dim:
+            raise ValueError(f"`X` must have shape n x {self.dim}, got {tuple(X.shape)}.")
+        if not torch.isfinite(X).all() or (X < 0).any() or (X > 1).any():
+            raise ValueError("`X` must lie in the unit cube [0, 1]^d.")
+        return unnormalize(X.to(torch.float64), self.bounds.to(X.device))
+
+    @abstractmethod
+    def evaluate(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        r"""Evaluate the black box.
+
+        Args:
+            X: ``n x d`` unit-cube points.
+
+        Returns:
+            ``(observed, reported)``, each ``n`` float64 values in the user's
+            convention: what the client learns from (possibly noisy) and what result
+            tables report (the noise-free value where it is known, else the observed
+            one).
+        """
+
+    def state_dict(self) -> dict:
+        r"""State that evolves between evaluations (e.g. a noise generator)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        r"""Restore :meth:`state_dict` (checkpoints)."""
+        if state:
+            raise ValueError(f"{type(self).__name__} has no state, got keys {sorted(state)}.")
+
+    def describe(self) -> dict:
+        r"""What identifies this objective in a checkpoint or a result file."""
+        return {
+            "name": self.name,
+            "dim": self.dim,
+            "bounds": self.bounds.tolist(),
+            "minimize": bool(self.minimize),
+        }
+
+
+class CallableObjective(Objective):
+    r"""The user's own black box: a Python function of points in the user's domain.
+
+    Example:
+        >>> def validation_loss(X):  # X: n x 2 (learning rate, depth)
+        ...     return torch.stack([train_and_score(lr, depth) for lr, depth in X])
+        >>> objective = CallableObjective(validation_loss, bounds=[[1e-4, 1], [1, 10]])
+
+    Args:
+        fn: Called with an ``n x d`` float64 tensor of points within ``bounds``;
+            returns ``n`` or ``n x 1`` values (a tensor, an array, a list, or a float
+            when ``n = 1``). It may raise or return NaN/inf for a failed evaluation.
+        bounds: ``2 x d`` lower and upper bounds of the domain.
+        minimize: Whether smaller values are better (default: a loss).
+        name: A name for result tables (default: the function's name).
+
+    Note:
+        Checkpoints save the clients' data and the algorithms' state, not ``fn``: a
+        resumed run repeats the uninterrupted one exactly when ``fn`` is a function
+        of its input only (seed any randomness inside it from the input).
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[Tensor], Tensor | np.ndarray | list | float],
+        bounds,
+        minimize: bool = True,
+        name: str | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise ValueError(f"`fn` must be callable, got a {type(fn).__name__}.")
+        if not isinstance(minimize, bool):
+            raise ValueError(f"`minimize` must be True or False, got {minimize!r}.")
+        self.fn = fn
+        self.bounds = check_bounds(bounds)
+        self.minimize = minimize
+        if name is None:
+            name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"`name` must be a non-empty string, got {name!r}.")
+        self.name = name
+
+    def __repr__(self) -> str:
+        return (
+            f"CallableObjective({self.name}, d={self.dim}, "
+            f"{'minimize' if self.minimize else 'maximize'})"
+        )
+
+    def evaluate(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        Z = self.to_domain(X)
+        with torch.no_grad():
+            out = self.fn(Z.clone())
+        values = self._as_values(out, len(Z))
+        return values, values
+
+    def _as_values(self, out, n: int) -> Tensor:
+        r"""The callable's return value as ``n`` float64 values, or a clear error."""
+        if isinstance(out, Tensor):
+            values = out.detach().to(device="cpu", dtype=torch.float64)
+        else:
+            try:
+                values = torch.as_tensor(np.asarray(out, dtype=np.float64))
+            except (TypeError, ValueError) as exc:
+                raise ObjectiveContractError(
+                    f"Objective {self.name!r} returned a {type(out).__name__}; expected "
+                    f"{n} numbers (a tensor, an array or a list)."
+                ) from exc
+        if values.ndim == 0:
+            values = values.reshape(1)
+        if values.ndim == 2 and values.shape[-1] == 1:
+            values = values.squeeze(-1)
+        if values.shape != (n,):
+            raise ObjectiveContractError(
+                f"Objective {self.name!r} returned shape {tuple(values.shape)} for {n} points; "
+                f"expected ({n},) or ({n}, 1)."
+            )
+        return values
+
+
+def describe_failure(exc: BaseException | None, values: Tensor | None = None) -> str:
+    r"""A one-line description of a failed evaluation for results."""
+    if exc is not None:
+        return f"{type(exc).__name__}: {exc}"
+    bad = [v for v in (values.tolist() if values is not None else []) if not math.isfinite(v)]
+    return f"non-finite value {bad[0] if bad else float('nan')}"

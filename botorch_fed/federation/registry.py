@@ -1,0 +1,122 @@
+r"""The algorithm registry: every federated algorithm is registered once.
+
+An algorithm module calls :func:`register_algorithm` with an :class:`AlgorithmSpec`:
+its name, a one-line summary, its settings dataclass and how to build its server
+and one client. :func:`~botorch_fed.federation.runner.run_federated`, the command
+line and the Flower app dispatch on this registry, so a new algorithm touches its
+own module and one registration. Clients are built one at a time
+(:attr:`AlgorithmSpec.make_client`) because on a real deployment each lives in its
+own process.
+
+Example:
+    >>> from botorch_fed.federation import available_algorithms, get_algorithm
+    >>> available_algorithms()
+    ('central', 'fbo-fedgp', 'fts', 'local', 'random')
+    >>> get_algorithm("local").summary
+    'independent BO: every client on its own GP, no collaboration (baseline)'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from botorch_fed.federation.objectives import Objective
+
+
+@dataclass
+class BuildContext:
+    r"""Everything a builder needs to create the parties of one run.
+
+    Attributes:
+        setup: The :class:`~botorch_fed.federation.setup.FederationSetup`.
+        settings: The algorithm's settings (an instance of its ``settings_class``).
+        objectives: One objective per client, in client-id order.
+        dim: The problem dimension.
+        client_seeds: Each client's seed.
+        init_regions: Each client's initial-design sub-box of the unit cube, or ``None``.
+        secagg_clients: Each client's secure-aggregation role (algorithms with
+            ``secure_aggregation``), else empty.
+        secagg_server: The server's secure-aggregation role, or ``None``.
+    """
+
+    setup: Any
+    settings: Any
+    objectives: list[Objective]
+    dim: int
+    client_seeds: list[int]
+    init_regions: list[Tensor | None]
+    secagg_clients: dict[int, Any] = field(default_factory=dict)
+    secagg_server: Any = None
+
+    @property
+    def client_ids(self) -> list[int]:
+        return list(range(len(self.objectives)))
+
+    def client_arguments(self, cid: int) -> dict:
+        r"""The keyword arguments every :class:`BOClient` takes, for client ``cid``."""
+        return {
+            "client_id": cid,
+            "objective": self.objectives[cid],
+            "settings": self.settings,
+            "seed": self.client_seeds[cid],
+            "init_region": self.init_regions[cid],
+            "evaluation_errors": self.setup.evaluation_errors,
+        }
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    r"""How to build one federated algorithm.
+
+    Attributes:
+        name: The name users pick it by (``botorch-fed run <name>``).
+        summary: One line for ``botorch-fed list``.
+        settings_class: Its settings dataclass (with a ``validate()`` method).
+        make_client: ``(context, client id) -> client``.
+        make_server: ``(context, transport) -> server program``.
+        secure_aggregation: Whether it runs secure sums (needs ``setup.aggregator``).
+        min_clients: The fewest clients it runs with (before the aggregator's own
+            minimum).
+    """
+
+    name: str
+    summary: str
+    settings_class: type
+    make_client: Callable[[BuildContext, int], Any]
+    make_server: Callable[[BuildContext, Any], Any]
+    secure_aggregation: bool = False
+    min_clients: int = 1
+
+
+_REGISTRY: dict[str, AlgorithmSpec] = {}
+
+
+def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
+    r"""Register ``spec`` under ``spec.name``; a second registration of a name raises."""
+    if not isinstance(spec, AlgorithmSpec):
+        raise TypeError(f"`spec` must be an AlgorithmSpec, got {type(spec).__name__}.")
+    if not spec.name or spec.name != spec.name.strip() or " " in spec.name:
+        raise ValueError(f"Algorithm name {spec.name!r} must be a non-empty word.")
+    if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
+        raise ValueError(f"An algorithm named {spec.name!r} is already registered.")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def get_algorithm(name: str) -> AlgorithmSpec:
+    r"""The registered algorithm ``name``; ``ValueError`` listing the known ones."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"Unknown algorithm {name!r}; choose one of {available_algorithms()}."
+        ) from None
+
+
+def available_algorithms() -> tuple[str, ...]:
+    r"""The registered algorithms' names, in registration order."""
+    return tuple(_REGISTRY)

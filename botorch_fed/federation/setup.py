@@ -1,0 +1,210 @@
+r"""The federation an algorithm runs in: its clients' black boxes, size, seed, backend.
+
+A :class:`FederationSetup` names the clients' objectives in one of two ways:
+
+- ``problem="hartmann"`` (with ``dim``, ``num_clients``, ``noise_std``, ``shift``): a
+  built-in test function, one seeded (and optionally shifted) copy per client;
+- ``objectives=[...]``: the user's own black boxes, one
+  :class:`~botorch_fed.federation.objectives.Objective` per client (e.g.
+  :class:`~botorch_fed.federation.objectives.CallableObjective`), all over the same
+  bounds and in the same convention (``minimize``); a single objective is shared by
+  ``num_clients`` clients.
+
+Every algorithm accepts either (:func:`~botorch_fed.federation.runner.run_federated`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from botorch_fed.federation.objectives import Objective
+from botorch_fed.federation.problem import ClientObjective, client_shifts
+from botorch_fed.federation.registry import get_algorithm
+from botorch_fed.test_functions import get_test_function
+
+EVALUATION_ERRORS = ("record", "raise")
+DEFAULT_NUM_CLIENTS = 10
+
+
+@dataclass
+class FederationSetup:
+    r"""The federation an algorithm runs in.
+
+    Attributes:
+        problem: Built-in test function name (``cec2005-f1``, ``hartmann``, ...);
+            exclusive with ``objectives``.
+        objectives: The clients' own black boxes, one per client (or one
+            :class:`~botorch_fed.federation.objectives.Objective` shared by
+            ``num_clients`` clients); exclusive with ``problem``.
+        dim: Dimension of ``problem`` (``None``: the function's default). With
+            ``objectives`` it must be ``None`` or their dimension.
+        num_clients: Number of clients ``M`` (``None``: 10 for a problem, the number
+            of objectives otherwise).
+        seed: Seed of the run.
+        aggregator: Secure-aggregation backend of algorithms that aggregate
+            (FBO-FedGP): ``plaintext``, ``ckks``, ``masking``.
+        noise_std: Additive observation noise of ``problem`` (``None``: none).
+        init_regions: Draw each client's initial design from its own sub-box of the
+            domain (side ``region_width``).
+        region_width: Side of the initial-design sub-boxes (fraction of the domain).
+        shift: Per-client shifted ``problem``: maximal shift per coordinate as a
+            fraction of the domain width (0: one shared objective).
+        crypto_seed: Seed of the key material (tests only; ``None``: OS randomness).
+        evaluation_errors: ``"record"``: an evaluation that raises or returns
+            NaN/inf is recorded in the results and the client carries on (the point
+            is never sent anywhere); ``"raise"``: it stops the run.
+    """
+
+    problem: str | None = None
+    objectives: list[Objective] | Objective | None = None
+    dim: int | None = None
+    num_clients: int | None = None
+    seed: int = 0
+    aggregator: str = "plaintext"
+    noise_std: float | None = None
+    init_regions: bool = False
+    region_width: float = 0.5
+    shift: float = 0.0
+    crypto_seed: int | None = None
+    evaluation_errors: str = "record"
+
+    @property
+    def clients(self) -> int:
+        r"""The number of clients this setup makes."""
+        if self.num_clients is not None:
+            return self.num_clients
+        if isinstance(self.objectives, list | tuple):
+            return len(self.objectives)
+        return DEFAULT_NUM_CLIENTS
+
+    def validate(self, algorithm: str) -> None:
+        r"""Raise ``ValueError`` naming the first invalid setting (for ``algorithm``)."""
+        spec = get_algorithm(algorithm)
+        self._check_source()
+        M = self.num_clients
+        if M is not None and (isinstance(M, bool) or not isinstance(M, int)):
+            raise ValueError(f"`num_clients` must be an integer, got {M!r}.")
+        if self.clients < 1:
+            raise ValueError(f"`num_clients` must be >= 1, got {self.clients}.")
+        if self.clients < spec.min_clients:
+            raise ValueError(
+                f"`num_clients`={self.clients}: {algorithm} needs at least {spec.min_clients}."
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"`seed` must be a non-negative integer, got {self.seed!r}.")
+        if spec.secure_aggregation:
+            from botorch_fed.secure.registry import BACKENDS, require_backend
+
+            if self.aggregator not in BACKENDS:
+                raise ValueError(
+                    f"`aggregator`={self.aggregator!r} must be one of {tuple(BACKENDS)}."
+                )
+            require_backend(self.aggregator)  # 'ckks' without TenSEAL: says why, names 'masking'
+            minimum = 2 if self.aggregator == "plaintext" else 3
+            if self.clients < minimum:
+                raise ValueError(
+                    f"`num_clients`={self.clients}: {algorithm} with the {self.aggregator!r} "
+                    f"aggregator needs at least {minimum} clients (a secure sum over fewer "
+                    "than 3 reveals each input to the others)."
+                )
+        if self.noise_std is not None and not self.noise_std >= 0:
+            raise ValueError(f"`noise_std` must be non-negative, got {self.noise_std}.")
+        if not 0 <= self.shift < 1:
+            raise ValueError(f"`shift` must be in [0, 1), got {self.shift}.")
+        if not 0 < self.region_width <= 1:
+            raise ValueError(f"`region_width` must be in (0, 1], got {self.region_width}.")
+        if self.evaluation_errors not in EVALUATION_ERRORS:
+            raise ValueError(
+                f"`evaluation_errors`={self.evaluation_errors!r} must be one of "
+                f"{EVALUATION_ERRORS}."
+            )
+
+    def _check_source(self) -> None:
+        r"""Exactly one of ``problem`` and ``objectives``, and objectives that agree."""
+        if self.problem is None and self.objectives is None:
+            raise ValueError(
+                "Give the clients' black boxes: `problem=` (a built-in test function name) "
+                "or `objectives=` (one Objective per client, e.g. CallableObjective)."
+            )
+        if self.problem is not None and self.objectives is not None:
+            raise ValueError(f"Give either `problem`={self.problem!r} or `objectives`, not both.")
+        if self.problem is not None:
+            if not isinstance(self.problem, str) or not self.problem:
+                raise ValueError(f"`problem` must be a test function name, got {self.problem!r}.")
+            return
+        for name in ("noise_std", "shift"):
+            default = next(f.default for f in fields(self) if f.name == name)
+            if getattr(self, name) != default:
+                raise ValueError(
+                    f"`{name}` applies to built-in problems only; your objectives' noise and "
+                    f"shifts are their own (got `{name}`={getattr(self, name)!r})."
+                )
+        objectives = self.objectives
+        if isinstance(objectives, Objective):
+            if self.num_clients is None:
+                raise ValueError(
+                    "One shared objective needs `num_clients` (how many clients hold it); "
+                    "or pass a list with one objective per client."
+                )
+            return
+        if not isinstance(objectives, list | tuple) or not objectives:
+            raise ValueError(
+                f"`objectives` must be a non-empty list of Objective (one per client), got "
+                f"{objectives!r}."
+            )
+        for i, obj in enumerate(objectives):
+            if not isinstance(obj, Objective):
+                raise ValueError(
+                    f"`objectives[{i}]` must be an Objective (wrap a function in "
+                    f"CallableObjective(fn, bounds)), got a {type(obj).__name__}."
+                )
+        if self.num_clients is not None and self.num_clients != len(objectives):
+            raise ValueError(
+                f"`num_clients`={self.num_clients} but {len(objectives)} objectives were "
+                "given (one per client)."
+            )
+        first = objectives[0]
+        for i, obj in enumerate(objectives[1:], start=1):
+            if obj.bounds.shape != first.bounds.shape or not torch.equal(obj.bounds, first.bounds):
+                raise ValueError(
+                    f"All objectives must share one domain: `objectives[{i}]` has bounds "
+                    f"{obj.bounds.tolist()}, `objectives[0]` {first.bounds.tolist()}."
+                )
+            if obj.minimize != first.minimize:
+                raise ValueError(
+                    f"All objectives must use one convention: `objectives[{i}]` has "
+                    f"minimize={obj.minimize}, `objectives[0]` minimize={first.minimize}."
+                )
+        if self.dim is not None and self.dim != first.dim:
+            raise ValueError(f"`dim`={self.dim} but the objectives have d={first.dim}.")
+
+    def make_objectives(self) -> list[Objective]:
+        r"""One objective per client (built-in problems: seeded, optionally shifted
+        copies of the test function)."""
+        self._check_source()
+        M = self.clients
+        if self.objectives is not None:
+            if isinstance(self.objectives, Objective):
+                return [self.objectives] * M
+            return list(self.objectives)
+        functions = [
+            get_test_function(
+                self.problem, dim=self.dim, noise_std=self.noise_std, seed=self.seed * 7919 + i
+            )
+            for i in range(M)
+        ]
+        shifts = client_shifts(M, functions[0].dim, self.shift, seed=self.seed + 17)
+        return [ClientObjective(f, s) for f, s in zip(functions, shifts, strict=True)]
+
+    def describe(self) -> dict:
+        r"""A JSON-friendly description (objectives by name, bounds and convention)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["num_clients"] = self.clients
+        if self.objectives is not None:
+            shared = isinstance(self.objectives, Objective)
+            objectives = [self.objectives] if shared else list(self.objectives)
+            out["objectives"] = [o.describe() for o in objectives]
+            out["objectives_shared"] = shared
+        return out
