@@ -31,6 +31,7 @@ from botorch_fed.acquisition import (
     propose_step_candidate,
     ranked_step_candidates,
 )
+from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.objectives import (
     EvaluationError,
     Objective,
@@ -39,7 +40,7 @@ from botorch_fed.federation.objectives import (
 )
 from botorch_fed.federation.problem import initial_design
 from botorch_fed.federation.roles import FederatedClient
-from botorch_fed.models import ExactGPRefitter
+from botorch_fed.models import ExactGPRefitter, exact_gp_state, fit_exact_gp
 
 ACQUISITIONS = ("ucb", "ei", "ts")
 EVALUATION_ERRORS = ("record", "raise")
@@ -213,6 +214,50 @@ class BOClient(FederatedClient):
     def failures(self) -> list[dict]:
         r"""The failed evaluations (round, step, point in the user's domain, error)."""
         return [h for h in self.history if h.get("failed")]
+
+    _STATE = ("X", "Y", "failed_X", "history", "rng", "local_fitter", "local_model", "objective")
+
+    def state_dict(self) -> dict:
+        r"""The client's state between rounds: private data, failed points, history,
+        generator, local GP (fitter state and the current model's hyperparameters) and
+        the objective's own state (e.g. a noise generator)."""
+        state = super().state_dict()
+        state.update(
+            X=self.X.clone(),
+            Y=self.Y.clone(),
+            failed_X=self.failed_X.clone(),
+            history=[dict(h) for h in self.history],
+            rng=self.rng.get_state(),
+            local_fitter=self._local_fitter.state_dict(),
+            local_model=None if self._local_model is None else exact_gp_state(self._local_model),
+            objective=self.objective.state_dict(),
+        )
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        r"""Restore :meth:`state_dict` (a checkpoint of a client with the same setup)."""
+        owner = f"Client {self.client_id}"
+        own, rest = split_state(owner, state, self._STATE)
+        super().load_state_dict(rest)
+        X = check_tensor(owner, "X", own["X"], (None, self.dim))
+        Y = check_tensor(owner, "Y", own["Y"], (len(X), 1))
+        failed = check_tensor(owner, "failed_X", own["failed_X"], (None, self.dim))
+        if not isinstance(own["history"], list) or not all(
+            isinstance(h, dict) for h in own["history"]
+        ):
+            raise CheckpointError(f"{owner}: `history` must be a list of dicts.")
+        if sum(1 for h in own["history"] if not h.get("failed")) != len(X):
+            raise CheckpointError(f"{owner}: `history` does not match the {len(X)} data points.")
+        self.X, self.Y, self.failed_X = X.clone(), Y.clone(), failed.clone()
+        self.history = [dict(h) for h in own["history"]]
+        self.rng.set_state(check_tensor(owner, "rng", own["rng"], (None,), torch.uint8))
+        self._local_fitter.load_state_dict(own["local_fitter"])
+        self.objective.load_state_dict(own["objective"])
+        self._local_model = None
+        if own["local_model"] is not None:  # the model the uninterrupted run holds now
+            self._local_model = fit_exact_gp(
+                self.X, self.Y, warm_start=own["local_model"], refit=False
+            )
 
     def local_model(self) -> SingleTaskGP:
         r"""The client's own GP on its data (BoTorch defaults, outcome standardised).

@@ -17,6 +17,7 @@ from botorch.acquisition import qLogExpectedImprovement, qUpperConfidenceBound
 
 from botorch_fed.acquisition import maximize_step_acquisition, pathwise_thompson_sampling
 from botorch_fed.federation.bo_client import BOClient, BOSettings
+from botorch_fed.federation.checkpoint import check_tensor, split_state
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer
@@ -29,6 +30,15 @@ class CentralClient(BOClient):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._uploaded = 0
+
+    def state_dict(self) -> dict:
+        r"""Adds how many points were uploaded to :meth:`BOClient.state_dict`."""
+        return {**super().state_dict(), "uploaded": self._uploaded}
+
+    def load_state_dict(self, state: dict) -> None:
+        own, rest = split_state(f"Client {self.client_id}", state, ("uploaded",))
+        super().load_state_dict(rest)
+        self._uploaded = int(own["uploaded"])
 
     def on_upload(self, payload: dict) -> dict:
         new = slice(self._uploaded, len(self.X))
@@ -55,6 +65,23 @@ class CentralServer(FederatedServer):
         self._fitter = ExactGPRefitter(
             refit_every=settings.local_refit_every, warm_start=False, seed=self.seed
         )
+
+    def state_dict(self) -> dict:
+        r"""Adds the pooled data and the GP fitter's state."""
+        return {
+            **super().state_dict(),
+            "X": self.X.clone(),
+            "Y": self.Y.clone(),
+            "fitter": self._fitter.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        own, rest = split_state("Server", state, ("X", "Y", "fitter"))
+        super().load_state_dict(rest)
+        X = check_tensor("Server", "X", own["X"], (None, self.dim))
+        Y = check_tensor("Server", "Y", own["Y"], (len(X), 1))
+        self._fitter.load_state_dict(own["fitter"])
+        self.X, self.Y = X.clone(), Y.clone()
 
     def _collect(self) -> None:
         replies = self.broadcast("upload")

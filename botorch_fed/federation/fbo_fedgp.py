@@ -69,6 +69,7 @@ from torch import Tensor
 
 from botorch_fed.acquisition import MixedLocalGlobalUCB, MixingSchedule
 from botorch_fed.federation.bo_client import BOClient, BOSettings
+from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer, ProtocolViolation
@@ -214,6 +215,54 @@ class FBOFedGPClient(BOClient):
         self._fit_theta: np.ndarray | None = None
         self._fit_loss = 0.0
         self._fit_prior_grad: np.ndarray | None = None
+
+    _FBO_STATE = ("support", "modules", "standardize", "first_moments", "moments_center")
+
+    def state_dict(self) -> dict:
+        r"""Adds the support set, the shared GP modules' hyperparameters and the
+        federated outcome transform to :meth:`BOClient.state_dict`."""
+        if self._minimizer is not None:
+            raise self.violation("cannot checkpoint during a federated fit", "hyper")
+        state = super().state_dict()
+        first = self._first_moments
+        state.update(
+            support=None if self.support is None else self.support.clone(),
+            modules=[m.state_dict() for m in self.modules],
+            standardize=None if self.standardize is None else self.standardize.state_dict(),
+            first_moments=None if first is None else torch.from_numpy(first.copy()),
+            moments_center=self._moments_center,
+        )
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        owner = f"Client {self.client_id}"
+        own, rest = split_state(owner, state, self._FBO_STATE)
+        super().load_state_dict(rest)
+        support = own["support"]
+        if support is not None:
+            support = check_tensor(owner, "support", support, (None, self.dim)).clone()
+        modules = own["modules"]
+        if not isinstance(modules, list) or len(modules) != len(self.modules):
+            raise CheckpointError(f"{owner}: `modules` must be {len(self.modules)} state dicts.")
+        try:
+            for module, module_state in zip(self.modules, modules, strict=True):
+                module.load_state_dict(module_state)
+        except (RuntimeError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"{owner}: the GP modules' state does not load ({exc}).") from exc
+        standardize = None
+        if own["standardize"] is not None:
+            standardize = Standardize(m=1, min_stdv=1e-8)
+            try:
+                standardize.load_state_dict(own["standardize"])
+            except (RuntimeError, KeyError, TypeError) as exc:
+                raise CheckpointError(f"{owner}: `standardize` does not load ({exc}).") from exc
+            standardize.eval()
+        first = own["first_moments"]
+        if first is not None:
+            first = check_tensor(owner, "first_moments", first, (None,)).numpy().copy()
+        self.support, self.standardize = support, standardize
+        self._first_moments, self._moments_center = first, own["moments_center"]
+        self._fit_client = None  # derived from the above on demand
 
     def global_model(self) -> FederatedPITCGP:
         r"""The dPITC model from the last aggregated summary (Alg. 2 line 22)."""
@@ -415,6 +464,31 @@ class FBOFedGPServer(FederatedServer):
         self.support: Tensor | None = None
         self._hyper_round: int | None = None
         self.hyper = PITCHyperparameters(*global_modules(dim))  # structure only (and priors)
+
+    def state_dict(self) -> dict:
+        r"""Adds the support set, its size, the last hyperparameter refresh and the
+        hyperparameters to :meth:`FederatedServer.state_dict`."""
+        state = super().state_dict()
+        state.update(
+            support=None if self.support is None else self.support.clone(),
+            support_size=self.support_size,
+            hyper_round=self._hyper_round,
+            theta=torch.from_numpy(np.array(self.hyper.get_theta(), dtype=np.float64)),
+        )
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        own, rest = split_state(
+            "Server", state, ("support", "support_size", "hyper_round", "theta")
+        )
+        super().load_state_dict(rest)
+        support = own["support"]
+        if support is not None:
+            support = check_tensor("Server", "support", support, (None, self.dim)).clone()
+        theta = check_tensor("Server", "theta", own["theta"], (self.hyper.size,))
+        self.support, self.support_size = support, int(own["support_size"])
+        self._hyper_round = None if own["hyper_round"] is None else int(own["hyper_round"])
+        self.hyper.set_theta(theta.numpy().copy())
 
     def select_support(self, t: int) -> None:
         r"""Alg. 1 (or a random support) and its broadcast."""

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from botorch_fed.acquisition import MixingSchedule
 from botorch_fed.federation.bo_client import BOClient, BOSettings
+from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer
@@ -121,6 +122,29 @@ class FTSServer(FederatedServer):
         self.settings = settings
         self.rng = np.random.default_rng(seed)
         self.omegas: dict[int, np.ndarray] = {}  # each client's last weight sample
+
+    def state_dict(self) -> dict:
+        r"""Adds the server's generator and the clients' last weight samples."""
+        return {
+            **super().state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "omegas": {int(c): torch.from_numpy(np.array(o)) for c, o in self.omegas.items()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        own, rest = split_state("Server", state, ("rng", "omegas"))
+        super().load_state_dict(rest)
+        if not isinstance(own["omegas"], dict):
+            raise CheckpointError("Server: `omegas` must be a dict of tensors.")
+        omegas = {
+            int(c): check_tensor("Server", f"omegas[{c}]", o, (FTS_NUM_FEATURES,)).numpy().copy()
+            for c, o in own["omegas"].items()
+        }
+        try:
+            self.rng.bit_generator.state = own["rng"]
+        except (TypeError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"Server: `rng` is not a generator state ({exc}).") from exc
+        self.omegas = omegas
 
     def initialize(self) -> None:
         r"""Initial designs; every client's first weight sample."""

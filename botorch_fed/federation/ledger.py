@@ -84,6 +84,31 @@ class Ledger:
             out.append({"round": r, "stage_s": dict(stages), "bytes_down": down, "bytes_up": up})
         return out
 
+    def state_dict(self) -> dict:
+        r"""Everything recorded so far (checkpoints)."""
+        return {
+            "round": self.round,
+            "times": [[r, stage, party, s] for (r, stage, party), s in self._times.items()],
+            "bytes": [[r, client, down, up] for (r, client), (down, up) in self._bytes.items()],
+            "messages": self._messages,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        r"""Restore :meth:`state_dict` (replaces what was recorded)."""
+        if set(state) != {"round", "times", "bytes", "messages"}:
+            raise ValueError(
+                f"Ledger state has keys {sorted(state)}; expected "
+                "['bytes', 'messages', 'round', 'times']."
+            )
+        self.round = int(state["round"])
+        self._times = defaultdict(float)
+        for r, stage, party, s in state["times"]:
+            self._times[(int(r), str(stage), str(party))] = float(s)
+        self._bytes = defaultdict(lambda: [0, 0])
+        for r, client, down, up in state["bytes"]:
+            self._bytes[(int(r), int(client))] = [int(down), int(up)]
+        self._messages = int(state["messages"])
+
     def to_dict(self) -> dict:
         r"""JSON-friendly summary (totals, per client, per round)."""
         per_client = self.bytes_per_client()

@@ -30,7 +30,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 import numpy as np
+import torch
 
+from botorch_fed.federation.checkpoint import check_tensor, expect_keys
 from botorch_fed.federation.ledger import Ledger
 from botorch_fed.federation.messages import TIME_PREFIX, Message
 from botorch_fed.federation.transport import Transport
@@ -91,6 +93,29 @@ class FederatedClient:
         finally:
             dt = time.perf_counter() - t0
             self._timings[stage] = self._timings.get(stage, 0.0) + dt
+
+    # --- checkpoints ------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        r"""This client's state between rounds (subclasses add theirs).
+
+        Raises:
+            ProtocolViolation: A secure-sum session is pending (state is only
+                consistent between rounds).
+        """
+        if self._pending is not None:
+            raise self.violation("cannot checkpoint in the middle of a secure sum", self._request)
+        last = None if self.last_sum is None else torch.from_numpy(self.last_sum.copy())
+        return {"round": self.round, "last_sum": last}
+
+    def load_state_dict(self, state: dict) -> None:
+        r"""Restore :meth:`state_dict` (subclasses restore theirs)."""
+        owner = f"Client {self.client_id}"
+        expect_keys(owner, state, ("round", "last_sum"))
+        last = state["last_sum"]
+        if last is not None:
+            last = check_tensor(owner, "last_sum", last, (None,)).numpy().copy()
+        self.round = None if state["round"] is None else int(state["round"])
+        self.last_sum = last
 
     # --- secure sums -------------------------------------------------------------
     def violation(self, problem: str, request: str | None = None) -> ProtocolViolation:
@@ -241,6 +266,15 @@ class FederatedServer:
         r"""Round 0: the clients evaluate their initial designs (subclasses add the
         algorithm's own set-up)."""
         self.broadcast("init")
+
+    def state_dict(self) -> dict:
+        r"""The server's state between rounds (subclasses add theirs): its ledger."""
+        return {"ledger": self.ledger.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        r"""Restore :meth:`state_dict` (subclasses restore theirs)."""
+        expect_keys("Server", state, ("ledger",))
+        self.ledger.load_state_dict(state["ledger"])
 
     def run_round(self, t: int) -> None:
         r"""Round ``t >= 1`` of the algorithm."""

@@ -12,6 +12,7 @@ clients' ``history`` to score the run; that record is never part of the protocol
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -20,6 +21,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+from botorch_fed.federation.checkpoint import (
+    CheckpointError,
+    check_tensor,
+    expect_keys,
+    json_normalised,
+    load_checkpoint,
+    save_checkpoint,
+)
 from botorch_fed.federation.problem import client_regions
 from botorch_fed.federation.registry import (
     AlgorithmSpec,
@@ -116,14 +125,17 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def _secagg_roles(setup: FederationSetup, ids: list[int]):
+def _secagg_roles(setup: FederationSetup, ids: list[int], material=None):
+    r"""The backend's server and client roles, with fresh key material (generated
+    client-side) or, on resume, the material the checkpoint holds."""
     from botorch_fed.secure import get_backend
 
     options = {}
     if setup.aggregator == "plaintext" and len(ids) < 3:
         options = {"min_clients": 2, "allow_two_clients": True}
     backend = get_backend(setup.aggregator, **options)
-    material = backend.setup(ids, seed=setup.crypto_seed)  # client-side key generation
+    if material is None:
+        material = backend.setup(ids, seed=setup.crypto_seed)  # client-side key generation
     server = backend.server(material.server_material, seed=setup.crypto_seed)
     clients = {
         cid: backend.client(
@@ -133,7 +145,7 @@ def _secagg_roles(setup: FederationSetup, ids: list[int]):
         )
         for cid in ids
     }
-    return server, clients
+    return server, clients, material
 
 
 def build_context(spec: AlgorithmSpec, setup: FederationSetup, settings) -> BuildContext:
@@ -167,6 +179,19 @@ def build_context(spec: AlgorithmSpec, setup: FederationSetup, settings) -> Buil
     )
 
 
+def _build(algorithm, setup, settings, on_receive, material=None):
+    spec = get_algorithm(algorithm)
+    ctx = build_context(spec, setup, settings)
+    if spec.secure_aggregation:
+        ctx.secagg_server, ctx.secagg_clients, material = _secagg_roles(
+            setup, ctx.client_ids, material
+        )
+    clients = {cid: spec.make_client(ctx, cid) for cid in ctx.client_ids}
+    transport = InProcessTransport(clients, on_receive=on_receive)
+    server = spec.make_server(ctx, transport)
+    return server, clients, ctx.objectives, material
+
+
 def build_federation(
     algorithm: str,
     setup: FederationSetup,
@@ -186,14 +211,42 @@ def build_federation(
     Returns:
         ``(server, clients, objectives)``.
     """
-    spec = get_algorithm(algorithm)
-    ctx = build_context(spec, setup, settings)
-    if spec.secure_aggregation:
-        ctx.secagg_server, ctx.secagg_clients = _secagg_roles(setup, ctx.client_ids)
-    clients = {cid: spec.make_client(ctx, cid) for cid in ctx.client_ids}
-    transport = InProcessTransport(clients, on_receive=on_receive)
-    server = spec.make_server(ctx, transport)
-    return server, clients, ctx.objectives
+    server, clients, objectives, _ = _build(algorithm, setup, settings, on_receive)
+    return server, clients, objectives
+
+
+def _run_info(algorithm: str, setup: FederationSetup, settings) -> dict:
+    r"""What identifies a run in its checkpoint (JSON-normalised)."""
+    return json_normalised(
+        {"algorithm": algorithm, "setup": setup.describe(), "settings": asdict(settings)}
+    )
+
+
+def _check_resumable(manifest: dict, info: dict, folder) -> None:
+    r"""Refuse a checkpoint of another run (only ``num_rounds`` may grow)."""
+    for key in ("algorithm", "setup"):
+        if manifest.get(key) != info[key]:
+            old, new = manifest.get(key), info[key]
+            if isinstance(old, dict) and isinstance(new, dict):
+                diff = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+                detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff)
+            else:
+                detail = f"{old!r} -> {new!r}"
+            raise CheckpointError(
+                f"The checkpoint in {folder} is of another run ({key}: {detail})."
+            )
+    old, new = dict(manifest.get("settings") or {}), dict(info["settings"])
+    old.pop("num_rounds", None)
+    new_rounds = new.pop("num_rounds")
+    if old != new:
+        diff = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff)
+        raise CheckpointError(f"The checkpoint in {folder} has other settings ({detail}).")
+    if new_rounds < manifest["round"]:
+        raise CheckpointError(
+            f"The checkpoint in {folder} is at round {manifest['round']}, beyond "
+            f"`num_rounds`={new_rounds}."
+        )
 
 
 def run_federated(
@@ -202,6 +255,8 @@ def run_federated(
     settings=None,
     on_round: Callable[[int, float | None], None] | None = None,
     on_receive=None,
+    checkpoint: str | os.PathLike | None = None,
+    resume: str | os.PathLike | None = None,
 ) -> RunResult:
     r"""Run one federated optimisation and score it.
 
@@ -211,31 +266,144 @@ def run_federated(
         setup: The federation (objectives or problem, clients, seed, aggregator,
             heterogeneity).
         settings: The algorithm's settings (defaults if ``None``).
-        on_round: Progress hook ``(t, best value so far)`` after every round (the best
-            value is ``None`` while every evaluation has failed).
+        on_round: Progress hook ``(t, best value so far)`` after every round run (the
+            best value is ``None`` while every evaluation has failed).
         on_receive: Transport hook ``(client id, reply)`` (instrumentation).
+        checkpoint: A folder to write the complete state into after every round
+            (:mod:`~botorch_fed.federation.checkpoint`).
+        resume: A checkpoint folder to continue from: the run goes on after the
+            checkpoint's round and ends exactly as the uninterrupted run would (same
+            algorithm, setup and settings required; ``num_rounds`` may be larger to
+            extend a finished run). Keeps checkpointing into it unless
+            ``checkpoint`` names another folder.
 
     Returns:
         The :class:`RunResult`.
+
+    Raises:
+        CheckpointError: ``resume`` holds no checkpoint, a corrupt one, or one of
+            another run (nothing is loaded then).
     """
-    best_per_round: list[float | None] = []
+    spec = get_algorithm(algorithm)
+    settings = spec.settings_class() if settings is None else settings
+    info = _run_info(algorithm, setup, settings) if (checkpoint or resume) else {}
+    manifest, states = None, None
+    if resume is not None:
+        manifest, states = load_checkpoint(resume)  # verified, all in memory
+        _check_resumable(manifest, info, resume)
+        checkpoint = resume if checkpoint is None else checkpoint
+    best_per_round: list[float | None] = (
+        [] if manifest is None else list(manifest["best_per_round"])
+    )
+    elapsed = 0.0 if manifest is None else float(manifest["time_s"])
     # BoTorch's fitting restarts draw from the global RNG: seed it for the run and
     # restore the caller's state afterwards
     with torch.random.fork_rng():
         torch.manual_seed(setup.seed)
         t_start = time.perf_counter()
-        server, clients, objectives = build_federation(algorithm, setup, settings, on_receive)
+        material = None
+        if states is not None and spec.secure_aggregation:
+            material = _material_from(states)
+        server, clients, objectives, material = _build(
+            algorithm, setup, settings, on_receive, material
+        )
+        start = 0
+        if states is not None:
+            _restore(server, clients, states)
+            start = int(manifest["round"])
         minimize = objectives[0].minimize
 
         def after_round(t: int) -> None:
             best = _best((h for c in clients.values() for h in c.history), minimize)
             best_per_round.append(None if best is None else best["value"])
+            if checkpoint is not None:
+                _save(
+                    checkpoint,
+                    t,
+                    server,
+                    clients,
+                    material,
+                    info,
+                    best_per_round,
+                    elapsed + time.perf_counter() - t_start,
+                )
             if on_round is not None:
                 on_round(t, best_per_round[-1])
 
-        server.run(on_round=after_round)
-    time_s = time.perf_counter() - t_start
+        server.run(on_round=after_round, start_round=start)
+    time_s = elapsed + time.perf_counter() - t_start
     return score_run(algorithm, setup, server, clients, objectives, best_per_round, time_s)
+
+
+def _party_states(server, clients, material) -> dict[str, dict]:
+    r"""Each party's checkpoint state; its own key material included."""
+    states = {
+        "server": {
+            "state": server.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "secagg_material": _bytes_tensor(material, None),
+        }
+    }
+    for cid, client in sorted(clients.items()):
+        states[f"client-{cid}"] = {
+            "state": client.state_dict(),
+            "secagg_material": _bytes_tensor(material, cid),
+        }
+    return states
+
+
+def _bytes_tensor(material, cid: int | None) -> torch.Tensor | None:
+    r"""A party's key material as a ``uint8`` tensor (checkpoints hold tensors only)."""
+    if material is None:
+        return None
+    data = material.server_material if cid is None else material.for_client(cid)
+    if not data:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).clone()
+
+
+def _save(folder, t, server, clients, material, info, best_per_round, time_s) -> None:
+    save_checkpoint(
+        folder,
+        t,
+        _party_states(server, clients, material),
+        {**info, "best_per_round": best_per_round, "time_s": time_s},
+    )
+
+
+def _material_from(states: dict[str, dict]):
+    from botorch_fed.secure import BackendSetup
+
+    def material_of(name):
+        value = states[name].get("secagg_material")
+        if value is None:
+            raise CheckpointError(f"The {name} file holds no secure-aggregation key material.")
+        return check_tensor(name, "secagg_material", value, (None,), torch.uint8).numpy().tobytes()
+
+    clients = {int(n.split("-")[1]): material_of(n) for n in states if n.startswith("client-")}
+    return BackendSetup(server_material=material_of("server"), client_material=clients)
+
+
+def _restore(server, clients, states: dict[str, dict]) -> None:
+    r"""Load every party's state (fresh objects: on an error they are discarded)."""
+    names = {f"client-{cid}" for cid in clients} | {"server"}
+    if set(states) != names:
+        raise CheckpointError(
+            f"The checkpoint holds parties {sorted(states)}, this run has {sorted(names)}."
+        )
+    for name, entry in states.items():
+        expect_keys(
+            name,
+            entry,
+            ("state", "torch_rng", "secagg_material")
+            if name == "server"
+            else ("state", "secagg_material"),
+        )
+    server.load_state_dict(states["server"]["state"])
+    for cid, client in clients.items():
+        client.load_state_dict(states[f"client-{cid}"]["state"])
+    rng = check_tensor("server", "torch_rng", states["server"]["torch_rng"], (None,), torch.uint8)
+    torch.set_rng_state(rng)
 
 
 def score_run(algorithm, setup, server, clients, objectives, best_per_round, time_s) -> RunResult:

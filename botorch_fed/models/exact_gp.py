@@ -178,6 +178,26 @@ class ExactGPRefitter:
         self.state: dict[str, Tensor] | None = None
         self.num_updates = 0
 
+    def state_dict(self) -> dict:
+        r"""The last fitted hyperparameters and the update count (checkpoints)."""
+        return {
+            "state": None if self.state is None else dict(self.state),
+            "num_updates": self.num_updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        r"""Restore :meth:`state_dict`."""
+        if set(state) != {"state", "num_updates"}:
+            raise ValueError(
+                f"ExactGPRefitter state has keys {sorted(state)}; expected "
+                "['num_updates', 'state']."
+            )
+        num = state["num_updates"]
+        if isinstance(num, bool) or not isinstance(num, int) or num < 0:
+            raise ValueError(f"ExactGPRefitter state: `num_updates` must be >= 0, got {num!r}.")
+        self.state = None if state["state"] is None else dict(state["state"])
+        self.num_updates = num
+
     def fit_seed(self, update: int) -> int | None:
         r"""The seed of the fit of update ``update`` (``None`` without a base seed)."""
         if self.seed is None:

@@ -1,0 +1,213 @@
+r"""Checkpoints of a federated run: every party's state in its own file, written atomically.
+
+After every round the harness asks each party for its ``state_dict()`` (a client's
+private data, models, generators and key material; the server's state and ledger) and
+writes one file per party with :func:`torch.save`, then a manifest
+``checkpoint.json`` naming the round, the files and their SHA-256 digests, the
+algorithm, the federation and the settings. A checkpoint directory always holds one
+complete, consistent checkpoint:
+
+1. each party's file is written under a round-specific name (``client-3.r000012.pt``)
+   to a temporary file, flushed to disk and renamed;
+2. the manifest is written the same way and replaces the old one with
+   :func:`os.replace` (atomic on POSIX and Windows);
+3. only then are the previous round's files removed.
+
+A crash at any point leaves the previous manifest and its files intact.
+:func:`load_checkpoint` verifies the manifest, every file's digest and every file's
+content before returning anything, and loads with ``weights_only=True`` (tensors and
+plain containers only: a checkpoint cannot execute code). Anything corrupt, missing
+or mismatched raises :class:`CheckpointError` (a ``ValueError``) naming the file;
+nothing is half-loaded.
+
+Client files hold that client's private data and secret key material: they belong on
+that client's machine. In-process runs write them side by side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+
+FORMAT = 1
+MANIFEST = "checkpoint.json"
+_PARTY = re.compile(r"^(server|client-\d+)$")
+
+
+class CheckpointError(ValueError):
+    r"""A checkpoint that is missing, corrupt or does not belong to this run."""
+
+
+def expect_keys(owner: str, state: Mapping, expected: Iterable[str]) -> None:
+    r"""Raise :class:`CheckpointError` unless ``state`` has exactly the ``expected`` keys."""
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{owner}: state must be a dict, got {type(state).__name__}.")
+    expected = set(expected)
+    missing, extra = expected - set(state), set(state) - expected
+    if missing or extra:
+        raise CheckpointError(
+            f"{owner}: state has unexpected keys {sorted(map(str, extra))} and lacks "
+            f"{sorted(missing)}."
+        )
+
+
+def split_state(owner: str, state: Mapping, keys: Iterable[str]) -> tuple[dict, dict]:
+    r"""``(own, rest)``: the entries ``keys`` of ``state`` (all required) and the others
+    (for the base class)."""
+    if not isinstance(state, Mapping):
+        raise CheckpointError(f"{owner}: state must be a dict, got {type(state).__name__}.")
+    keys = tuple(keys)
+    missing = [k for k in keys if k not in state]
+    if missing:
+        raise CheckpointError(f"{owner}: state lacks {missing}.")
+    own = {k: state[k] for k in keys}
+    return own, {k: v for k, v in state.items() if k not in own}
+
+
+def check_tensor(owner: str, name: str, value, shape: tuple, dtype=torch.float64):
+    r"""``value`` if it is a tensor of ``dtype`` and ``shape`` (``None`` entries: any
+    size), else :class:`CheckpointError`."""
+    ok = (
+        isinstance(value, torch.Tensor)
+        and value.dtype == dtype
+        and value.ndim == len(shape)
+        and all(s is None or s == v for s, v in zip(shape, value.shape, strict=True))
+    )
+    if not ok:
+        got = (
+            f"{value.dtype} tensor of shape {tuple(value.shape)}"
+            if isinstance(value, torch.Tensor)
+            else type(value).__name__
+        )
+        want = " x ".join("n" if s is None else str(s) for s in shape)
+        raise CheckpointError(
+            f"{owner}: `{name}` must be a {dtype} tensor of shape {want}, got {got}."
+        )
+    return value
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory descriptors
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _serialise(state: Mapping) -> bytes:
+    buf = io.BytesIO()
+    torch.save(dict(state), buf)
+    return buf.getvalue()
+
+
+def save_checkpoint(folder: str | os.PathLike, round: int, parties: Mapping, info: dict) -> Path:
+    r"""Write one checkpoint (see the module docstring).
+
+    Args:
+        folder: The checkpoint directory (created if missing).
+        round: The last completed round.
+        parties: ``{"server": state, "client-0": state, ...}``: each party's state
+            (tensors, bytes and plain containers).
+        info: JSON-serialisable description of the run (algorithm, setup, settings,
+            scores so far) stored in the manifest.
+
+    Returns:
+        The manifest's path.
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for name, state in parties.items():
+        if not _PARTY.match(name):
+            raise ValueError(f"Party name {name!r} must be 'server' or 'client-<id>'.")
+        data = _serialise(state)
+        file = f"{name}.r{int(round):06d}.pt"
+        _write_atomically(folder / file, data)
+        files[name] = {"file": file, "sha256": hashlib.sha256(data).hexdigest()}
+    manifest = {"format": FORMAT, "round": int(round), "files": files, **info}
+    _fsync_dir(folder)
+    _write_atomically(folder / MANIFEST, json.dumps(manifest, indent=1).encode())
+    _fsync_dir(folder)
+    keep = {f["file"] for f in files.values()}
+    for old in folder.glob("*.r*.pt"):
+        if old.name not in keep and _PARTY.match(old.name.split(".r")[0]):
+            old.unlink(missing_ok=True)
+    return folder / MANIFEST
+
+
+def load_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, dict]]:
+    r"""Read and verify a checkpoint.
+
+    Args:
+        folder: The checkpoint directory.
+
+    Returns:
+        ``(manifest, states)``: the manifest and ``{party: state}``.
+
+    Raises:
+        CheckpointError: The folder has no manifest, or the manifest or any file is
+            unreadable, altered or of another format.
+    """
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise CheckpointError(f"{folder} holds no checkpoint ({MANIFEST} is missing).")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path} is corrupt ({exc}).") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CheckpointError(
+            f"{path}: not a botorch-fed checkpoint of format {FORMAT} "
+            f"(format {manifest.get('format') if isinstance(manifest, dict) else None!r})."
+        )
+    files = manifest.get("files")
+    if not isinstance(files, dict) or "server" not in files:
+        raise CheckpointError(f"{path}: the manifest lists no server file.")
+    states = {}
+    for name, entry in files.items():
+        if not _PARTY.match(str(name)) or not isinstance(entry, dict):
+            raise CheckpointError(f"{path}: bad entry {name!r} in the manifest.")
+        file = folder / str(entry.get("file", ""))
+        if file.parent != folder or not file.is_file():
+            raise CheckpointError(f"{path}: the file {entry.get('file')!r} of {name} is missing.")
+        data = file.read_bytes()
+        if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+            raise CheckpointError(
+                f"{file} does not match the manifest's SHA-256 (altered, truncated or from "
+                "another checkpoint)."
+            )
+        try:
+            state = torch.load(io.BytesIO(data), weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unpickling failure
+            raise CheckpointError(f"{file} cannot be read ({exc}).") from exc
+        if not isinstance(state, dict):
+            raise CheckpointError(f"{file} does not hold a state dict.")
+        states[name] = state
+    return manifest, states
+
+
+def json_normalised(value):
+    r"""``value`` as it reads back from JSON (tuples become lists, keys strings)."""
+    return json.loads(json.dumps(value))

@@ -1,0 +1,41 @@
+r"""Real federated black-box tasks, built on the public API (:class:`CallableObjective`).
+
+- :mod:`~botorch_fed.tasks.federated_hpo`: federated hyperparameter tuning of
+  scikit-learn's ``HistGradientBoostingClassifier`` on a data set split across clients
+  with quantity and label skew (the real-task setting of Sec. 5.1 of [FBO-FedGP]).
+
+A task sits on top of :mod:`botorch_fed.federation`: it only makes objectives (one
+per client) and scores configurations on held-out data; any registered algorithm runs
+on it through :func:`~botorch_fed.federation.run_federated`.
+
+References:
+
+.. [FBO-FedGP] Secure federated Bayesian optimisation with distributed sparse GPs
+   (paper 000 in ``shared/papers``), Sec. 5.1.
+"""
+
+from __future__ import annotations
+
+from botorch_fed.tasks.federated_hpo import (
+    DATASETS,
+    HYPERPARAMETERS,
+    ClientData,
+    FederatedHPOTask,
+    Hyperparameter,
+    decode_hyperparameters,
+    dirichlet_partition,
+    make_federated_hpo_task,
+    search_space_bounds,
+)
+
+__all__ = [
+    "DATASETS",
+    "HYPERPARAMETERS",
+    "ClientData",
+    "FederatedHPOTask",
+    "Hyperparameter",
+    "decode_hyperparameters",
+    "dirichlet_partition",
+    "make_federated_hpo_task",
+    "search_space_bounds",
+]
