@@ -59,6 +59,9 @@ class RunResult:
         best_per_client: Each client's own best value.
         steps: Count of steps by kind (init, local, global, ...).
         failures: Failed evaluations: client, round, step, point, error.
+        evaluations: Every evaluation in order (client by client): client, round,
+            step, point ``x`` in the objective's domain, reported ``value`` (``None``
+            if it failed).
         time_s: Wall time of the run.
         ledger: The ledger (stage times, bytes).
         config: Setup and algorithm settings.
@@ -81,6 +84,7 @@ class RunResult:
     minimize: bool = True
     best_point: list[float] | None = None
     failures: list[dict] = field(default_factory=list)
+    evaluations: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         r"""JSON-friendly dict."""
@@ -413,10 +417,11 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
     minimize = first.minimize
     optimum = first.optimal_value
     steps: dict[str, int] = {}
-    failures = []
+    failures, evaluations = [], []
     for cid, c in sorted(clients.items()):
         for h in c.history:
             steps[h["step"]] = steps.get(h["step"], 0) + 1
+            evaluations.append({"client": cid, **h})
             if h.get("failed"):
                 failures.append({"client": cid, **h})
     best = _best((h for _, c in sorted(clients.items()) for h in c.history), minimize)
@@ -445,6 +450,7 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
         minimize=minimize,
         best_point=None if best is None else best["x"],
         failures=failures,
+        evaluations=evaluations,
     )
 
 

@@ -1,0 +1,360 @@
+r"""Checkpoint and resume: a run killed after round k and resumed ends bit for bit as the
+uninterrupted run, for every registered algorithm; corrupt, altered or foreign
+checkpoints are refused before anything is loaded."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+
+import pytest
+import torch
+
+from botorch_fed.federation import (
+    BOSettings,
+    CallableObjective,
+    FBOFedGPConfig,
+    FederationSetup,
+    available_algorithms,
+    get_algorithm,
+    run_federated,
+)
+from botorch_fed.federation import checkpoint as ckpt
+from botorch_fed.federation.checkpoint import MANIFEST, CheckpointError, load_checkpoint
+from botorch_fed.secure import available_backends
+
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+
+ROUNDS, KILL = 4, 2
+
+
+class Killed(Exception):
+    pass
+
+
+def _kill_after(k: int):
+    def hook(t, best):
+        if t == k:
+            raise Killed
+
+    return hook
+
+
+def _settings(algorithm: str, **kwargs):
+    small = dict(num_init=3, num_rounds=ROUNDS, num_restarts=2, raw_samples=16, maxiter=15)
+    small.update(kwargs)
+    if get_algorithm(algorithm).settings_class is FBOFedGPConfig:
+        # every kind of round before and after the kill: support re-selection, a
+        # federated hyperparameter fit, global steps (schedule c=1: p_t = 1 - 1/t)
+        options = dict(
+            support_size=5,
+            support_every=2,
+            hyper_every=2,
+            hyperparameters="federated",
+            federated_maxiter=3,
+            schedule=1.0,
+            local_refit_every=2,
+        )
+        return FBOFedGPConfig(**{**options, **small})
+    return get_algorithm(algorithm).settings_class(**{"local_refit_every": 2, **small})
+
+
+def _setup(aggregator: str = "plaintext", **kwargs) -> FederationSetup:
+    base = dict(problem="branin", num_clients=3, seed=2, noise_std=0.5, aggregator=aggregator)
+    base.update(kwargs)
+    return FederationSetup(**base)
+
+
+def _comparable(result) -> dict:
+    out = result.to_dict()
+    for key in ("time_s", "versions"):
+        out.pop(key)
+    ledger = out.pop("ledger")  # times differ; what was sent must not
+    out["bytes"] = (ledger["bytes_per_client"], ledger["messages"])
+    return out
+
+
+def _state(clients) -> list:
+    return [(c.X.clone(), c.Y.clone(), list(c.history)) for _, c in sorted(clients.items())]
+
+
+def _cases():
+    for name in available_algorithms():
+        if get_algorithm(name).secure_aggregation:
+            for agg in ("plaintext", "masking", "ckks"):
+                marks = []
+                if agg not in available_backends():
+                    marks = [pytest.mark.skip(reason=f"{agg} backend not installed")]
+                yield pytest.param(name, agg, id=f"{name}-{agg}", marks=marks)
+        else:
+            yield pytest.param(name, "plaintext", id=name)
+
+
+@pytest.mark.parametrize("algorithm, aggregator", list(_cases()))
+def test_resume_is_bit_for_bit(tmp_path, algorithm, aggregator):
+    full = run_federated(algorithm, _setup(aggregator), _settings(algorithm))
+    with pytest.raises(Killed):
+        run_federated(
+            algorithm,
+            _setup(aggregator),
+            _settings(algorithm),
+            checkpoint=tmp_path,
+            on_round=_kill_after(KILL),
+        )
+    manifest, states = load_checkpoint(tmp_path)
+    assert manifest["round"] == KILL
+    assert set(states) == {"server", "client-0", "client-1", "client-2"}
+    rounds_seen = []
+    resumed = run_federated(
+        algorithm,
+        _setup(aggregator),
+        _settings(algorithm),
+        resume=tmp_path,
+        on_round=lambda t, b: rounds_seen.append(t),
+    )
+    assert rounds_seen == list(range(KILL + 1, ROUNDS + 1))
+    assert _comparable(resumed) == _comparable(full)
+    assert load_checkpoint(tmp_path)[0]["round"] == ROUNDS
+
+
+def test_resume_depends_on_the_saved_state(tmp_path):
+    r"""Control: the comparison above can fail. Resuming with one client's generator
+    state changed gives another run (local BO draws nothing from it, random search
+    does)."""
+    full = run_federated("random", _setup(), _settings("random"))
+    with pytest.raises(Killed):
+        run_federated(
+            "random", _setup(), _settings("random"), checkpoint=tmp_path, on_round=_kill_after(1)
+        )
+    manifest, states = load_checkpoint(tmp_path)
+    entry = manifest["files"]["client-1"]
+    state = states["client-1"]
+    state["state"]["rng"] = torch.Generator().manual_seed(0).get_state()
+    _rewrite(tmp_path, entry, state, manifest)
+    resumed = run_federated("random", _setup(), _settings("random"), resume=tmp_path)
+    assert _comparable(resumed) != _comparable(full)
+
+
+def _rewrite(folder, entry, state, manifest) -> None:
+    r"""Replace a party's file and fix its digest in the manifest (a consistent but
+    different checkpoint)."""
+    path = folder / entry["file"]
+    torch.save(state, path)
+    entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_extending_a_finished_run_equals_the_longer_run(tmp_path):
+    longer = run_federated("local", _setup(), _settings("local", num_rounds=ROUNDS + 2))
+    run_federated("local", _setup(), _settings("local"), checkpoint=tmp_path)
+    extended = run_federated(
+        "local", _setup(), _settings("local", num_rounds=ROUNDS + 2), resume=tmp_path
+    )
+    assert _comparable(extended) == _comparable(longer)
+
+
+def test_own_callable_objective_resumes(tmp_path):
+    def loss(X):  # a deterministic black box in the user's domain
+        return ((X - torch.tensor([0.3, -2.0], dtype=X.dtype)) ** 2).sum(-1)
+
+    def setup():
+        obj = CallableObjective(loss, bounds=[[0.0, -5.0], [1.0, 5.0]], name="quadratic")
+        return FederationSetup(objectives=[obj] * 3, seed=1)
+
+    full = run_federated("local", setup(), _settings("local"))
+    with pytest.raises(Killed):
+        run_federated(
+            "local", setup(), _settings("local"), checkpoint=tmp_path, on_round=_kill_after(KILL)
+        )
+    resumed = run_federated("local", setup(), _settings("local"), resume=tmp_path)
+    assert _comparable(resumed) == _comparable(full)
+
+
+@pytest.fixture
+def saved(tmp_path):
+    r"""A checkpoint of a killed FBO-FedGP run (masking) after round 1."""
+    with pytest.raises(Killed):
+        run_federated(
+            "fbo-fedgp",
+            _setup("masking"),
+            _settings("fbo-fedgp"),
+            checkpoint=tmp_path,
+            on_round=_kill_after(1),
+        )
+    return tmp_path
+
+
+def _resume(folder, **setup_kwargs):
+    setup_kwargs.setdefault("aggregator", "masking")
+    return run_federated("fbo-fedgp", _setup(**setup_kwargs), _settings("fbo-fedgp"), resume=folder)
+
+
+def test_refuses_a_folder_without_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError, match="holds no checkpoint"):
+        run_federated("local", _setup(), _settings("local"), resume=tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete"])
+def test_refuses_damaged_party_files(saved, damage):
+    manifest = json.loads((saved / MANIFEST).read_text())
+    path = saved / manifest["files"]["client-1"]["file"]
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "flip":
+        path.write_bytes(data[:100] + bytes([data[100] ^ 1]) + data[101:])
+    else:
+        path.unlink()
+    with pytest.raises(CheckpointError, match="client-1"):
+        _resume(saved)
+
+
+def test_refuses_a_corrupt_manifest(saved):
+    (saved / MANIFEST).write_text('{"format": 1, "round": ')
+    with pytest.raises(CheckpointError, match="corrupt"):
+        _resume(saved)
+    (saved / MANIFEST).write_text(json.dumps({"format": 99}))
+    with pytest.raises(CheckpointError, match="format"):
+        _resume(saved)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"seed": 3}, "seed"),
+        ({"num_clients": 4}, "num_clients"),
+        ({"problem": "hartmann"}, "problem"),
+        ({"aggregator": "plaintext"}, "aggregator"),
+    ],
+)
+def test_refuses_another_runs_checkpoint(saved, change, message):
+    with pytest.raises(CheckpointError, match=message):
+        _resume(saved, **change)
+
+
+def test_refuses_other_algorithm_or_settings(saved):
+    with pytest.raises(CheckpointError, match="algorithm"):
+        run_federated("local", _setup("masking"), _settings("local"), resume=saved)
+    with pytest.raises(CheckpointError, match="support_size"):
+        run_federated(
+            "fbo-fedgp", _setup("masking"), _settings("fbo-fedgp", support_size=6), resume=saved
+        )
+    with pytest.raises(CheckpointError, match="beyond `num_rounds`"):
+        run_federated(
+            "fbo-fedgp", _setup("masking"), _settings("fbo-fedgp", num_rounds=0), resume=saved
+        )
+
+
+def test_refuses_a_state_that_does_not_fit_the_run(saved):
+    r"""A consistent manifest with a state of the wrong shape: a CheckpointError, raised
+    before the run starts."""
+    manifest, states = load_checkpoint(saved)
+    state = states["client-2"]
+    state["state"]["X"] = state["state"]["X"][:, :1]
+    _rewrite(saved, manifest["files"]["client-2"], state, manifest)
+    with pytest.raises(CheckpointError, match="Client 2: `X`"):
+        _resume(saved)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_a_checkpoint_cannot_execute_code(saved, monkeypatch):
+    monkeypatch.chdir(saved)
+    manifest = json.loads((saved / MANIFEST).read_text())
+    entry = manifest["files"]["server"]
+    path = saved / entry["file"]
+    path.write_bytes(pickle.dumps({"state": _Exploit()}))
+    entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (saved / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        _resume(saved)
+    assert not (saved / "pwned").exists()
+
+
+def test_a_crash_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    r"""Kill the process between the party files and the manifest of round 2: the
+    folder still holds round 1 complete, and resuming from it ends as the full run."""
+    full = run_federated("central", _setup(), _settings("central"))
+    real = ckpt._write_atomically
+
+    def crash_on_round_2_manifest(path, data):
+        if path.name == MANIFEST and json.loads(data)["round"] == 2:
+            raise Killed
+        real(path, data)
+
+    monkeypatch.setattr(ckpt, "_write_atomically", crash_on_round_2_manifest)
+    with pytest.raises(Killed):
+        run_federated("central", _setup(), _settings("central"), checkpoint=tmp_path)
+    monkeypatch.setattr(ckpt, "_write_atomically", real)
+    assert load_checkpoint(tmp_path)[0]["round"] == 1
+    resumed = run_federated("central", _setup(), _settings("central"), resume=tmp_path)
+    assert _comparable(resumed) == _comparable(full)
+
+
+def test_each_party_file_holds_only_its_own_data(tmp_path):
+    r"""The server's file holds no client's raw data; each client's file holds only its
+    own points (clients' files belong on their machines)."""
+    run_federated("fbo-fedgp", _setup("masking"), _settings("fbo-fedgp"), checkpoint=tmp_path)
+    _, states = load_checkpoint(tmp_path)
+    client_X = {n: s["state"]["X"] for n, s in states.items() if n != "server"}
+    assert all(len(X) > 0 for X in client_X.values())
+
+    def tensors(obj):
+        if isinstance(obj, torch.Tensor):
+            yield obj
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                yield from tensors(v)
+        elif isinstance(obj, list | tuple):
+            for v in obj:
+                yield from tensors(v)
+
+    def holds(state, X) -> bool:
+        rows = {tuple(r) for r in X.tolist()}
+        for t in tensors(state):
+            if t.is_floating_point() and t.ndim == 2 and t.shape[-1] == X.shape[-1]:
+                if rows & {tuple(r) for r in t.tolist()}:
+                    return True
+        return False
+
+    for name, X in client_X.items():
+        assert holds(states[name], X)  # positive control
+        assert not holds(states["server"], X), name
+        for other in client_X:
+            if other != name:
+                assert not holds(states[other], X), (other, name)
+
+
+def test_base_settings_default(tmp_path):
+    r"""``settings=None`` checkpoints and resumes with the algorithm's defaults."""
+    s = BOSettings(num_rounds=2, num_init=2, raw_samples=16, num_restarts=2, maxiter=10)
+    run_federated("random", _setup(), s, checkpoint=tmp_path)
+    with pytest.raises(CheckpointError, match="num_init"):
+        run_federated("random", _setup(), None, resume=tmp_path)
+
+
+@pytest.mark.parametrize("algorithm", ["local", "fbo-fedgp"])
+def test_resume_after_failed_evaluations(tmp_path, algorithm):
+    r"""Failed evaluations leave a client's local GP cached across rounds; the resumed
+    run must hold the same model (and fitter count) as the uninterrupted one."""
+
+    def flaky(X):
+        y = torch.sin(3 * X).sum(-1)
+        return torch.where(X[:, 0] > 0.45, torch.nan, y)
+
+    def setup():
+        obj = CallableObjective(flaky, bounds=[[0.0, 0.0], [1.0, 1.0]], name="flaky")
+        return FederationSetup(objectives=[obj] * 3, seed=4)
+
+    settings = lambda: _settings(algorithm, num_rounds=5, local_refit_every=3)  # noqa: E731
+    full = run_federated(algorithm, setup(), settings())
+    assert full.failures  # the case this test is about
+    with pytest.raises(Killed):
+        run_federated(algorithm, setup(), settings(), checkpoint=tmp_path, on_round=_kill_after(2))
+    resumed = run_federated(algorithm, setup(), settings(), resume=tmp_path)
+    assert _comparable(resumed) == _comparable(full)
