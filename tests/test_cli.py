@@ -1,4 +1,6 @@
-r"""The ``botorch-fed`` command line and the regression demo behind ``demo``."""
+r"""The ``botorch-fed`` command line (``run`` with built-in problems, ``list``, ``demo``)
+and the regression demo behind ``demo``. Your own black boxes and ``--config`` files:
+``tests/test_cli_blackbox.py``."""
 
 from __future__ import annotations
 
@@ -9,10 +11,21 @@ import sys
 import numpy as np
 import pytest
 
-from botorch_fed.cli import main
+from botorch_fed.cli import build_parser, main, setting_options
 from botorch_fed.regression_demo import RegressionDemoConfig, run_regression_demo
 
 SMALL = ["--clients", "3", "--points", "12", "--support", "8", "--test-points", "64"]
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    r"""rich wraps at 80 columns off a terminal: wide enough for whole messages."""
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+def output(capsys) -> str:
+    captured = capsys.readouterr()
+    return captured.out + captured.err
 
 
 def test_demo_prints_table_and_writes_json(tmp_path, capsys):
@@ -63,13 +76,13 @@ def test_bad_demo_arguments_exit_2_with_a_message(args, message, capsys):
     assert message in capsys.readouterr().out
 
 
-def test_argparse_errors_exit_2():
-    with pytest.raises(SystemExit) as e:
-        main(["demo", "--clients", "three"])
-    assert e.value.code == 2
-    with pytest.raises(SystemExit) as e:
-        main([])
-    assert e.value.code == 2
+def test_argparse_errors_exit_2(capsys):
+    assert main(["demo", "--clients", "three"]) == 2
+    assert "--clients" in capsys.readouterr().err
+    assert main([]) == 2
+    assert main(["run"]) == 2  # no algorithm
+    assert main(["run", "no-such-algorithm"]) == 2
+    assert "no-such-algorithm" in capsys.readouterr().err
 
 
 def test_console_script_is_installed():
@@ -78,6 +91,100 @@ def test_console_script_is_installed():
     )
     assert proc.returncode == 0 and "botorch-fed" in proc.stdout
 
+
+def test_list_prints_every_algorithm_with_its_summary(capsys):
+    from botorch_fed.federation import available_algorithms, get_algorithm
+
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for name in available_algorithms():
+        spec = get_algorithm(name)
+        (line,) = [s for s in lines if s.split()[:1] == [name]]
+        assert spec.summary in line
+        assert ("yes" if spec.secure_aggregation else "no") == line.split()[1]
+
+
+# ----------------------------------------------------------------------- run: options
+
+
+def test_algorithm_options_come_from_its_settings_dataclass():
+    import dataclasses
+
+    from botorch_fed.federation import available_algorithms, get_algorithm
+
+    parser = build_parser()
+    for name in available_algorithms():
+        spec = get_algorithm(name)
+        _, options = parser.run_parsers[name]
+        fields = {f.name for f in dataclasses.fields(spec.settings_class)}
+        assert {o.field for o in options if o.field} == fields, name
+        for option in setting_options(spec.settings_class):
+            # help from the docstring's Attributes entry, not the fallback
+            action = next(
+                a
+                for a in parser.run_parsers[name][0]._actions
+                if option.flags[0] in a.option_strings
+            )
+            assert action.help and action.help != option.field.replace("_", " "), option.field
+        secure = any(o.dest == "aggregator" for o in options)
+        assert secure == spec.secure_aggregation, name
+
+
+def test_fixed_sets_of_strings_become_choices():
+    from botorch_fed.federation.bo_client import ACQUISITIONS
+    from botorch_fed.federation.fbo_fedgp import (
+        GLOBAL_BATCHES,
+        HYPERPARAMETERS,
+        MIXINGS,
+        SUPPORTS,
+        FBOFedGPConfig,
+    )
+
+    choices = {o.field: o.choices for o in setting_options(FBOFedGPConfig)}
+    assert set(choices["acquisition"]) == set(ACQUISITIONS)
+    assert set(choices["support"]) == set(SUPPORTS)
+    assert set(choices["mixing"]) == set(MIXINGS)
+    assert set(choices["hyperparameters"]) == set(HYPERPARAMETERS)
+    assert set(choices["global_batch"]) == set(GLOBAL_BATCHES)
+    assert choices["beta"] is None and choices["num_rounds"] is None
+
+
+def test_algorithm_help_lists_only_its_options_with_defaults(capsys):
+    assert main(["run", "fbo-fedgp", "--help"]) == 0
+    text = capsys.readouterr().out
+    for flag in ("--support-size INT, --support INT", "--num-rounds INT, --rounds INT",
+                 "--num-init INT, --init INT", "--support-selection {clustered,random}",
+                 "--aggregator {plaintext,ckks,masking}", "--objective", "--bounds", "--config",
+                 "--checkpoint", "--resume"):  # fmt: skip
+        assert flag in text, flag
+    assert "(default: 16)" in text and "(default: 50)" in text and "(default: sample)" in text
+    assert "[settings]" in text  # the config file's schema
+    assert main(["run", "local", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--num-rounds" in text and "(default: ucb)" in text
+    for flag in ("--support", "--schedule", "--aggregator", "--mixing"):
+        assert flag not in text, flag
+
+
+@pytest.mark.parametrize(
+    "args", [["--support", "4"], ["--schedule", "0.5"], ["--aggregator", "masking"]]
+)
+def test_baselines_refuse_fbo_fedgp_options(args, capsys):
+    assert main(["run", "local", "--problem", "branin", *args]) == 2
+    assert f"unrecognized arguments: {args[0]}" in capsys.readouterr().err
+
+
+def test_none_sets_an_optional_setting(tmp_path):
+    out = tmp_path / "r.json"
+    args = ["run", "random", "--problem", "branin", "--clients", "3", "--init", "2",
+            "--rounds", "1", "--beta", "none", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    assert json.loads(out.read_text())["config"]["settings"]["beta"] is None
+    assert main([*args[:-2], "--beta", "2.5", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["config"]["settings"]["beta"] == 2.5
+
+
+# ----------------------------------------------------------------------- run: built-in problems
 
 RUN_SMALL = [
     "--problem", "branin", "--dim", "2", "--clients", "3", "--init", "3", "--rounds", "2",
@@ -91,21 +198,24 @@ def test_run_fbo_fedgp_writes_json_and_plot(tmp_path, capsys):
                  "--plot", str(plot)])  # fmt: skip
     assert code == 0
     text = capsys.readouterr().out
-    for label in ("best value (federation)", "simple regret", "time per stage", "bytes"):
+    for label in ("best value (federation)", "simple regret", "time per stage", "bytes",
+                  "best point", "minimised"):  # fmt: skip
         assert label in text
     data = json.loads(out.read_text())
     for key in ("best_value", "best_per_round", "regret_per_round", "time_s", "ledger",
-                "config", "versions"):  # fmt: skip
+                "config", "versions", "best_point", "failures", "minimize"):  # fmt: skip
         assert key in data
     assert len(data["best_per_round"]) == 3
     assert data["config"]["setup"]["aggregator"] == "masking"
+    assert data["config"]["settings"]["support_size"] == 4
     assert data["best_value"] == min(data["best_per_round"])
     assert plot.stat().st_size > 1000
 
 
 @pytest.mark.parametrize("algorithm", ["local", "random"])
 def test_run_baselines(algorithm, capsys):
-    assert main(["run", algorithm, *RUN_SMALL]) == 0
+    args = [a for a in RUN_SMALL if a not in ("--support", "4")]
+    assert main(["run", algorithm, *args]) == 0
     assert "best value (federation)" in capsys.readouterr().out
 
 
@@ -129,23 +239,54 @@ def test_run_uses_the_library_defaults_of_fbo_fedgp(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, messages",
     [
-        (["--problem", "no-such-function"], "no-such-function"),
-        (["--problem", "branin", "--dim", "3"], "dim"),
-        (["--clients", "2", "--aggregator", "ckks"], "at least 3 clients"),
-        (["--aggregator", "rot13"], "aggregator"),
-        (["--schedule", "1.5"], "`c`"),
-        (["--rounds", "0"], "num_rounds"),
-        (["--support", "0"], "support_size"),
-        (["--out", "/no/such/folder/r.json"], "--out /no/such/folder/r.json: the folder"),
-        (["--plot", "/no/such/folder/r.png"], "--plot /no/such/folder/r.png: the folder"),
+        (["--problem", "no-such-function"], ["no-such-function"]),
+        (["--problem", "branin", "--dim", "3"], ["--problem", "--dim", "dim=3"]),
+        (["--clients", "2", "--aggregator", "ckks"], ["`--clients`", "at least 3 clients"]),
+        (["--aggregator", "rot13"], ["--aggregator", "rot13"]),
+        (["--schedule", "1.5"], ["`--schedule` 1.5", "`c`"]),
+        (["--rounds", "0"], ["`--num-rounds`/`--rounds` must be a positive integer"]),
+        (["--support", "0"], ["`--support-size`/`--support` must be a positive integer"]),
+        (["--init", "1"], ["`--num-init`/`--init`=1", "`--min-cluster-size`=2"]),
+        (["--mixing", "expected", "--acquisition", "ei"], ["`--mixing`", "`--acquisition`"]),
+        (["--support-selection", "nearest"], ["--support-selection", "nearest"]),
+        (["--seed", "-1"], ["`--seed`"]),
+        (["--threads", "0"], ["`--threads`"]),
+        (["--rounds", "two"], ["--num-rounds/--rounds", "two"]),
+        (["--out", "/no/such/folder/r.json"], ["--out /no/such/folder/r.json: the folder"]),
+        (["--plot", "/no/such/folder/r.png"], ["--plot /no/such/folder/r.png: the folder"]),
+        (["--resume", "/no/such/checkpoint"], ["--resume /no/such/checkpoint"]),
+        (["--bounds", "0,1;0,1"], ["`--bounds`", "your own objective"]),
+        (["--maximize"], ["`--maximize`", "minimised"]),
     ],
 )
-def test_bad_run_arguments_exit_2(args, message, capsys):
+def test_bad_run_arguments_exit_2_naming_the_flag(args, messages, capsys):
     base = ["--problem", "branin", "--dim", "2", "--clients", "3"]
     assert main(["run", "fbo-fedgp", *base, *args]) == 2
-    assert message in capsys.readouterr().out
+    text = output(capsys)
+    for message in messages:
+        assert message in text, (message, text)
+    assert "Traceback" not in text
+
+
+def test_make_demo_command_parses():
+    r"""``make demo``'s command line, and the README's (parsed, not run)."""
+    parser = build_parser()
+    args = parser.parse_args(
+        "run fbo-fedgp --problem hartmann --dim 6 --clients 5 --rounds 15 --aggregator ckks".split()
+    )
+    assert vars(args)["settings.num_rounds"] == 15 and args.aggregator == "ckks"
+    args = parser.parse_args(
+        "run fbo-fedgp --problem cec2005-f1 --dim 10 --clients 10 --init 4 --rounds 50 "
+        "--support 16 --aggregator ckks --schedule 0.5 --seed 0 --out results.json "
+        "--plot regret.png".split()
+    )
+    assert vars(args)["settings.support_size"] == 16 and vars(args)["settings.num_init"] == 4
+    for alias in ("--support-selection", "--support-every", "--support-growth", "--mixing",
+                  "--hyperparameters", "--acquisition", "--beta", "--noise-std", "--shift",
+                  "--init-regions", "--threads"):  # fmt: skip
+        assert any(alias in a.option_strings for a in parser.run_parsers["fbo-fedgp"][0]._actions)
 
 
 def test_demo_client_sizes_are_unequal_and_sum_exactly():
