@@ -31,13 +31,18 @@ def plot_convergence(
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     use_regret = all(r.get("regret_per_round") for r in runs)
+    curves = []
     for r in runs:
         y = r["regret_per_round"] if use_regret else r["best_per_round"]
+        y = [float("nan") if v is None else v for v in y]  # rounds before any success
+        curves.append(y)
         ax.plot(range(len(y)), y, label=r["algorithm"])
-    if use_regret and all(v > 0 for r in runs for v in r["regret_per_round"]):
+    values = [v for y in curves for v in y if v == v]
+    if use_regret and values and all(v > 0 for v in values):
         ax.set_yscale("log")
     ax.set_xlabel("round (0 = initial design)")
-    ax.set_ylabel(ylabel or ("simple regret" if use_regret else "best value (lower is better)"))
+    better = "lower" if all(r.get("minimize", True) for r in runs) else "higher"
+    ax.set_ylabel(ylabel or ("simple regret" if use_regret else f"best value ({better} is better)"))
     ax.set_title(title or f"{runs[0]['problem']} ({runs[0]['dim']}-D)")
     ax.legend()
     fig.tight_layout()

@@ -17,7 +17,7 @@ the global ``FederatedPITCGP``), and the ranked distinct optima of a shared sear
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from botorch.acquisition.acquisition import AcquisitionFunction
@@ -69,7 +69,7 @@ class BOSettings:
 
     num_init: int = 4
     num_rounds: int = 50
-    acquisition: str = "ucb"
+    acquisition: str = field(default="ucb", metadata={"choices": ACQUISITIONS})
     beta: float | None = None
     local_refit_every: int = 5
     fit_maxiter: int = 50

@@ -55,7 +55,7 @@ References:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -123,17 +123,17 @@ class FBOFedGPConfig(BOSettings):
     """
 
     support_size: int = 16
-    support: str = "clustered"
+    support: str = field(default="clustered", metadata={"choices": SUPPORTS})
     support_every: int = 5
     support_growth: int = 0
     centers_per_client: int = 4
     min_cluster_size: int = 2
     schedule: float = 0.5
-    mixing: str = "sample"
-    hyperparameters: str = "average"
+    mixing: str = field(default="sample", metadata={"choices": MIXINGS})
+    hyperparameters: str = field(default="average", metadata={"choices": HYPERPARAMETERS})
     hyper_every: int = 10
     federated_maxiter: int = 30
-    global_batch: str = "distinct"
+    global_batch: str = field(default="distinct", metadata={"choices": GLOBAL_BATCHES})
 
     def validate(self) -> None:
         r"""Raise ``ValueError`` naming the first invalid setting."""

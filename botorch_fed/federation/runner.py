@@ -410,6 +410,12 @@ def _restore(server, clients, states: dict[str, dict]) -> None:
     torch.set_rng_state(rng)
 
 
+def _objectives_name(objectives) -> str:
+    r"""The objectives' common name, or a list of the distinct names."""
+    names = list(dict.fromkeys(o.name for o in objectives))
+    return names[0] if len(names) == 1 else f"{len(names)} objectives: " + ", ".join(names)
+
+
 def score_run(algorithm, setup, server, clients, objectives, best_per_round, time_s) -> RunResult:
     r"""The :class:`RunResult` of a finished run (the harness reads the clients'
     ``history``; it is never part of the protocol)."""
@@ -431,7 +437,7 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
         regret = [None if b is None else abs(b - optimum) for b in best_per_round]
     return RunResult(
         algorithm=algorithm,
-        problem=first.name,
+        problem=_objectives_name(objectives),
         dim=first.dim,
         optimal_value=optimum,
         best_value=None if best is None else best["value"],

@@ -143,6 +143,8 @@ class FederationSetup:
                 )
         objectives = self.objectives
         if isinstance(objectives, Objective):
+            if self.dim is not None and self.dim != objectives.dim:
+                raise ValueError(f"`dim`={self.dim} but the objective has d={objectives.dim}.")
             if self.num_clients is None:
                 raise ValueError(
                     "One shared objective needs `num_clients` (how many clients hold it); "
