@@ -189,7 +189,7 @@ def test_registration_rules(toys):
     assert available_algorithms() == names
 
 
-def test_a_registered_algorithm_runs_through_run_federated(toys):
+def test_a_registered_algorithm_runs_through_run_federated(toys, tmp_path):
     def loss(Z):
         return (Z - 0.25).pow(2).sum(-1)
 
@@ -207,6 +207,13 @@ def test_a_registered_algorithm_runs_through_run_federated(toys):
     again = run_federated("toy-perturb", setup, settings)
     assert again.best_per_round == result.best_per_round
     assert again.best_point == result.best_point
+    # checkpoint and resume come with the pieces it is built from
+    run_federated(
+        "toy-perturb", setup, ToySettings(num_init=3, num_rounds=1, step=0.05), checkpoint=tmp_path
+    )
+    resumed = run_federated("toy-perturb", setup, settings, resume=tmp_path)
+    assert resumed.best_per_round == result.best_per_round
+    assert resumed.best_point == result.best_point
     # the run validated the toy's settings and refused another algorithm's
     with pytest.raises(ValueError, match="`step`"):
         run_federated("toy-perturb", setup, ToySettings(num_init=2, num_rounds=1, step=2.0))
