@@ -474,3 +474,31 @@ def test_client_arguments_are_checked():
         BOClient(0, objective, _settings("local"), seed=0, evaluation_errors="ignore")
     with pytest.raises(ValueError, match="`objective`.*CallableObjective"):
         BOClient(0, lambda Z: Z.sum(-1), _settings("local"), seed=0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fts.py FTSClient.on_round: a federated step takes the argmax of the other "
+    "client's sampled function over Sobol candidates without avoid_failures, so it can "
+    "evaluate next to a point that already failed (client 1, round 3 here)",
+)
+def test_fts_federated_steps_avoid_failed_points():
+    def crashes_in_the_corner(Z):
+        if (Z[:, 0] > 2.0).all() and (Z[:, 1] > 4.0).all():
+            raise RuntimeError("out of memory")
+        return -(Z[:, 0] + Z[:, 1])
+
+    objectives = [CallableObjective(crashes_in_the_corner, BOUNDS) for _ in range(4)]
+    settings = _settings("fts", num_init=4, num_rounds=3)
+    server, clients, _ = build_federation(
+        "fts", FederationSetup(objectives=objectives, seed=0), settings
+    )
+    server.run()
+    for client in clients.values():
+        U = (torch.tensor([h["x"] for h in client.history]) - LOWER) / (UPPER - LOWER)
+        failed = [i for i, h in enumerate(client.history) if h.get("failed")]
+        for k, h in enumerate(client.history):
+            earlier = [i for i in failed if i < k]
+            if earlier:
+                distance = torch.cdist(U[k : k + 1], U[earlier]).min().item()
+                assert distance >= MIN_DISTANCE, (client.client_id, h["round"], h["step"])
