@@ -36,6 +36,7 @@ from botorch_fed.federation.registry import (
     available_algorithms,
     get_algorithm,
     register_algorithm,
+    unregister_algorithm,
 )
 from botorch_fed.federation.roles import FederatedClient, FederatedServer, ProtocolViolation
 from botorch_fed.federation.runner import RunResult, build_federation, run_federated
@@ -68,5 +69,6 @@ __all__ = [
     "build_federation",
     "get_algorithm",
     "register_algorithm",
+    "unregister_algorithm",
     "run_federated",
 ]

@@ -47,7 +47,8 @@ class CentralClient(BOClient):
 
     def on_evaluate(self, payload: dict) -> dict:
         x = torch.as_tensor(np.asarray(payload["x"]), dtype=torch.float64).reshape(1, self.dim)
-        self.evaluate(x, int(payload["t"]), "central")
+        # the server's GP never learns of a failed point: do not evaluate it again
+        self.evaluate(self.avoid_failures(x), int(payload["t"]), "central")
         return {}
 
 
@@ -93,6 +94,9 @@ class CentralServer(FederatedServer):
 
     def _batch(self, t: int, q: int) -> torch.Tensor:
         s = self.settings
+        if len(self.X) == 0:  # every evaluation failed so far: a seeded random batch
+            g = torch.Generator().manual_seed((self.seed * 1_000_003 + t) % (2**31))
+            return torch.rand(q, self.dim, generator=g, dtype=torch.float64)
         with self.ledger.timer("local_fit"):
             model = self._fitter(self.X, self.Y)
         bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()

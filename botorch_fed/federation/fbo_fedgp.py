@@ -280,6 +280,8 @@ class FBOFedGPClient(BOClient):
     # --- protocol handlers ----------------------------------------------------------
     def on_centers(self, payload: dict) -> dict:
         k = int(payload["k"])
+        if len(self.X) < self.config.min_cluster_size:  # too few points to share a centre of
+            return {"centers": np.empty((0, self.dim))}
         with self.timed("support"):
             centers = local_centers(
                 self.X, k=k, seed=self.seed, min_cluster_size=self.config.min_cluster_size
@@ -293,6 +295,9 @@ class FBOFedGPClient(BOClient):
 
     def on_round(self, payload: dict) -> dict:
         t = int(payload["t"])
+        if len(self.X) == 0:  # every evaluation failed so far: a random step, no model
+            self.evaluate(self.propose_local(t), t, "local")
+            return {"global": False}
         if self.config.mixing == "expected":
             return {"global": True}
         local = bool(self.schedule.sample(t, seed=self.rng))  # Alg. 2 lines 14-15
@@ -364,7 +369,11 @@ class FBOFedGPClient(BOClient):
         n = float(len(self.X))
         return np.concatenate([n * hyper.get_values(), [n]])
 
+    # A client without data (every evaluation failed so far) contributes zeros: the
+    # sums are then those of the other clients.
     def vector_summary(self) -> np.ndarray:
+        if len(self.X) == 0:
+            return np.zeros(SparseSummary.packed_length(len(self.support)))
         with self.timed("summary"), torch.no_grad():
             summary = compute_local_summary(
                 self.X, self._transformed_Y(), self.support, *self.modules
@@ -373,6 +382,8 @@ class FBOFedGPClient(BOClient):
 
     def vector_pitc_summary(self, theta: np.ndarray) -> np.ndarray:
         self._fit_theta = np.asarray(theta, dtype=np.float64)
+        if len(self.X) == 0:
+            return np.zeros(SparseSummary.packed_length(len(self.support)))
         with self.timed("summary"):
             if self._fit_client is None:
                 self._fit_client = PITCFitClient(
@@ -383,15 +394,18 @@ class FBOFedGPClient(BOClient):
     def vector_pitc_vjp(self) -> np.ndarray:
         # every client holds the summed summaries: it derives the loss and the adjoint
         # itself (no party sends them), then contributes its vector-Jacobian product
-        if self._fit_client is None or self.last_sum is None:
+        if self._fit_theta is None or self.last_sum is None:
             raise ProtocolViolation(f"Client {self.client_id}: VJP requested before a summary.")
+        theta, self._fit_theta = self._fit_theta, None  # one VJP per summary
         with self.timed("hyperparameters"):
             hyper = PITCHyperparameters(*self.modules)
-            hyper.set_theta(self._fit_theta)
+            hyper.set_theta(theta)
             m = len(self.support)
             self._fit_loss, adjoint, self._fit_prior_grad = pitc_loss_and_adjoint(
                 self.last_sum, m, hyper
             )
+        if len(self.X) == 0:
+            return np.zeros(hyper.size)
         with self.timed("summary"):
             return self._fit_client.vjp(adjoint)
 
@@ -505,7 +519,12 @@ class FBOFedGPServer(FederatedServer):
                     torch.as_tensor(replies[c].payload["centers"], dtype=torch.float64)
                     for c in sorted(replies)
                 ]
-                support = global_support(centers, self.support_size, seed=self.seed + t)
+                centers = [c for c in centers if len(c)]  # clients with too few points
+                if centers:
+                    support = global_support(centers, self.support_size, seed=self.seed + t)
+                else:  # no client holds enough data yet
+                    bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
+                    support = random_support(bounds, self.support_size, seed=self.seed + t)
         self.support = support
         self.broadcast("support", {"support": support.numpy()})
 

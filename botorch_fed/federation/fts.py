@@ -109,7 +109,7 @@ class FTSClient(BOClient):
                 Xc = draw_sobol_samples(
                     self.bounds, self.settings.ts_candidates, 1, seed=self.step_seed(t)
                 ).squeeze(-2)
-                x = Xc[(self.features(Xc) @ omega).argmax()].unsqueeze(0)
+                x = self.avoid_failures(Xc[(self.features(Xc) @ omega).argmax()].unsqueeze(0))
         self.evaluate(x, t, "local" if local else "federated")
         return {"omega": self._omega_sample()}
 

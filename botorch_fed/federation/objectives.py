@@ -49,6 +49,8 @@ def check_bounds(bounds, name: str = "bounds") -> Tensor:
     Returns:
         The bounds as a ``2 x d`` float64 CPU tensor.
     """
+    if isinstance(bounds, Tensor):
+        bounds = bounds.detach().cpu()
     try:
         b = torch.as_tensor(np.asarray(bounds, dtype=np.float64), dtype=torch.float64)
     except (TypeError, ValueError) as exc:
@@ -165,13 +167,14 @@ class CallableObjective(Objective):
     ) -> None:
         if not callable(fn):
             raise ValueError(f"`fn` must be callable, got a {type(fn).__name__}.")
-        if not isinstance(minimize, bool):
+        if not isinstance(minimize, bool | np.bool_):
             raise ValueError(f"`minimize` must be True or False, got {minimize!r}.")
+        minimize = bool(minimize)
         self.fn = fn
         self.bounds = check_bounds(bounds)
         self.minimize = minimize
         if name is None:
-            name = getattr(fn, "__qualname__", None) or type(fn).__name__
+            name = getattr(fn, "__name__", None) or type(fn).__name__
         if not isinstance(name, str) or not name:
             raise ValueError(f"`name` must be a non-empty string, got {name!r}.")
         self.name = name
@@ -184,23 +187,27 @@ class CallableObjective(Objective):
 
     def evaluate(self, X: Tensor) -> tuple[Tensor, Tensor]:
         Z = self.to_domain(X)
-        with torch.no_grad():
-            out = self.fn(Z.clone())
+        # not under no_grad: the black box may train a torch model (backward inside)
+        out = self.fn(Z.detach().clone())
         values = self._as_values(out, len(Z))
         return values, values
 
     def _as_values(self, out, n: int) -> Tensor:
         r"""The callable's return value as ``n`` float64 values, or a clear error."""
         if isinstance(out, Tensor):
-            values = out.detach().to(device="cpu", dtype=torch.float64)
+            kind_ok = not (out.is_complex() or out.dtype == torch.bool)
+            values = out.detach().to(device="cpu") if kind_ok else None
         else:
-            try:
-                values = torch.as_tensor(np.asarray(out, dtype=np.float64))
-            except (TypeError, ValueError) as exc:
-                raise ObjectiveContractError(
-                    f"Objective {self.name!r} returned a {type(out).__name__}; expected "
-                    f"{n} numbers (a tensor, an array or a list)."
-                ) from exc
+            array = None if out is None else np.asarray(out)
+            kind_ok = array is not None and array.dtype.kind in "iuf"
+            values = torch.as_tensor(array) if kind_ok else None
+        if values is None:
+            raise ObjectiveContractError(
+                f"Objective {self.name!r} returned {type(out).__name__}"
+                f"{'' if out is None else ' ' + repr(out)[:60]}; expected {n} real numbers "
+                "(a tensor, an array, a list, or a float for one point)."
+            )
+        values = values.to(torch.float64)
         if values.ndim == 0:
             values = values.reshape(1)
         if values.ndim == 2 and values.shape[-1] == 1:

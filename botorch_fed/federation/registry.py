@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,8 +77,14 @@ class AlgorithmSpec:
         name: The name users pick it by (``botorch-fed run <name>``).
         summary: One line for ``botorch-fed list``.
         settings_class: Its settings dataclass (with a ``validate()`` method).
-        make_client: ``(context, client id) -> client``.
-        make_server: ``(context, transport) -> server program``.
+        make_client: ``(context, client id) -> client``: a
+            :class:`~botorch_fed.federation.roles.FederatedClient` (with ``history``
+            and ``state_dict``/``load_state_dict``, as
+            :class:`~botorch_fed.federation.bo_client.BOClient`).
+        make_server: ``(context, transport) -> server``: a
+            :class:`~botorch_fed.federation.roles.FederatedServer` implementing
+            ``run_round`` (and ``initialize``), whose ``settings`` attribute is the
+            settings dataclass (``settings.num_rounds`` bounds the run).
         secure_aggregation: Whether it runs secure sums (needs ``setup.aggregator``).
         min_clients: The fewest clients it runs with (before the aggregator's own
             minimum).
@@ -93,18 +100,32 @@ class AlgorithmSpec:
 
 
 _REGISTRY: dict[str, AlgorithmSpec] = {}
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
 def register_algorithm(spec: AlgorithmSpec) -> AlgorithmSpec:
     r"""Register ``spec`` under ``spec.name``; a second registration of a name raises."""
     if not isinstance(spec, AlgorithmSpec):
         raise TypeError(f"`spec` must be an AlgorithmSpec, got {type(spec).__name__}.")
-    if not spec.name or spec.name != spec.name.strip() or " " in spec.name:
-        raise ValueError(f"Algorithm name {spec.name!r} must be a non-empty word.")
+    if not isinstance(spec.name, str) or not _NAME.fullmatch(spec.name):
+        raise ValueError(
+            f"Algorithm name {spec.name!r} must be lower-case letters, digits, '-' or '_', "
+            "starting with a letter or digit."
+        )
     if spec.name in _REGISTRY and _REGISTRY[spec.name] is not spec:
         raise ValueError(f"An algorithm named {spec.name!r} is already registered.")
     _REGISTRY[spec.name] = spec
     return spec
+
+
+def unregister_algorithm(name: str) -> AlgorithmSpec:
+    r"""Remove ``name`` from the registry (plugins, tests); returns its spec."""
+    try:
+        return _REGISTRY.pop(name)
+    except KeyError:
+        raise ValueError(
+            f"No algorithm named {name!r} is registered; known: {available_algorithms()}."
+        ) from None
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:

@@ -35,6 +35,7 @@ T = 4  # the round of the steps below
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
+
 def _settings(**kwargs) -> BOSettings:
     base = dict(num_init=6, num_restarts=2, raw_samples=16, maxiter=20, ts_candidates=64)
     base.update(kwargs)

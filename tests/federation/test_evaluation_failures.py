@@ -299,33 +299,11 @@ def _fails_first(n: int, log: list | None = None):
     return fn
 
 
-_D1 = (
-    "fbo_fedgp.py FBOFedGPClient.on_centers calls local_centers on the client's data even "
-    "when it holds fewer than min_cluster_size points (BotorchTensorDimensionError for none, "
-    "ValueError for too few), and with support='random' vector_summary raises InputDataError "
-    "for an empty client: one client whose initial evaluations failed stops FBO-FedGP"
-)
-_D1_EVERYWHERE = _D1 + (
-    "; with that fixed, a global round with no data anywhere still fails in the federated "
-    "standardisation (`first_sum` reports n=0 observations)"
-)
-_D2 = (
-    "central_bo.py CentralServer._batch fits a GP on the pooled data even when it is empty "
-    "(ValueError: Can't standardize with no observations) instead of handing out random "
-    "points while no client holds data"
-)
+def _cases():
+    return [pytest.param(a, g, id=i) for (a, g), i in zip(ALGORITHMS, IDS, strict=True)]
 
 
-def _with_xfail(reasons: dict):
-    return [
-        pytest.param(a, g, id=i, marks=pytest.mark.xfail(strict=True, reason=reasons[a]))
-        if a in reasons
-        else pytest.param(a, g, id=i)
-        for (a, g), i in zip(ALGORITHMS, IDS, strict=True)
-    ]
-
-
-@pytest.mark.parametrize("algorithm, aggregator", _with_xfail({"fbo-fedgp": _D1}))
+@pytest.mark.parametrize("algorithm, aggregator", _cases())
 def test_a_client_without_data_still_takes_part(algorithm, aggregator):
     log: list = []
     objectives = [CallableObjective(_fails_first(NUM_INIT, log), BOUNDS)] + [
@@ -345,7 +323,6 @@ def test_a_client_without_data_still_takes_part(algorithm, aggregator):
     assert not _rows_in(client.failed_X, client.X)
 
 
-@pytest.mark.xfail(strict=True, reason=_D1)
 def test_fbo_fedgp_defaults_survive_one_failed_initial_point_per_client():
     # default min_cluster_size=2: a client left with one initial point
     objectives = [CallableObjective(_fails_first(1), BOUNDS) for _ in range(NUM_CLIENTS)]
@@ -356,9 +333,7 @@ def test_fbo_fedgp_defaults_survive_one_failed_initial_point_per_client():
     assert len(result.failures) == NUM_CLIENTS
 
 
-@pytest.mark.parametrize(
-    "algorithm, aggregator", _with_xfail({"fbo-fedgp": _D1_EVERYWHERE, "central": _D2})
-)
+@pytest.mark.parametrize("algorithm, aggregator", _cases())
 def test_a_run_where_every_evaluation_fails_finishes(algorithm, aggregator):
     # RunResult documents best_value None "if every evaluation failed"
     objectives = [CallableObjective(_fails_first(10**9), BOUNDS) for _ in range(NUM_CLIENTS)]
@@ -434,16 +409,9 @@ def test_clients_do_not_propose_a_failed_point_again():
     assert not torch.equal(client.avoid_failures(near), near)
 
 
-_D8 = (
-    "central_bo.py CentralClient.on_evaluate evaluates the server's point as given (no "
-    "avoid_failures) and the server's GP never learns of failures: the client crashes on "
-    "the same point in every round"
-)
-
-
 @pytest.mark.parametrize(
     "algorithm, aggregator",
-    [p for p in _with_xfail({"central": _D8}) if p.values[0] != "random"],
+    [p for p in _cases() if p.values[0] != "random"],
 )
 def test_no_client_evaluates_next_to_its_own_failed_point_again(algorithm, aggregator):
     def crashes_in_the_corner(Z):
@@ -476,12 +444,6 @@ def test_client_arguments_are_checked():
         BOClient(0, lambda Z: Z.sum(-1), _settings("local"), seed=0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fts.py FTSClient.on_round: a federated step takes the argmax of the other "
-    "client's sampled function over Sobol candidates without avoid_failures, so it can "
-    "evaluate next to a point that already failed (client 1, round 3 here)",
-)
 def test_fts_federated_steps_avoid_failed_points():
     def crashes_in_the_corner(Z):
         if (Z[:, 0] > 2.0).all() and (Z[:, 1] > 4.0).all():

@@ -26,6 +26,7 @@ from botorch_fed.models import federated_standardize as fs
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
+
 def _setup(**kwargs) -> FederationSetup:
     base = dict(problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0)
     base.update(kwargs)

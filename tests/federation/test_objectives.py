@@ -191,12 +191,6 @@ def test_non_numeric_returns_name_the_objective(kind):
         obj.evaluate(_unit_points(3))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="objectives.py CallableObjective._as_values: np.asarray(None, dtype=float64) is "
-    "NaN, so a callable that forgets to `return` (n = 1, what every BO step evaluates) "
-    "counts as a failed evaluation ('non-finite value nan') instead of a contract error",
-)
 def test_returning_none_for_one_point_is_a_contract_error():
     obj = CallableObjective(lambda Z: None, BOUNDS, name="forgot-return")
     with pytest.raises(ObjectiveContractError, match="forgot-return"):
@@ -209,12 +203,6 @@ def test_returning_none_for_several_points_is_a_contract_error():
         obj.evaluate(_unit_points(3))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="objectives.py CallableObjective._as_values: np.asarray(..., dtype=float64) parses "
-    "strings ('0.5' -> 0.5) and maps None entries to NaN; torch drops imaginary parts: "
-    "non-numeric values are not refused",
-)
 @pytest.mark.parametrize(
     "out",
     [["0.5", "1.5"], [None, 1.0], torch.tensor([1 + 1j, 2 + 0j])],
@@ -233,12 +221,6 @@ def test_failed_values_pass_through_as_non_finite():
     assert observed[0].isnan() and observed[1].isinf() and observed[2] == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="objectives.py CallableObjective.evaluate calls fn under torch.no_grad(): a black "
-    "box that trains a torch model (validation loss of a network) cannot backpropagate, and "
-    "every evaluation fails ('element 0 of tensors does not require grad')",
-)
 def test_callable_may_use_autograd():
     def validation_loss(Z):
         # one gradient step on a tiny model: what a tuning objective does
@@ -299,12 +281,6 @@ def test_bounds_as_tensor_array_or_nested_sequences(bounds):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="objectives.py check_bounds: np.asarray(tensor) raises RuntimeError for a tensor "
-    "that requires grad (and TypeError -> a misleading 'must be a 2 x d array of numbers' "
-    "for a CUDA tensor): tensors should go through .detach().to('cpu', float64)",
-)
 def test_bounds_that_require_grad_are_accepted():
     bounds = torch.tensor(BOUNDS, dtype=torch.float64, requires_grad=True)
     obj = CallableObjective(lambda X: X.sum(-1), bounds)

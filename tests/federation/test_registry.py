@@ -3,8 +3,7 @@ own module plus one registration, and ``run_federated`` runs it.
 
 The toy algorithms below live only in this file (a settings dataclass, a client and a
 server built from the existing ``BOClient`` / ``PacingServer`` / ``secure_sum``
-pieces). The registry has no public way to unregister an algorithm, so the fixture
-removes them from the module-level ``_REGISTRY`` afterwards.
+pieces); the fixture unregisters them afterwards.
 """
 
 from __future__ import annotations
@@ -29,8 +28,8 @@ from botorch_fed.federation import (
     get_algorithm,
     register_algorithm,
     run_federated,
+    unregister_algorithm,
 )
-from botorch_fed.federation import registry as registry_module
 from botorch_fed.federation.independent import PacingServer
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
@@ -153,18 +152,18 @@ def _toy_spec(name: str, secure: bool = False) -> AlgorithmSpec:
 
 @pytest.fixture
 def toys():
-    r"""Register the toy algorithms for one test; unregister them afterwards (there is
-    no public ``unregister_algorithm``: the module-level dict is edited directly)."""
+    r"""Register the toy algorithms for one test; unregister them afterwards."""
     specs = [_toy_spec("toy-perturb"), _toy_spec("toy-secure-count", secure=True)]
-    before = dict(registry_module._REGISTRY)
+    before = available_algorithms()
     try:
         for spec in specs:
             assert register_algorithm(spec) is spec
         yield {spec.name: spec for spec in specs}
     finally:
         for spec in specs:
-            registry_module._REGISTRY.pop(spec.name, None)
-        assert registry_module._REGISTRY == before
+            if spec.name in available_algorithms():
+                unregister_algorithm(spec.name)
+        assert available_algorithms() == before
 
 
 def test_registration_rules(toys):
@@ -182,7 +181,7 @@ def test_registration_rules(toys):
         register_algorithm(_toy_spec("local"))
     assert get_algorithm("toy-perturb") is spec and available_algorithms() == names
     for bad in ("", " toy", "toy ", "two words"):
-        with pytest.raises(ValueError, match="non-empty word"):
+        with pytest.raises(ValueError, match="lower-case letters"):
             register_algorithm(_toy_spec(bad))
     with pytest.raises(TypeError, match="AlgorithmSpec"):
         register_algorithm({"name": "toy-dict"})
@@ -255,3 +254,8 @@ def test_a_registered_secure_algorithm_gets_the_aggregator(toys):
 def test_toys_are_gone_after_the_fixture():
     assert "toy-perturb" not in available_algorithms()
     assert set(available_algorithms()) >= set(BUILT_IN)
+
+
+def test_unregister_unknown_name_is_refused():
+    with pytest.raises(ValueError, match="No algorithm named 'nope'"):
+        unregister_algorithm("nope")
