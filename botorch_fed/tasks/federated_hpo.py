@@ -450,12 +450,18 @@ class FederatedHPOTask:
     def test_loss(self, client: int, x) -> float:
         r"""Held-out loss of configuration ``x`` for client ``client``: the model
         trained on its training split, scored on the shared test set weighted to the
-        client's class frequencies (:meth:`test_weights`)."""
+        client's class frequencies (:meth:`score_test`)."""
+        return self.score_test(client, self.fit(client, x))
+
+    def score_test(self, client: int, model) -> float:
+        r"""Weighted test log-loss of a fitted classifier for client ``client`` (any
+        model with ``predict_proba`` and ``classes_`` covering the client's classes,
+        e.g. one with scikit-learn's default hyperparameters): the shared test set,
+        each sample weighted by :meth:`test_weights`."""
         from sklearn.metrics import log_loss
 
         weights = self.test_weights(client)
         keep = weights > 0
-        model = self.fit(client, x)
         with self._threads():
             proba = model.predict_proba(self.X_test[keep])
         return float(
