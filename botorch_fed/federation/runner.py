@@ -52,11 +52,14 @@ class RunResult:
         minimize: Whether smaller values are better.
         optimal_value: The known optimum (``None`` if unknown).
         best_value: Best value evaluated by the federation (noise-free for test
-            functions; ``None`` if every evaluation failed).
+            functions; ``None`` if every evaluation failed). With different
+            objectives per client this compares values of different functions: use
+            ``best_per_client`` / ``best_point_per_client`` then.
         best_point: Where (in the objective's domain).
         best_per_round: Best value after initialisation (index 0) and each round.
         regret_per_round: ``|best_per_round - optimal_value|`` (if known).
         best_per_client: Each client's own best value.
+        best_point_per_client: Where each client found it.
         steps: Count of steps by kind (init, local, global, ...).
         failures: Failed evaluations: client, round, step, point, error.
         evaluations: Every evaluation in order (client by client): client, round,
@@ -85,11 +88,13 @@ class RunResult:
     best_point: list[float] | None = None
     failures: list[dict] = field(default_factory=list)
     evaluations: list[dict] = field(default_factory=list)
+    best_point_per_client: dict[int, list[float] | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         r"""JSON-friendly dict."""
         out = asdict(self)
         out["best_per_client"] = {str(k): v for k, v in self.best_per_client.items()}
+        out["best_point_per_client"] = {str(k): v for k, v in self.best_point_per_client.items()}
         return out
 
 
@@ -457,6 +462,7 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
         best_point=None if best is None else best["x"],
         failures=failures,
         evaluations=evaluations,
+        best_point_per_client={cid: None if h is None else h["x"] for cid, h in per_client.items()},
     )
 
 

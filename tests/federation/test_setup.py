@@ -221,6 +221,11 @@ def test_maximising_f_is_minimising_minus_f(algorithm, aggregator):
     lower, upper = torch.tensor(BOUNDS, dtype=torch.float64)
     assert ((z >= lower) & (z <= upper)).all()
     assert score(z).item() == pytest.approx(up.best_value, rel=1e-12, abs=1e-12)
+    # each client's best point has that client's best value
+    assert up.best_point_per_client == down.best_point_per_client
+    for c, point in up.best_point_per_client.items():
+        value = score(torch.tensor([point], dtype=torch.float64)).item()
+        assert value == pytest.approx(up.best_per_client[c], rel=1e-12, abs=1e-12)
     assert up.problem == "bench" and up.dim == 2 and up.failures == []
     # unknown optimum: no regret
     assert up.optimal_value is None and up.regret_per_round is None
