@@ -5,13 +5,15 @@ and the regression demo behind ``demo``. Your own black boxes and ``--config`` f
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from botorch_fed.cli import build_parser, main, setting_options
+from botorch_fed.cli import build_parser, main
+from botorch_fed.cli.options import setting_options
 from botorch_fed.regression_demo import RegressionDemoConfig, run_regression_demo
 
 SMALL = ["--clients", "3", "--points", "12", "--support", "8", "--test-points", "64"]
@@ -64,16 +66,22 @@ def test_demo_uses_only_the_aggregate_for_server_side_sums():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--clients", "0"], "num_clients"),
-        (["--support", "0"], "support_size"),
-        (["--noise", "-1"], "noise_std"),
-        (["--function", "no-such-function"], "no-such-function"),
-        (["--function", "branin", "--dim", "3"], "dim"),
+        (["--clients", "0"], "`--clients`=0 must be >= 1"),
+        (["--support", "0"], "`--support`=0"),
+        (["--noise", "-1"], "`--noise`=-1.0"),
+        (["--points", "1"], "`--points`=1"),
+        (["--test-points", "0"], "`--test-points`=0"),
+        (["--function", "no-such-function"], "`--function` no-such-function: "),
+        (["--function", "branin", "--dim", "3"], "`--function` branin, `--dim` 3: "),
+        (["--out", "/no/such/folder/d.json"], "--out /no/such/folder/d.json: the folder"),
     ],
 )
-def test_bad_demo_arguments_exit_2_with_a_message(args, message, capsys):
+def test_bad_demo_arguments_exit_2_naming_the_flag(args, message, capsys):
     assert main(["demo", *args]) == 2
-    assert message in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert message in text, text
+    for name in ("num_clients", "support_size", "noise_std", "points_per_client", "num_test"):
+        assert name not in text
 
 
 def test_argparse_errors_exit_2(capsys):
@@ -147,6 +155,68 @@ def test_fixed_sets_of_strings_become_choices():
     assert set(choices["hyperparameters"]) == set(HYPERPARAMETERS)
     assert set(choices["global_batch"]) == set(GLOBAL_BATCHES)
     assert choices["beta"] is None and choices["num_rounds"] is None
+
+
+def _refused(cls, name, value) -> bool:
+    try:
+        cls(**{name: value}).validate()
+    except (ValueError, TypeError):
+        return True
+    return False
+
+
+def test_every_fixed_set_of_strings_is_declared_in_field_metadata():
+    r"""The command line reads choices from ``field(metadata={"choices": ...})`` only: a
+    string setting of a registered algorithm that ``validate()`` restricts to some
+    values (it refuses an odd string) must declare them, and they must be exactly
+    values ``validate()`` accepts."""
+    import dataclasses
+    import typing
+
+    from botorch_fed.cli.options import field_type
+    from botorch_fed.federation import available_algorithms, get_algorithm
+
+    checked = 0
+    for algorithm in available_algorithms():
+        cls = get_algorithm(algorithm).settings_class
+        hints = typing.get_type_hints(cls)
+        options = {o.field: o for o in setting_options(cls)}
+        for f in dataclasses.fields(cls):
+            if field_type(hints[f.name])[0] is not str:
+                continue
+            checked += 1
+            where = f"{algorithm}: {cls.__name__}.{f.name}"
+            choices = f.metadata.get("choices")
+            if _refused(cls, f.name, "no such value \x00"):
+                assert choices, f"{where} takes a fixed set of strings: declare metadata choices"
+            if choices is not None:
+                assert _refused(cls, f.name, "no such value \x00"), where
+                for choice in choices:
+                    assert not _refused(cls, f.name, choice), (where, choice)
+                assert getattr(cls(), f.name) in choices, where
+            assert options[f.name].choices == (None if choices is None else tuple(choices))
+    assert checked >= 5
+
+
+def test_choices_are_not_guessed_from_docstrings():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Settings:
+        r"""Attributes:
+        mode: ``"fast"`` or ``"slow"``.
+        kind: ``"a"`` or ``"b"``.
+        """
+
+        mode: str = "fast"
+        kind: str = dataclasses.field(default="a", metadata={"choices": ("a", "b")})
+
+        def validate(self) -> None:
+            if self.mode not in ("fast", "slow"):
+                raise ValueError("`mode`")
+
+    choices = {o.field: o.choices for o in setting_options(Settings)}
+    assert choices == {"mode": None, "kind": ("a", "b")}
 
 
 def test_algorithm_help_lists_only_its_options_with_defaults(capsys):
@@ -268,6 +338,42 @@ def test_bad_run_arguments_exit_2_naming_the_flag(args, messages, capsys):
     for message in messages:
         assert message in text, (message, text)
     assert "Traceback" not in text
+
+
+def test_outputs_that_could_not_be_written_are_refused_before_the_run(tmp_path, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text('problem = "branin"\n')
+    same = str(tmp_path / "same")
+    cases = [
+        (["--out", str(tmp_path)], f"--out {tmp_path} is a folder"),
+        (["--out", same, "--plot", same], f"--out and --plot name the same file {same}"),
+        (["--plot", str(tmp_path / "r.xyz")], "matplotlib cannot write .xyz files"),
+        (["--config", str(config), "--out", str(config)], f"--out {config} is the --config file"),
+        (["--checkpoint", str(config)], f"--checkpoint {config} is a file"),
+    ]
+    if os.geteuid() != 0:  # root writes read-only files
+        readonly = tmp_path / "ro.json"
+        readonly.write_text("{}")
+        readonly.chmod(0o444)
+        cases.append((["--out", str(readonly)], "the file exists and is not writable"))
+    base = ["run", "random", "--problem", "branin", "--clients", "3", "--init", "2",
+            "--rounds", "1"]  # fmt: skip
+    for args, message in cases:
+        assert main([*base, *args]) == 2, args
+        text = output(capsys)
+        assert message in text, (message, text)
+        assert "best value" not in text  # nothing ran
+    assert config.read_text() == 'problem = "branin"\n'
+
+
+def test_threads_are_restored_after_a_run():
+    import torch
+
+    threads = torch.get_num_threads()
+    args = ["run", "random", "--problem", "branin", "--clients", "3", "--init", "2",
+            "--rounds", "1", "--threads", str(threads + 1)]  # fmt: skip
+    assert main(args) == 0
+    assert torch.get_num_threads() == threads
 
 
 def test_make_demo_command_parses():

@@ -4,7 +4,6 @@ r"""``botorch-fed run`` on the user's own black box: ``--objective module:functi
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 import re
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from botorch_fed.cli import main
-from botorch_fed.federation import available_algorithms, run_federated
+from botorch_fed.federation import available_algorithms
 
 TINY = ["--clients", "3", "--init", "3", "--rounds", "2"]
 _counter = itertools.count()
@@ -48,6 +47,25 @@ class Lab:
     @staticmethod
     def run(X):
         return X.sum(-1)
+
+def markup(X):
+    if float(X[0, 0]) > 0.5:
+        raise RuntimeError("[/] [bold]not markup[/bold] [red]")
+    return X.sum(-1)
+
+def warns(X):
+    import warnings
+    warnings.warn("the simulator mesh is coarse")
+    return X.sum(-1)
+
+CALLS = []
+
+def stops(X):  # Ctrl-C after STOP_AFTER evaluations (if set)
+    import os
+    CALLS.append(1)
+    if os.environ.get("STOP_AFTER") and len(CALLS) > int(os.environ["STOP_AFTER"]):
+        raise KeyboardInterrupt
+    return ((X - 0.25) ** 2).sum(-1)
 """
 
 
@@ -151,6 +169,88 @@ def test_a_wrong_return_shape_stops_the_run_with_exit_1(mod, capsys):
     args = ["run", "random", "--objective", f"{mod}:wrong_shape", "--bounds", "0,1", *TINY]
     assert main(args) == 1
     assert "returned shape (1, 2)" in output(capsys)
+
+
+def test_black_box_text_is_printed_verbatim_and_the_results_kept(mod, tmp_path, capsys):
+    r"""Error messages and names of the user's black box are not console markup (a
+    stray ``[/]`` used to crash the table after the run, before --out was written)."""
+    out = tmp_path / "r.json"
+    args = ["run", "random", "--objective", f"{mod}:markup", "--bounds", "0,1;0,1", *TINY,
+            "--out", str(out)]  # fmt: skip
+    assert main(args) == 0, output(capsys)
+    text = capsys.readouterr().out
+    assert "RuntimeError: [/] [bold]not markup[/bold] [red]" in text
+    assert json.loads(out.read_text())["failures"]
+
+
+def test_objective_names_are_printed_verbatim(mod, tmp_path, capsys):
+    shared = write_config(
+        tmp_path, f'objective = {{ function = "{mod}:loss", name = "[/] lab [red]" }}\n'
+        'bounds = "0,1"\n', "shared.toml")  # fmt: skip
+    assert main(["run", "random", "--config", shared, *TINY]) == 0, output(capsys)
+    assert "random on [/] lab [red] (1-D, minimised)" in capsys.readouterr().out
+    per_client = write_config(tmp_path, 'bounds = "0,1"\n' + "".join(
+        f'[[objectives]]\nfunction = "{mod}:loss"\nname = "[bold]site {i}[/]"\n' for i in range(3)
+    ), "clients.toml")  # fmt: skip
+    assert main(["run", "random", "--config", per_client, *TINY[2:]]) == 0, output(capsys)
+    text = capsys.readouterr().out
+    assert all(f"[bold]site {i}[/]" in text for i in range(3)), text
+
+
+def test_the_black_boxs_warnings_are_shown(mod):
+    r"""Only the libraries' numerical advice is silenced during a run."""
+    args = ["run", "random", "--objective", f"{mod}:warns", "--bounds", "0,1", *TINY]
+    with pytest.warns(UserWarning, match="the simulator mesh is coarse"):
+        assert main(args) == 0
+
+
+def test_a_failing_run_exits_1_and_keeps_the_torch_threads(mod, monkeypatch, capsys):
+    r"""An error inside a run whose arguments were valid is not "invalid arguments"."""
+    import torch
+
+    import botorch_fed.federation.runner as runner
+
+    def broken(*args, **kwargs):
+        raise ValueError("singular matrix in round 7")
+
+    monkeypatch.setattr(runner, "run_federated", broken)
+    threads = torch.get_num_threads()
+    args = ["run", "random", "--objective", f"{mod}:loss", "--bounds", "0,1", *TINY,
+            "--threads", str(threads + 1)]  # fmt: skip
+    assert main(args) == 1
+    text = output(capsys)
+    assert "the run failed: ValueError: singular matrix in round 7" in text
+    assert torch.get_num_threads() == threads
+
+
+def test_results_that_cannot_be_written_after_the_run_exit_1(mod, tmp_path, monkeypatch, capsys):
+    import botorch_fed.cli.run as cli_run
+
+    def full_disk(data, path):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cli_run, "write_json", full_disk)
+    out = tmp_path / "r.json"
+    args = ["run", "random", "--objective", f"{mod}:loss", "--bounds", "0,1", *TINY,
+            "--out", str(out)]  # fmt: skip
+    assert main(args) == 1
+    text = output(capsys)
+    assert "best value (federation)" in text  # the tables are still printed
+    assert f"--out {out}: the results could not be written" in text
+    assert "No space left on device" in text and "Traceback" not in text
+
+
+def test_out_is_written_atomically(tmp_path):
+    from botorch_fed.cli.report import write_json
+
+    path = tmp_path / "r.json"
+    path.write_text('{"old": 1}')
+    with pytest.raises(TypeError):
+        write_json({"x": object()}, str(path))
+    assert json.loads(path.read_text()) == {"old": 1}  # untouched, no temporary left
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+    write_json({"new": 2}, str(path))
+    assert json.loads(path.read_text()) == {"new": 2}
 
 
 def _write_bad_modules(tmp_path: Path, mod: str) -> None:
@@ -357,6 +457,8 @@ def test_config_with_a_shared_objective_in_another_folder(tmp_path, monkeypatch,
          '[[objectives]]\nfunction = "{mod}:loss"',
          ["`clients` in {path} 3 but {path} has 2 [[objectives]] tables"]),
         ("this is = not toml", ["--config {path} is not valid TOML"]),
+        ('out = "/no/such/folder/r.json"', ["`out` in {path} /no/such/folder/r.json: the folder"]),
+        ("threads = 0", ["`threads` in {path} must be >= 1"]),
     ],
 )  # fmt: skip
 def test_bad_config_files_exit_2_naming_the_key_and_the_file(text, messages, mod, tmp_path, capsys):
@@ -387,13 +489,7 @@ def test_missing_config_file(tmp_path, capsys):
 
 # ----------------------------------------------------------------------- checkpoints
 
-needs_checkpoints = pytest.mark.skipif(
-    not {"checkpoint", "resume"} <= set(inspect.signature(run_federated).parameters),
-    reason="run_federated has no checkpoint/resume arguments yet",
-)
 
-
-@needs_checkpoints
 @pytest.mark.parametrize("algorithm", ["random", "local"])
 def test_checkpoint_and_resume_from_the_command_line(algorithm, mod, tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
@@ -411,7 +507,6 @@ def test_checkpoint_and_resume_from_the_command_line(algorithm, mod, tmp_path, c
     assert b["best_point"] == a["best_point"] and b["steps"] == a["steps"]
 
 
-@needs_checkpoints
 def test_resuming_another_run_is_refused(mod, tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
     base = ["run", "random", "--objective", f"{mod}:loss", "--bounds", "0,1", "--clients", "3",
@@ -423,6 +518,54 @@ def test_resuming_another_run_is_refused(mod, tmp_path, capsys):
     assert "error:" in text and "Traceback" not in text
     assert main([*base, "--checkpoint", str(tmp_path / "no" / "such" / "dir")]) == 2
     assert "--checkpoint" in output(capsys)
+
+
+def test_checkpoint_does_not_overwrite_another_runs_checkpoint(mod, tmp_path, capsys):
+    ckpt = tmp_path / "ckpt"
+    base = ["run", "random", "--objective", f"{mod}:loss", "--bounds", "0,1", "--clients", "3",
+            "--init", "2"]  # fmt: skip
+    assert main([*base, "--rounds", "1", "--checkpoint", str(ckpt)]) == 0
+    before = {p.name: p.read_bytes() for p in ckpt.iterdir()}
+    capsys.readouterr()
+    assert main([*base, "--rounds", "1", "--seed", "3", "--checkpoint", str(ckpt)]) == 2
+    text = output(capsys)
+    assert f"--checkpoint {ckpt} already holds a checkpoint" in text
+    assert f"--resume {ckpt}" in text
+    assert {p.name: p.read_bytes() for p in ckpt.iterdir()} == before
+    # continuing it, into the same folder, is what --resume is for
+    assert main([*base, "--rounds", "2", "--resume", str(ckpt), "--checkpoint", str(ckpt)]) == 0
+
+
+def test_an_interrupted_run_exits_130_and_resumes_from_its_checkpoint(
+    mod, tmp_path, monkeypatch, capsys
+):
+    import sys
+
+    ckpt = tmp_path / "ckpt"
+    base = ["run", "random", "--objective", f"{mod}:stops", "--bounds", "0,1;0,1",
+            "--clients", "3", "--init", "3"]  # fmt: skip
+    full, never, resumed = (tmp_path / f"{n}.json" for n in ("full", "never", "resumed"))
+    assert main([*base, "--rounds", "3", "--out", str(full)]) == 0
+    calls = sys.modules[mod].CALLS
+    assert len(calls) == 3 * 3 + 3 * 3  # one call per point
+    calls.clear()
+    monkeypatch.setenv("STOP_AFTER", str(3 * 3 + 2 * 3))  # Ctrl-C in round 3
+    args = [*base, "--rounds", "3", "--checkpoint", str(ckpt), "--out", str(never)]
+    assert main(args) == 130
+    text = output(capsys)
+    assert f"interrupted: every completed round is checkpointed in {ckpt}" in text
+    assert f"--resume {ckpt}" in text and "Traceback" not in text and not never.exists()
+    calls.clear()
+    assert main([*base, "--rounds", "3"]) == 130  # without a checkpoint
+    assert "nothing was saved" in output(capsys)
+    monkeypatch.delenv("STOP_AFTER")
+    # fewer rounds than the checkpoint holds: named by the flag
+    assert main([*base, "--rounds", "1", "--resume", str(ckpt)]) == 2
+    assert "beyond `--num-rounds`/`--rounds`=1" in output(capsys)
+    assert main([*base, "--rounds", "3", "--resume", str(ckpt), "--out", str(resumed)]) == 0
+    assert "resumed at round 3" in capsys.readouterr().out
+    a, b = json.loads(full.read_text()), json.loads(resumed.read_text())
+    assert b["best_per_round"] == a["best_per_round"] and b["best_point"] == a["best_point"]
 
 
 # ----------------------------------------------------------------------- README

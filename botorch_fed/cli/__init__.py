@@ -1,0 +1,158 @@
+r"""The ``botorch-fed`` command line.
+
+Subcommands:
+
+- ``botorch-fed run <algorithm>``: a federated optimisation with any registered
+  algorithm (:func:`~botorch_fed.federation.available_algorithms`: ``fbo-fedgp`` and
+  the baselines ``local``, ``central``, ``fts``, ``random``) on a built-in test
+  function (``--problem``) or the user's own black box (``--objective
+  module:function --bounds ...``, or per-client functions in a ``--config`` TOML
+  file), with a progress bar per round, a result table, ``--out`` JSON, ``--plot``
+  convergence curve and ``--checkpoint`` / ``--resume``. Each algorithm has its own
+  sub-parser whose options are generated from its settings dataclass (flag names
+  from the field names, help from the ``Attributes:`` section of its docstring,
+  choices from the fields' ``metadata["choices"]``), so ``botorch-fed run local
+  --help`` lists only what ``local`` takes.
+- ``botorch-fed list``: the registered algorithms, one line each.
+- ``botorch-fed demo``: federated sparse-GP regression on simulated clients; prints
+  a table of test RMSE / NLL and timings for each client's own GP, the federated
+  dPITC model and an exact GP on pooled data.
+
+Exit codes: 0 success; 2 invalid arguments (argparse's own errors included), with a
+message naming the flag or the config file's key, before anything runs; 1 a run
+stopped by its black box (``--fail-on-error``, a wrong return shape) or failing, or
+results that could not be written; 130 an interrupted run.
+
+Modules: :mod:`~botorch_fed.cli.parser` (the parsers), :mod:`~botorch_fed.cli.options`
+(options from settings dataclasses), :mod:`~botorch_fed.cli.config` (the TOML file),
+:mod:`~botorch_fed.cli.black_box` (``--problem`` / ``--objective`` / ``--bounds``),
+:mod:`~botorch_fed.cli.arguments` (setup and settings from the arguments),
+:mod:`~botorch_fed.cli.run`, :mod:`~botorch_fed.cli.report` (tables, JSON, plot),
+:mod:`~botorch_fed.cli.demo`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from botorch_fed.cli.config import FromConfig, load_config
+from botorch_fed.cli.demo import demo_config, run_demo
+from botorch_fed.cli.parser import build_parser
+from botorch_fed.cli.report import check_output_paths, write_json
+from botorch_fed.cli.run import execute_run, prepare_run, print_error
+
+__all__ = ["build_parser", "main"]
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace | int:
+    r"""``parser.parse_args(argv)``, or the exit code argparse asked for (``--help``,
+    ``--version``: 0; invalid arguments: 2, with its message on stderr)."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 2)
+
+
+def _parse_with_config(parser: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace):
+    r"""Parse again with the ``--config`` file's values as defaults; returns
+    ``(args, sources, config)`` where ``sources`` maps each ``dest`` whose value came
+    from the file to its key (``args`` is argparse's exit code if it refused)."""
+    algorithm_parser, options = parser.run_parsers[args.algorithm]
+    defaults, config = load_config(args.config, args.algorithm, options)
+    algorithm_parser.set_defaults(**defaults)
+    args = _parse(parser, argv)
+    sources: dict[str, str] = {}
+    if isinstance(args, argparse.Namespace):
+        for dest, value in vars(args).items():
+            if isinstance(value, FromConfig):
+                setattr(args, dest, value.value)
+                sources[dest] = value.label
+    return args, sources, config
+
+
+def _list(console: Console) -> int:
+    r"""``botorch-fed list``: one line per registered algorithm."""
+    from botorch_fed.federation import available_algorithms, get_algorithm
+
+    specs = [get_algorithm(n) for n in available_algorithms()]
+    secure = {s.name: "yes (--aggregator)" if s.secure_aggregation else "no" for s in specs}
+    width = max(len(n) for n in (*secure, "algorithm"))
+    swidth = max(len(s) for s in (*secure.values(), "secure aggregation"))
+
+    def line(text: str) -> None:
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    line(f"{'algorithm':<{width}}  {'secure aggregation':<{swidth}}  summary")
+    for spec in specs:
+        line(f"{spec.name:<{width}}  {secure[spec.name]:<{swidth}}  {spec.summary}")
+    line("`botorch-fed run <algorithm> --help` lists an algorithm's options.")
+    return 0
+
+
+def _demo(args: argparse.Namespace, console: Console) -> int:
+    r"""``botorch-fed demo``."""
+    try:
+        check_output_paths({"out": ("--out", args.out)})
+        config = demo_config(args)
+    except (ValueError, ImportError) as e:
+        print_error(console, str(e))
+        return 2
+    try:
+        results = run_demo(config, console)
+    except (ValueError, ImportError, OSError) as exc:
+        print_error(console, f"{type(exc).__name__}: {exc}", "the demo failed:")
+        return 1
+    if args.out:
+        try:
+            write_json(results, args.out)
+        except (OSError, TypeError, ValueError) as exc:
+            print_error(console, f"--out {args.out}: the results could not be written ({exc}).")
+            return 1
+        console.print(f"results written to {args.out}", markup=False, soft_wrap=True)
+    return 0
+
+
+def _run(parser, argv: list[str], args: argparse.Namespace, console: Console) -> int:
+    r"""``botorch-fed run <algorithm>``."""
+    sources: dict[str, str] = {}
+    config = None
+    try:
+        if args.config:
+            args, sources, config = _parse_with_config(parser, argv, args)
+            if not isinstance(args, argparse.Namespace):
+                return args
+        options = parser.run_parsers[args.algorithm][1]
+        prepared = prepare_run(args, options, sources, config)
+    except (ValueError, ImportError) as e:
+        print_error(console, str(e))
+        return 2
+    return execute_run(prepared, console)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    r"""Entry point of the ``botorch-fed`` console script.
+
+    Args:
+        argv: Arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 success, 1 a run stopped by its black box or failing (or
+        results that could not be written), 2 invalid arguments (argparse's own errors
+        included), 130 an interrupted run.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = _parse(parser, argv)
+    if not isinstance(args, argparse.Namespace):
+        return args
+    console = Console()
+    if args.command == "list":
+        return _list(console)
+    if args.command == "demo":
+        return _demo(args, console)
+    return _run(parser, argv, args, console)

@@ -1,0 +1,176 @@
+r"""What ``botorch-fed run`` reports, and where: the result tables on the console, the
+``--out`` JSON file and the ``--plot`` convergence curve.
+
+:func:`check_output_paths` refuses an ``--out`` / ``--plot`` path that could not be
+written before a run starts, so a long run never ends without its results; the JSON
+file is written atomically (a failure leaves an existing file as it was). Everything
+the user named (objectives, error messages of their black box) is printed verbatim,
+never read as console markup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+MAX_FAILURES_SHOWN = 5
+
+
+def check_output_paths(
+    paths: dict[str, tuple[str, str | None]], config_path: str | None = None
+) -> None:
+    r"""Refuse output files that could not be written, before a run.
+
+    Args:
+        paths: ``{dest: (label, path)}`` for ``out`` and ``plot``: the flag or config
+            key the path came from and the path (``None`` when not given).
+        config_path: The ``--config`` file (an output must not overwrite it).
+
+    Raises:
+        ValueError: Naming the flag or key and the path.
+        ImportError: ``--plot`` without matplotlib.
+    """
+    seen: dict[str, str] = {}
+    for dest, (label, path) in paths.items():
+        if not path:
+            continue
+        folder = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(folder):
+            raise ValueError(f"{label} {path}: the folder {folder} does not exist.")
+        if os.path.isdir(path):
+            raise ValueError(f"{label} {path} is a folder; give a file name.")
+        if not os.access(folder, os.W_OK):
+            raise ValueError(f"{label} {path}: the folder {folder} is not writable.")
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            raise ValueError(f"{label} {path}: the file exists and is not writable.")
+        if config_path and os.path.exists(path) and os.path.samefile(path, config_path):
+            raise ValueError(f"{label} {path} is the --config file; give another file name.")
+        real = os.path.realpath(path)
+        if real in seen:
+            raise ValueError(f"{seen[real]} and {label} name the same file {path}.")
+        seen[real] = label
+        if dest == "plot":
+            check_plot_path(path, label)
+
+
+def check_plot_path(path: str, label: str) -> None:
+    r"""matplotlib is installed and writes the format of ``path`` (by its suffix)."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ImportError(
+            f"{label} needs matplotlib, which is not installed: pip install 'botorch-fed[plot]'."
+        )
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        if suffix not in formats:
+            raise ValueError(
+                f"{label} {path}: matplotlib cannot write .{suffix} files (it writes "
+                f"{', '.join(f'.{f}' for f in sorted(formats))})."
+            )
+
+
+def write_json(data: dict, path: str) -> None:
+    r"""``data`` as JSON into ``path``, atomically (a temporary file in the same folder
+    replaces ``path`` once complete)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, indent=2)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def plot_run(data: dict, path: str, console: Console) -> None:
+    r"""The convergence curve of a run (``RunResult.to_dict()``), when there is one."""
+    from botorch_fed.plotting import plot_convergence
+
+    if not any(v is not None for v in data["best_per_round"]):
+        console.print(f"no plot written to {escape(path)}: every evaluation failed", soft_wrap=True)
+        return
+    plot_convergence([data], path)
+    kind = "regret" if data.get("regret_per_round") else "convergence"
+    console.print(f"{kind} curve written to {escape(path)}", soft_wrap=True)
+
+
+def _number(value: float | None, empty: str = "none") -> str:
+    return empty if value is None else f"{value:.6g}"
+
+
+def _point(x: Sequence[float] | None) -> str:
+    return "-" if x is None else "[" + ", ".join(f"{v:.4g}" for v in x) + "]"
+
+
+def print_run(result, console: Console, label: str | None = None) -> None:
+    r"""The result tables of a :class:`~botorch_fed.federation.runner.RunResult`:
+    federation, stages, clients, failed evaluations (``label``: the black box's name)."""
+    rounds = len(result.best_per_round) - 1
+    goal = "minimised" if result.minimize else "maximised"
+    console.print(
+        f"[bold]{escape(result.algorithm)} on {escape(label or result.problem)} "
+        f"({result.dim}-D, {goal}), {len(result.best_per_client)} clients, {rounds} rounds[/]",
+        soft_wrap=True,
+    )
+    head = Table()
+    head.add_column("quantity")
+    head.add_column("value", justify="right")
+    head.add_row(
+        "best value (federation)", _number(result.best_value, "none (every evaluation failed)")
+    )
+    if result.best_point is not None:
+        head.add_row("best point", _point(result.best_point))
+    if result.optimal_value is not None:
+        head.add_row("optimal value", f"{result.optimal_value:.6g}")
+        if result.best_value is not None:
+            head.add_row("simple regret", f"{abs(result.best_value - result.optimal_value):.6g}")
+    head.add_row("steps", ", ".join(f"{k} {v}" for k, v in sorted(result.steps.items())))
+    head.add_row("failed evaluations", str(len(result.failures)))
+    head.add_row("wall time (s)", f"{result.time_s:.2f}")
+    ledger = result.ledger
+    head.add_row(
+        "bytes to / from clients",
+        f"{ledger['total_bytes_down']:,} / {ledger['total_bytes_up']:,}",
+    )
+    console.print(head)
+    stages = Table(title="time per stage (s, summed over parties)")
+    stages.add_column("stage")
+    stages.add_column("seconds", justify="right")
+    for stage, seconds in sorted(ledger["stage_s"].items(), key=lambda kv: -kv[1]):
+        stages.add_row(stage, f"{seconds:.3f}")
+    console.print(stages)
+    objectives = result.config.get("setup", {}).get("objectives")
+    per_client_names = objectives if objectives and len(objectives) > 1 else None
+    clients = Table(title="best value per client")
+    clients.add_column("client", justify="right")
+    if per_client_names:
+        clients.add_column("objective")
+    clients.add_column("best value", justify="right")
+    for cid, best in result.best_per_client.items():
+        row = [str(cid)]
+        if per_client_names:
+            row.append(escape(per_client_names[int(cid)]["name"]))
+        clients.add_row(*row, _number(best, "none (all failed)"))
+    console.print(clients)
+    if result.failures:
+        shown = result.failures[:MAX_FAILURES_SHOWN]
+        failed = Table(
+            title=f"failed evaluations (first {len(shown)} of {len(result.failures)}; all in --out)"
+        )
+        for name in ("client", "round", "step", "point", "error"):
+            failed.add_column(name, justify="right" if name in ("client", "round") else "left")
+        for f in shown:
+            failed.add_row(
+                str(f["client"]), str(f["round"]), escape(str(f["step"])), _point(f["x"]),
+                escape(str(f["error"])),
+            )  # fmt: skip
+        console.print(failed)
