@@ -40,7 +40,12 @@ from botorch_fed.federation.objectives import (
 )
 from botorch_fed.federation.problem import initial_design
 from botorch_fed.federation.roles import FederatedClient
-from botorch_fed.models import ExactGPRefitter, exact_gp_state, fit_exact_gp
+from botorch_fed.models import (
+    ExactGPRefitter,
+    check_exact_gp_state,
+    exact_gp_state,
+    fit_exact_gp,
+)
 
 ACQUISITIONS = ("ucb", "ei", "ts")
 EVALUATION_ERRORS = ("record", "raise")
@@ -95,7 +100,13 @@ class BOSettings:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
         if self.acquisition not in ACQUISITIONS:
             raise ValueError(f"`acquisition`={self.acquisition!r} must be one of {ACQUISITIONS}.")
-        if self.beta is not None and not (self.beta >= 0 and math.isfinite(self.beta)):
+        beta = self.beta
+        if beta is not None and not (
+            isinstance(beta, int | float)
+            and not isinstance(beta, bool)
+            and beta >= 0
+            and math.isfinite(beta)
+        ):
             raise ValueError(f"`beta` must be a non-negative number, got {self.beta!r}.")
 
     def beta_at(self, t: int, dim: int) -> float:
@@ -251,7 +262,15 @@ class BOClient(FederatedClient):
         self.X, self.Y, self.failed_X = X.clone(), Y.clone(), failed.clone()
         self.history = [dict(h) for h in own["history"]]
         self.rng.set_state(check_tensor(owner, "rng", own["rng"], (None,), torch.uint8))
-        self._local_fitter.load_state_dict(own["local_fitter"])
+        try:
+            fitter = own["local_fitter"]
+            if isinstance(fitter, dict) and fitter.get("state") is not None:
+                check_exact_gp_state(fitter["state"], self.dim, "local_fitter.state")
+            if own["local_model"] is not None:
+                check_exact_gp_state(own["local_model"], self.dim, "local_model")
+            self._local_fitter.load_state_dict(fitter)
+        except ValueError as exc:
+            raise CheckpointError(f"{owner}: {exc}") from exc
         self.objective.load_state_dict(own["objective"])
         self._local_model = None
         if own["local_model"] is not None:  # the model the uninterrupted run holds now

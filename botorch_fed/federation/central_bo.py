@@ -17,11 +17,11 @@ from botorch.acquisition import qLogExpectedImprovement, qUpperConfidenceBound
 
 from botorch_fed.acquisition import maximize_step_acquisition, pathwise_thompson_sampling
 from botorch_fed.federation.bo_client import BOClient, BOSettings
-from botorch_fed.federation.checkpoint import check_tensor, split_state
+from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer
-from botorch_fed.models import ExactGPRefitter
+from botorch_fed.models import ExactGPRefitter, check_exact_gp_state
 
 
 class CentralClient(BOClient):
@@ -81,7 +81,13 @@ class CentralServer(FederatedServer):
         super().load_state_dict(rest)
         X = check_tensor("Server", "X", own["X"], (None, self.dim))
         Y = check_tensor("Server", "Y", own["Y"], (len(X), 1))
-        self._fitter.load_state_dict(own["fitter"])
+        try:
+            fitter = own["fitter"]
+            if isinstance(fitter, dict) and fitter.get("state") is not None:
+                check_exact_gp_state(fitter["state"], self.dim, "fitter.state")
+            self._fitter.load_state_dict(fitter)
+        except ValueError as exc:
+            raise CheckpointError(f"Server: {exc}") from exc
         self.X, self.Y = X.clone(), Y.clone()
 
     def _collect(self) -> None:

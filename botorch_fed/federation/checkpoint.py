@@ -7,13 +7,17 @@ writes one file per party with :func:`torch.save`, then a manifest
 algorithm, the federation and the settings. A checkpoint directory always holds one
 complete, consistent checkpoint:
 
-1. each party's file is written under a round-specific name (``client-3.r000012.pt``)
-   to a temporary file, flushed to disk and renamed;
+1. each party's file is written under a name of its own (``client-3.r000012.<token>.pt``,
+   a fresh random token per save, so no save ever writes over a file the current
+   manifest lists) to a temporary file, flushed to disk and renamed;
 2. the manifest is written the same way and replaces the old one with
    :func:`os.replace` (atomic on POSIX and Windows);
 3. only then are the previous round's files removed.
 
-A crash at any point leaves the previous manifest and its files intact.
+A crash at any point leaves the previous manifest and its files intact. A run refuses a
+folder that holds another run's checkpoint (:func:`prepare_folder`), and holds an
+advisory lock on the folder while it runs (POSIX), so two runs cannot write into one
+folder.
 :func:`load_checkpoint` verifies the manifest, every file's digest and every file's
 content before returning anything, and loads with ``weights_only=True`` (tensors and
 plain containers only: a checkpoint cannot execute code). Anything corrupt, missing
@@ -26,19 +30,23 @@ that client's machine. In-process runs write them side by side.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+import secrets
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 import torch
 
 FORMAT = 1
 MANIFEST = "checkpoint.json"
+LOCK = ".checkpoint.lock"
 _PARTY = re.compile(r"^(server|client-\d+)$")
+_FILE = re.compile(r"^(server|client-\d+)\.r\d{6}\.[0-9a-f]{16}\.pt$")
 
 
 class CheckpointError(ValueError):
@@ -137,12 +145,13 @@ def save_checkpoint(folder: str | os.PathLike, round: int, parties: Mapping, inf
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(8)
     files = {}
     for name, state in parties.items():
         if not _PARTY.match(name):
             raise ValueError(f"Party name {name!r} must be 'server' or 'client-<id>'.")
         data = _serialise(state)
-        file = f"{name}.r{int(round):06d}.pt"
+        file = f"{name}.r{int(round):06d}.{token}.pt"
         _write_atomically(folder / file, data)
         files[name] = {"file": file, "sha256": hashlib.sha256(data).hexdigest()}
     manifest = {"format": FORMAT, "round": int(round), "files": files, **info}
@@ -150,10 +159,66 @@ def save_checkpoint(folder: str | os.PathLike, round: int, parties: Mapping, inf
     _write_atomically(folder / MANIFEST, json.dumps(manifest, indent=1).encode())
     _fsync_dir(folder)
     keep = {f["file"] for f in files.values()}
-    for old in folder.glob("*.r*.pt"):
-        if old.name not in keep and _PARTY.match(old.name.split(".r")[0]):
+    for old in folder.iterdir():  # earlier rounds' files and leftovers of crashed saves
+        name = old.name[: -len(".tmp")] if old.name.endswith(".tmp") else old.name
+        if name not in keep and _FILE.match(name):
             old.unlink(missing_ok=True)
     return folder / MANIFEST
+
+
+def prepare_folder(folder, resuming_from=None) -> Path:
+    r"""Check that a run may checkpoint into ``folder`` before it starts.
+
+    Args:
+        folder: The checkpoint folder (created if missing).
+        resuming_from: The folder the run resumes from, if any: only that folder may
+            already hold a checkpoint.
+
+    Returns:
+        The folder as a ``Path``.
+
+    Raises:
+        CheckpointError: ``folder`` is a file, cannot be created or written, or holds
+            another run's checkpoint.
+    """
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise CheckpointError(f"`checkpoint`={str(folder)!r} is a file, not a folder.")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CheckpointError(f"`checkpoint`={str(folder)!r} cannot be created ({exc}).") from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CheckpointError(f"`checkpoint`={str(folder)!r} is not writable.")
+    same = resuming_from is not None and path.resolve() == Path(resuming_from).resolve()
+    if (path / MANIFEST).exists() and not same:
+        raise CheckpointError(
+            f"`checkpoint`={str(folder)!r} already holds a checkpoint; resume from it "
+            "(`resume=`) or choose an empty folder (a run never overwrites another's)."
+        )
+    return path
+
+
+@contextlib.contextmanager
+def folder_lock(folder) -> Iterator[None]:
+    r"""Hold an exclusive advisory lock on ``folder`` (released when the process
+    exits, also on a crash); :class:`CheckpointError` if another run holds it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: no lock
+        yield
+        return
+    fd = os.open(Path(folder) / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CheckpointError(
+                f"Another run is checkpointing into {str(folder)!r} right now."
+            ) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def load_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, dict]]:
@@ -185,6 +250,9 @@ def load_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, dict]]:
     files = manifest.get("files")
     if not isinstance(files, dict) or "server" not in files:
         raise CheckpointError(f"{path}: the manifest lists no server file.")
+    round_ = manifest.get("round")
+    if isinstance(round_, bool) or not isinstance(round_, int) or round_ < 0:
+        raise CheckpointError(f"{path}: `round` must be an integer >= 0, got {round_!r}.")
     states = {}
     for name, entry in files.items():
         if not _PARTY.match(str(name)) or not isinstance(entry, dict):
@@ -204,6 +272,11 @@ def load_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, dict]]:
             raise CheckpointError(f"{file} cannot be read ({exc}).") from exc
         if not isinstance(state, dict):
             raise CheckpointError(f"{file} does not hold a state dict.")
+        if state.get("round") != round_:
+            raise CheckpointError(
+                f"{file} is the state after round {state.get('round')!r}, the manifest "
+                f"says round {round_}."
+            )
         states[name] = state
     return manifest, states
 

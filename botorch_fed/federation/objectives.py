@@ -198,7 +198,14 @@ class CallableObjective(Objective):
             kind_ok = not (out.is_complex() or out.dtype == torch.bool)
             values = out.detach().to(device="cpu") if kind_ok else None
         else:
-            array = None if out is None else np.asarray(out)
+            if isinstance(out, list | tuple):  # e.g. a list of (grad-carrying) tensors
+                out = [o.detach().cpu().numpy() if isinstance(o, Tensor) else o for o in out]
+            try:
+                if np.ma.isMaskedArray(out) or out is np.ma.masked:  # masked: no value
+                    out = np.ma.filled(np.ma.asarray(out, dtype=np.float64), np.nan)
+                array = None if out is None else np.asarray(out)
+            except (TypeError, ValueError, RuntimeError):  # ragged, unconvertible
+                array = None
             kind_ok = array is not None and array.dtype.kind in "iuf"
             values = torch.as_tensor(array) if kind_ok else None
         if values is None:

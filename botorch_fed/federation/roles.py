@@ -280,15 +280,18 @@ class FederatedServer:
         r"""Round ``t >= 1`` of the algorithm."""
         raise NotImplementedError(f"{type(self).__name__} does not implement run_round.")
 
-    def run(self, on_round: Callable[[int], None] | None = None, start_round: int = 0) -> None:
+    def run(
+        self, on_round: Callable[[int], None] | None = None, start_round: int | None = None
+    ) -> None:
         r"""Run the initialisation (round 0) and rounds ``1 .. settings.num_rounds``.
 
         Args:
             on_round: Called with ``t`` after each round (0: initialisation).
-            start_round: The last round already done (a resumed run continues after
-                it; 0 runs the initialisation too).
+            start_round: The last round already done: a resumed run continues after
+                it (0: after the initialisation). ``None``: a fresh run.
         """
-        if start_round == 0:
+        if start_round is None:
+            start_round = 0
             self.ledger.round = 0
             self.initialize()
             if on_round is not None:

@@ -12,9 +12,11 @@ clients' ``history`` to score the run; that record is never part of the protocol
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -25,8 +27,10 @@ from botorch_fed.federation.checkpoint import (
     CheckpointError,
     check_tensor,
     expect_keys,
+    folder_lock,
     json_normalised,
     load_checkpoint,
+    prepare_folder,
     save_checkpoint,
 )
 from botorch_fed.federation.problem import client_regions
@@ -188,9 +192,7 @@ def build_context(spec: AlgorithmSpec, setup: FederationSetup, settings) -> Buil
     )
 
 
-def _build(algorithm, setup, settings, on_receive, material=None):
-    spec = get_algorithm(algorithm)
-    ctx = build_context(spec, setup, settings)
+def _build(spec, ctx: BuildContext, setup, on_receive, material=None):
     if spec.secure_aggregation:
         ctx.secagg_server, ctx.secagg_clients, material = _secagg_roles(
             setup, ctx.client_ids, material
@@ -198,6 +200,12 @@ def _build(algorithm, setup, settings, on_receive, material=None):
     clients = {cid: spec.make_client(ctx, cid) for cid in ctx.client_ids}
     transport = InProcessTransport(clients, on_receive=on_receive)
     server = spec.make_server(ctx, transport)
+    for cid, client in clients.items():  # what the harness relies on (AlgorithmSpec)
+        if not isinstance(getattr(client, "history", None), list):
+            raise TypeError(
+                f"{spec.name}: client {cid} ({type(client).__name__}) has no `history` list "
+                "(make_client must build clients like BOClient)."
+            )
     return server, clients, ctx.objectives, material
 
 
@@ -220,7 +228,9 @@ def build_federation(
     Returns:
         ``(server, clients, objectives)``.
     """
-    server, clients, objectives, _ = _build(algorithm, setup, settings, on_receive)
+    spec = get_algorithm(algorithm)
+    ctx = build_context(spec, setup, settings)
+    server, clients, objectives, _ = _build(spec, ctx, setup, on_receive)
     return server, clients, objectives
 
 
@@ -232,7 +242,26 @@ def _run_info(algorithm: str, setup: FederationSetup, settings) -> dict:
 
 
 def _check_resumable(manifest: dict, info: dict, folder) -> None:
-    r"""Refuse a checkpoint of another run (only ``num_rounds`` may grow)."""
+    r"""Refuse a checkpoint of another run (only ``num_rounds`` may grow) or a manifest
+    whose scores do not fit its round; warn when the libraries changed (a resumed run
+    is then not bit for bit the uninterrupted one)."""
+    round_, best, time_s = (manifest.get(k) for k in ("round", "best_per_round", "time_s"))
+    if not isinstance(best, list) or len(best) != round_ + 1:
+        raise CheckpointError(
+            f"The checkpoint in {folder}: `best_per_round` must be a list of {round_ + 1} "
+            f"values (rounds 0..{round_}), got {best!r:.80}."
+        )
+    if not all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in best):
+        raise CheckpointError(f"The checkpoint in {folder}: `best_per_round` holds non-numbers.")
+    if isinstance(time_s, bool) or not isinstance(time_s, int | float) or not time_s >= 0:
+        raise CheckpointError(f"The checkpoint in {folder}: `time_s` must be >= 0, got {time_s!r}.")
+    versions = manifest.get("versions")
+    if versions is not None and versions != json_normalised(library_versions()):
+        warnings.warn(
+            f"The checkpoint in {folder} was written with other library versions "
+            f"({versions}); the resumed run may differ from an uninterrupted one.",
+            stacklevel=3,
+        )
     for key in ("algorithm", "setup"):
         if manifest.get(key) != info[key]:
             old, new = manifest.get(key), info[key]
@@ -294,13 +323,24 @@ def run_federated(
             another run (nothing is loaded then).
     """
     spec = get_algorithm(algorithm)
-    settings = spec.settings_class() if settings is None else settings
+    ctx = build_context(spec, setup, settings)  # validates setup and settings
+    settings = ctx.settings
     info = _run_info(algorithm, setup, settings) if (checkpoint or resume) else {}
     manifest, states = None, None
     if resume is not None:
         manifest, states = load_checkpoint(resume)  # verified, all in memory
         _check_resumable(manifest, info, resume)
         checkpoint = resume if checkpoint is None else checkpoint
+    if checkpoint is not None:
+        checkpoint = prepare_folder(checkpoint, resuming_from=resume)
+    with contextlib.ExitStack() as stack:
+        if checkpoint is not None:
+            stack.enter_context(folder_lock(checkpoint))
+        return _run(spec, ctx, setup, on_round, on_receive, checkpoint, info, manifest, states)
+
+
+def _run(spec, ctx, setup, on_round, on_receive, checkpoint, info, manifest, states) -> RunResult:
+    algorithm = spec.name
     best_per_round: list[float | None] = (
         [] if manifest is None else list(manifest["best_per_round"])
     )
@@ -313,10 +353,8 @@ def run_federated(
         material = None
         if states is not None and spec.secure_aggregation:
             material = _material_from(states)
-        server, clients, objectives, material = _build(
-            algorithm, setup, settings, on_receive, material
-        )
-        start = 0
+        server, clients, objectives, material = _build(spec, ctx, setup, on_receive, material)
+        start = None  # a fresh run: initialisation first
         if states is not None:
             _restore(server, clients, states)
             start = int(manifest["round"])
@@ -344,10 +382,11 @@ def run_federated(
     return score_run(algorithm, setup, server, clients, objectives, best_per_round, time_s)
 
 
-def _party_states(server, clients, material) -> dict[str, dict]:
-    r"""Each party's checkpoint state; its own key material included."""
+def _party_states(t: int, server, clients, material) -> dict[str, dict]:
+    r"""Each party's checkpoint state after round ``t``; its own key material included."""
     states = {
         "server": {
+            "round": t,
             "state": server.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "secagg_material": _bytes_tensor(material, None),
@@ -355,6 +394,7 @@ def _party_states(server, clients, material) -> dict[str, dict]:
     }
     for cid, client in sorted(clients.items()):
         states[f"client-{cid}"] = {
+            "round": t,
             "state": client.state_dict(),
             "secagg_material": _bytes_tensor(material, cid),
         }
@@ -375,8 +415,13 @@ def _save(folder, t, server, clients, material, info, best_per_round, time_s) ->
     save_checkpoint(
         folder,
         t,
-        _party_states(server, clients, material),
-        {**info, "best_per_round": best_per_round, "time_s": time_s},
+        _party_states(t, server, clients, material),
+        {
+            **info,
+            "best_per_round": best_per_round,
+            "time_s": time_s,
+            "versions": library_versions(),
+        },
     )
 
 
@@ -404,9 +449,9 @@ def _restore(server, clients, states: dict[str, dict]) -> None:
         expect_keys(
             name,
             entry,
-            ("state", "torch_rng", "secagg_material")
+            ("round", "state", "torch_rng", "secagg_material")
             if name == "server"
-            else ("state", "secagg_material"),
+            else ("round", "state", "secagg_material"),
         )
     server.load_state_dict(states["server"]["state"])
     for cid, client in clients.items():

@@ -15,6 +15,7 @@ Every algorithm accepts either (:func:`~botorch_fed.federation.runner.run_federa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 import torch
@@ -25,6 +26,12 @@ from botorch_fed.federation.registry import get_algorithm
 from botorch_fed.test_functions import get_test_function
 
 EVALUATION_ERRORS = ("record", "raise")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 DEFAULT_NUM_CLIENTS = 10
 
 
@@ -109,12 +116,21 @@ class FederationSetup:
                     f"aggregator needs at least {minimum} clients (a secure sum over fewer "
                     "than 3 reveals each input to the others)."
                 )
-        if self.noise_std is not None and not self.noise_std >= 0:
-            raise ValueError(f"`noise_std` must be non-negative, got {self.noise_std}.")
-        if not 0 <= self.shift < 1:
-            raise ValueError(f"`shift` must be in [0, 1), got {self.shift}.")
-        if not 0 < self.region_width <= 1:
-            raise ValueError(f"`region_width` must be in (0, 1], got {self.region_width}.")
+        if self.noise_std is not None and not (
+            _is_number(self.noise_std) and 0 <= self.noise_std < math.inf
+        ):
+            raise ValueError(
+                f"`noise_std` must be a finite non-negative number or None, got {self.noise_std!r}."
+            )
+        if not (_is_number(self.shift) and 0 <= self.shift < 1):
+            raise ValueError(f"`shift` must be a number in [0, 1), got {self.shift!r}.")
+        if not (_is_number(self.region_width) and 0 < self.region_width <= 1):
+            raise ValueError(f"`region_width` must be in (0, 1], got {self.region_width!r}.")
+        if not isinstance(self.init_regions, bool):
+            raise ValueError(f"`init_regions` must be True or False, got {self.init_regions!r}.")
+        cs = self.crypto_seed
+        if cs is not None and (isinstance(cs, bool) or not isinstance(cs, int) or cs < 0):
+            raise ValueError(f"`crypto_seed` must be a non-negative integer or None, got {cs!r}.")
         if self.evaluation_errors not in EVALUATION_ERRORS:
             raise ValueError(
                 f"`evaluation_errors`={self.evaluation_errors!r} must be one of "

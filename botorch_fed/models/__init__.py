@@ -10,7 +10,12 @@ r"""BoTorch models of botorch-fed.
   (a party's own data: local GPs, pooled-data GPs).
 """
 
-from botorch_fed.models.exact_gp import ExactGPRefitter, exact_gp_state, fit_exact_gp
+from botorch_fed.models.exact_gp import (
+    ExactGPRefitter,
+    check_exact_gp_state,
+    exact_gp_state,
+    fit_exact_gp,
+)
 from botorch_fed.models.federated_standardize import (
     CENTRED_MOMENTS_LENGTH,
     OUTCOME_MOMENTS_LENGTH,
@@ -43,6 +48,7 @@ __all__ = [
     "CENTRED_MOMENTS_LENGTH",
     "OUTCOME_MOMENTS_LENGTH",
     "ExactGPRefitter",
+    "check_exact_gp_state",
     "exact_gp_state",
     "fit_exact_gp",
     "FederatedFitResult",

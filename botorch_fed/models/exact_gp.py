@@ -88,6 +88,36 @@ def exact_gp_state(model: SingleTaskGP) -> dict[str, Tensor]:
     }
 
 
+def check_exact_gp_state(state: Mapping[str, Tensor], dim: int, name: str = "state") -> None:
+    r"""Raise ``ValueError`` unless ``state`` has exactly the entries, shapes and dtypes
+    of :func:`exact_gp_state` of a default float64 ``SingleTaskGP`` on ``dim`` inputs
+    (a partial state would load non-strictly and silently keep initial values).
+
+    Args:
+        state: The hyperparameter state to check.
+        dim: The input dimension ``d``.
+        name: How to call it in messages.
+    """
+    reference = exact_gp_state(
+        SingleTaskGP(
+            torch.zeros(2, dim, dtype=torch.float64), torch.zeros(2, 1, dtype=torch.float64)
+        )
+    )
+    if not isinstance(state, Mapping) or set(state) != set(reference):
+        keys = sorted(state) if isinstance(state, Mapping) else type(state).__name__
+        raise ValueError(f"`{name}` must hold the entries {sorted(reference)}, got {keys}.")
+    for key, ref in reference.items():
+        value = state[key]
+        if not (
+            isinstance(value, Tensor) and value.shape == ref.shape and value.dtype == ref.dtype
+        ):
+            got = (value.dtype, tuple(value.shape)) if isinstance(value, Tensor) else type(value)
+            raise ValueError(
+                f"`{name}[{key!r}]` must be a {ref.dtype} tensor of shape {tuple(ref.shape)}, "
+                f"got {got}."
+            )
+
+
 def fit_exact_gp(
     train_X: Tensor,
     train_Y: Tensor,

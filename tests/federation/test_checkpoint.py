@@ -241,10 +241,15 @@ def test_refuses_other_algorithm_or_settings(saved):
         run_federated(
             "fbo-fedgp", _setup("masking"), _settings("fbo-fedgp", support_size=6), resume=saved
         )
-    with pytest.raises(CheckpointError, match="beyond `num_rounds`"):
+
+
+def test_refuses_fewer_rounds_than_done(tmp_path):
+    with pytest.raises(Killed):
         run_federated(
-            "fbo-fedgp", _setup("masking"), _settings("fbo-fedgp", num_rounds=0), resume=saved
+            "local", _setup(), _settings("local"), checkpoint=tmp_path, on_round=_kill_after(2)
         )
+    with pytest.raises(CheckpointError, match="beyond `num_rounds`"):
+        run_federated("local", _setup(), _settings("local", num_rounds=1), resume=tmp_path)
 
 
 def test_refuses_a_state_that_does_not_fit_the_run(saved):

@@ -1,6 +1,6 @@
-r"""Review of issue 9 (library side): defects found, one failing test each.
-
-Every test is a strict xfail until its defect is fixed (then remove the mark). The
+r"""Regression tests for the defects the issue-9 review found (resume from round 0,
+overwriting another run's checkpoint, manifest and state validation, objectives'
+return values, setup validation, clients without history). The
 checkpoint tests compare a resumed run with the uninterrupted one (an independent
 computation: the same run without a checkpoint) or check what is left on disk.
 """
@@ -81,13 +81,6 @@ def _rewrite(folder, name, state, manifest) -> None:
 # --- checkpoint / resume -----------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py: resuming from the round-0 checkpoint (a crash or an "
-    "evaluation_errors='raise' stop in round 1) calls server.run(start_round=0), which "
-    "runs initialize() again: every client re-evaluates its initial design (data "
-    "duplicated) and best_per_round gets one entry too many",
-)
 @pytest.mark.parametrize("algorithm", ["local", "fbo-fedgp"])
 def test_resume_from_the_round_0_checkpoint_is_bit_for_bit(tmp_path, algorithm):
     full = run_federated(algorithm, _setup(), _settings(algorithm))
@@ -106,12 +99,6 @@ def test_resume_from_the_round_0_checkpoint_is_bit_for_bit(tmp_path, algorithm):
     assert _comparable(resumed) == _comparable(full)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py/checkpoint.py: a run that is not resuming writes into a folder "
-    "that already holds a checkpoint (of another run) and deletes it after its first "
-    "round, silently; so does resume=A with checkpoint=B when B holds one",
-)
 @pytest.mark.parametrize("how", ["fresh", "resume-into-another-folder"])
 def test_a_run_refuses_to_overwrite_another_checkpoint(tmp_path, how):
     precious, other = tmp_path / "precious", tmp_path / "other"
@@ -135,13 +122,6 @@ def test_a_run_refuses_to_overwrite_another_checkpoint(tmp_path, how):
     assert {p.name: p.read_bytes() for p in precious.iterdir()} == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="checkpoint.py: party files are named by round only, so a save of round k "
-    "overwrites the files the current manifest of round k references; a crash before "
-    "the new manifest then leaves no usable checkpoint (the module docstring promises "
-    "'a crash at any point leaves the previous manifest and its files intact')",
-)
 def test_a_crash_while_saving_into_a_used_folder_keeps_its_checkpoint(tmp_path, monkeypatch):
     with pytest.raises(Killed):  # run A stopped after its initial designs
         run_federated(
@@ -166,12 +146,6 @@ def test_a_crash_while_saving_into_a_used_folder_keeps_its_checkpoint(tmp_path, 
     assert manifest["round"] == 0 and manifest["setup"]["seed"] == 5
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py: `checkpoint` is not checked before the run; a path that is a "
-    "file fails with FileExistsError from mkdir after round 0, i.e. after every "
-    "client has evaluated its initial design",
-)
 def test_a_checkpoint_path_that_is_a_file_is_refused_before_any_evaluation(tmp_path):
     calls = []
 
@@ -189,12 +163,6 @@ def test_a_checkpoint_path_that_is_a_file_is_refused_before_any_evaluation(tmp_p
     assert path.read_text() == "not a folder"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py run_federated/_check_resumable: the manifest's own entries are "
-    "not checked: a manifest without 'round', 'best_per_round' or 'time_s', or with a "
-    "non-integer round, raises KeyError/TypeError instead of CheckpointError",
-)
 @pytest.mark.parametrize(
     "edit",
     [
@@ -222,13 +190,6 @@ def test_a_manifest_with_bad_entries_is_a_checkpoint_error(tmp_path, edit):
         run_federated("local", _setup(), _settings("local"), resume=tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py: the manifest's round is not checked against the party files "
-    "(named .r000002.pt, the ledger's round 2): a manifest saying round 1 re-runs "
-    "round 2 on states that already did it (duplicated evaluations, a best_per_round "
-    "one entry too long), without an error",
-)
 def test_a_manifest_round_that_disagrees_with_the_files_is_refused(tmp_path):
     with pytest.raises(Killed):
         run_federated(
@@ -242,13 +203,6 @@ def test_a_manifest_round_that_disagrees_with_the_files_is_refused(tmp_path):
         run_federated("local", _setup(), _settings("local"), resume=tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bo_client.py/exact_gp.py: the local GP's saved hyperparameters (local_fitter "
-    "state, local_model) are loaded with load_state_dict(strict=False) and never "
-    "checked: an empty or partial state is accepted and the resumed run silently uses "
-    "BoTorch's initial hyperparameters",
-)
 def test_a_partial_local_gp_state_is_refused(tmp_path):
     with pytest.raises(Killed):
         run_federated(
@@ -267,13 +221,6 @@ def test_a_partial_local_gp_state_is_refused(tmp_path):
         run_federated("local", _setup(), _settings("local", local_refit_every=3), resume=tmp_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py: with `checkpoint`/`resume` given, _run_info calls setup.describe() "
-    "and asdict(settings) before the setup and settings are validated, so an unwrapped "
-    "function or wrong settings give AttributeError/TypeError instead of the clear "
-    "ValueError a run without checkpoint gives",
-)
 @pytest.mark.parametrize("case", ["function-not-wrapped", "settings-of-wrong-type"])
 def test_checkpointing_keeps_the_clear_errors(tmp_path, case):
     if case == "function-not-wrapped":
@@ -290,13 +237,6 @@ def test_checkpointing_keeps_the_clear_errors(tmp_path, case):
 # --- objectives --------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="objectives.py CallableObjective._as_values: np.asarray of a list of tensors "
-    "that require grad raises RuntimeError, which BOClient.evaluate records as a failed "
-    "evaluation: the user's successfully computed values are thrown away (a tensor "
-    "that requires grad is accepted)",
-)
 def test_a_list_of_tensors_that_require_grad_is_accepted():
     w = torch.tensor([1.0, -2.0], dtype=torch.float64, requires_grad=True)
 
@@ -310,24 +250,12 @@ def test_a_list_of_tensors_that_require_grad_is_accepted():
     assert torch.equal(observed, expected) and torch.equal(reported, expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="objectives.py CallableObjective._as_values: a ragged return value makes "
-    "np.asarray raise ValueError, which BOClient.evaluate records as a failed "
-    "evaluation instead of raising the ObjectiveContractError a wrong shape gets",
-)
 def test_a_ragged_return_value_is_a_contract_error():
     objective = CallableObjective(lambda Z: [1.0, [2.0]], [[0.0, 0.0], [1.0, 1.0]])
     with pytest.raises(ObjectiveContractError, match="<lambda>"):
         objective.evaluate(torch.rand(2, 2, dtype=torch.float64))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="objectives.py CallableObjective._as_values: np.asarray drops a masked "
-    "array's mask, so np.ma.masked (e.g. the mean of a validation loss with no valid "
-    "entry) is reported as a successful value 0.0 -- possibly the run's best",
-)
 @pytest.mark.parametrize(
     "value",
     [np.ma.masked, np.ma.array([5.0], mask=[True])],
@@ -346,13 +274,6 @@ def test_masked_values_are_not_reported_as_numbers(value):
 # --- setup / settings / registry -----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="setup.py FederationSetup.validate / bo_client.py BOSettings.validate: "
-    "crypto_seed is not checked (a bad one fails later inside secure/ as 'seed must "
-    "...', which reads like `seed`), init_regions accepts any truthy value, noise_std "
-    "accepts inf (every evaluation then fails) and strings give a bare TypeError",
-)
 @pytest.mark.parametrize(
     "algorithm, field, value",
     [
@@ -394,12 +315,6 @@ class _NoHistoryClient(FederatedClient):
         return {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py: the clients a registered algorithm builds are not checked; one "
-    "without `history` (AlgorithmSpec requires it) fails with AttributeError after "
-    "round 0, i.e. after every client has evaluated its initial design",
-)
 def test_a_client_without_history_is_refused_before_the_run():
     spec = AlgorithmSpec(
         name="review-no-history",
