@@ -149,9 +149,10 @@ def test_every_evaluation_failing_is_reported_not_plotted(mod, tmp_path, capsys)
     out, plot = tmp_path / "r.json", tmp_path / "r.png"
     args = ["run", "random", "--objective", f"{mod}:always_nan", "--bounds", "0,1", *TINY,
             "--out", str(out), "--plot", str(plot)]  # fmt: skip
-    assert main(args) == 0
+    assert main(args) == 1  # a run that learnt nothing is not a success
     text = capsys.readouterr().out
     assert "none (every evaluation failed)" in text and "none (all failed)" in text
+    assert "every evaluation failed (the first: non-finite value nan)" in text
     assert "no plot written" in text and not plot.exists()
     data = json.loads(out.read_text())
     assert data["best_value"] is None and len(data["failures"]) == 3 * (3 + 2)
@@ -615,3 +616,26 @@ def test_readme_command_line_examples_run(tmp_path, monkeypatch, capsys):
             argv += ["--rounds", "1", "--init", "3"]
         assert main(argv) == 0, (command, output(capsys))
     sys.modules.pop("mylab", None)
+
+
+def test_negative_lower_bound_after_a_space(mod, tmp_path):
+    r"""``--bounds -2,3`` (a value starting with '-') is read as the value of --bounds."""
+    out = tmp_path / "r.json"
+    args = ["run", "random", "--objective", f"{mod}:loss", "--bounds", "-2,3;0,1", *TINY,
+            "--out", str(out)]  # fmt: skip
+    assert main(args) == 0
+    data = json.loads(out.read_text())
+    assert data["config"]["setup"]["objectives"][0]["bounds"] == [[-2.0, 0.0], [3.0, 1.0]]
+
+
+def test_algorithm_placeholder_in_paths(mod, tmp_path):
+    r"""``{algorithm}`` in --out / --checkpoint: one command line (or config file) serves
+    several algorithms without one refusing the other's checkpoint."""
+    for algorithm in ("random", "local"):
+        args = ["run", algorithm, "--objective", f"{mod}:loss", "--bounds", "0,1;0,1", *TINY,
+                "--out", str(tmp_path / "{algorithm}.json"),
+                "--checkpoint", str(tmp_path / "ckpt-{algorithm}")]  # fmt: skip
+        assert main(args) == 0
+    for algorithm in ("random", "local"):
+        assert json.loads((tmp_path / f"{algorithm}.json").read_text())["algorithm"] == algorithm
+        assert (tmp_path / f"ckpt-{algorithm}" / "checkpoint.json").is_file()

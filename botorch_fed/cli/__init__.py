@@ -134,6 +134,23 @@ def _run(parser, argv: list[str], args: argparse.Namespace, console: Console) ->
     return execute_run(prepared, console)
 
 
+def _join_negative_values(argv: list[str]) -> list[str]:
+    r"""``--bounds -2,3;0,1`` as ``--bounds=-2,3;0,1``: argparse reads a value starting
+    with ``-`` (a negative lower bound) as an option otherwise."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--bounds" and i + 1 < len(argv) and argv[i + 1][:1] == "-":
+            nxt = argv[i + 1]
+            if len(nxt) > 1 and (nxt[1].isdigit() or nxt[1] == "."):
+                out.append(f"--bounds={nxt}")
+                i += 2
+                continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     r"""Entry point of the ``botorch-fed`` console script.
 
@@ -145,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results that could not be written), 2 invalid arguments (argparse's own errors
         included), 130 an interrupted run.
     """
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _join_negative_values(list(sys.argv[1:] if argv is None else argv))
     parser = build_parser()
     args = _parse(parser, argv)
     if not isinstance(args, argparse.Namespace):

@@ -84,7 +84,7 @@ def check_value(option: Option, value: Any, label: str) -> Any:
 
 
 def _did_you_mean(name: str, names) -> str:
-    close = difflib.get_close_matches(name, list(names), n=3)
+    close = difflib.get_close_matches(name, list(dict.fromkeys(names)), n=3)
     return f" Did you mean {', '.join(f'`{c}`' for c in close)}?" if close else ""
 
 

@@ -125,6 +125,10 @@ def prepare_run(
     def label(dest: str) -> str:  # paths: as typed, without backquotes
         return sources.get(dest, f"--{dest}")
 
+    for dest in ("out", "plot", "checkpoint", "resume"):  # one config file, many algorithms
+        if getattr(args, dest, None):
+            setattr(args, dest, getattr(args, dest).replace("{algorithm}", args.algorithm))
+
     check_output_paths(
         {dest: (label(dest), getattr(args, dest)) for dest in ("out", "plot")},
         config_path=config.path if config is not None else None,
@@ -256,4 +260,12 @@ def execute_run(run: PreparedRun, console: Console) -> int:
         except (OSError, ValueError) as exc:
             print_error(console, f"--plot {run.plot}: the plot could not be drawn ({exc}).")
             code = 1
+    if result.best_value is None:  # a broken black box (or bounds that do not fit it)
+        first = result.failures[0]["error"] if result.failures else "?"
+        print_error(
+            console,
+            f"every evaluation failed (the first: {first}); check the black box and "
+            "--bounds (one lower,upper pair per dimension of the function).",
+        )
+        code = 1
     return code

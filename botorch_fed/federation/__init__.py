@@ -14,7 +14,8 @@ r"""The federation protocol and the federated algorithms as round-based programs
   :class:`FederationSetup` takes them or a built-in test function name.
 - :mod:`~botorch_fed.federation.registry`: every algorithm registers its name,
   settings and builders once; :func:`run_federated` (build and run any of them and
-  score the result), the CLI and the Flower app dispatch on it.
+  score the result) and the CLI dispatch on it (as will a Flower deployment: not
+  built yet, every party runs in one process today).
 """
 
 # the algorithm modules register themselves on import (registry below)

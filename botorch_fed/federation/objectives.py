@@ -56,7 +56,16 @@ def check_bounds(bounds, name: str = "bounds") -> Tensor:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"`{name}` must be a 2 x d array of numbers, got {bounds!r}.") from exc
     if b.ndim != 2 or b.shape[0] != 2 or b.shape[1] < 1:
-        raise ValueError(f"`{name}` must have shape 2 x d with d >= 1, got {tuple(b.shape)}.")
+        hint = ""
+        if b.ndim == 2 and b.shape[1] == 2:
+            hint = (
+                " It looks like one [lower, upper] pair per dimension: BoTorch's bounds are "
+                "the lower row then the upper row, i.e. the transpose."
+            )
+        raise ValueError(
+            f"`{name}` must have shape 2 x d (lower bounds, then upper bounds) with d >= 1, "
+            f"got {tuple(b.shape)}.{hint}"
+        )
     if not torch.isfinite(b).all():
         raise ValueError(f"`{name}` must be finite, got {b.tolist()}.")
     bad = (b[0] >= b[1]).nonzero().flatten().tolist()

@@ -3,7 +3,7 @@ r"""The algorithm registry: every federated algorithm is registered once.
 An algorithm module calls :func:`register_algorithm` with an :class:`AlgorithmSpec`:
 its name, a one-line summary, its settings dataclass and how to build its server
 and one client. :func:`~botorch_fed.federation.runner.run_federated`, the command
-line and the Flower app dispatch on this registry, so a new algorithm touches its
+line (and a future Flower deployment) dispatch on this registry, so a new algorithm touches its
 own module and one registration. Clients are built one at a time
 (:attr:`AlgorithmSpec.make_client`) because on a real deployment each lives in its
 own process.

@@ -262,24 +262,25 @@ def _check_resumable(manifest: dict, info: dict, folder) -> None:
             f"({versions}); the resumed run may differ from an uninterrupted one.",
             stacklevel=3,
         )
-    for key in ("algorithm", "setup"):
-        if manifest.get(key) != info[key]:
-            old, new = manifest.get(key), info[key]
-            if isinstance(old, dict) and isinstance(new, dict):
-                diff = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-                detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff)
-            else:
-                detail = f"{old!r} -> {new!r}"
-            raise CheckpointError(
-                f"The checkpoint in {folder} is of another run ({key}: {detail})."
-            )
-    old, new = dict(manifest.get("settings") or {}), dict(info["settings"])
-    old.pop("num_rounds", None)
-    new_rounds = new.pop("num_rounds")
-    if old != new:
-        diff = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-        detail = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in diff)
-        raise CheckpointError(f"The checkpoint in {folder} has other settings ({detail}).")
+    differences = []  # every difference at once, checkpoint value -> this run's
+    if manifest.get("algorithm") != info["algorithm"]:
+        differences.append(f"algorithm: {manifest.get('algorithm')!r} -> {info['algorithm']!r}")
+    for key in ("setup", "settings"):
+        old, new = dict(manifest.get(key) or {}), dict(info[key])
+        if key == "settings":
+            old.pop("num_rounds", None)
+            new_rounds = new.pop("num_rounds")
+        differences += [
+            f"{key} {k}: {old.get(k)!r} -> {new.get(k)!r}"
+            for k in sorted(old.keys() | new.keys())
+            if old.get(k) != new.get(k)
+        ]
+    if differences:
+        raise CheckpointError(
+            f"The checkpoint in {folder} is of another run (it has the first value): "
+            + "; ".join(differences)
+            + "."
+        )
     if new_rounds < manifest["round"]:
         raise CheckpointError(
             f"The checkpoint in {folder} is at round {manifest['round']}, beyond "

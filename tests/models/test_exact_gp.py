@@ -19,6 +19,7 @@ DTYPES = [torch.float32, torch.float64]
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
+
 def _data(n: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     X = torch.rand(n, 3, generator=g, dtype=torch.float64)

@@ -62,6 +62,7 @@ def _scale(*tensors) -> float:
 
 pytestmark = pytest.mark.usefixtures("quiet_seeded")
 
+
 def _random_setting(seed: int, dtype: torch.dtype):
     rng = random.Random(seed)
     M, d = rng.randint(1, 8), rng.randint(1, 6)
@@ -120,9 +121,7 @@ def test_equals_exact_gp_when_support_holds_all_inputs(dtype):
         k64, lik64, mean64 = (m.to(torch.float64) for m in make_modules(d, dtype, 1.0))
         for m64, m in ((k64, k), (lik64, lik), (mean64, mean)):
             m64.load_state_dict(m.state_dict())
-        ref_mean, ref_cov = exact_gp_posterior(
-            to64(X), to64(y), k64, lik64, mean64, to64(X_test)
-        )
+        ref_mean, ref_cov = exact_gp_posterior(to64(X), to64(y), k64, lik64, mean64, to64(X_test))
         # BoTorch's own exact GP (float64, same values) as a second reference
         stgp = SingleTaskGP(
             to64(X),

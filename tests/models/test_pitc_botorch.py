@@ -58,6 +58,7 @@ DTYPES = [torch.float32, torch.float64]
 
 pytestmark = pytest.mark.usefixtures("quiet_seeded")
 
+
 def _setting(dtype=torch.float64, seed=0, d=2, m=7):
     clients, support = random_federation(seed, dtype, num_clients=3, d=d, m=m, sizes=[5, 7, 4])
     k, lik, mean = make_modules(d, dtype, lengthscale=0.4)
