@@ -32,10 +32,13 @@ DEFAULT_PROBLEM = "cec2005-f1"
 
 @contextlib.contextmanager
 def import_path(folders: Sequence[str]) -> Iterator[None]:
-    r"""``folders`` in front of ``sys.path`` (as ``python -m`` puts the current
-    directory there), restored afterwards."""
+    r"""The first of ``folders`` (the current directory) in front of ``sys.path``, as
+    ``python -m`` puts it there, the others (the config file's folder) at the end, so
+    that a module there never shadows an installed library; restored afterwards."""
     saved = list(sys.path)
-    sys.path[:0] = list(dict.fromkeys(folders))
+    folders = list(dict.fromkeys(folders))
+    sys.path[:0] = folders[:1]
+    sys.path.extend(f for f in folders[1:] if f not in sys.path)
     importlib.invalidate_caches()
     try:
         yield

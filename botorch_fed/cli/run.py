@@ -225,7 +225,10 @@ def execute_run(run: PreparedRun, console: Console) -> int:
     threads = torch.get_num_threads()
     torch.set_num_threads(run.threads)
     try:
-        with import_path(run.folders), library_warnings_ignored():
+        # the user's functions may import their own modules lazily: the folders stay on
+        # the path for the run, but only when the black box is user code
+        folders = run.folders if run.setup.objectives is not None else []
+        with import_path(folders), library_warnings_ignored():
             result = _run_with_progress(run, console)
     except KeyboardInterrupt:
         return _interrupted(run, console)

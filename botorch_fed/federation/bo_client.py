@@ -17,6 +17,7 @@ the global ``FederatedPITCGP``), and the ranked distinct optima of a shared sear
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass, field
 
 import torch
@@ -129,6 +130,11 @@ class BOClient(FederatedClient):
         init_region: Optional ``2 x d`` sub-box of the unit cube for the initial design.
         evaluation_errors: ``"record"`` (a failed evaluation is recorded and the
             client carries on) or ``"raise"`` (it stops the run).
+        private_seed: Seed of the client's private generator, which draws the random
+            points that replace a candidate next to a failed point and the steps of a
+            client without data (``None``: OS randomness). It is kept apart from
+            ``seed``, which is public (the server can derive the client's coins from
+            it): a failure must not change anything the server observes.
     """
 
     def __init__(
@@ -140,6 +146,7 @@ class BOClient(FederatedClient):
         secagg=None,
         init_region: Tensor | None = None,
         evaluation_errors: str = "record",
+        private_seed: int | None = None,
     ) -> None:
         super().__init__(client_id, secagg)
         settings.validate()
@@ -159,6 +166,9 @@ class BOClient(FederatedClient):
         self.seed = int(seed)
         self.init_region = init_region
         self.rng = torch.Generator().manual_seed(self.seed)
+        if private_seed is None:
+            private_seed = secrets.randbits(63)
+        self.private_rng = torch.Generator().manual_seed(int(private_seed))
         self.bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
         self.X = torch.empty(0, self.dim, dtype=torch.float64)
         self.Y = torch.empty(0, 1, dtype=torch.float64)
@@ -226,7 +236,17 @@ class BOClient(FederatedClient):
         r"""The failed evaluations (round, step, point in the user's domain, error)."""
         return [h for h in self.history if h.get("failed")]
 
-    _STATE = ("X", "Y", "failed_X", "history", "rng", "local_fitter", "local_model", "objective")
+    _STATE = (
+        "X",
+        "Y",
+        "failed_X",
+        "history",
+        "rng",
+        "private_rng",
+        "local_fitter",
+        "local_model",
+        "objective",
+    )
 
     def state_dict(self) -> dict:
         r"""The client's state between rounds: private data, failed points, history,
@@ -239,6 +259,7 @@ class BOClient(FederatedClient):
             failed_X=self.failed_X.clone(),
             history=[dict(h) for h in self.history],
             rng=self.rng.get_state(),
+            private_rng=self.private_rng.get_state(),
             local_fitter=self._local_fitter.state_dict(),
             local_model=None if self._local_model is None else exact_gp_state(self._local_model),
             objective=self.objective.state_dict(),
@@ -262,6 +283,8 @@ class BOClient(FederatedClient):
         self.X, self.Y, self.failed_X = X.clone(), Y.clone(), failed.clone()
         self.history = [dict(h) for h in own["history"]]
         self.rng.set_state(check_tensor(owner, "rng", own["rng"], (None,), torch.uint8))
+        private = check_tensor(owner, "private_rng", own["private_rng"], (None,), torch.uint8)
+        self.private_rng.set_state(private)
         try:
             fitter = own["local_fitter"]
             if isinstance(fitter, dict) and fitter.get("state") is not None:
@@ -293,18 +316,21 @@ class BOClient(FederatedClient):
 
     def propose_local(self, t: int, kind: str | None = None) -> Tensor:
         r"""A local step's point: the acquisition on the client's own GP, or a uniform
-        point from the client's generator while it holds no data (every evaluation so
-        far failed)."""
+        point from the client's private generator while it holds no data (every
+        evaluation so far failed)."""
         if len(self.X) == 0:
-            return torch.rand(1, self.dim, generator=self.rng, dtype=torch.float64)
+            return torch.rand(1, self.dim, generator=self.private_rng, dtype=torch.float64)
         return self.acquire(self.local_model(), t, kind=kind)
 
     def avoid_failures(self, x: Tensor) -> Tensor:
-        r"""``x``, or a uniform point from the client's generator if ``x`` lies within
-        :data:`MIN_DISTANCE` of a point whose evaluation failed (the models never
-        learn of failures, so they would propose the same point again)."""
-        if len(self.failed_X) and torch.cdist(x, self.failed_X).min() < MIN_DISTANCE:
-            return torch.rand(1, self.dim, generator=self.rng, dtype=torch.float64)
+        r"""``x``, or, if it lies within :data:`MIN_DISTANCE` of a point whose evaluation
+        failed, uniform points from the client's private generator until one does not
+        (the models never learn of failures, so they would propose the same point
+        again)."""
+        for _ in range(1000):  # a redraw may land next to another failed point
+            if not len(self.failed_X) or torch.cdist(x, self.failed_X).min() >= MIN_DISTANCE:
+                break
+            x = torch.rand(1, self.dim, generator=self.private_rng, dtype=torch.float64)
         return x
 
     def step_seed(self, t: int) -> int:

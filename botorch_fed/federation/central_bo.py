@@ -154,6 +154,7 @@ register_algorithm(
             ctx.client_seeds[cid],
             init_region=ctx.init_regions[cid],
             evaluation_errors=ctx.setup.evaluation_errors,
+            private_seed=ctx.private_seed(cid),
         ),
         make_server=lambda ctx, transport: CentralServer(
             transport, ctx.settings, ctx.dim, seed=ctx.setup.seed

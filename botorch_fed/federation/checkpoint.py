@@ -37,6 +37,8 @@ import json
 import os
 import re
 import secrets
+import stat
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
@@ -47,6 +49,7 @@ MANIFEST = "checkpoint.json"
 LOCK = ".checkpoint.lock"
 _PARTY = re.compile(r"^(server|client-\d+)$")
 _FILE = re.compile(r"^(server|client-\d+)\.r\d{6}\.[0-9a-f]{16}\.pt$")
+_TMP = re.compile(r"^\.((server|client-\d+)\.r\d{6}\.[0-9a-f]{16}\.pt|checkpoint\.json)\..+\.tmp$")
 
 
 class CheckpointError(ValueError):
@@ -115,12 +118,18 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    r"""Write ``data`` to a fresh, private (0600), randomly named temporary file
+    (``O_EXCL``: a planted file or symlink is never followed), then rename it."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _serialise(state: Mapping) -> bytes:
@@ -160,8 +169,7 @@ def save_checkpoint(folder: str | os.PathLike, round: int, parties: Mapping, inf
     _fsync_dir(folder)
     keep = {f["file"] for f in files.values()}
     for old in folder.iterdir():  # earlier rounds' files and leftovers of crashed saves
-        name = old.name[: -len(".tmp")] if old.name.endswith(".tmp") else old.name
-        if name not in keep and _FILE.match(name):
+        if _FILE.match(old.name) and old.name not in keep or _TMP.match(old.name):
             old.unlink(missing_ok=True)
     return folder / MANIFEST
 
@@ -185,11 +193,18 @@ def prepare_folder(folder, resuming_from=None) -> Path:
     if path.exists() and not path.is_dir():
         raise CheckpointError(f"`checkpoint`={str(folder)!r} is a file, not a folder.")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise CheckpointError(f"`checkpoint`={str(folder)!r} cannot be created ({exc}).") from exc
     if not os.access(path, os.W_OK | os.X_OK):
         raise CheckpointError(f"`checkpoint`={str(folder)!r} is not writable.")
+    info = path.stat()
+    if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & stat.S_IWOTH):
+        raise CheckpointError(
+            f"`checkpoint`={str(folder)!r} is not a private folder of this user (owned by "
+            "another user, or writable by everyone): others could plant or replace files in "
+            "it. Use a folder of your own."
+        )
     same = resuming_from is not None and path.resolve() == Path(resuming_from).resolve()
     if (path / MANIFEST).exists() and not same:
         raise CheckpointError(
@@ -208,7 +223,11 @@ def folder_lock(folder) -> Iterator[None]:
     except ImportError:  # pragma: no cover - not POSIX: no lock
         yield
         return
-    fd = os.open(Path(folder) / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(Path(folder) / LOCK, flags, 0o600)
+    except OSError as exc:  # e.g. a planted symlink (O_NOFOLLOW)
+        raise CheckpointError(f"Cannot lock {str(folder)!r} ({exc}).") from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -240,7 +259,7 @@ def load_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, dict]]:
         raise CheckpointError(f"{folder} holds no checkpoint ({MANIFEST} is missing).")
     try:
         manifest = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CheckpointError(f"{path} is corrupt ({exc}).") from exc
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CheckpointError(

@@ -91,6 +91,7 @@ from botorch_fed.models import (
 )
 
 SUPPORTS = ("clustered", "random")
+MAX_SUPPORT_SIZE = 4096  # a client refuses a larger support set or k from the server
 HYPERPARAMETERS = ("average", "federated")
 MIXINGS = ("sample", "expected")
 GLOBAL_BATCHES = ("distinct", "independent")
@@ -162,6 +163,11 @@ class FBOFedGPConfig(BOSettings):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}`={getattr(self, name)!r} must be one of {allowed}.")
         MixingSchedule(c=self.schedule)  # validates 0 < c <= 1
+        if self.support_size > MAX_SUPPORT_SIZE:
+            raise ValueError(
+                f"`support_size`={self.support_size} exceeds {MAX_SUPPORT_SIZE} (clients refuse "
+                "larger support sets)."
+            )
         if self.support == "clustered" and self.num_init < self.min_cluster_size:
             raise ValueError(
                 f"`num_init`={self.num_init} is below `min_cluster_size`="
@@ -190,6 +196,7 @@ class FBOFedGPClient(BOClient):
         secagg: The client's secure-aggregation role.
         init_region: Optional ``2 x d`` sub-box for the initial design.
         evaluation_errors: ``"record"`` or ``"raise"`` (see :class:`BOClient`).
+        private_seed: Seed of the private generator (see :class:`BOClient`).
     """
 
     def __init__(
@@ -201,8 +208,11 @@ class FBOFedGPClient(BOClient):
         secagg=None,
         init_region: Tensor | None = None,
         evaluation_errors: str = "record",
+        private_seed: int | None = None,
     ) -> None:
-        super().__init__(client_id, objective, config, seed, secagg, init_region, evaluation_errors)
+        super().__init__(
+            client_id, objective, config, seed, secagg, init_region, evaluation_errors, private_seed
+        )
         self.config = config
         self.schedule = MixingSchedule(c=config.schedule)
         self.support: Tensor | None = None
@@ -215,6 +225,7 @@ class FBOFedGPClient(BOClient):
         self._fit_theta: np.ndarray | None = None
         self._fit_loss = 0.0
         self._fit_prior_grad: np.ndarray | None = None
+        self._global_round: int | None = None  # the round this client drew a global step
 
     _FBO_STATE = ("support", "modules", "standardize", "first_moments", "moments_center")
 
@@ -280,6 +291,8 @@ class FBOFedGPClient(BOClient):
     # --- protocol handlers ----------------------------------------------------------
     def on_centers(self, payload: dict) -> dict:
         k = int(payload["k"])
+        if not 1 <= k <= MAX_SUPPORT_SIZE:
+            raise self.violation(f"`k`={k} must be in 1..{MAX_SUPPORT_SIZE}", "centers")
         if len(self.X) < self.config.min_cluster_size:  # too few points to share a centre of
             return {"centers": np.empty((0, self.dim))}
         with self.timed("support"):
@@ -289,24 +302,53 @@ class FBOFedGPClient(BOClient):
         return {"centers": centers.numpy()}
 
     def on_support(self, payload: dict) -> dict:
-        self.support = torch.as_tensor(np.asarray(payload["support"]), dtype=torch.float64)
+        support = torch.as_tensor(np.asarray(payload["support"], dtype=np.float64))
+        limit = MAX_SUPPORT_SIZE
+        if not (
+            support.ndim == 2
+            and support.shape[-1] == self.dim
+            and 1 <= support.shape[0] <= limit
+            and torch.isfinite(support).all()
+            and ((support >= 0) & (support <= 1)).all()
+        ):
+            raise self.violation(
+                f"the support must be 1..{limit} finite points of [0, 1]^{self.dim}, got shape "
+                f"{tuple(support.shape)}",
+                "support",
+            )
+        self.support = support
         self._fit_client = None  # its summaries were on the old support
         return {}
 
     def on_round(self, payload: dict) -> dict:
         t = int(payload["t"])
+        self._global_round = None
         if len(self.X) == 0:  # every evaluation failed so far: a random step, no model
             self.evaluate(self.propose_local(t), t, "local")
             return {"global": False}
         if self.config.mixing == "expected":
+            self._global_round = t
             return {"global": True}
         local = bool(self.schedule.sample(t, seed=self.rng))  # Alg. 2 lines 14-15
         if local:
             self.evaluate(self.propose_local(t), t, "local")
+        else:
+            self._global_round = t
         return {"global": not local}
 
     def on_global_step(self, payload: dict) -> dict:
         t = int(payload["t"])
+        if self._global_round is None or t != self._global_round:
+            raise self.violation(
+                f"a global step for round {t}, but this client drew "
+                + (
+                    "no global step"
+                    if self._global_round is None
+                    else f"round {self._global_round}"
+                ),
+                "global_step",
+            )
+        self._global_round = None  # one global step per draw
         model = self.global_model()
         if self.config.mixing == "expected" and len(self.X) > 0:
             acqf = MixedLocalGlobalUCB(
@@ -341,7 +383,14 @@ class FBOFedGPClient(BOClient):
         return {}
 
     def on_apply_theta(self, payload: dict) -> dict:
-        PITCHyperparameters(*self.modules).set_theta(np.asarray(payload["theta"]))
+        hyper = PITCHyperparameters(*self.modules)
+        theta = np.asarray(payload["theta"], dtype=np.float64)
+        if theta.shape != (hyper.size,) or not np.isfinite(theta).all():
+            raise self.violation(
+                f"hyperparameters must be {hyper.size} finite values, got shape {theta.shape}",
+                "apply_theta",
+            )
+        hyper.set_theta(theta)
         self._fit_client = None
         return {}
 
@@ -612,6 +661,7 @@ register_algorithm(
             ctx.secagg_clients[cid],
             ctx.init_regions[cid],
             evaluation_errors=ctx.setup.evaluation_errors,
+            private_seed=ctx.private_seed(cid),
         ),
         make_server=lambda ctx, transport: FBOFedGPServer(
             transport, ctx.settings, ctx.dim, ctx.secagg_server, seed=ctx.setup.seed

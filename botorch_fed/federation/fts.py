@@ -177,6 +177,7 @@ def _make_fts_client(ctx, cid: int) -> FTSClient:
         ctx.client_seeds[cid],
         init_region=ctx.init_regions[cid],
         evaluation_errors=ctx.setup.evaluation_errors,
+        private_seed=ctx.private_seed(cid),
         features=features,
     )
 

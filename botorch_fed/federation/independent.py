@@ -53,6 +53,7 @@ def _bo_client(cls):
             ctx.client_seeds[cid],
             init_region=ctx.init_regions[cid],
             evaluation_errors=ctx.setup.evaluation_errors,
+            private_seed=ctx.private_seed(cid),
         )
 
     return make

@@ -66,7 +66,14 @@ class BuildContext:
             "seed": self.client_seeds[cid],
             "init_region": self.init_regions[cid],
             "evaluation_errors": self.setup.evaluation_errors,
+            "private_seed": self.private_seed(cid),
         }
+
+    def private_seed(self, cid: int) -> int | None:
+        r"""Seed of client ``cid``'s private generator: derived from ``crypto_seed``
+        (tests, reproducible runs) or ``None`` (OS randomness)."""
+        cs = self.setup.crypto_seed
+        return None if cs is None else (cs * 1_000_003 + 7_919 * cid + 13) % (2**62)
 
 
 @dataclass(frozen=True)

@@ -354,7 +354,7 @@ def test_resume_after_failed_evaluations(tmp_path, algorithm):
 
     def setup():
         obj = CallableObjective(flaky, bounds=[[0.0, 0.0], [1.0, 1.0]], name="flaky")
-        return FederationSetup(objectives=[obj] * 3, seed=4)
+        return FederationSetup(objectives=[obj] * 3, seed=4, crypto_seed=0)
 
     settings = lambda: _settings(algorithm, num_rounds=5, local_refit_every=3)  # noqa: E731
     full = run_federated(algorithm, setup(), settings())

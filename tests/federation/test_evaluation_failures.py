@@ -389,7 +389,8 @@ def test_clients_do_not_propose_a_failed_point_again():
     assert client.evaluate(corner, 1, "local") is False
     assert torch.equal(client.failed_X, corner)
     # without the guard, the next local step would evaluate the corner (or next to it) again
-    state = client.rng.get_state()
+    state = client.private_rng.get_state()
+    coins = client.rng.get_state()
     original = client.avoid_failures
     client.avoid_failures = lambda x: x
     try:
@@ -397,11 +398,13 @@ def test_clients_do_not_propose_a_failed_point_again():
     finally:
         client.avoid_failures = original
     assert torch.cdist(raw, corner).min() < MIN_DISTANCE
-    # with it, the client draws a uniform point from its own generator instead
-    client.rng.set_state(state)
+    # with it, the client draws a uniform point from its private generator instead,
+    # leaving the publicly seeded one (its visible coins) untouched
+    client.private_rng.set_state(state)
     expected = torch.rand(1, 2, generator=torch.Generator().set_state(state), dtype=torch.float64)
     x = client.propose_local(2)
     assert torch.equal(x, expected)
+    assert torch.equal(client.rng.get_state(), coins)
     # points away from every failure pass unchanged
     far = torch.tensor([[0.2, 0.3]], dtype=torch.float64)
     assert torch.equal(client.avoid_failures(far), far)
@@ -422,7 +425,7 @@ def test_no_client_evaluates_next_to_its_own_failed_point_again(algorithm, aggre
     objectives = [CallableObjective(crashes_in_the_corner, BOUNDS) for _ in range(NUM_CLIENTS)]
     settings = _settings(algorithm, num_init=4, num_rounds=4)
     server, clients, _ = build_federation(
-        algorithm, FederationSetup(objectives=objectives, seed=0), settings
+        algorithm, FederationSetup(objectives=objectives, seed=0, crypto_seed=0), settings
     )
     server.run()
     assert sum(len(c.failures) for c in clients.values()) >= NUM_CLIENTS  # they got there
