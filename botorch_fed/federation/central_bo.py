@@ -147,15 +147,7 @@ register_algorithm(
             "(non-private oracle baseline)"
         ),
         settings_class=BOSettings,
-        make_client=lambda ctx, cid: CentralClient(
-            cid,
-            ctx.objectives[cid],
-            ctx.settings,
-            ctx.client_seeds[cid],
-            init_region=ctx.init_regions[cid],
-            evaluation_errors=ctx.setup.evaluation_errors,
-            private_seed=ctx.private_seed(cid),
-        ),
+        make_client=lambda ctx, cid: CentralClient(**ctx.client_arguments(cid)),
         make_server=lambda ctx, transport: CentralServer(
             transport, ctx.settings, ctx.dim, seed=ctx.setup.seed
         ),

@@ -191,7 +191,7 @@ class FBOFedGPClient(BOClient):
     Args:
         client_id: The id.
         objective: The client's black box.
-        config: The algorithm settings (shared by all parties).
+        settings: The algorithm settings (shared by all parties).
         seed: The client's seed (initial design, mixing draws, acquisition restarts).
         secagg: The client's secure-aggregation role.
         init_region: Optional ``2 x d`` sub-box for the initial design.
@@ -203,7 +203,7 @@ class FBOFedGPClient(BOClient):
         self,
         client_id: int,
         objective,
-        config: FBOFedGPConfig,
+        settings: FBOFedGPConfig,
         seed: int,
         secagg=None,
         init_region: Tensor | None = None,
@@ -211,10 +211,17 @@ class FBOFedGPClient(BOClient):
         private_seed: int | None = None,
     ) -> None:
         super().__init__(
-            client_id, objective, config, seed, secagg, init_region, evaluation_errors, private_seed
+            client_id,
+            objective,
+            settings,
+            seed,
+            secagg,
+            init_region,
+            evaluation_errors,
+            private_seed,
         )
-        self.config = config
-        self.schedule = MixingSchedule(c=config.schedule)
+        self.config = settings
+        self.schedule = MixingSchedule(c=settings.schedule)
         self.support: Tensor | None = None
         self.modules = global_modules(self.dim)
         self.standardize: Standardize | None = None
@@ -654,14 +661,7 @@ register_algorithm(
         ),
         settings_class=FBOFedGPConfig,
         make_client=lambda ctx, cid: FBOFedGPClient(
-            cid,
-            ctx.objectives[cid],
-            ctx.settings,
-            ctx.client_seeds[cid],
-            ctx.secagg_clients[cid],
-            ctx.init_regions[cid],
-            evaluation_errors=ctx.setup.evaluation_errors,
-            private_seed=ctx.private_seed(cid),
+            secagg=ctx.secagg_clients[cid], **ctx.client_arguments(cid)
         ),
         make_server=lambda ctx, transport: FBOFedGPServer(
             transport, ctx.settings, ctx.dim, ctx.secagg_server, seed=ctx.setup.seed

@@ -170,16 +170,7 @@ def _make_fts_client(ctx, cid: int) -> FTSClient:
     features = RandomFourierFeatures(
         ctx.dim, FTS_NUM_FEATURES, prior_mode_lengthscale(ctx.dim), seed=ctx.setup.seed + 31
     )
-    return FTSClient(
-        cid,
-        ctx.objectives[cid],
-        ctx.settings,
-        ctx.client_seeds[cid],
-        init_region=ctx.init_regions[cid],
-        evaluation_errors=ctx.setup.evaluation_errors,
-        private_seed=ctx.private_seed(cid),
-        features=features,
-    )
+    return FTSClient(**ctx.client_arguments(cid), features=features)
 
 
 register_algorithm(

@@ -44,27 +44,12 @@ class PacingServer(FederatedServer):
         self.broadcast("round", {"t": t})
 
 
-def _bo_client(cls):
-    def make(ctx, cid):
-        return cls(
-            cid,
-            ctx.objectives[cid],
-            ctx.settings,
-            ctx.client_seeds[cid],
-            init_region=ctx.init_regions[cid],
-            evaluation_errors=ctx.setup.evaluation_errors,
-            private_seed=ctx.private_seed(cid),
-        )
-
-    return make
-
-
 register_algorithm(
     AlgorithmSpec(
         name="local",
         summary="independent BO: every client on its own GP, no collaboration (baseline)",
         settings_class=BOSettings,
-        make_client=_bo_client(LocalBOClient),
+        make_client=lambda ctx, cid: LocalBOClient(**ctx.client_arguments(cid)),
         make_server=lambda ctx, transport: PacingServer(transport, ctx.settings),
     )
 )
@@ -73,7 +58,7 @@ register_algorithm(
         name="random",
         summary="random search: uniform points on every client (baseline)",
         settings_class=BOSettings,
-        make_client=_bo_client(RandomSearchClient),
+        make_client=lambda ctx, cid: RandomSearchClient(**ctx.client_arguments(cid)),
         make_server=lambda ctx, transport: PacingServer(transport, ctx.settings),
     )
 )
