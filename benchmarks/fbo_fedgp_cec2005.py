@@ -47,6 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from run_records import load_runs  # benchmarks/run_records.py (the script's folder)
 
 RESULTS = Path(__file__).parent / "results"
 ALGORITHMS = ("fbo-fedgp", "local", "central", "fts", "random")
@@ -154,16 +155,6 @@ def _jobs(args) -> list[dict]:
                 for name, options in ABLATIONS.items():
                     add(f, s, "fbo-fedgp", name, options)
     return jobs
-
-
-def load_runs(path: Path) -> dict[str, dict]:
-    runs = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                runs[rec["key"]] = rec
-    return runs
 
 
 # --- statistics -------------------------------------------------------------------------

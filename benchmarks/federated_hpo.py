@@ -54,6 +54,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
+from run_records import cpu_model, load_runs  # benchmarks/run_records.py (the script's folder)
 
 RESULTS = Path(__file__).parent / "results"
 VARIANTS = (
@@ -198,16 +199,6 @@ def _jobs(args, task_args: dict) -> list[dict]:
                 }
             )
     return jobs
-
-
-def load_runs(path: Path) -> dict[str, dict]:
-    runs = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                runs[rec["key"]] = rec
-    return runs
 
 
 # --- statistics -------------------------------------------------------------------------
@@ -496,16 +487,6 @@ def _plot(by, variants, path: Path, meta: dict) -> None:
     plt.close(fig)
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def _meta(commands: list[str], args, wall: str) -> dict:
     import botorch
     import gpytorch
@@ -525,7 +506,7 @@ def _meta(commands: list[str], args, wall: str) -> dict:
         pass
     return {
         "commands": commands,
-        "machine": f"{_cpu_model()}, {os.cpu_count()} cores, {platform.platform()}",
+        "machine": f"{cpu_model()}, {os.cpu_count()} cores, {platform.platform()}",
         "versions": versions,
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "setting": f"M = {args.clients}, {args.init} initial points per client, "
