@@ -8,8 +8,11 @@ r"""BoTorch models of botorch-fed.
   when all clients' data are in one process.
 - :func:`fit_exact_gp` / :class:`ExactGPRefitter`: the one exact ``SingleTaskGP`` fit
   (a party's own data: local GPs, pooled-data GPs).
+- :func:`bures_wasserstein_barycenter`: the Wasserstein barycenter of Gaussians
+  (Co-KG's central model), warm-startable.
 """
 
+from botorch_fed.models.barycenter import bures_wasserstein_barycenter
 from botorch_fed.models.exact_gp import (
     ExactGPRefitter,
     check_exact_gp_state,
@@ -45,6 +48,7 @@ from botorch_fed.models.pitc_summary import (
 )
 
 __all__ = [
+    "bures_wasserstein_barycenter",
     "CENTRED_MOMENTS_LENGTH",
     "OUTCOME_MOMENTS_LENGTH",
     "ExactGPRefitter",
