@@ -488,22 +488,12 @@ def _plot(by, variants, path: Path, meta: dict) -> None:
 
 
 def _meta(commands: list[str], args, wall: str) -> dict:
-    import botorch
-    import gpytorch
     import sklearn
-    import torch
 
-    versions = (
-        f"python {platform.python_version()}, torch {torch.__version__}, botorch "
-        f"{botorch.__version__}, gpytorch {gpytorch.__version__}, scikit-learn "
-        f"{sklearn.__version__}, numpy {np.__version__}"
-    )
-    try:
-        import tenseal
+    from botorch_fed.federation.runner import library_versions
 
-        versions += f", tenseal {tenseal.__version__}"
-    except ImportError:  # pragma: no cover - optional extra
-        pass
+    libraries = {**library_versions(), "scikit-learn": sklearn.__version__}
+    versions = ", ".join(f"{name} {version}" for name, version in libraries.items())
     return {
         "commands": commands,
         "machine": f"{cpu_model()}, {os.cpu_count()} cores, {platform.platform()}",

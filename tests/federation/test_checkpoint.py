@@ -24,22 +24,11 @@ from botorch_fed.federation import (
 from botorch_fed.federation import checkpoint as ckpt
 from botorch_fed.federation.checkpoint import MANIFEST, CheckpointError, load_checkpoint
 from botorch_fed.secure import available_backends
+from tests.federation.runs import Killed, comparable, kill_after
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
 ROUNDS, KILL = 4, 2
-
-
-class Killed(Exception):
-    pass
-
-
-def _kill_after(k: int):
-    def hook(t, best):
-        if t == k:
-            raise Killed
-
-    return hook
 
 
 def _settings(algorithm: str, **kwargs):
@@ -67,15 +56,6 @@ def _setup(aggregator: str = "plaintext", **kwargs) -> FederationSetup:
     return FederationSetup(**base)
 
 
-def _comparable(result) -> dict:
-    out = result.to_dict()
-    for key in ("time_s", "versions"):
-        out.pop(key)
-    ledger = out.pop("ledger")  # times differ; what was sent must not
-    out["bytes"] = (ledger["bytes_per_client"], ledger["messages"])
-    return out
-
-
 def _state(clients) -> list:
     return [(c.X.clone(), c.Y.clone(), list(c.history)) for _, c in sorted(clients.items())]
 
@@ -101,7 +81,7 @@ def test_resume_is_bit_for_bit(tmp_path, algorithm, aggregator):
             _setup(aggregator),
             _settings(algorithm),
             checkpoint=tmp_path,
-            on_round=_kill_after(KILL),
+            on_round=kill_after(KILL),
         )
     manifest, states = load_checkpoint(tmp_path)
     assert manifest["round"] == KILL
@@ -115,7 +95,7 @@ def test_resume_is_bit_for_bit(tmp_path, algorithm, aggregator):
         on_round=lambda t, b: rounds_seen.append(t),
     )
     assert rounds_seen == list(range(KILL + 1, ROUNDS + 1))
-    assert _comparable(resumed) == _comparable(full)
+    assert comparable(resumed) == comparable(full)
     assert load_checkpoint(tmp_path)[0]["round"] == ROUNDS
 
 
@@ -126,7 +106,7 @@ def test_resume_depends_on_the_saved_state(tmp_path):
     full = run_federated("random", _setup(), _settings("random"))
     with pytest.raises(Killed):
         run_federated(
-            "random", _setup(), _settings("random"), checkpoint=tmp_path, on_round=_kill_after(1)
+            "random", _setup(), _settings("random"), checkpoint=tmp_path, on_round=kill_after(1)
         )
     manifest, states = load_checkpoint(tmp_path)
     entry = manifest["files"]["client-1"]
@@ -134,7 +114,7 @@ def test_resume_depends_on_the_saved_state(tmp_path):
     state["state"]["rng"] = torch.Generator().manual_seed(0).get_state()
     _rewrite(tmp_path, entry, state, manifest)
     resumed = run_federated("random", _setup(), _settings("random"), resume=tmp_path)
-    assert _comparable(resumed) != _comparable(full)
+    assert comparable(resumed) != comparable(full)
 
 
 def _rewrite(folder, entry, state, manifest) -> None:
@@ -152,7 +132,7 @@ def test_extending_a_finished_run_equals_the_longer_run(tmp_path):
     extended = run_federated(
         "local", _setup(), _settings("local", num_rounds=ROUNDS + 2), resume=tmp_path
     )
-    assert _comparable(extended) == _comparable(longer)
+    assert comparable(extended) == comparable(longer)
 
 
 def test_own_callable_objective_resumes(tmp_path):
@@ -166,10 +146,10 @@ def test_own_callable_objective_resumes(tmp_path):
     full = run_federated("local", setup(), _settings("local"))
     with pytest.raises(Killed):
         run_federated(
-            "local", setup(), _settings("local"), checkpoint=tmp_path, on_round=_kill_after(KILL)
+            "local", setup(), _settings("local"), checkpoint=tmp_path, on_round=kill_after(KILL)
         )
     resumed = run_federated("local", setup(), _settings("local"), resume=tmp_path)
-    assert _comparable(resumed) == _comparable(full)
+    assert comparable(resumed) == comparable(full)
 
 
 @pytest.fixture
@@ -181,7 +161,7 @@ def saved(tmp_path):
             _setup("masking"),
             _settings("fbo-fedgp"),
             checkpoint=tmp_path,
-            on_round=_kill_after(1),
+            on_round=kill_after(1),
         )
     return tmp_path
 
@@ -246,7 +226,7 @@ def test_refuses_other_algorithm_or_settings(saved):
 def test_refuses_fewer_rounds_than_done(tmp_path):
     with pytest.raises(Killed):
         run_federated(
-            "local", _setup(), _settings("local"), checkpoint=tmp_path, on_round=_kill_after(2)
+            "local", _setup(), _settings("local"), checkpoint=tmp_path, on_round=kill_after(2)
         )
     with pytest.raises(CheckpointError, match="beyond `num_rounds`"):
         run_federated("local", _setup(), _settings("local", num_rounds=1), resume=tmp_path)
@@ -298,7 +278,7 @@ def test_a_crash_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatc
     monkeypatch.setattr(ckpt, "_write_atomically", real)
     assert load_checkpoint(tmp_path)[0]["round"] == 1
     resumed = run_federated("central", _setup(), _settings("central"), resume=tmp_path)
-    assert _comparable(resumed) == _comparable(full)
+    assert comparable(resumed) == comparable(full)
 
 
 def test_each_party_file_holds_only_its_own_data(tmp_path):
@@ -360,6 +340,6 @@ def test_resume_after_failed_evaluations(tmp_path, algorithm):
     full = run_federated(algorithm, setup(), settings())
     assert full.failures  # the case this test is about
     with pytest.raises(Killed):
-        run_federated(algorithm, setup(), settings(), checkpoint=tmp_path, on_round=_kill_after(2))
+        run_federated(algorithm, setup(), settings(), checkpoint=tmp_path, on_round=kill_after(2))
     resumed = run_federated(algorithm, setup(), settings(), resume=tmp_path)
-    assert _comparable(resumed) == _comparable(full)
+    assert comparable(resumed) == comparable(full)

@@ -35,6 +35,7 @@ from botorch_fed.federation import (
     run_federated,
 )
 from botorch_fed.federation.bo_client import MIN_DISTANCE
+from tests.federation.runs import ALGORITHMS, IDS
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
@@ -46,15 +47,6 @@ NUM_ROUNDS = 3
 # seed 3: the initial designs hit all three failure kinds, every client keeps >= 1 point
 SEED = 3
 
-ALGORITHMS = [
-    ("fbo-fedgp", "plaintext"),
-    ("fbo-fedgp", "masking"),
-    ("local", "plaintext"),
-    ("central", "plaintext"),
-    ("fts", "plaintext"),
-    ("random", "plaintext"),
-]
-IDS = [f"{a}-{g}" if a == "fbo-fedgp" else a for a, g in ALGORITHMS]
 STEPS = {
     "fbo-fedgp": {"init", "local", "global"},
     "local": {"init", "local"},

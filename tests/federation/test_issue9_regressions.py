@@ -30,22 +30,11 @@ from botorch_fed.federation import (
 from botorch_fed.federation import checkpoint as ckpt
 from botorch_fed.federation.checkpoint import MANIFEST, CheckpointError, load_checkpoint
 from botorch_fed.federation.independent import PacingServer
+from tests.federation.runs import Killed, comparable, kill_after
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
 NUM_CLIENTS, NUM_INIT, ROUNDS = 3, 3, 3
-
-
-class Killed(Exception):
-    pass
-
-
-def _kill_after(k: int):
-    def hook(t, best):
-        if t == k:
-            raise Killed
-
-    return hook
 
 
 def _setup(seed: int = 2, **kwargs) -> FederationSetup:
@@ -58,15 +47,6 @@ def _settings(algorithm: str, **kwargs):
     if algorithm == "fbo-fedgp":
         return FBOFedGPConfig(support_size=5, support_every=2, schedule=1.0, **small)
     return BOSettings(**small)
-
-
-def _comparable(result) -> dict:
-    out = result.to_dict()
-    for key in ("time_s", "versions"):
-        out.pop(key)
-    ledger = out.pop("ledger")
-    out["bytes"] = (ledger["bytes_per_client"], ledger["messages"])
-    return out
 
 
 def _rewrite(folder, name, state, manifest) -> None:
@@ -90,13 +70,13 @@ def test_resume_from_the_round_0_checkpoint_is_bit_for_bit(tmp_path, algorithm):
             _setup(),
             _settings(algorithm),
             checkpoint=tmp_path,
-            on_round=_kill_after(0),
+            on_round=kill_after(0),
         )
     assert load_checkpoint(tmp_path)[0]["round"] == 0
     resumed = run_federated(algorithm, _setup(), _settings(algorithm), resume=tmp_path)
     assert resumed.steps["init"] == NUM_CLIENTS * NUM_INIT  # no initial design twice
     assert len(resumed.best_per_round) == ROUNDS + 1
-    assert _comparable(resumed) == _comparable(full)
+    assert comparable(resumed) == comparable(full)
 
 
 @pytest.mark.parametrize("how", ["fresh", "resume-into-another-folder"])
@@ -114,7 +94,7 @@ def test_a_run_refuses_to_overwrite_another_checkpoint(tmp_path, how):
                     _setup(seed=6),
                     _settings("local"),
                     checkpoint=other,
-                    on_round=_kill_after(1),
+                    on_round=kill_after(1),
                 )
             run_federated(
                 "local", _setup(seed=6), _settings("local"), resume=other, checkpoint=precious
@@ -129,7 +109,7 @@ def test_a_crash_while_saving_into_a_used_folder_keeps_its_checkpoint(tmp_path, 
             _setup(seed=5),
             _settings("local"),
             checkpoint=tmp_path,
-            on_round=_kill_after(0),
+            on_round=kill_after(0),
         )
     real = ckpt._write_atomically
 
@@ -177,7 +157,7 @@ def test_a_checkpoint_path_that_is_a_file_is_refused_before_any_evaluation(tmp_p
 def test_a_manifest_with_bad_entries_is_a_checkpoint_error(tmp_path, edit):
     with pytest.raises(Killed):
         run_federated(
-            "local", _setup(), _settings("local"), checkpoint=tmp_path, on_round=_kill_after(2)
+            "local", _setup(), _settings("local"), checkpoint=tmp_path, on_round=kill_after(2)
         )
     manifest = json.loads((tmp_path / MANIFEST).read_text())
     for key, value in edit.items():
@@ -193,7 +173,7 @@ def test_a_manifest_with_bad_entries_is_a_checkpoint_error(tmp_path, edit):
 def test_a_manifest_round_that_disagrees_with_the_files_is_refused(tmp_path):
     with pytest.raises(Killed):
         run_federated(
-            "local", _setup(), _settings("local"), checkpoint=tmp_path, on_round=_kill_after(2)
+            "local", _setup(), _settings("local"), checkpoint=tmp_path, on_round=kill_after(2)
         )
     manifest = json.loads((tmp_path / MANIFEST).read_text())
     manifest["round"] = 1
@@ -210,7 +190,7 @@ def test_a_partial_local_gp_state_is_refused(tmp_path):
             _setup(),
             _settings("local", local_refit_every=3),
             checkpoint=tmp_path,
-            on_round=_kill_after(1),
+            on_round=kill_after(1),
         )
     manifest, states = load_checkpoint(tmp_path)
     state = states["client-0"]

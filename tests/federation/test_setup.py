@@ -27,22 +27,12 @@ from botorch_fed.federation import (
     run_federated,
 )
 from botorch_fed.federation.problem import ClientObjective
+from tests.federation.runs import ALGORITHMS, IDS
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
 BOUNDS = [[-2.0, 0.0], [3.0, 5.0]]
 OPTIMUM = (0.5, 2.0)  # in the domain
-
-# (algorithm, aggregator): every registered algorithm, FBO-FedGP under two backends
-ALGORITHMS = [
-    ("fbo-fedgp", "plaintext"),
-    ("fbo-fedgp", "masking"),
-    ("local", "plaintext"),
-    ("central", "plaintext"),
-    ("fts", "plaintext"),
-    ("random", "plaintext"),
-]
-IDS = [f"{a}-{g}" if a == "fbo-fedgp" else a for a, g in ALGORITHMS]
 
 
 def score(Z: torch.Tensor) -> torch.Tensor:
