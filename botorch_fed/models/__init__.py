@@ -9,10 +9,12 @@ r"""BoTorch models of botorch-fed.
 - :func:`fit_exact_gp` / :class:`ExactGPRefitter`: the one exact ``SingleTaskGP`` fit
   (a party's own data: local GPs, pooled-data GPs).
 - :func:`bures_wasserstein_barycenter`: the Wasserstein barycenter of Gaussians
-  (Co-KG's central model), warm-startable.
+  (Co-KG's central model), warm-startable; :class:`BarycenterGP`: that barycenter of the
+  agents' posteriors on a support as a BoTorch GP on the whole domain (:func:`agent_weights`).
 """
 
 from botorch_fed.models.barycenter import bures_wasserstein_barycenter
+from botorch_fed.models.barycenter_gp import AGENT_WEIGHTS, BarycenterGP, agent_weights
 from botorch_fed.models.exact_gp import (
     ExactGPRefitter,
     check_exact_gp_state,
@@ -48,6 +50,9 @@ from botorch_fed.models.pitc_summary import (
 )
 
 __all__ = [
+    "AGENT_WEIGHTS",
+    "BarycenterGP",
+    "agent_weights",
     "bures_wasserstein_barycenter",
     "CENTRED_MOMENTS_LENGTH",
     "OUTCOME_MOMENTS_LENGTH",

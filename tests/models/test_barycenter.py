@@ -152,3 +152,28 @@ def test_bad_inputs_are_refused(case, message):
         kwargs["max_iter"] = 0
     with pytest.raises(ValueError, match=message):
         bures_wasserstein_barycenter(m, C, **kwargs)
+
+
+def test_rank_tol_restricts_to_the_numerical_range():
+    g = torch.Generator().manual_seed(7)
+    s, N = 12, 3
+    # positive definite inputs: the restricted iteration agrees with the full one
+    A = torch.randn(N, s, s, generator=g, dtype=torch.float64)
+    C = A @ A.transpose(-1, -2) / s + 0.1 * torch.eye(s, dtype=torch.float64)
+    m = torch.randn(N, s, generator=g, dtype=torch.float64)
+    _, full = bures_wasserstein_barycenter(m, C)
+    _, restricted = bures_wasserstein_barycenter(m, C, rank_tol=1e-12)
+    torch.testing.assert_close(restricted, full, atol=1e-9, rtol=0)
+    # singular inputs sharing a rank-5 range: the full iteration cannot invert them,
+    # the restricted one solves the characterising equation on the range
+    U = torch.linalg.qr(torch.randn(s, 5, generator=g, dtype=torch.float64))[0]
+    B = torch.randn(N, 5, 5, generator=g, dtype=torch.float64)
+    Cr = B @ B.transpose(-1, -2) + 0.2 * torch.eye(5, dtype=torch.float64)
+    Cs = U @ Cr @ U.T
+    with pytest.raises(ValueError, match="singular"):
+        bures_wasserstein_barycenter(m, Cs)
+    _, Sb = bures_wasserstein_barycenter(m, Cs, rank_tol=1e-10)
+    _, Sr = bures_wasserstein_barycenter(m[:, :5], Cr)
+    torch.testing.assert_close(Sb, U @ Sr @ U.T, atol=1e-9, rtol=0)
+    with pytest.raises(ValueError, match="rank_tol"):
+        bures_wasserstein_barycenter(m, C, rank_tol=1.5)
