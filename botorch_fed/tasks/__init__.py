@@ -3,6 +3,8 @@ r"""Real federated black-box tasks, built on the public API (:class:`CallableObj
 - :mod:`~botorch_fed.tasks.federated_hpo`: federated hyperparameter tuning of
   scikit-learn's ``HistGradientBoostingClassifier`` on a data set split across clients
   with quantity and label skew (the real-task setting of Sec. 5.1 of [FBO-FedGP]).
+- :mod:`~botorch_fed.tasks.federated_mlp`: the same split, tuning a small neural
+  network's l2 penalty and learning rate (the NN tuning task of the Co-KG slides; 2-D).
 
 A task sits on top of :mod:`botorch_fed.federation`: it only makes objectives (one
 per client) and scores configurations on held-out data; any registered algorithm runs
@@ -26,6 +28,12 @@ from botorch_fed.tasks.federated_hpo import (
     dirichlet_partition,
     make_federated_hpo_task,
     search_space_bounds,
+    split_data_set,
+)
+from botorch_fed.tasks.federated_mlp import (
+    MLP_HYPERPARAMETERS,
+    FederatedMLPTask,
+    make_federated_mlp_task,
 )
 
 __all__ = [
@@ -38,4 +46,8 @@ __all__ = [
     "dirichlet_partition",
     "make_federated_hpo_task",
     "search_space_bounds",
+    "split_data_set",
+    "MLP_HYPERPARAMETERS",
+    "FederatedMLPTask",
+    "make_federated_mlp_task",
 ]

@@ -118,23 +118,30 @@ HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
 )
 
 
-def search_space_bounds(dtype: torch.dtype = torch.float64) -> Tensor:
+def search_space_bounds(
+    dtype: torch.dtype = torch.float64,
+    hyperparameters: Sequence[Hyperparameter] = HYPERPARAMETERS,
+) -> Tensor:
     r"""The search space's ``2 x d`` bounds (the user's domain of the objectives)."""
     return torch.tensor(
-        [[h.low for h in HYPERPARAMETERS], [h.high for h in HYPERPARAMETERS]], dtype=dtype
+        [[h.low for h in hyperparameters], [h.high for h in hyperparameters]], dtype=dtype
     )
 
 
-def decode_hyperparameters(x) -> dict[str, float | int]:
-    r"""The ``HistGradientBoostingClassifier`` keywords at a search-space point.
+def decode_hyperparameters(
+    x, hyperparameters: Sequence[Hyperparameter] = HYPERPARAMETERS
+) -> dict[str, float | int]:
+    r"""The model's keywords at a search-space point (by default the
+    ``HistGradientBoostingClassifier`` ones of :data:`HYPERPARAMETERS`).
 
     Args:
         x: ``d`` numbers (a tensor, an array or a list) within the bounds of
             :func:`search_space_bounds` (up to a tolerance of ``1e-9``; values within
             it are clipped to the bounds).
+        hyperparameters: The search space.
 
     Returns:
-        ``{name: value}`` for every entry of :data:`HYPERPARAMETERS` (integers rounded
+        ``{name: value}`` for every entry of ``hyperparameters`` (integers rounded
         half-up).
     """
     if isinstance(x, Tensor):
@@ -142,14 +149,14 @@ def decode_hyperparameters(x) -> dict[str, float | int]:
     try:
         v = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"`x` must be {len(HYPERPARAMETERS)} numbers, got {x!r}.") from exc
-    d = len(HYPERPARAMETERS)
+        raise ValueError(f"`x` must be {len(hyperparameters)} numbers, got {x!r}.") from exc
+    d = len(hyperparameters)
     if v.shape != (d,):
         raise ValueError(f"`x` must have shape ({d},) (one search-space point), got {v.shape}.")
     if not np.isfinite(v).all():
         raise ValueError(f"`x` must be finite, got {v.tolist()}.")
     out = {}
-    for h, vi in zip(HYPERPARAMETERS, v.tolist(), strict=True):
+    for h, vi in zip(hyperparameters, v.tolist(), strict=True):
         if not h.low - 1e-9 <= vi <= h.high + 1e-9:
             raise ValueError(
                 f"`x`: coordinate {h.name!r} = {vi} is outside its bounds [{h.low}, {h.high}]."
@@ -325,7 +332,9 @@ class ClientData:
 class FederatedHPOTask:
     r"""Federated tuning of ``HistGradientBoostingClassifier`` (see module docstring).
 
-    Build one with :func:`make_federated_hpo_task`.
+    Build one with :func:`make_federated_hpo_task`. Subclasses tune another model by
+    overriding ``hyperparameters``, ``model_name`` and :meth:`make_model` (e.g.
+    :class:`~botorch_fed.tasks.federated_mlp.FederatedMLPTask`).
 
     Example:
         >>> task = make_federated_hpo_task("breast_cancer", num_clients=5, seed=0)
@@ -343,6 +352,9 @@ class FederatedHPOTask:
         n_threads: OpenMP threads per evaluation (``None``: no limit).
         config: How the task was made (for result files).
     """
+
+    hyperparameters: tuple[Hyperparameter, ...] = HYPERPARAMETERS
+    model_name: str = "hgb"
 
     def __init__(
         self,
@@ -366,7 +378,7 @@ class FederatedHPOTask:
         self.random_state = _check_int(random_state, "random_state", 0)
         self.n_threads = None if n_threads is None else _check_int(n_threads, "n_threads", 1)
         self.config = dict(config or {})
-        self.bounds = search_space_bounds()
+        self.bounds = search_space_bounds(hyperparameters=self.hyperparameters)
 
     # --- the search space -------------------------------------------------------------
     @property
@@ -375,7 +387,7 @@ class FederatedHPOTask:
 
     @property
     def dim(self) -> int:
-        return len(HYPERPARAMETERS)
+        return len(self.hyperparameters)
 
     @property
     def client_sizes(self) -> list[int]:
@@ -388,7 +400,7 @@ class FederatedHPOTask:
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         return HistGradientBoostingClassifier(
-            **decode_hyperparameters(x),
+            **decode_hyperparameters(x, self.hyperparameters),
             max_iter=self.max_iter,
             early_stopping=False,
             random_state=self.random_state,
@@ -484,12 +496,15 @@ class FederatedHPOTask:
         self._client(client)
 
         def validation_loss(X: Tensor) -> Tensor:
-            # X: n x 5 points of the search space, one model trained and scored per row
+            # X: n x d points of the search space, one model trained and scored per row
             losses = [self.validation_loss(client, x) for x in X]
             return torch.tensor(losses, dtype=torch.float64)
 
         return CallableObjective(
-            validation_loss, bounds=self.bounds, minimize=True, name=f"hgb-logloss-client{client}"
+            validation_loss,
+            bounds=self.bounds,
+            minimize=True,
+            name=f"{self.model_name}-logloss-client{client}",
         )
 
     def objectives(self) -> list[CallableObjective]:
@@ -519,7 +534,7 @@ class FederatedHPOTask:
                     "scale": h.scale,
                     "integer": h.integer,
                 }
-                for h in HYPERPARAMETERS
+                for h in self.hyperparameters
             ],
         }
 
@@ -566,6 +581,43 @@ def make_federated_hpo_task(
     Returns:
         The :class:`FederatedHPOTask`.
     """
+    X, y, clients, test_index, config = split_data_set(
+        dataset,
+        num_clients,
+        quantity_alpha,
+        label_alpha,
+        test_fraction,
+        validation_fraction,
+        seed,
+        min_samples,
+    )
+    return FederatedHPOTask(
+        X,
+        y,
+        clients,
+        test_index,
+        max_iter=max_iter,
+        random_state=random_state,
+        n_threads=n_threads,
+        config=config,
+    )
+
+
+def split_data_set(
+    dataset: str,
+    num_clients: int,
+    quantity_alpha: float | None,
+    label_alpha: float | None,
+    test_fraction: float,
+    validation_fraction: float,
+    seed: int,
+    min_samples: int,
+) -> tuple[np.ndarray, np.ndarray, list[ClientData], np.ndarray, dict]:
+    r"""Steps 1-3 of the module docstring (arguments as :func:`make_federated_hpo_task`).
+
+    Returns:
+        ``(X, y, clients, test_index, config)`` for a task's constructor.
+    """
     X, y = _load(dataset)
     M = _check_int(num_clients, "num_clients", 1)
     test_fraction = _check_fraction(test_fraction, "test_fraction")
@@ -598,13 +650,4 @@ def make_federated_hpo_task(
         "seed": seed,
         "min_samples": min_samples,
     }
-    return FederatedHPOTask(
-        X,
-        y,
-        clients,
-        test_index,
-        max_iter=max_iter,
-        random_state=random_state,
-        n_threads=n_threads,
-        config=config,
-    )
+    return X, y, clients, test_index, config
