@@ -1,0 +1,543 @@
+r"""Co-KG: the collaborative knowledge gradient of [CoKG].
+
+``N`` agents each hold a local GP ``f_n``; the server holds the central model ``f^c``
+(their Wasserstein barycenter, :class:`~botorch_fed.models.BarycenterGP`) and assigns
+agent ``n`` the point ``x_n`` of the batch ``x = (x_1, ..., x_N)`` maximising
+
+    alpha(x) = E[ max_x' E[f^c(x') | y(x_1..x_N)] ]
+               + beta_t * sum_n E[ max_x' E[f_n(x') | y_n(x_n)] ],
+
+the q-KG of the central model at the whole batch (collaboration) plus ``beta_t`` times
+each local model's KG at its own point (self-reliance). As BoTorch's
+``qKnowledgeGradient`` without ``current_value``, the value is the expected maximum of
+the updated posterior means; the KG proper subtracts the constants
+``max mu^c + beta_t sum_n max mu_n``, which do not move the argmax.
+
+Two modes:
+
+- *one-shot* (default, continuous ``x'``): the inner maxima are decision variables
+  optimised jointly with the batch ([Balandat2020botorch]): ``X`` is
+  ``b x (N + num_fantasies * (1 + N)) x d`` -- the batch, then ``num_fantasies``
+  maximisers for the central model, then ``num_fantasies`` for each local model in
+  agent order. With ``beta = 0`` the local models are not evaluated and their blocks
+  are left out: ``X`` is ``b x (N + num_fantasies) x d``, exactly
+  ``qKnowledgeGradient``'s layout. Use :meth:`qCoKnowledgeGradient.
+  get_augmented_q_batch_size` and :meth:`~qCoKnowledgeGradient.extract_candidates`
+  (``optimize_acqf`` does).
+- *discrete* (``discrete_support``: ``s x d``): the inner maxima are exact over the
+  ``s`` support points and ``X`` is ``b x N x d``. The fantasy posterior mean on the
+  support is the Gaussian conditioning formula of the slides (reparameterisation
+  trick): ``mu(S) + Sigma(S, X) (Sigma(X, X) + noise)^-1 (y - mu(X))`` with ``y`` drawn
+  by the sampler from ``posterior(X, observation_noise=True)`` -- the same draws and
+  the same conditioning as ``model.fantasize`` for a Gaussian model, computed from one
+  joint posterior instead of ``num_fantasies x b`` fantasy models.
+
+Both use fixed base samples (``SobolQMCNormalSampler``; the central sampler takes
+``seed``, local sampler ``n`` takes ``seed + 1 + n``), so the value is a deterministic
+function of ``X`` that L-BFGS-B can optimise.
+
+References:
+
+.. [CoKG] D. Zhan, H. Zhang, R. Righter, Z. Zheng, J. Anderson. Collaborative Bayesian
+   Optimization via Wasserstein Barycenters. CDC 2025 (slides: paper 001 in
+   ``shared/papers``), "Co-KG: Mathematical Definition" and Alg. 1.
+.. [Balandat2020botorch] M. Balandat et al. BoTorch: A Framework for Efficient
+   Monte-Carlo Bayesian Optimization. NeurIPS 2020 (one-shot KG).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from botorch import settings
+from botorch.acquisition.analytic import PosteriorMean
+from botorch.acquisition.knowledge_gradient import qKnowledgeGradient
+from botorch.exceptions.errors import BotorchTensorDimensionError, UnsupportedError
+from botorch.models.model import Model
+from botorch.sampling.base import MCSampler
+from botorch.sampling.normal import SobolQMCNormalSampler
+from botorch.utils.transforms import t_batch_mode_transform
+from linear_operator.utils.cholesky import psd_safe_cholesky
+from torch import Tensor
+from torch.nn import ModuleList
+
+from botorch_fed.acquisition._rng import SeedLike, resolve_seed
+from botorch_fed.acquisition.mixed_ucb import model_input_dim
+
+_SEED_BOUND = 2**62
+# The discrete mode forms joint posteriors over the support and at most
+# max(s, this) of the t-batch's points at a time (covariances of at most (2 s)^2 or
+# (s + 1024)^2 entries).
+_DISCRETE_CHUNK_POINTS = 1024
+
+
+# ----------------------------------------------------------------------------------
+# Validation shared by the Co-* acquisitions
+# ----------------------------------------------------------------------------------
+
+
+def _check_model(model: object, name: str) -> Model:
+    if not isinstance(model, Model):
+        raise ValueError(f"`{name}` must be a BoTorch Model, got {type(model).__name__}.")
+    if model.num_outputs != 1:
+        raise UnsupportedError(
+            f"`{name}` has {model.num_outputs} outputs; the Co-* acquisitions need "
+            "single-output models."
+        )
+    return model
+
+
+def _check_models(central_model: object, local_models: object) -> tuple[Model, list[Model]]:
+    r"""The central model, the local models as a list (``N >= 1``), dims consistent."""
+    central_model = _check_model(central_model, "central_model")
+    if isinstance(local_models, Model | Tensor | str | bytes) or not isinstance(
+        local_models, Sequence | ModuleList
+    ):
+        raise ValueError(
+            "`local_models` must be a sequence of BoTorch Models (one per agent), got "
+            f"{type(local_models).__name__}."
+        )
+    local_models = list(local_models)
+    if len(local_models) == 0:
+        raise ValueError("`local_models` is empty; Co-* acquisitions need N >= 1 agents.")
+    local_models = [_check_model(m, f"local_models[{n}]") for n, m in enumerate(local_models)]
+    _input_dim(central_model, local_models)
+    return central_model, local_models
+
+
+def _input_dim(central_model: Model, local_models: Sequence[Model]) -> int | None:
+    r"""The common input dimension where it can be read off the models, else ``None``."""
+    dims = {"central_model": model_input_dim(central_model)}
+    dims.update({f"local_models[{n}]": model_input_dim(m) for n, m in enumerate(local_models)})
+    known = {name: d for name, d in dims.items() if d is not None}
+    if len(set(known.values())) > 1:
+        raise BotorchTensorDimensionError(f"The models have different input dimensions: {known}.")
+    return next(iter(known.values()), None)
+
+
+def _check_beta(beta: object) -> float:
+    if isinstance(beta, Tensor) and beta.numel() == 1:
+        beta = beta.item()
+    if isinstance(beta, bool) or not isinstance(beta, numbers.Real):
+        raise ValueError(f"`beta` must be a real number >= 0, got {beta!r}.")
+    value = float(beta)
+    if not (value >= 0 and value < float("inf")):
+        raise ValueError(f"`beta` must be finite and >= 0, got {beta!r}.")
+    return value
+
+
+def _check_points(points: object, name: str, d: int | None) -> Tensor:
+    r"""An ``s x d`` finite tensor (``s >= 1``), ``d`` matching the models'."""
+    if not isinstance(points, Tensor) or points.ndim != 2 or points.shape[0] < 1:
+        shape = tuple(points.shape) if isinstance(points, Tensor) else type(points).__name__
+        raise BotorchTensorDimensionError(
+            f"`{name}` must be an `s x d` tensor with s >= 1, got {shape}."
+        )
+    if d is not None and points.shape[-1] != d:
+        raise BotorchTensorDimensionError(
+            f"`{name}` has d={points.shape[-1]} columns but the models take d={d} inputs."
+        )
+    if not points.is_floating_point() or not torch.isfinite(points).all():
+        raise ValueError(f"`{name}` must be a finite floating point tensor.")
+    return points
+
+
+def _check_q_X(X: Tensor, q: int, d: int | None, what: str) -> None:
+    if X.shape[-2] != q:
+        raise BotorchTensorDimensionError(
+            f"`X` must be `batch_shape x {q} x d` ({what}), got {tuple(X.shape)}."
+        )
+    if d is not None and X.shape[-1] != d:
+        raise BotorchTensorDimensionError(
+            f"`X` has d={X.shape[-1]} but the models take d={d} inputs."
+        )
+
+
+def _check_sampler(sampler: object, name: str, num_fantasies: int) -> MCSampler:
+    if not isinstance(sampler, MCSampler):
+        raise ValueError(f"`{name}` must be a BoTorch MCSampler, got {type(sampler).__name__}.")
+    if sampler.sample_shape != torch.Size([num_fantasies]):
+        raise ValueError(
+            f"`{name}` draws sample_shape={tuple(sampler.sample_shape)}; expected "
+            f"({num_fantasies},) (num_fantasies)."
+        )
+    return sampler
+
+
+def derived_seed(seed: int, offset: int) -> int:
+    r"""``(seed + offset) mod 2^62``: the seed of the ``offset``-th sampler."""
+    return (seed + offset) % _SEED_BOUND
+
+
+# ----------------------------------------------------------------------------------
+# KG values of one model
+# ----------------------------------------------------------------------------------
+
+
+def one_shot_kg_values(
+    model: Model, sampler: MCSampler, X_actual: Tensor, X_fantasies: Tensor
+) -> Tensor:
+    r"""One-shot KG of ``model`` at ``X_actual``, as ``qKnowledgeGradient.forward``.
+
+    The expected maximum of the fantasy posterior mean, the maximum taken at the given
+    per-fantasy points (no ``current_value`` subtracted).
+
+    Args:
+        model: A single-output model that fantasizes.
+        sampler: The fantasy sampler, ``sample_shape = (num_fantasies,)``.
+        X_actual: ``batch_shape x q x d`` points to observe.
+        X_fantasies: ``batch_shape x num_fantasies x d``: the maximiser of fantasy
+            ``i`` is ``X_fantasies[..., i, :]``.
+
+    Returns:
+        A ``batch_shape`` tensor.
+    """
+    fantasy_model = model.fantasize(X=X_actual, sampler=sampler)
+    # batch x nf x d -> nf x batch x 1 x d (fantasy models have batch nf x batch)
+    X_f = X_fantasies.permute(-2, *range(X_fantasies.dim() - 2), -1).unsqueeze(-2)
+    with settings.propagate_grads(True):
+        values = PosteriorMean(model=fantasy_model)(X_f)  # nf x batch
+    return values.mean(dim=0)
+
+
+def discrete_kg_values(
+    model: Model, sampler: MCSampler, X_actual: Tensor, support: Tensor
+) -> Tensor:
+    r"""KG of ``model`` at ``X_actual`` with the inner max exact over ``support``.
+
+    ``E_y[max_{s in support} E[f(s) | y(X_actual)]]`` by Gaussian conditioning on the
+    sampler's draws of ``y ~ posterior(X_actual, observation_noise=True)`` (the draws
+    ``model.fantasize`` would condition on):
+    ``E[f(S) | y] = mu(S) + Sigma(S, X) (Sigma(X, X) + noise)^-1 (y - mu(X))``.
+
+    ``Sigma(S, X)`` comes from joint posteriors over the support and a chunk of the
+    t-batch's points flattened into one set (the support is not repeated per t-batch,
+    whose joint covariances would be ``batch x (q + s)^2``).
+
+    Args:
+        model: A single-output model with a Gaussian posterior.
+        sampler: The fantasy sampler, ``sample_shape = (num_fantasies,)``.
+        X_actual: ``batch_shape x q x d`` points to observe.
+        support: ``s x d`` points over which the inner maximum is taken.
+
+    Returns:
+        A ``batch_shape`` tensor.
+    """
+    batch_shape, (q, d) = X_actual.shape[:-2], X_actual.shape[-2:]
+    support = support.to(X_actual)
+    s = support.shape[-2]
+    noisy = model.posterior(X_actual, observation_noise=True)
+    Y = sampler(noisy)[..., 0]  # nf x batch x q
+    nf = Y.shape[0]
+    resid = (Y - noisy.mean[..., 0]).reshape(nf, -1, q)  # nf x B x q
+    L = psd_safe_cholesky(_covariance(noisy)).expand(*batch_shape, q, q).reshape(-1, q, q)
+    # B x nf x q: the whitened residuals (the base samples when the sampler's factor is L)
+    Z = torch.linalg.solve_triangular(L, resid.permute(1, 2, 0), upper=False).transpose(-1, -2)
+    flat_X = X_actual.reshape(-1, d)  # (B q) x d
+    B = L.shape[0]
+    chunk = max(1, max(s, _DISCRETE_CHUNK_POINTS) // q)  # t-batches per joint posterior
+    out = []
+    for lo in range(0, B, chunk):
+        c = min(chunk, B - lo)
+        joint = model.posterior(torch.cat([support, flat_X[lo * q : (lo + c) * q]], dim=-2))
+        mu_S = joint.mean[..., :s, 0]  # s
+        cross = _covariance(joint, rows=slice(s, s + c * q), cols=slice(0, s))  # (c q) x s
+        W = torch.linalg.solve_triangular(L[lo : lo + c], cross.reshape(c, q, s), upper=False)
+        cond = torch.baddbmm(mu_S.expand(c, 1, s), Z[lo : lo + c], W)  # c x nf x s
+        out.append(cond.amax(dim=-1).mean(dim=-1))
+    return torch.cat(out).reshape(batch_shape)
+
+
+def _covariance(posterior: Any, rows: slice | None = None, cols: slice | None = None) -> Tensor:
+    r"""A (block of the) covariance of a Gaussian single-output posterior, dense."""
+    dist = getattr(posterior, "distribution", None)
+    lazy = getattr(dist, "lazy_covariance_matrix", None)
+    if lazy is None:
+        raise UnsupportedError(
+            "The discrete mode of qCoKnowledgeGradient needs a Gaussian posterior "
+            f"(a GPyTorchPosterior); got {type(posterior).__name__}."
+        )
+    if rows is not None:
+        lazy = lazy[..., rows, cols]
+    return lazy.to_dense()
+
+
+# ----------------------------------------------------------------------------------
+# The acquisition
+# ----------------------------------------------------------------------------------
+
+
+class qCoKnowledgeGradient(qKnowledgeGradient):
+    r"""Co-KG of [CoKG]: central batch q-KG plus ``beta`` times the agents' own KG.
+
+    For the batch ``x_1..x_N`` (``X[..., :N, :]``, agent ``n`` gets ``x_n``)
+
+        value = qKG(central_model; x_1..x_N) + beta * sum_n KG(local_models[n]; x_n),
+
+    Monte Carlo with fixed base samples. See the module docstring for the one-shot and
+    the discrete mode and the layout of ``X``. A ``qKnowledgeGradient`` subclass, so
+    ``optimize_acqf`` treats it as one-shot (``q = N``); with ``discrete_support`` use
+    :func:`~botorch_fed.acquisition.optimize_co_acquisition` (BoTorch's one-shot
+    initialiser assumes fantasy points), which also seeds blockwise initial
+    conditions for the one-shot mode.
+
+    Example:
+        >>> acqf = qCoKnowledgeGradient(central, [local_1, local_2], beta=0.5,
+        ...                             num_fantasies=32, seed=0)
+        >>> X_full = torch.rand(acqf.get_augmented_q_batch_size(2), 2)
+        >>> acqf(X_full), acqf.extract_candidates(X_full).shape  # (value, 2 x 2)
+    """
+
+    def __init__(
+        self,
+        central_model: Model,
+        local_models: Sequence[Model],
+        beta: float = 0.0,
+        num_fantasies: int | None = 64,
+        sampler: MCSampler | None = None,
+        local_samplers: Sequence[MCSampler] | None = None,
+        discrete_support: Tensor | None = None,
+        seed: SeedLike = None,
+    ) -> None:
+        r"""
+        Args:
+            central_model: The central (barycenter) model; single output, fantasizes.
+            local_models: The ``N >= 1`` agents' models, in agent order; single output.
+                Not evaluated when ``beta = 0``.
+            beta: ``beta_t >= 0`` of this round (see :class:`BetaSchedule`).
+            num_fantasies: Fantasies per model (``None``: taken from ``sampler``).
+            sampler: The central model's fantasy sampler (default
+                ``SobolQMCNormalSampler(num_fantasies, seed=seed)``).
+            local_samplers: ``N`` fantasy samplers, one per local model (default
+                ``SobolQMCNormalSampler(num_fantasies, seed=seed + 1 + n)``).
+            discrete_support: ``s x d`` points: the inner maxima are taken exactly over
+                them and ``X`` holds only the batch (``b x N x d``).
+            seed: Seeds the default samplers: an ``int``, a ``torch.Generator`` /
+                ``numpy.random.Generator`` (one integer is drawn), or ``None`` (fresh
+                entropy; fixed for the lifetime of this object either way).
+        """
+        central_model, local_models = _check_models(central_model, local_models)
+        beta = _check_beta(beta)
+        if num_fantasies is None:
+            if sampler is None:
+                raise ValueError("Pass `num_fantasies` or a `sampler`.")
+            num_fantasies = sampler.sample_shape[0] if sampler.sample_shape else 0
+        if isinstance(num_fantasies, bool) or not isinstance(num_fantasies, int):
+            raise ValueError(f"`num_fantasies` must be an int >= 1, got {num_fantasies!r}.")
+        if num_fantasies < 1:
+            raise ValueError(f"`num_fantasies` must be an int >= 1, got {num_fantasies}.")
+        N = len(local_models)
+        if sampler is None or local_samplers is None:
+            s = resolve_seed(seed)
+        if sampler is None:
+            sampler = SobolQMCNormalSampler(torch.Size([num_fantasies]), seed=s)
+        sampler = _check_sampler(sampler, "sampler", num_fantasies)
+        if local_samplers is None:
+            local_samplers = [
+                SobolQMCNormalSampler(torch.Size([num_fantasies]), seed=derived_seed(s, 1 + n))
+                for n in range(N)
+            ]
+        if isinstance(local_samplers, MCSampler) or not isinstance(
+            local_samplers, Sequence | ModuleList
+        ):
+            raise ValueError(
+                "`local_samplers` must be a sequence of N MCSamplers, got "
+                f"{type(local_samplers).__name__}."
+            )
+        local_samplers = list(local_samplers)
+        if len(local_samplers) != N:
+            raise ValueError(
+                f"`local_samplers` has {len(local_samplers)} samplers for N={N} local models."
+            )
+        local_samplers = [
+            _check_sampler(smp, f"local_samplers[{n}]", num_fantasies)
+            for n, smp in enumerate(local_samplers)
+        ]
+        if discrete_support is not None:
+            discrete_support = _check_points(
+                discrete_support, "discrete_support", _input_dim(central_model, local_models)
+            )
+        super().__init__(model=central_model, num_fantasies=num_fantasies, sampler=sampler)
+        self.local_models = ModuleList(local_models)
+        self.local_samplers = ModuleList(local_samplers)
+        self.beta = beta
+        self.discrete_support = discrete_support
+
+    @property
+    def _input_dim(self) -> int | None:
+        if self.discrete_support is not None:
+            return self.discrete_support.shape[-1]
+        return _input_dim(self.model, self.local_models)
+
+    @property
+    def num_agents(self) -> int:
+        r"""``N``, the number of agents (local models)."""
+        return len(self.local_models)
+
+    @property
+    def uses_local_models(self) -> bool:
+        r"""Whether the local terms are evaluated (``beta > 0``)."""
+        return self.beta > 0
+
+    def set_X_pending(self, X_pending: Tensor | None = None) -> None:
+        r"""Pending points are not supported (every agent gets one point of the batch)."""
+        if X_pending is not None:
+            raise UnsupportedError("qCoKnowledgeGradient does not support `X_pending`.")
+        self.X_pending = None
+
+    def get_augmented_q_batch_size(self, q: int) -> int:
+        r"""The number of rows of ``X``: ``N`` (discrete), else ``N`` plus the
+        fantasy maximisers (``num_fantasies`` per evaluated model).
+
+        Args:
+            q: Must equal ``N`` (one point per agent).
+
+        Returns:
+            ``N + num_fantasies * (1 + N)`` (one-shot, ``beta > 0``),
+            ``N + num_fantasies`` (one-shot, ``beta = 0``) or ``N`` (discrete).
+        """
+        if q != self.num_agents:
+            raise BotorchTensorDimensionError(
+                f"`q` must equal the number of agents N={self.num_agents} (one point per "
+                f"agent), got q={q}."
+            )
+        if self.discrete_support is not None:
+            return q
+        blocks = 1 + (self.num_agents if self.uses_local_models else 0)
+        return q + self.num_fantasies * blocks
+
+    def extract_candidates(self, X_full: Tensor) -> Tensor:
+        r"""The agents' points ``X_full[..., :N, :]``.
+
+        Args:
+            X_full: ``b x q_aug x d`` (``q_aug`` from
+                :meth:`get_augmented_q_batch_size`).
+
+        Returns:
+            ``b x N x d``: row ``n`` is agent ``n``'s point.
+        """
+        return X_full[..., : self.num_agents, :]
+
+    def split(self, X: Tensor) -> tuple[Tensor, Tensor | None, list[Tensor]]:
+        r"""Split a one-shot ``X`` into the batch and the fantasy maximisers.
+
+        Args:
+            X: ``batch_shape x q_aug x d``.
+
+        Returns:
+            ``(X_actual, X_central, X_locals)``: the ``batch_shape x N x d`` batch, the
+            ``batch_shape x num_fantasies x d`` central maximisers (``None`` in the
+            discrete mode) and a list of ``N`` such blocks for the local models (empty
+            when ``beta = 0`` or discrete).
+        """
+        N, nf = self.num_agents, self.num_fantasies
+        q_aug = self.get_augmented_q_batch_size(N)
+        what = (
+            "the N agents' points"
+            if self.discrete_support is not None
+            else (f"N={N} agents' points, then num_fantasies={nf} maximisers per evaluated model")
+        )
+        _check_q_X(X, q_aug, self._input_dim, what)
+        if self.discrete_support is not None:
+            return X, None, []
+        X_actual, X_central = X[..., :N, :], X[..., N : N + nf, :]
+        X_locals = [
+            X[..., N + nf * (1 + n) : N + nf * (2 + n), :]
+            for n in range(N if self.uses_local_models else 0)
+        ]
+        return X_actual, X_central, X_locals
+
+    @t_batch_mode_transform()
+    def forward(self, X: Tensor) -> Tensor:
+        r"""Co-KG at ``X``.
+
+        Args:
+            X: ``b x q_aug x d`` (see :meth:`get_augmented_q_batch_size`): agent points
+                first, then (one-shot mode) the fantasy maximisers.
+
+        Returns:
+            A ``b`` tensor: the Co-KG values (the expected maxima, see the module
+            docstring).
+        """
+        X_actual, X_central, X_locals = self.split(X)
+        value = self.central_value(X_actual, X_central)
+        if self.uses_local_models:
+            value = value + self.beta * self.local_values(X_actual, X_locals).sum(dim=0)
+        return value
+
+    def central_value(self, X_actual: Tensor, X_central: Tensor | None) -> Tensor:
+        r"""The central q-KG term.
+
+        Args:
+            X_actual: ``batch_shape x N x d``.
+            X_central: ``batch_shape x num_fantasies x d`` maximisers (one-shot mode),
+                ``None`` in the discrete mode.
+
+        Returns:
+            A ``batch_shape`` tensor.
+        """
+        if self.discrete_support is not None:
+            return discrete_kg_values(self.model, self.sampler, X_actual, self.discrete_support)
+        return one_shot_kg_values(self.model, self.sampler, X_actual, X_central)
+
+    def local_values(self, X_actual: Tensor, X_locals: Sequence[Tensor]) -> Tensor:
+        r"""The agents' own KG terms (not multiplied by ``beta``).
+
+        Args:
+            X_actual: ``batch_shape x N x d``: local model ``n`` is evaluated at row
+                ``n`` alone.
+            X_locals: ``N`` blocks of ``batch_shape x num_fantasies x d`` maximisers
+                (one-shot mode); ignored in the discrete mode.
+
+        Returns:
+            ``N x batch_shape`` (``0 x batch_shape`` when ``beta = 0``: not evaluated).
+        """
+        if not self.uses_local_models:
+            return X_actual.new_zeros(0, *X_actual.shape[:-2])
+        values = []
+        for n, (model, sampler) in enumerate(
+            zip(self.local_models, self.local_samplers, strict=True)
+        ):
+            x_n = X_actual[..., n : n + 1, :]
+            if self.discrete_support is not None:
+                values.append(discrete_kg_values(model, sampler, x_n, self.discrete_support))
+            else:
+                values.append(one_shot_kg_values(model, sampler, x_n, X_locals[n]))
+        return torch.stack(values)
+
+    def evaluate(self, X: Tensor, bounds: Tensor, **kwargs: Any) -> Tensor:
+        r"""Co-KG at the batch ``X`` with the inner problems solved numerically.
+
+        The central and each local term as ``qKnowledgeGradient.evaluate`` (its own
+        multi-start search for each fantasy's maximiser); in the discrete mode this is
+        :meth:`forward` (the inner maxima are exact already).
+
+        Args:
+            X: ``b x N x d`` agent points (no fantasy maximisers).
+            bounds: ``2 x d`` bounds of the inner problems.
+            kwargs: Passed to ``qKnowledgeGradient.evaluate`` (``num_restarts``,
+                ``raw_samples``, ``options``, ``scipy_options``).
+
+        Returns:
+            A ``b`` tensor.
+        """
+        if X.ndim == 2:
+            X = X.unsqueeze(0)
+        _check_q_X(X, self.num_agents, self._input_dim, "the N agents' points")
+        if self.discrete_support is not None:
+            return self.forward(X)
+        value = qKnowledgeGradient(self.model, num_fantasies=None, sampler=self.sampler).evaluate(
+            X, bounds=bounds, **kwargs
+        )
+        if self.uses_local_models:
+            for n, (model, sampler) in enumerate(
+                zip(self.local_models, self.local_samplers, strict=True)
+            ):
+                kg = qKnowledgeGradient(model, num_fantasies=None, sampler=sampler)
+                value = value + self.beta * kg.evaluate(
+                    X[..., n : n + 1, :], bounds=bounds, **kwargs
+                )
+        return value
