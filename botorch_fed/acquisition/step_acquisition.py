@@ -6,6 +6,10 @@ picked. This module builds that acquisition through BoTorch's own classes:
 
 - ``"ucb"``: :class:`~botorch.acquisition.analytic.UpperConfidenceBound`;
 - ``"ei"``: :class:`~botorch.acquisition.analytic.LogExpectedImprovement`;
+- ``"kg"``: :class:`~botorch.acquisition.knowledge_gradient.qKnowledgeGradient`
+  (one-shot, ``num_fantasies`` fantasies from a seeded ``SobolQMCNormalSampler``; its
+  ``q``-batch form is the "data sharing" baseline of [Co-KG], the ``q = 1`` form its
+  "no collaboration" baseline);
 - ``"ts"``: :class:`~botorch.acquisition.thompson_sampling.PathwiseThompsonSampling`
   (one Matheron path, drawn at construction from ``seed``). Pathwise sampling exists
   only for model types registered with ``botorch.sampling.pathwise`` (``ExactGP``
@@ -24,13 +28,16 @@ for several parties that maximise one acquisition on one model and must not
 evaluate one point twice).
 
 Seeds: one integer seed ``s`` drives a whole step -- the Thompson path is drawn from
-``s``, the discrete Thompson sample from ``s + 1`` and the ``optimize_acqf`` search
-(Sobol raw samples and the choice of initial conditions) from ``s + 2``.
+``s``, the knowledge gradient's fantasy base samples from ``s``, the discrete Thompson
+sample from ``s + 1`` and the ``optimize_acqf`` search (Sobol raw samples and the
+choice of initial conditions) from ``s + 2``.
 
 References:
 
 .. [FBO-FedGP] Secure federated Bayesian optimisation with distributed sparse GPs,
    Alg. 2 and Sec. 4.2 (paper 000 in ``shared/papers``).
+.. [Co-KG] Collaborative Bayesian optimization via Wasserstein barycenters (paper 001
+   in ``shared/papers``), "Experimental Setup": the baselines.
 """
 
 from __future__ import annotations
@@ -41,12 +48,19 @@ from typing import Literal, overload
 import torch
 from botorch.acquisition.acquisition import AcquisitionFunction
 from botorch.acquisition.analytic import LogExpectedImprovement, UpperConfidenceBound
-from botorch.acquisition.objective import GenericMCObjective, PosteriorTransform
+from botorch.acquisition.knowledge_gradient import qKnowledgeGradient
+from botorch.acquisition.objective import (
+    GenericMCObjective,
+    PosteriorTransform,
+    ScalarizedPosteriorTransform,
+)
 from botorch.acquisition.thompson_sampling import PathwiseThompsonSampling
 from botorch.exceptions.errors import BotorchTensorDimensionError, UnsupportedError
 from botorch.generation.sampling import MaxPosteriorSampling
 from botorch.models.model import Model
+from botorch.acquisition.acquisition import OneShotAcquisitionFunction
 from botorch.optim import optimize_acqf
+from botorch.sampling.normal import SobolQMCNormalSampler
 from botorch.sampling.pathwise.posterior_samplers import DrawMatheronPaths
 from botorch.utils.sampling import draw_sobol_samples
 from torch import Tensor
@@ -54,8 +68,12 @@ from torch import Tensor
 from botorch_fed.acquisition._rng import SeedLike, isolated_seed, resolve_seed
 from botorch_fed.acquisition.mixed_ucb import _check_beta
 
-StepKind = Literal["ucb", "ei", "ts"]
+StepKind = Literal["ucb", "ei", "ts", "kg"]
+# the acquisitions of Alg. 2 of [FBO-FedGP] (Sec. 4.2), and all kinds this module builds:
+# those plus the knowledge gradient of the [Co-KG] baselines
 STEP_KINDS: tuple[str, ...] = ("ucb", "ei", "ts")
+ACQUISITION_KINDS: tuple[str, ...] = (*STEP_KINDS, "kg")
+DEFAULT_NUM_FANTASIES = 64  # qKnowledgeGradient's default
 
 
 def supports_pathwise_sampling(model: Model) -> bool:
@@ -75,8 +93,8 @@ def _negate(samples: Tensor, X: Tensor | None = None) -> Tensor:
 
 
 def _check_kind(kind: str) -> str:
-    if kind not in STEP_KINDS:
-        raise ValueError(f"`kind` must be one of {STEP_KINDS}, got {kind!r}.")
+    if kind not in ACQUISITION_KINDS:
+        raise ValueError(f"`kind` must be one of {ACQUISITION_KINDS}, got {kind!r}.")
     return kind
 
 
@@ -95,27 +113,35 @@ def make_step_acquisition(
     seed: SeedLike = None,
     maximize: bool = True,
     posterior_transform: PosteriorTransform | None = None,
+    num_fantasies: int = DEFAULT_NUM_FANTASIES,
 ) -> AcquisitionFunction:
     r"""Build one step's ``q = 1`` acquisition on ``model`` with BoTorch's classes.
 
+    ``"kg"`` builds a ``qKnowledgeGradient`` that also takes ``q > 1`` batches (its
+    batch size is the number of non-fantasy points of the one-shot input).
+
     Args:
-        kind: ``"ucb"``, ``"ei"`` or ``"ts"``.
+        kind: ``"ucb"``, ``"ei"``, ``"ts"`` or ``"kg"``.
         model: The fitted single-output model of this step (local or global).
         beta: UCB trade-off ``>= 0``; required for ``"ucb"``.
         best_f: Incumbent value (best observed, in the model's outcome space);
             required for ``"ei"``.
-        seed: Seed of the Thompson sample path (``"ts"``): an ``int``, a
-            ``torch.Generator`` / ``numpy.random.Generator``, or ``None``.
+        seed: Seed of the Thompson sample path (``"ts"``) and of the fantasy base
+            samples (``"kg"``): an ``int``, a ``torch.Generator`` /
+            ``numpy.random.Generator``, or ``None``.
         maximize: If True, consider the problem a maximization problem.
         posterior_transform: Optional posterior transform.
+        num_fantasies: Fantasies of the knowledge gradient (``"kg"``).
 
     Returns:
-        An ``UpperConfidenceBound``, ``LogExpectedImprovement`` or
-        ``PathwiseThompsonSampling`` (path already drawn) on ``model``.
+        An ``UpperConfidenceBound``, ``LogExpectedImprovement``,
+        ``PathwiseThompsonSampling`` (path already drawn) or ``qKnowledgeGradient``
+        (fixed Sobol base samples) on ``model``.
 
     Raises:
         UnsupportedError: For ``"ts"`` on a model without pathwise sampling support;
             use :func:`thompson_sample_candidate` (or :func:`propose_step_candidate`).
+            For ``"kg"`` with ``maximize=False`` and a ``posterior_transform``.
     """
     kind = _check_kind(kind)
     if not isinstance(model, Model):
@@ -138,8 +164,64 @@ def make_step_acquisition(
         return LogExpectedImprovement(
             model, best_f=best_f_t, posterior_transform=posterior_transform, maximize=maximize
         )
+    if kind == "kg":
+        return knowledge_gradient(
+            model,
+            num_fantasies=num_fantasies,
+            seed=seed,
+            maximize=maximize,
+            posterior_transform=posterior_transform,
+        )
     return pathwise_thompson_sampling(
         model, seed=seed, maximize=maximize, posterior_transform=posterior_transform
+    )
+
+
+def knowledge_gradient(
+    model: Model,
+    *,
+    num_fantasies: int = DEFAULT_NUM_FANTASIES,
+    seed: SeedLike = None,
+    maximize: bool = True,
+    posterior_transform: PosteriorTransform | None = None,
+) -> qKnowledgeGradient:
+    r"""BoTorch's one-shot ``qKnowledgeGradient`` with seeded fantasy base samples.
+
+    The fantasies come from ``SobolQMCNormalSampler(num_fantasies, seed=s)`` (``s``
+    the integer seed), so the acquisition is deterministic in its input and the
+    global RNG is not touched. The inner maximisation uses the posterior mean
+    (analytic); minimisation negates it by a ``ScalarizedPosteriorTransform``.
+
+    Args:
+        model: A fitted single-output model that supports ``fantasize``.
+        num_fantasies: Number of fantasies ``>= 1``.
+        seed: An ``int``, a ``torch.Generator`` / ``numpy.random.Generator``, or
+            ``None``.
+        maximize: If False, the knowledge gradient of the minimisation problem.
+        posterior_transform: Optional scalarizing posterior transform (only with
+            ``maximize=True``).
+
+    Returns:
+        The ``qKnowledgeGradient`` (``q`` = the number of non-fantasy points of its
+        ``b x (q + num_fantasies) x d`` input).
+    """
+    if not isinstance(model, Model):
+        raise TypeError(f"`model` must be a BoTorch Model, got {type(model).__name__}.")
+    _check_positive_int(num_fantasies, "num_fantasies")
+    if not maximize:
+        if posterior_transform is not None:
+            raise UnsupportedError(
+                "kind='kg' with maximize=False negates the posterior through a "
+                "posterior transform; pass a negated `posterior_transform` instead."
+            )
+        parameter = next(iter(model.parameters()), None)
+        dtype = torch.float64 if parameter is None else parameter.dtype
+        posterior_transform = ScalarizedPosteriorTransform(weights=-torch.ones(1, dtype=dtype))
+    sampler = SobolQMCNormalSampler(
+        sample_shape=torch.Size([num_fantasies]), seed=resolve_seed(seed)
+    )
+    return qKnowledgeGradient(
+        model, num_fantasies=None, sampler=sampler, posterior_transform=posterior_transform
     )
 
 
@@ -326,12 +408,20 @@ def maximize_step_acquisition(
         raw_samples: ``optimize_acqf`` raw samples for the initial conditions.
         maxiter: L-BFGS-B iterations per restart (``None``: ``optimize_acqf``'s
             default).
-        sequential: Sequential greedy optimisation of the ``q`` points.
+        sequential: Sequential greedy optimisation of the ``q`` points (not for
+            one-shot acquisitions such as ``qKnowledgeGradient``, which optimise the
+            batch jointly).
 
     Returns:
-        The ``q x d`` maximiser found.
+        The ``q x d`` maximiser found (for a one-shot acquisition its candidates,
+        without the fantasy points).
     """
     bounds = _check_bounds(bounds)
+    if sequential and isinstance(acqf, OneShotAcquisitionFunction):
+        raise UnsupportedError(
+            f"`sequential=True` is not supported for the one-shot {type(acqf).__name__}; "
+            "its q points are optimised jointly."
+        )
     s = resolve_seed(seed)
     with isolated_seed(s + 2):
         candidate, _ = optimize_acqf(
@@ -394,6 +484,7 @@ def ranked_step_candidates(
     if not (min_distance >= 0 and math.isfinite(min_distance)):
         raise ValueError(f"`min_distance` must be finite and >= 0, got {min_distance!r}.")
     s = resolve_seed(seed)
+    one_shot = isinstance(acqf, OneShotAcquisitionFunction)
     with isolated_seed(s + 2):
         X_opt, v_opt = optimize_acqf(
             acqf,
@@ -403,10 +494,17 @@ def ranked_step_candidates(
             raw_samples=_check_positive_int(raw_samples, "raw_samples"),
             options=_search_options(s, maxiter),
             return_best_only=False,
+            return_full_tree=one_shot,
         )
     X_raw = draw_sobol_samples(bounds, n=raw_samples, q=1, seed=s + 2)
     with torch.no_grad():
-        v_raw = acqf(X_raw)
+        if one_shot:
+            X_full = X_opt.detach()  # num_restarts x (1 + fantasies) x d
+            fantasies = X_full[v_opt.detach().reshape(-1).argmax(), 1:]
+            X_opt = acqf.extract_candidates(X_full)
+            v_raw = acqf(torch.cat([X_raw, fantasies.expand(len(X_raw), -1, -1)], dim=-2))
+        else:
+            v_raw = acqf(X_raw)
     d = bounds.shape[-1]
     kept: list[Tensor] = []
     for X, values in ((X_opt.detach().reshape(-1, d), v_opt), (X_raw.reshape(-1, d), v_raw)):
@@ -431,16 +529,17 @@ def propose_step_candidate(
     raw_samples: int = 256,
     maxiter: int | None = None,
     num_candidates: int = 1024,
+    num_fantasies: int = DEFAULT_NUM_FANTASIES,
 ) -> Tensor:
     r"""The next point of one step of Alg. 2 (lines 17 / 23) on ``model``.
 
-    UCB, EI and pathwise TS are maximised with :func:`maximize_step_acquisition`
+    UCB, EI, KG and pathwise TS are maximised with :func:`maximize_step_acquisition`
     (seeded initial conditions, global RNG state restored afterwards); TS on a model
     without pathwise support (e.g. ``FederatedPITCGP``) uses
     :func:`thompson_sample_candidate`.
 
     Args:
-        kind: ``"ucb"``, ``"ei"`` or ``"ts"``.
+        kind: ``"ucb"``, ``"ei"``, ``"ts"`` or ``"kg"``.
         model: The fitted single-output model of this step.
         bounds: ``2 x d`` box bounds.
         beta: UCB trade-off (``"ucb"``).
@@ -453,6 +552,7 @@ def propose_step_candidate(
         maxiter: L-BFGS-B iterations per restart (``None``: ``optimize_acqf``'s
             default).
         num_candidates: Candidate set size for discrete TS.
+        num_fantasies: Fantasies of the knowledge gradient (``"kg"``).
 
     Returns:
         A ``1 x d`` candidate inside ``bounds``.
@@ -477,6 +577,7 @@ def propose_step_candidate(
         seed=s,
         maximize=maximize,
         posterior_transform=posterior_transform,
+        num_fantasies=num_fantasies,
     )
     return maximize_step_acquisition(
         acqf,

@@ -19,7 +19,7 @@ r"""The federation protocol and the federated algorithms as round-based programs
 """
 
 # the algorithm modules register themselves on import (registry below)
-from botorch_fed.federation import central_bo, fbo_fedgp, fts, independent  # noqa: F401
+from botorch_fed.federation import central_bo, co_kg, fbo_fedgp, fts, independent  # noqa: F401
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.fbo_fedgp import FBOFedGPClient, FBOFedGPConfig, FBOFedGPServer
 from botorch_fed.federation.ledger import Ledger

@@ -48,7 +48,7 @@ from botorch_fed.models import (
     fit_exact_gp,
 )
 
-ACQUISITIONS = ("ucb", "ei", "ts")
+ACQUISITIONS = ("ucb", "ei", "ts", "kg")
 EVALUATION_ERRORS = ("record", "raise")
 
 
@@ -59,7 +59,10 @@ class BOSettings:
     Attributes:
         num_init: Initial design size per client.
         num_rounds: Number of rounds ``T``.
-        acquisition: ``"ucb"`` (GP-UCB), ``"ei"`` (log-EI) or ``"ts"`` (Thompson).
+        acquisition: ``"ucb"`` (GP-UCB), ``"ei"`` (log-EI), ``"ts"`` (Thompson) or
+            ``"kg"`` (one-shot knowledge gradient; ``local`` with it is the "no
+            collaboration" baseline of Co-KG, ``central`` with q-KG over the clients'
+            batch its "data sharing" baseline).
         beta: UCB ``beta``; ``None`` uses ``beta_t = 0.2 d log(2t)``.
         local_refit_every: Refit the local GP's hyperparameters on every ``K``-th
             model update (in between, the last fitted values are reused).
@@ -71,6 +74,7 @@ class BOSettings:
         ts_candidates: Candidate-set size of discrete Thompson sampling (models
             without pathwise sampling: the global dPITC model; FTS's shared-feature
             steps).
+        num_fantasies: Fantasies of the knowledge gradient (``acquisition="kg"``).
     """
 
     num_init: int = 4
@@ -83,6 +87,7 @@ class BOSettings:
     raw_samples: int = 64
     maxiter: int = 50
     ts_candidates: int = 512
+    num_fantasies: int = 64
 
     def validate(self) -> None:
         r"""Raise ``ValueError`` naming the first invalid setting."""
@@ -95,6 +100,7 @@ class BOSettings:
             "raw_samples",
             "maxiter",
             "ts_candidates",
+            "num_fantasies",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -344,11 +350,14 @@ class BOClient(FederatedClient):
         return kind
 
     def _step_arguments(self, kind: str, t: int, best_f: Tensor | float | None) -> dict:
-        r"""``beta`` (UCB) and ``best_f`` (EI) of round ``t`` for the step functions."""
+        r"""``beta`` (UCB), ``best_f`` (EI) and ``num_fantasies`` (KG) of round ``t`` for
+        the step functions."""
         if kind == "ucb":
             return {"beta": self.settings.beta_at(t, self.dim)}
         if kind == "ei":
             return {"best_f": self.Y.max() if best_f is None else best_f}
+        if kind == "kg":
+            return {"num_fantasies": self.settings.num_fantasies}
         return {}
 
     def make_acquisition(
@@ -366,13 +375,14 @@ class BOClient(FederatedClient):
             model: The GP to acquire on.
             t: The round (UCB's ``beta_t``, stored in float64; the default TS seed).
             best_f: EI's incumbent (``None``: the best value of the local data).
-            seed: Seed of the Thompson path (``None``: :meth:`step_seed` of ``t``).
-            kind: ``"ucb"``, ``"ei"`` or ``"ts"`` (``None``: the settings').
+            seed: Seed of the Thompson path and of KG's fantasies (``None``:
+                :meth:`step_seed` of ``t``).
+            kind: ``"ucb"``, ``"ei"``, ``"ts"`` or ``"kg"`` (``None``: the settings').
 
         Returns:
-            ``UpperConfidenceBound``, ``LogExpectedImprovement`` or
-            ``PathwiseThompsonSampling`` (the last only for models with pathwise
-            sampling support).
+            ``UpperConfidenceBound``, ``LogExpectedImprovement``,
+            ``PathwiseThompsonSampling`` (only for models with pathwise sampling
+            support) or ``qKnowledgeGradient``.
         """
         kind = self._kind(kind)
         return make_step_acquisition(
@@ -396,8 +406,9 @@ class BOClient(FederatedClient):
 
         Without ``acqf`` this is one step of
         :func:`~botorch_fed.acquisition.propose_step_candidate` (UCB, log-EI with the
-        local incumbent, pathwise TS -- or discrete TS on ``ts_candidates`` Sobol
-        points for a model without pathwise sampling); a given ``acqf`` is maximised
+        local incumbent, one-shot KG with ``num_fantasies`` fantasies, pathwise TS --
+        or discrete TS on ``ts_candidates`` Sobol points for a model without pathwise
+        sampling); a given ``acqf`` is maximised
         by :func:`~botorch_fed.acquisition.maximize_step_acquisition`.
 
         With ``count > 1`` (``count`` clients maximise the same acquisition on the same
@@ -418,7 +429,7 @@ class BOClient(FederatedClient):
             rank: This client's rank among the ``count`` clients.
             count: Number of clients maximising the same acquisition this round.
             seed: The search's seed (``None``: :meth:`step_seed` of ``t``).
-            kind: ``"ucb"``, ``"ei"`` or ``"ts"`` (``None``: the settings').
+            kind: ``"ucb"``, ``"ei"``, ``"ts"`` or ``"kg"`` (``None``: the settings').
 
         Returns:
             The ``1 x d`` candidate in the unit cube.

@@ -3,8 +3,9 @@ r"""Centralised BO on pooled data: the non-private oracle baseline.
 Clients upload their raw observations to the server (this baseline is *not*
 private, by design); the server fits one ``SingleTaskGP`` on the pooled data and
 assigns each client one point of a jointly optimised batch (sequential greedy
-``q``-UCB / ``q``-log-EI, or batch Thompson sampling: ``q`` pathwise posterior samples,
-each maximised), which the client evaluates. The GP is fitted by
+``q``-UCB / ``q``-log-EI, one-shot ``q``-KG -- the "data sharing" baseline of Co-KG --
+or batch Thompson sampling: ``q`` pathwise posterior samples, each maximised), which
+the client evaluates. The GP is fitted by
 :class:`~botorch_fed.models.ExactGPRefitter` and the batch is found by the seeded
 search of :func:`~botorch_fed.acquisition.maximize_step_acquisition`.
 """
@@ -16,6 +17,7 @@ import torch
 from botorch.acquisition import qLogExpectedImprovement, qUpperConfidenceBound
 
 from botorch_fed.acquisition import maximize_step_acquisition, pathwise_thompson_sampling
+from botorch_fed.acquisition.step_acquisition import knowledge_gradient
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.messages import Message
@@ -112,6 +114,10 @@ class CentralServer(FederatedServer):
             if s.acquisition == "ts":
                 # q independent paths; their sum is maximised jointly (separable)
                 acqf = pathwise_thompson_sampling(model, seed=seed, batch_size=q)
+                sequential = False
+            elif s.acquisition == "kg":
+                # q-KG over the whole batch: one-shot, optimised jointly
+                acqf = knowledge_gradient(model, num_fantasies=s.num_fantasies, seed=seed)
                 sequential = False
             elif s.acquisition == "ucb":
                 acqf = qUpperConfidenceBound(model, beta=s.beta_at(t, self.dim))

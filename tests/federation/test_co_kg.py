@@ -1,0 +1,585 @@
+r"""Co-KG on the federation protocol (issue 10, item 4): the four algorithms end to end,
+what the server receives (and what it can reconstruct from it), checkpoints, settings,
+the secure-mean path, and the knowledge-gradient baselines ("data sharing" = central
+q-KG, "no collaboration" = local KG)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from botorch.exceptions.errors import UnsupportedError
+from botorch.models import SingleTaskGP
+from scipy.optimize import minimize
+
+from botorch_fed.acquisition.step_acquisition import (
+    knowledge_gradient,
+    make_step_acquisition,
+    maximize_step_acquisition,
+    ranked_step_candidates,
+)
+from botorch_fed.federation import (
+    BOSettings,
+    CallableObjective,
+    FederationSetup,
+    ProtocolViolation,
+    build_federation,
+    get_algorithm,
+    run_federated,
+)
+from botorch_fed.federation.checkpoint import load_checkpoint
+from botorch_fed.federation.co_kg import (
+    BarycenterQKGSettings,
+    CoEISettings,
+    CoESSettings,
+    CoKGClient,
+    CoKGSettings,
+    original_hyperparameters,
+    shared_kernel,
+)
+from botorch_fed.inducing import grid_support
+from tests.federation.runs import Killed, comparable, kill_after
+
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+
+ALGORITHMS = ("co-kg", "co-ei", "co-es", "barycenter-qkg")
+SMALL = dict(
+    num_init=3,
+    num_rounds=2,
+    points_per_dim=6,
+    num_restarts=2,
+    raw_samples=16,
+    maxiter=10,
+    local_refit_every=2,
+)
+
+
+def _settings(algorithm: str, **kwargs):
+    cls = get_algorithm(algorithm).settings_class
+    extra = {}
+    names = {f.name for f in dataclasses.fields(cls)}
+    if "num_fantasies" in names:
+        extra["num_fantasies"] = 4
+    if "num_mv_samples" in names:
+        extra["num_mv_samples"] = 4
+    if "beta0" in names:
+        extra.update(beta0=0.5)  # local terms on from round 1
+    return cls(**{**SMALL, **extra, **kwargs})
+
+
+def _setup(**kwargs) -> FederationSetup:
+    base = dict(problem="cokg-f1", num_clients=3, seed=0, crypto_seed=0)
+    base.update(kwargs)
+    return FederationSetup(**base)
+
+
+def _float_patterns(value) -> set[bytes]:
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "fiu":
+        return set()
+    return {np.float64(v).tobytes() for v in arr.astype(np.float64).reshape(-1)}
+
+
+def _identifying(v: float) -> bool:
+    return round(v * 1024) / 1024 != v  # grid-like values (0, 0.5, 1) identify nothing
+
+
+def _leaks(values: torch.Tensor, replies: list) -> list:
+    r"""Replies (client, type, key) that contain one of ``values`` (exactly, as float64
+    numbers or 8 raw bytes of a byte blob)."""
+    patterns = {np.float64(v).tobytes() for v in values.reshape(-1).tolist() if _identifying(v)}
+    found = []
+    for cid, type_, key, value in replies:
+        if isinstance(value, bytes):
+            hit = any(p in value for p in patterns)
+        else:
+            hit = bool(patterns & _float_patterns(value))
+        if hit:
+            found.append((cid, type_, key))
+    return found
+
+
+def _instrumented(algorithm: str, setup: FederationSetup, settings):
+    replies: list = []
+
+    def on_receive(cid, reply):
+        for key, value in reply.payload.items():
+            replies.append((cid, reply.type, key, value))
+
+    server, clients, objectives = build_federation(
+        algorithm, setup, settings, on_receive=on_receive
+    )
+    sent: list = []  # what the server sent (evaluate messages)
+    original = server.send
+
+    def send(messages):
+        sent.extend((cid, m.type, dict(m.payload)) for cid, m in messages.items())
+        return original(messages)
+
+    server.send = send
+    server.run()
+    return server, clients, objectives, replies, sent
+
+
+# --- the four algorithms end to end ---------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_runs_end_to_end_and_sends_only_posteriors(algorithm):
+    setup = _setup()
+    settings = _settings(algorithm)
+    server, clients, objectives, replies, sent = _instrumented(algorithm, setup, settings)
+    support = grid_support(2, 6)
+    assert torch.equal(server.support, support)  # the paper's grid kind, 6 x 6
+    for cid, client in clients.items():
+        assert [h["step"] for h in client.history] == ["init"] * 3 + ["collaborative"] * 2
+        # every agent evaluated exactly the point the server assigned it in each round
+        assigned = [p["x"] for c, t, p in sent if c == cid and t == "evaluate"]
+        assert len(assigned) == 2
+        torch.testing.assert_close(client.X[3:], torch.tensor(np.stack(assigned)))
+        # the server never received a raw input or outcome: only posterior summaries
+        assert _leaks(client.X, replies) == []
+        assert _leaks(client.Y, replies) == []
+        assert _leaks(-client.Y, replies) == []
+    kinds = {(t, k) for _, t, k, _ in replies if not k.startswith("time:")}
+    shared = {"num_data", "covariance", "lengthscale", "outputscale", "noise", "mean_constant"}
+    assert {k for t, k in kinds if t == "posterior"} == shared | {
+        "mean",
+        "best_index",
+        "best_value",
+    }
+    assert {t for t, _ in kinds} <= {"posterior", "optimum"}
+    # x^: the best local optimum after the last round, a support point in the domain
+    rec = server.recommendation
+    assert rec["round"] == settings.num_rounds and rec["client"] in clients
+    objective = objectives[0]
+    assert any(torch.equal(torch.tensor(rec["x_unit"], dtype=torch.double), s) for s in support)
+    x = torch.tensor([rec["x_unit"]], dtype=torch.double)
+    torch.testing.assert_close(torch.tensor([rec["x"]], dtype=torch.double), objective.to_domain(x))
+    best_means = []
+    for client in clients.values():
+        with torch.no_grad():
+            best_means.append(client.local_model().posterior(support).mean.max().item())
+    assert rec["predicted_value"] == pytest.approx(-max(best_means), rel=1e-12)  # minimised
+
+
+def test_the_barycenter_is_warm_started_and_checkpointed():
+    server, *_ = _instrumented("co-kg", _setup(), _settings("co-kg", num_rounds=1))
+    cov = server.barycenter_covariance
+    assert cov is not None and cov.shape == (36, 36)
+    torch.testing.assert_close(cov, server.last_central.barycenter_covariance)
+    state = server.state_dict()
+    assert torch.equal(state["barycenter_covariance"], cov)
+
+
+# --- what the server learns ------------------------------------------------------------
+
+
+def _reconstruct(payload: dict, support: torch.Tensor, n: int):
+    r"""An agent's inputs and outcomes from its posterior reply alone: ``K_SS - C`` is
+    ``K_SX A^-1 K_XS``, whose range holds exactly the kernel sections ``k(S, x_i)`` at
+    the agent's inputs; then ``mu - m = K_SX A^-1 (y - m)`` gives ``y``."""
+    tensor = {k: torch.as_tensor(np.asarray(v)) for k, v in payload.items()}
+    kernel = shared_kernel(tensor["lengthscale"], tensor["outputscale"])
+    with torch.no_grad():
+        D = kernel(support).to_dense() - tensor["covariance"]
+    _, V = torch.linalg.eigh(D)
+    P = V[:, -n:]
+
+    def residual(x):
+        x = torch.as_tensor(x, dtype=torch.float64).reshape(-1, support.shape[-1])
+        with torch.no_grad():
+            v = kernel(support, x).to_dense()
+        return (v - P @ (P.T @ v)).norm(dim=0) / v.norm(dim=0)
+
+    axis = torch.linspace(0, 1, 101, dtype=torch.float64)
+    candidates = torch.cartesian_prod(axis, axis)
+    found: list[torch.Tensor] = []
+    for i in residual(candidates).argsort().tolist():
+        if any((candidates[i] - f).norm() < 0.1 for f in found):
+            continue
+        res = minimize(
+            lambda z: float(residual(z)),
+            candidates[i].numpy(),
+            method="Nelder-Mead",
+            options={"xatol": 1e-10, "fatol": 1e-15, "maxiter": 4000},
+        )
+        x = torch.as_tensor(np.clip(res.x, 0, 1))
+        if not any((x - f).norm() < 0.05 for f in found):
+            found.append(x)
+        if len(found) == n:
+            break
+    X = torch.stack(found)
+    with torch.no_grad():
+        K_SX = kernel(support, X).to_dense()
+        A = kernel(X).to_dense() + tensor["noise"] * torch.eye(n, dtype=torch.float64)
+    m = tensor["mean_constant"]
+    alpha = torch.linalg.lstsq(K_SX, (tensor["mean"] - m).unsqueeze(-1)).solution
+    return X, (m + A @ alpha).squeeze(-1)
+
+
+def test_the_server_reconstructs_an_agents_warm_up_data_from_its_posterior():
+    # the slides: "discretization prevents reverse-engineering of raw data points". It
+    # does not: 4 warm-up points and a coarser 6 x 6 grid, and the first posterior the
+    # agent sends gives them back (inputs and outcomes)
+    setup = _setup(num_clients=2)
+    settings = _settings("barycenter-qkg", num_init=4, num_rounds=1)
+    server, clients, _, replies, _ = _instrumented("barycenter-qkg", setup, settings)
+    client = clients[0]
+    payload = {k: v for c, t, k, v in replies if c == 0 and t == "posterior"}
+    X_hat, Y_hat = _reconstruct(payload, server.support, int(payload["num_data"]))
+    X, Y = client.X[:4], client.Y[:4].squeeze(-1)  # what it held when it sent that
+    order = [int((X - x).norm(dim=-1).argmin()) for x in X_hat]
+    assert sorted(order) == [0, 1, 2, 3]
+    # 6 x 6 grid spacing is 0.2; the inputs come back to ~1e-6, the outcomes to ~1e-5
+    torch.testing.assert_close(X_hat, X[order], rtol=0, atol=1e-4)
+    torch.testing.assert_close(Y_hat, Y[order], rtol=1e-3, atol=1e-3)
+
+
+def test_an_agents_summary_is_its_gp_posterior_in_original_units():
+    # dense linear algebra from the agent's own data and its original-unit
+    # hyperparameters reproduces what it sends (so the hyperparameters are right)
+    setup = _setup(num_clients=1)
+    objective = setup.make_objectives()[0]
+    client = CoKGClient(0, objective, _settings("co-kg"), seed=5)
+    client.on_init({})
+    client.on_support({"support": grid_support(2, 6).numpy()})
+    summary = client.posterior_summary()
+    S, X, Y = client.support, client.X, client.Y.squeeze(-1)
+    k = shared_kernel(summary["lengthscale"], summary["outputscale"])
+    with torch.no_grad():
+        K_SX, K_SS = k(S, X).to_dense(), k(S).to_dense()
+        A = k(X).to_dense() + summary["noise"] * torch.eye(len(X), dtype=torch.double)
+    m = summary["mean_constant"]
+    mean = m + K_SX @ torch.linalg.solve(A, Y - m)
+    cov = K_SS - K_SX @ torch.linalg.solve(A, K_SX.T)
+    scale = float(K_SS.diagonal().max())
+    torch.testing.assert_close(summary["mean"], mean, rtol=1e-8, atol=1e-8 * scale**0.5)
+    torch.testing.assert_close(summary["covariance"], cov, rtol=0, atol=1e-8 * scale)
+    # the hyperparameters are the model's, rescaled by the outcome transform
+    model = client.local_model()
+    std = model.outcome_transform.stdvs.reshape(())
+    hyper = original_hyperparameters(model)
+    torch.testing.assert_close(hyper["outputscale"], std**2)
+    torch.testing.assert_close(hyper["noise"], model.likelihood.noise.reshape(()) * std**2)
+
+
+def test_original_hyperparameters_refuses_other_kernels():
+    from gpytorch.kernels import MaternKernel
+
+    X = torch.rand(5, 2, dtype=torch.double)
+    model = SingleTaskGP(X, X.sum(-1, keepdim=True), covar_module=MaternKernel())
+    with pytest.raises(UnsupportedError, match="RBF"):
+        original_hyperparameters(model)
+
+
+# --- agents refuse what the protocol does not allow -------------------------------------
+
+
+def _agent(**kwargs) -> CoKGClient:
+    objective = _setup(num_clients=1).make_objectives()[0]
+    client = CoKGClient(0, objective, _settings("co-kg", **kwargs), seed=1, support_seed=0)
+    client.on_init({})
+    return client
+
+
+def test_an_agent_refuses_a_support_other_than_the_public_one():
+    client = _agent()
+    grid = grid_support(2, 6)
+    # a finer cluster around the agent's own data is not the settings' grid
+    with pytest.raises(ProtocolViolation, match="differs from the grid support"):
+        client.on_support({"support": (grid * 0.1 + client.X[0] * 0.9).numpy()})
+    with pytest.raises(ProtocolViolation, match="finite points"):
+        client.on_support({"support": np.full((4, 2), 2.0)})
+    client.on_support({"support": grid.numpy()})
+    assert torch.equal(client.support, grid)
+
+
+def test_an_agent_evaluates_one_point_per_posterior_it_sent():
+    client = _agent()
+    client.on_support({"support": grid_support(2, 6).numpy()})
+    with pytest.raises(ProtocolViolation, match="last posterior was for round None"):
+        client.on_evaluate({"x": np.full(2, 0.3), "t": 1})
+    client.on_posterior({"t": 1})
+    with pytest.raises(ProtocolViolation, match=r"finite values in \[0, 1\]"):
+        client.on_evaluate({"x": np.full(2, 1.5), "t": 1})
+    with pytest.raises(ProtocolViolation, match="round 2"):
+        client.on_evaluate({"x": np.full(2, 0.3), "t": 2})
+    client.on_evaluate({"x": np.full(2, 0.3), "t": 1})
+    assert len(client.X) == 4
+    with pytest.raises(ProtocolViolation, match="round None"):  # not twice
+        client.on_evaluate({"x": np.full(2, 0.4), "t": 1})
+
+
+# --- settings -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [CoKGSettings, CoEISettings, CoESSettings, BarycenterQKGSettings])
+def test_defaults_validate(cls):
+    cls().validate()
+
+
+@pytest.mark.parametrize(
+    "cls, name, value",
+    [
+        (CoKGSettings, "num_init", 0),
+        (CoKGSettings, "num_rounds", 1.5),
+        (CoKGSettings, "points_per_dim", 0),
+        (CoKGSettings, "support_size", 5000),
+        (CoKGSettings, "support_size", True),
+        (CoKGSettings, "centers_per_client", 0),
+        (CoKGSettings, "support_every", -1),
+        (CoKGSettings, "support", "hexagonal"),
+        (CoKGSettings, "weights", "votes"),
+        (CoKGSettings, "num_restarts", 0),
+        (CoKGSettings, "raw_samples", None),
+        (CoKGSettings, "maxiter", 0),
+        (CoKGSettings, "fit_maxiter", 0),
+        (CoKGSettings, "local_refit_every", 0),
+        (CoKGSettings, "num_fantasies", 0),
+        (CoKGSettings, "discrete", "yes"),
+        (CoKGSettings, "beta_schedule", "cosine"),
+        (CoKGSettings, "beta0", -1.0),
+        (CoKGSettings, "beta0", math.inf),
+        (CoKGSettings, "beta_rate", -0.1),
+        (CoKGSettings, "beta_power", math.nan),
+        (CoEISettings, "beta0", "1"),
+        (CoESSettings, "num_mv_samples", 0),
+        (BarycenterQKGSettings, "mean_aggregation", "homomorphic"),
+        (BarycenterQKGSettings, "num_fantasies", -3),
+    ],
+)
+def test_bad_settings_name_the_field(cls, name, value):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        cls(**{name: value}).validate()
+
+
+def test_bad_setting_combinations():
+    with pytest.raises(ValueError, match="`num_init`=1: a k-means support"):
+        CoKGSettings(support="kmeans", num_init=1).validate()
+    with pytest.raises(ValueError, match="`beta_power`"):  # beta_t overflows in the run
+        CoKGSettings(beta_schedule="power", beta0=1.0, beta_power=400.0).validate()
+    # a 10^6-point grid in 6-D
+    with pytest.raises(ValueError, match="`points_per_dim`=10 in `dim`=6"):
+        run_federated(
+            "co-kg",
+            FederationSetup(problem="hartmann", dim=6, num_clients=2),
+            CoKGSettings(support="grid"),
+        )
+    # the server needs the barycenter mean: CKKS keeps sums on the agents
+    with pytest.raises(ValueError, match="`aggregator`='ckks'"):
+        run_federated(
+            "barycenter-qkg",
+            _setup(aggregator="ckks"),
+            _settings("barycenter-qkg", mean_aggregation="secure"),
+        )
+    # the local terms need the agents' own means: only barycenter-qkg (beta = 0) hides them
+    for algorithm in ("co-kg", "co-ei", "co-es"):
+        names = {f.name for f in dataclasses.fields(get_algorithm(algorithm).settings_class)}
+        assert "mean_aggregation" not in names
+        assert get_algorithm(algorithm).secure_aggregation is False
+    assert get_algorithm("barycenter-qkg").secure_aggregation is True
+
+
+def test_cli_runs_co_kg(tmp_path, capsys):
+    from botorch_fed.cli import main
+
+    out = tmp_path / "r.json"
+    args = ["run", "co-kg", "--problem", "cokg-f1", "--clients", "3", "--rounds", "2",
+            "--seed", "0", "--init", "3", "--points-per-dim", "6", "--num-fantasies", "4",
+            "--raw-samples", "16", "--maxiter", "10", "--beta-schedule", "power",
+            "--beta0", "0.1", "--beta-power", "1.0", "--out", str(out)]  # fmt: skip
+    assert main(args) == 0, capsys.readouterr()
+    data = json.loads(out.read_text())
+    assert data["algorithm"] == "co-kg" and data["steps"] == {"init": 9, "collaborative": 6}
+    assert data["config"]["settings"]["beta_schedule"] == "power"
+    assert data["config"]["settings"]["points_per_dim"] == 6
+    assert len(data["best_per_round"]) == 3
+    # co-kg has no secure-mean option: the command line refuses it
+    assert main(["run", "co-kg", "--problem", "cokg-f1", "--mean-aggregation", "secure"]) == 2
+    assert "--mean-aggregation" in capsys.readouterr().err
+
+
+# --- checkpoints and the secure mean ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "algorithm, extra",
+    [
+        ("co-kg", dict(weights="precision", discrete=True)),
+        ("barycenter-qkg", dict(mean_aggregation="secure", weights="data")),
+    ],
+)
+def test_resume_is_bit_for_bit(tmp_path, algorithm, extra):
+    setup = lambda: _setup(aggregator="masking")  # noqa: E731
+    settings = lambda: _settings(algorithm, num_rounds=3, **extra)  # noqa: E731
+    full = run_federated(algorithm, setup(), settings())
+    with pytest.raises(Killed):
+        run_federated(algorithm, setup(), settings(), checkpoint=tmp_path, on_round=kill_after(1))
+    manifest, states = load_checkpoint(tmp_path)
+    assert states["server"]["state"]["barycenter_covariance"].shape == (36, 36)
+    resumed = run_federated(algorithm, setup(), settings(), resume=tmp_path)
+    assert comparable(resumed) == comparable(full)
+
+
+def test_secure_mean_equals_the_clear_mean_to_the_backends_precision():
+    results = {}
+    for how in ("clear", "secure"):
+        settings = _settings("barycenter-qkg", num_rounds=1, mean_aggregation=how)
+        server, clients, _, replies, sent = _instrumented(
+            "barycenter-qkg", _setup(aggregator="masking"), settings
+        )
+        results[how] = (server, replies, sent)
+    clear, secure = results["clear"][0].last_central, results["secure"][0].last_central
+    # masking sums each agent's w_n mu_n on the fixed-point grid 2^-40 (rounded to
+    # nearest: 2^-41 each), then float64 rounding of values of this size
+    size = clear.barycenter_mean.abs().max().item()
+    atol = 3 * 2.0**-41 + 8 * torch.finfo(torch.double).eps * size
+    difference = (secure.barycenter_mean - clear.barycenter_mean).abs().max().item()
+    assert 0 < difference <= atol  # not the clear path in disguise, and as close as promised
+    torch.testing.assert_close(secure.barycenter_covariance, clear.barycenter_covariance)
+    # the same points are assigned (the acquisition sees means equal to ~1e-12)
+    points = {
+        h: np.stack([p["x"] for _, t, p in results[h][2] if t == "evaluate"]) for h in results
+    }
+    np.testing.assert_allclose(points["secure"], points["clear"], rtol=0, atol=1e-6)
+    # hidden: no posterior reply carries a mean, and of an agent's mean (the ones the
+    # clear run sent: the same agents, the same data in round 1) only its maximum, the
+    # local optimum of Alg. 1's output, reaches the server
+    replies = results["secure"][1]
+    assert "mean" not in {k for _, t, k, _ in replies if t == "posterior"}
+    means = [torch.as_tensor(np.asarray(v)) for _, t, k, v in results["clear"][1] if k == "mean"]
+    assert len(means) == 3
+    for m in means:
+        assert {key for *_, key in _leaks(m, replies)} == {"best_value"}
+        rest = m[torch.arange(len(m)) != m.argmax()]
+        assert _leaks(rest, replies) == []
+    # positive control: the clear run's replies do contain them
+    assert all(_leaks(torch.as_tensor(m), results["clear"][1]) for m in means)
+
+
+# --- failed evaluations -------------------------------------------------------------------
+
+
+def _fails_first(n: int):
+    calls = {"n": 0}
+
+    def fn(Z):
+        calls["n"] += 1
+        if calls["n"] <= n:
+            raise OSError("licence server unreachable")
+        return (Z[:, 0] - 0.2) ** 2 + (Z[:, 1] + 0.3) ** 2
+
+    return fn
+
+
+BOUNDS = [[-1.0, -1.0], [1.0, 1.0]]
+
+
+def test_an_agent_without_data_counts_with_the_prior():
+    objectives = [CallableObjective(_fails_first(3), BOUNDS)] + [
+        CallableObjective(_fails_first(0), BOUNDS) for _ in range(2)
+    ]
+    setup = FederationSetup(objectives=objectives, seed=0, crypto_seed=0)
+    result = run_federated("co-kg", setup, _settings("co-kg"))
+    assert [(f["round"], f["step"]) for f in result.failures] == [(0, "init")] * 3
+    assert result.steps == {"init": 9, "collaborative": 6}
+    assert result.best_per_client[0] is not None  # it took part and holds data now
+
+
+def test_a_run_where_every_evaluation_fails_finishes():
+    objectives = [CallableObjective(_fails_first(10**9), BOUNDS) for _ in range(3)]
+    setup = FederationSetup(objectives=objectives, seed=0, crypto_seed=0)
+    server, clients, _ = build_federation("co-kg", setup, _settings("co-kg"))
+    server.run()
+    assert server.recommendation is None
+    assert all(len(c.failures) == 5 for c in clients.values())
+
+
+# --- the knowledge-gradient baselines ------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm, step", [("local", "local"), ("central", "central")])
+def test_kg_baselines_run(algorithm, step):
+    settings = BOSettings(
+        num_init=3, num_rounds=2, acquisition="kg", num_fantasies=4, raw_samples=16, maxiter=10
+    )
+    server, clients, _ = build_federation(algorithm, _setup(), settings)
+    server.run()
+    for client in clients.values():
+        assert [h["step"] for h in client.history] == ["init"] * 3 + [step] * 2
+    if algorithm == "central":  # one jointly optimised q-KG batch: distinct points
+        batch = torch.stack([c.X[3] for c in clients.values()])
+        assert torch.cdist(batch, batch).add(torch.eye(3)).min() > 1e-3
+
+
+def _model(dtype=torch.double):
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(8, 2, generator=g, dtype=dtype)
+    Y = torch.sin(6 * X).sum(-1, keepdim=True)
+    return SingleTaskGP(X, Y).eval()
+
+
+def test_knowledge_gradient_is_seeded_and_leaves_the_global_rng_alone():
+    model = _model()
+    X = torch.rand(5, 1 + 8, 2, generator=torch.Generator().manual_seed(1), dtype=torch.double)
+    state = torch.random.get_rng_state()
+    a = knowledge_gradient(model, num_fantasies=8, seed=3)
+    b = make_step_acquisition("kg", model, num_fantasies=8, seed=3)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    with torch.no_grad():
+        assert torch.equal(a(X), b(X))
+        other = knowledge_gradient(model, num_fantasies=8, seed=4)(X)
+        assert not torch.equal(a(X), other)
+        # minimisation: the knowledge gradient of -f
+        neg = knowledge_gradient(model, num_fantasies=8, seed=3, maximize=False)(X)
+    assert a.num_fantasies == 8 and neg.shape == (5,)
+    with pytest.raises(ValueError, match="`num_fantasies`"):
+        knowledge_gradient(model, num_fantasies=0)
+    with pytest.raises(UnsupportedError, match="posterior_transform"):
+        from botorch.acquisition.objective import ScalarizedPosteriorTransform
+
+        tf = ScalarizedPosteriorTransform(torch.ones(1, dtype=torch.double))
+        knowledge_gradient(model, maximize=False, posterior_transform=tf)
+
+
+def test_knowledge_gradient_of_minus_f_is_the_knowledge_gradient_of_the_negated_model():
+    from botorch.acquisition.knowledge_gradient import qKnowledgeGradient
+    from botorch.sampling.normal import SobolQMCNormalSampler
+
+    X0 = torch.rand(8, 2, generator=torch.Generator().manual_seed(0), dtype=torch.double)
+    Y0 = torch.sin(6 * X0).sum(-1, keepdim=True)
+    up = SingleTaskGP(X0, Y0).eval()
+    down = SingleTaskGP(X0, -Y0).eval()  # the GP of -f (same initial hyperparameters)
+    P = torch.rand(5, 2, generator=torch.Generator().manual_seed(1), dtype=torch.double)
+    with torch.no_grad():
+        torch.testing.assert_close(down.posterior(P).mean, -up.posterior(P).mean)
+    X = torch.rand(4, 1 + 6, 2, generator=torch.Generator().manual_seed(2), dtype=torch.double)
+    acqf = knowledge_gradient(up, num_fantasies=6, seed=0, maximize=False)
+    sampler = SobolQMCNormalSampler(torch.Size([6]), seed=0)
+    reference = qKnowledgeGradient(down, num_fantasies=None, sampler=sampler)
+    with torch.no_grad():
+        a = acqf(X)
+        reference(X)  # draws its base samples; the fantasies of -f use the negated ones
+        reference.sampler.base_samples = -acqf.sampler.base_samples
+        b = reference(X)
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    assert not torch.allclose(a, knowledge_gradient(up, num_fantasies=6, seed=0)(X).detach())
+
+
+def test_one_shot_acquisitions_in_the_step_searches():
+    model = _model()
+    bounds = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.double)
+    acqf = knowledge_gradient(model, num_fantasies=4, seed=0)
+    with pytest.raises(UnsupportedError, match="sequential"):
+        maximize_step_acquisition(acqf, bounds, seed=0, q=2, sequential=True)
+    kw = dict(seed=0, num_restarts=3, raw_samples=16, maxiter=10)
+    best = maximize_step_acquisition(acqf, bounds, **kw)
+    ranked = ranked_step_candidates(acqf, bounds, min_distance=0.05, **kw)
+    assert best.shape == (1, 2) and ranked.shape[-1] == 2 and len(ranked) > 3
+    torch.testing.assert_close(ranked[0], best[0])  # the same seeded search, best first
+    assert ((ranked >= 0) & (ranked <= 1)).all()
