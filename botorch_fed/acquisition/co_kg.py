@@ -230,10 +230,10 @@ def discrete_kg_values(
     support = support.to(X_actual)
     s = support.shape[-2]
     noisy = model.posterior(X_actual, observation_noise=True)
+    L = psd_safe_cholesky(_covariance(noisy)).expand(*batch_shape, q, q).reshape(-1, q, q)
     Y = sampler(noisy)[..., 0]  # nf x batch x q
     nf = Y.shape[0]
     resid = (Y - noisy.mean[..., 0]).reshape(nf, -1, q)  # nf x B x q
-    L = psd_safe_cholesky(_covariance(noisy)).expand(*batch_shape, q, q).reshape(-1, q, q)
     # B x nf x q: the whitened residuals (the base samples when the sampler's factor is L)
     Z = torch.linalg.solve_triangular(L, resid.permute(1, 2, 0), upper=False).transpose(-1, -2)
     flat_X = X_actual.reshape(-1, d)  # (B q) x d

@@ -1,0 +1,631 @@
+r"""Tests for :class:`botorch_fed.acquisition.qCoKnowledgeGradient` and
+:func:`botorch_fed.acquisition.optimize_co_acquisition` (issue 10, items 3 and 5).
+
+References are independent of GPyTorch's prediction code: a dense RBF-GP posterior
+(textbook solves), fantasies drawn with the acquisition's own base samples and
+conditioned by hand, and a brute-force Monte Carlo estimate with its own draws.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from botorch.acquisition import PosteriorMean, qKnowledgeGradient
+from botorch.exceptions.errors import BotorchTensorDimensionError, UnsupportedError
+from botorch.models import SingleTaskGP
+from botorch.models.deterministic import GenericDeterministicModel
+from botorch.models.transforms.outcome import Standardize
+from botorch.optim import optimize_acqf
+from botorch.sampling import SobolQMCNormalSampler
+from gpytorch.kernels import RBFKernel, ScaleKernel
+from gpytorch.likelihoods import GaussianLikelihood
+from torch import Tensor
+
+from botorch_fed.acquisition import (
+    gen_co_kg_initial_conditions,
+    optimize_co_acquisition,
+    qCoKnowledgeGradient,
+)
+from botorch_fed.acquisition._rng import isolated_seed
+from tests.tolerances import assert_close
+
+DTYPES = [torch.float64, torch.float32]
+LENGTHSCALE = 0.25
+OUTPUTSCALE = 1.5
+NOISE = 0.01
+CONSTANT = 0.3
+BOUNDS01 = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+
+
+# ----------------------------------------------------------------------------------
+# Models and the dense reference
+# ----------------------------------------------------------------------------------
+
+
+class ToyGP:
+    r"""Training data and fixed hyperparameters of an RBF GP: a ``SingleTaskGP`` and
+    a dense float64 reference posterior built from the same numbers."""
+
+    def __init__(self, X: Tensor, Y: Tensor, noise: float = NOISE) -> None:
+        self.X, self.Y, self.noise = X, Y, noise
+
+    def model(self, dtype: torch.dtype = torch.float64, standardize: bool = False) -> SingleTaskGP:
+        d = self.X.shape[-1]
+        kernel = ScaleKernel(RBFKernel(ard_num_dims=d)).to(dtype)
+        kernel.base_kernel.lengthscale = torch.full((1, d), LENGTHSCALE, dtype=dtype)
+        kernel.outputscale = torch.tensor(OUTPUTSCALE, dtype=dtype)
+        likelihood = GaussianLikelihood().to(dtype)
+        likelihood.noise = torch.tensor([self.noise], dtype=dtype)
+        model = SingleTaskGP(
+            self.X.to(dtype),
+            self.Y.to(dtype),
+            covar_module=kernel,
+            likelihood=likelihood,
+            outcome_transform=Standardize(1) if standardize else None,
+        )
+        if not standardize:
+            model.mean_module.constant.data.fill_(CONSTANT)
+        return model.eval()
+
+    def posterior(self, P: Tensor) -> tuple[Tensor, Tensor]:
+        r"""Dense posterior mean ``p`` and covariance ``p x p`` of ``f`` at ``P``."""
+        X, y, P = self.X.double(), self.Y.double()[:, 0], P.double()
+        K = rbf(X, X) + self.noise * torch.eye(len(X), dtype=torch.float64)
+        Kp = rbf(P, X)
+        mean = CONSTANT + Kp @ torch.linalg.solve(K, y - CONSTANT)
+        cov = rbf(P, P) - Kp @ torch.linalg.solve(K, Kp.T)
+        return mean, cov
+
+
+def rbf(A: Tensor, B: Tensor) -> Tensor:
+    return OUTPUTSCALE * torch.exp(-0.5 * torch.cdist(A, B).pow(2) / LENGTHSCALE**2)
+
+
+def toy(seed: int, n: int, d: int = 2, noise: float = NOISE) -> ToyGP:
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, d, generator=g, dtype=torch.float64)
+    Y = torch.sin(4.0 * X).sum(-1, keepdim=True) + 0.1 * torch.randn(
+        n, 1, generator=g, dtype=torch.float64
+    )
+    return ToyGP(X, Y, noise)
+
+
+def grid(k: int, dtype: torch.dtype = torch.float64) -> Tensor:
+    t = torch.linspace(0.0, 1.0, k, dtype=dtype)
+    return torch.cartesian_prod(t, t)
+
+
+def hand_fantasy_means(toy_gp: ToyGP, X_actual: Tensor, P: Tensor, base: Tensor) -> Tensor:
+    r"""Fantasy posterior means at ``P`` by hand, with the sampler's base samples.
+
+    ``y_i = m(X) + chol(C(X, X) + noise I) e_i`` (what the sampler draws), then
+    ``E[f(P) | y_i] = m(P) + C(P, X) (C(X, X) + noise I)^-1 (y_i - m(X))``.
+
+    Args:
+        X_actual: ``q x d`` points observed.
+        P: ``p x d`` points where the fantasy means are wanted.
+        base: ``nf x q`` base samples.
+
+    Returns:
+        ``nf x p``.
+    """
+    q = X_actual.shape[0]
+    mean, cov = toy_gp.posterior(torch.cat([X_actual, P]))
+    A = cov[:q, :q] + toy_gp.noise * torch.eye(q, dtype=torch.float64)
+    L = torch.linalg.cholesky(A)
+    resid = base.double() @ L.T  # y_i - m(X)
+    return mean[q:] + resid @ torch.linalg.solve(A, cov[:q, q:])
+
+
+def base_samples(sampler: SobolQMCNormalSampler) -> Tensor:
+    r"""The sampler's base samples as ``nf x q``."""
+    return sampler.base_samples.reshape(sampler.base_samples.shape[0], -1)
+
+
+def cond_factor(toy_gp: ToyGP, n_points: int) -> float:
+    r"""Rounding amplification of the dense posterior: ``cond(K + noise I)`` times the
+    number of points involved (a generous polynomial factor)."""
+    X = toy_gp.X.double()
+    K = rbf(X, X) + toy_gp.noise * torch.eye(len(X), dtype=torch.float64)
+    return float(torch.linalg.cond(K)) * (len(X) + n_points)
+
+
+@pytest.fixture(scope="module")
+def toys() -> dict[str, ToyGP]:
+    r"""A central model on pooled-looking data and three agents' local models."""
+    return {
+        "central": toy(0, 10),
+        "local0": toy(1, 5),
+        "local1": toy(2, 6),
+        "local2": toy(3, 4),
+    }
+
+
+def models(toys: dict[str, ToyGP], dtype: torch.dtype, N: int = 3):
+    return toys["central"].model(dtype), [toys[f"local{n}"].model(dtype) for n in range(N)]
+
+
+def random_X(acqf: qCoKnowledgeGradient, b: int, seed: int, dtype: torch.dtype) -> Tensor:
+    g = torch.Generator().manual_seed(seed)
+    q_aug = acqf.get_augmented_q_batch_size(acqf.num_agents)
+    return torch.rand(b, q_aug, 2, generator=g, dtype=torch.float64).to(dtype)
+
+
+# ----------------------------------------------------------------------------------
+# Equality with BoTorch's qKnowledgeGradient
+# ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("N", [1, 3])
+def test_beta_zero_is_qkg_on_the_central_model(toys, dtype: torch.dtype, N: int) -> None:
+    central, locals_ = models(toys, dtype, N)
+    nf = 8
+    acqf = qCoKnowledgeGradient(central, locals_, beta=0.0, num_fantasies=nf, seed=11)
+    qkg = qKnowledgeGradient(
+        central, num_fantasies=None, sampler=SobolQMCNormalSampler(torch.Size([nf]), seed=11)
+    )
+    assert acqf.get_augmented_q_batch_size(N) == qkg.get_augmented_q_batch_size(N) == N + nf
+    X = random_X(acqf, 5, 0, dtype)
+    value = acqf(X)
+    assert value.shape == (5,) and value.dtype == dtype
+    assert torch.equal(value, qkg(X))
+    assert torch.equal(acqf(X[0]), qkg(X[0]))  # a q x d input (no t-batch)
+    assert torch.equal(acqf.extract_candidates(X), qkg.extract_candidates(X))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_beta_adds_the_local_kg_terms(toys, dtype: torch.dtype) -> None:
+    central, locals_ = models(toys, dtype)
+    N, nf, beta, seed = 3, 6, 0.7, 5
+    acqf = qCoKnowledgeGradient(central, locals_, beta=beta, num_fantasies=nf, seed=seed)
+    assert acqf.get_augmented_q_batch_size(N) == N + nf * (N + 1)
+    X = random_X(acqf, 4, 1, dtype)
+    value = acqf(X)
+    # the central term: qKG of the central model at the batch, its own maximisers
+    qkg = qKnowledgeGradient(
+        central, num_fantasies=None, sampler=SobolQMCNormalSampler(torch.Size([nf]), seed=seed)
+    )
+    central_term = qkg(X[..., : N + nf, :])
+    # each local term: qKG of local n alone at x_n, with the maximisers of block n and
+    # the sampler seeded seed + 1 + n
+    local_terms = []
+    for n in range(N):
+        kg_n = qKnowledgeGradient(
+            locals_[n],
+            num_fantasies=None,
+            sampler=SobolQMCNormalSampler(torch.Size([nf]), seed=seed + 1 + n),
+        )
+        block = X[..., N + nf * (1 + n) : N + nf * (2 + n), :]
+        local_terms.append(kg_n(torch.cat([X[..., n : n + 1, :], block], dim=-2)))
+    local_terms = torch.stack(local_terms)
+    assert torch.equal(acqf.central_value(*acqf.split(X)[:2]), central_term)
+    assert torch.equal(acqf.local_values(X[..., :N, :], acqf.split(X)[2]), local_terms)
+    expected = central_term + beta * local_terms.sum(0)
+    # one rounding of a sum of N + 1 terms of size ~ |value|
+    assert_close(value, expected, dtype=dtype, factor=4 * (N + 1))
+    # the local terms are not constant: the test would see them dropped or swapped
+    assert (local_terms.std(dim=-1) > 1e-3).all()
+    assert (local_terms - local_terms.roll(1, dims=0)).abs().min() > 1e-4
+
+
+def test_user_samplers_are_used(toys) -> None:
+    central, locals_ = models(toys, torch.float64, 2)
+    nf = 4
+    samplers = [SobolQMCNormalSampler(torch.Size([nf]), seed=s) for s in (100, 101, 102)]
+    acqf = qCoKnowledgeGradient(
+        central,
+        locals_,
+        beta=1.0,
+        num_fantasies=None,
+        sampler=samplers[0],
+        local_samplers=samplers[1:],
+    )
+    assert acqf.num_fantasies == nf
+    same = qCoKnowledgeGradient(central, locals_, beta=1.0, num_fantasies=nf, seed=100)
+    X = random_X(acqf, 3, 2, torch.float64)
+    # seed 100 gives local seeds 101, 102: the same samplers
+    assert torch.equal(acqf(X), same(X))
+    other = qCoKnowledgeGradient(central, locals_, beta=1.0, num_fantasies=nf, seed=7)
+    assert not torch.equal(acqf(X), other(X))
+
+
+# ----------------------------------------------------------------------------------
+# Hand conditioning with the same samples (one-shot and discrete)
+# ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_one_shot_value_is_hand_conditioning(toys, dtype: torch.dtype) -> None:
+    central, locals_ = models(toys, dtype, 2)
+    N, nf, beta = 2, 16, 0.4
+    acqf = qCoKnowledgeGradient(central, locals_, beta=beta, num_fantasies=nf, seed=3)
+    X = random_X(acqf, 1, 4, dtype)[0]
+    value = acqf(X).squeeze(0)
+    Xd = X.double()
+    X_actual, X_central, X_locals = acqf.split(Xd.unsqueeze(0))
+    # central: fantasy i's maximiser is X_central[i]; its fantasy mean there
+    means = hand_fantasy_means(toys["central"], Xd[:N], X_central[0], base_samples(acqf.sampler))
+    expected = means.diagonal().mean()
+    factor = cond_factor(toys["central"], N + nf)
+    for n in range(N):
+        means_n = hand_fantasy_means(
+            toys[f"local{n}"], Xd[n : n + 1], X_locals[n][0], base_samples(acqf.local_samplers[n])
+        )
+        expected = expected + beta * means_n.diagonal().mean()
+        factor = max(factor, cond_factor(toys[f"local{n}"], 1 + nf))
+    assert_close(value, expected, dtype=dtype, factor=factor)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_discrete_inner_max_is_exact_over_the_support(toys, dtype: torch.dtype) -> None:
+    central, locals_ = models(toys, dtype, 2)
+    N, nf, beta = 2, 32, 1.3
+    support = grid(7, dtype)
+    acqf = qCoKnowledgeGradient(
+        central, locals_, beta=beta, num_fantasies=nf, discrete_support=support, seed=8
+    )
+    assert acqf.get_augmented_q_batch_size(N) == N
+    g = torch.Generator().manual_seed(9)
+    X = torch.rand(3, N, 2, generator=g, dtype=torch.float64).to(dtype)
+    X[1, 0] = support[10]  # an agent on a support point
+    value = acqf(X)
+    assert value.shape == (3,)
+    sup = support.double()
+    for j in range(3):
+        Xj = X[j].double()
+        central_max = hand_fantasy_means(toys["central"], Xj, sup, base_samples(acqf.sampler))
+        expected = central_max.amax(-1).mean()
+        factor = cond_factor(toys["central"], N + len(sup))
+        for n in range(N):
+            local_max = hand_fantasy_means(
+                toys[f"local{n}"], Xj[n : n + 1], sup, base_samples(acqf.local_samplers[n])
+            )
+            expected = expected + beta * local_max.amax(-1).mean()
+            factor = max(factor, cond_factor(toys[f"local{n}"], 1 + len(sup)))
+        assert_close(value[j], expected, dtype=dtype, factor=factor, msg=f"batch {j}")
+
+
+@pytest.mark.parametrize("standardize", [False, True])
+def test_discrete_mode_equals_fantasize_path(toys, standardize: bool) -> None:
+    r"""The closed-form conditioning of the discrete mode = BoTorch's fantasy models'
+    posterior means on the support (same draws), also with an outcome transform."""
+    central = toys["central"].model(torch.float64, standardize=standardize)
+    locals_ = [toys["local0"].model(torch.float64, standardize=standardize)]
+    support = grid(5)
+    nf, b = 16, 4
+    acqf = qCoKnowledgeGradient(
+        central, locals_ * 2, beta=0.5, num_fantasies=nf, discrete_support=support, seed=1
+    )
+    X = torch.rand(b, 2, 2, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    value = acqf(X)
+    reference = torch.zeros(b, dtype=torch.float64)
+    samplers = [acqf.sampler, *acqf.local_samplers]
+    for k, (model, x) in enumerate([(central, X), (locals_[0], X[:, :1]), (locals_[0], X[:, 1:])]):
+        fantasy = model.fantasize(x, samplers[k])  # nf x b batch of conditioned models
+        term = fantasy.posterior(support).mean[..., 0].amax(-1).mean(0)
+        reference = reference + (1.0 if k == 0 else 0.5) * term
+    assert_close(value, reference, dtype=torch.float64, factor=1e6)
+
+
+# ----------------------------------------------------------------------------------
+# Brute-force Monte Carlo with independent draws
+# ----------------------------------------------------------------------------------
+
+
+def brute_force_kg(toy_gp: ToyGP, X_actual: Tensor, P: Tensor, num: int, seed: int):
+    r"""Independent MC of ``E[max_P E[f(P) | y(X)]]``: ``num`` draws of ``y`` from the
+    dense posterior plus noise, conditioned by hand. Returns (mean, std of one draw)."""
+    g = torch.Generator().manual_seed(seed)
+    q = X_actual.shape[0]
+    mean, cov = toy_gp.posterior(torch.cat([X_actual, P]))
+    A = cov[:q, :q] + toy_gp.noise * torch.eye(q, dtype=torch.float64)
+    L = torch.linalg.cholesky(A)
+    gain = torch.linalg.solve(A, cov[:q, q:])
+    best = []
+    for _ in range(0, num, 10000):  # chunks of draws (memory)
+        y = mean[:q] + torch.randn(10000, q, generator=g, dtype=torch.float64) @ L.T
+        best.append((mean[q:] + (y - mean[:q]) @ gain).amax(-1))
+    best = torch.cat(best)
+    return best.mean(), best.std()
+
+
+def test_value_agrees_with_brute_force_monte_carlo(toys) -> None:
+    r"""Co-KG (N = 2, beta > 0) on a 25 x 25 grid against independent MC.
+
+    The discrete mode over the grid, and the one-shot mode with each fantasy's
+    maximiser put on the grid argmax of its fantasy mean (found by hand with the
+    acquisition's base samples), both estimate ``E[max_grid ...]``. Tolerance: 4
+    standard errors of the difference (the acquisition's QMC error is bounded by the
+    plain MC standard error of its ``nf`` draws, conservatively). Noise 0.1 here, so
+    that conditioning on noiseless fantasies would be many standard errors off.
+    """
+    N, beta, nf, num = 2, 0.6, 4096, 40000
+    gps = {name: ToyGP(t.X, t.Y, noise=0.1) for name, t in toys.items()}
+    X = torch.tensor([[0.2, 0.7], [0.8, 0.35]], dtype=torch.float64)
+    fine = grid(25)
+    central, locals_ = models(gps, torch.float64, N)
+    acqf = qCoKnowledgeGradient(
+        central, locals_, beta=beta, num_fantasies=nf, discrete_support=fine, seed=21
+    )
+    value = acqf(X).squeeze(0)
+    bf, var_bf, var_acqf = 0.0, 0.0, 0.0
+    terms = [("central", X, 1.0)] + [(f"local{n}", X[n : n + 1], beta) for n in range(N)]
+    for k, (name, x, w) in enumerate(terms):
+        m, sd = brute_force_kg(gps[name], x, fine, num, seed=100 + k)
+        bf = bf + w * m
+        var_bf += (w * sd) ** 2 / num
+        var_acqf += (w * sd) ** 2 / nf
+    se = math.sqrt(var_bf + var_acqf)
+    assert abs(value.item() - bf.item()) < 4 * se, (value.item(), bf.item(), se)
+    # the test has power: the KG terms differ from the current maxima by many se
+    current = sum(w * gps[name].posterior(fine)[0].max() for name, _, w in terms)
+    assert value.item() - current.item() > 10 * se
+
+    # one-shot mode, maximisers on the hand-computed grid argmaxes
+    acqf1 = qCoKnowledgeGradient(central, locals_, beta=beta, num_fantasies=nf, seed=21)
+    acqf1(torch.rand(acqf1.get_augmented_q_batch_size(N), 2, dtype=torch.float64))  # draws
+    blocks = []
+    for name, x, sampler in [
+        ("central", X, acqf1.sampler),
+        *[(f"local{n}", X[n : n + 1], acqf1.local_samplers[n]) for n in range(N)],
+    ]:
+        means = hand_fantasy_means(gps[name], x, fine, base_samples(sampler))
+        blocks.append(fine[means.argmax(-1)])
+    X_full = torch.cat([X, *blocks])
+    one_shot = acqf1(X_full).squeeze(0)
+    assert abs(one_shot.item() - bf.item()) < 4 * se, (one_shot.item(), bf.item(), se)
+    # moving the maximisers off the argmaxes lowers the value (a lower bound)
+    X_off = X_full.clone()
+    X_off[N:] = torch.rand(
+        X_off[N:].shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
+    assert acqf1(X_off).item() < one_shot.item()
+
+
+# ----------------------------------------------------------------------------------
+# Layout, evaluate, optimisation
+# ----------------------------------------------------------------------------------
+
+
+def test_layout_split_and_extract(toys) -> None:
+    central, locals_ = models(toys, torch.float64, 3)
+    acqf = qCoKnowledgeGradient(central, locals_, beta=0.2, num_fantasies=4, seed=0)
+    X = torch.arange(3 + 4 * 4, dtype=torch.float64).unsqueeze(-1).expand(-1, 2).unsqueeze(0)
+    X_actual, X_central, X_locals = acqf.split(X)
+    assert X_actual[0, :, 0].tolist() == [0, 1, 2]
+    assert X_central[0, :, 0].tolist() == [3, 4, 5, 6]
+    assert [blk[0, :, 0].tolist() for blk in X_locals] == [
+        [7, 8, 9, 10],
+        [11, 12, 13, 14],
+        [15, 16, 17, 18],
+    ]
+    assert torch.equal(acqf.extract_candidates(X), X_actual)
+    assert acqf.num_agents == 3 and acqf.uses_local_models
+
+
+def test_evaluate_solves_the_inner_problems(toys) -> None:
+    central, locals_ = models(toys, torch.float64, 2)
+    nf, beta, seed = 2, 0.5, 4
+    acqf = qCoKnowledgeGradient(central, locals_, beta=beta, num_fantasies=nf, seed=seed)
+    X = torch.tensor([[[0.3, 0.3], [0.6, 0.9]]], dtype=torch.float64)
+    kwargs = {"num_restarts": 2, "raw_samples": 16, "scipy_options": {"maxiter": 10}}
+    with isolated_seed(0):
+        value = acqf.evaluate(X, bounds=BOUNDS01, **kwargs)
+    with isolated_seed(0):  # the same calls in the same order, by hand
+        expected = qKnowledgeGradient(
+            central, num_fantasies=None, sampler=SobolQMCNormalSampler(torch.Size([nf]), seed=seed)
+        ).evaluate(X, bounds=BOUNDS01, **kwargs)
+        for n in range(2):
+            kg = qKnowledgeGradient(
+                locals_[n],
+                num_fantasies=None,
+                sampler=SobolQMCNormalSampler(torch.Size([nf]), seed=seed + 1 + n),
+            )
+            expected = expected + beta * kg.evaluate(
+                X[..., n : n + 1, :], bounds=BOUNDS01, **kwargs
+            )
+    assert_close(value, expected, dtype=torch.float64, factor=16)
+    discrete = qCoKnowledgeGradient(
+        central, locals_, beta=beta, num_fantasies=nf, discrete_support=grid(4), seed=seed
+    )
+    assert torch.equal(discrete.evaluate(X, bounds=BOUNDS01), discrete(X))
+
+
+FAST_OPTIONS = {"maxiter": 15, "num_inner_restarts": 2, "raw_inner_samples": 32}
+
+
+def test_botorch_one_shot_initializer_works_with_the_layout(toys) -> None:
+    r"""``optimize_acqf`` picks ``gen_one_shot_kg_initial_conditions`` for a
+    qKnowledgeGradient subclass: it must cope with the augmented layout."""
+    central, locals_ = models(toys, torch.float64, 2)
+    acqf = qCoKnowledgeGradient(central, locals_, beta=0.5, num_fantasies=3, seed=0)
+    with isolated_seed(0):
+        cands, value = optimize_acqf(
+            acqf, BOUNDS01, q=2, num_restarts=2, raw_samples=16, options=dict(FAST_OPTIONS)
+        )
+    assert cands.shape == (2, 2)
+    assert ((cands >= 0) & (cands <= 1)).all() and torch.isfinite(value).all()
+    with pytest.raises(BotorchTensorDimensionError, match="number of agents"):
+        optimize_acqf(acqf, BOUNDS01, q=3, num_restarts=2, raw_samples=16)
+
+
+def test_co_kg_initial_conditions_use_each_models_maximiser() -> None:
+    r"""Every fantasy block starts (for its non-random rows) at the maximiser of its
+    own model's posterior mean: single-bump models with far-apart maxima."""
+    peaks = torch.tensor([[0.2, 0.2], [0.8, 0.25], [0.5, 0.85]], dtype=torch.float64)
+    bump_models = []
+    for peak in peaks:
+        X = torch.cat([peak.unsqueeze(0), peak.unsqueeze(0) + 0.05])
+        bump_models.append(ToyGP(X, torch.tensor([[2.0], [1.5]], dtype=torch.float64)).model())
+    acqf = qCoKnowledgeGradient(bump_models[0], bump_models[1:], beta=1.0, num_fantasies=4, seed=0)
+    options = {"frac_random": 0.5, "num_inner_restarts": 1, "raw_inner_samples": 256}
+    with isolated_seed(0):
+        ics = gen_co_kg_initial_conditions(
+            acqf, BOUNDS01, q=2, num_restarts=3, raw_samples=8, options=options
+        )
+    assert ics.shape == (3, 2 + 4 * 3, 2)
+    for block, model in enumerate(bump_models):
+        rows = ics[:, 2 + 4 * block + 2 : 2 + 4 * (block + 1), :].reshape(-1, 2)
+        # the maximiser of this model's posterior mean on a fine grid
+        fine = grid(101)
+        best = fine[PosteriorMean(model)(fine.unsqueeze(-2)).argmax()]
+        assert (rows - best).norm(dim=-1).max() < 0.02, (block, rows, best)
+
+
+@pytest.mark.parametrize("mode", ["one-shot", "discrete"])
+def test_optimize_co_acquisition(toys, mode: str) -> None:
+    central, locals_ = models(toys, torch.float64, 3)
+    bounds = torch.tensor([[0.1, -0.2], [0.9, 1.0]], dtype=torch.float64)
+    kwargs = (
+        {"num_fantasies": 3}
+        if mode == "one-shot"
+        else {"num_fantasies": 16, "discrete_support": grid(6) * 0.8 + 0.1}
+    )
+    acqf = qCoKnowledgeGradient(central, locals_, beta=0.5, seed=0, **kwargs)
+    options = dict(FAST_OPTIONS) if mode == "one-shot" else {"maxiter": 15}
+    run = lambda seed: optimize_co_acquisition(  # noqa: E731
+        acqf, bounds, num_restarts=2, raw_samples=16, seed=seed, options=options
+    )
+    x = run(3)
+    assert x.shape == (3, 2) and x.dtype == torch.float64 and not x.requires_grad
+    assert ((x >= bounds[0]) & (x <= bounds[1])).all()
+    assert torch.pdist(x).min() > 1e-3  # N distinct points
+    state = torch.get_rng_state()
+    assert torch.equal(run(3), x)  # deterministic under a seed
+    assert torch.equal(torch.get_rng_state(), state)  # global RNG untouched
+    # the optimiser improved on its starts: the value beats random batches
+    if mode == "discrete":
+        rand = torch.rand(16, 3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        rand = bounds[0] + rand * (bounds[1] - bounds[0])
+        assert acqf(x.unsqueeze(0)).item() >= acqf(rand).max().item()
+
+
+# ----------------------------------------------------------------------------------
+# Bad inputs
+# ----------------------------------------------------------------------------------
+
+
+def test_bad_models(toys) -> None:
+    central, locals_ = models(toys, torch.float64, 2)
+    with pytest.raises(ValueError, match="empty"):
+        qCoKnowledgeGradient(central, [])
+    with pytest.raises(ValueError, match="sequence"):
+        qCoKnowledgeGradient(central, locals_[0])
+    with pytest.raises(ValueError, match=r"local_models\[1\]"):
+        qCoKnowledgeGradient(central, [locals_[0], "model"])
+    with pytest.raises(ValueError, match="central_model"):
+        qCoKnowledgeGradient(None, locals_)
+    two_out = SingleTaskGP(toys["central"].X, toys["central"].Y.repeat(1, 2))
+    with pytest.raises(UnsupportedError, match="2 outputs"):
+        qCoKnowledgeGradient(two_out, locals_)
+    three_d = toy(5, 4, d=3).model()
+    with pytest.raises(BotorchTensorDimensionError, match="different input dimensions"):
+        qCoKnowledgeGradient(central, [locals_[0], three_d])
+
+
+@pytest.mark.parametrize("beta", [-0.1, float("nan"), float("inf"), True, "1", torch.ones(2)])
+def test_bad_beta(toys, beta) -> None:
+    central, locals_ = models(toys, torch.float64, 1)
+    with pytest.raises(ValueError, match="beta"):
+        qCoKnowledgeGradient(central, locals_, beta=beta)
+
+
+def test_bad_samplers_and_support(toys) -> None:
+    central, locals_ = models(toys, torch.float64, 2)
+    for nf in (0, -2, 2.0, True):
+        with pytest.raises(ValueError, match="num_fantasies"):
+            qCoKnowledgeGradient(central, locals_, num_fantasies=nf)
+    with pytest.raises(ValueError, match="`sampler`"):
+        qCoKnowledgeGradient(
+            central, locals_, num_fantasies=8, sampler=SobolQMCNormalSampler(torch.Size([4]))
+        )
+    with pytest.raises(ValueError, match="`sampler` must be"):
+        qCoKnowledgeGradient(central, locals_, num_fantasies=4, sampler="sobol")
+    with pytest.raises(ValueError, match="N=2"):
+        qCoKnowledgeGradient(
+            central,
+            locals_,
+            num_fantasies=4,
+            local_samplers=[SobolQMCNormalSampler(torch.Size([4]))],
+        )
+    with pytest.raises(ValueError, match=r"local_samplers\[1\]"):
+        qCoKnowledgeGradient(
+            central,
+            locals_,
+            num_fantasies=4,
+            local_samplers=[
+                SobolQMCNormalSampler(torch.Size([4])),
+                SobolQMCNormalSampler(torch.Size([5])),
+            ],
+        )
+    with pytest.raises(ValueError, match="sequence of N"):
+        qCoKnowledgeGradient(
+            central, locals_, num_fantasies=4, local_samplers=SobolQMCNormalSampler(torch.Size([4]))
+        )
+    for support, err in [
+        (torch.rand(5, 3, dtype=torch.float64), BotorchTensorDimensionError),
+        (torch.rand(5, dtype=torch.float64), BotorchTensorDimensionError),
+        (torch.rand(0, 2, dtype=torch.float64), BotorchTensorDimensionError),
+        (torch.tensor([[0.1, float("nan")]], dtype=torch.float64), ValueError),
+        ([[0.1, 0.2]], BotorchTensorDimensionError),
+    ]:
+        with pytest.raises(err, match="discrete_support"):
+            qCoKnowledgeGradient(central, locals_, discrete_support=support)
+
+
+def test_bad_X(toys) -> None:
+    central, locals_ = models(toys, torch.float64, 2)
+    acqf = qCoKnowledgeGradient(central, locals_, beta=0.5, num_fantasies=2, seed=0)
+    q_aug = acqf.get_augmented_q_batch_size(2)
+    with pytest.raises(BotorchTensorDimensionError, match=f"batch_shape x {q_aug} x d"):
+        acqf(torch.rand(3, q_aug - 1, 2, dtype=torch.float64))
+    with pytest.raises(BotorchTensorDimensionError, match="d=3"):
+        acqf(torch.rand(3, q_aug, 3, dtype=torch.float64))
+    with pytest.raises(BotorchTensorDimensionError, match="number of agents"):
+        acqf.get_augmented_q_batch_size(3)
+    discrete = qCoKnowledgeGradient(
+        central, locals_, num_fantasies=2, discrete_support=grid(3), seed=0
+    )
+    with pytest.raises(BotorchTensorDimensionError, match="batch_shape x 2 x d"):
+        discrete(torch.rand(3, 3, 2, dtype=torch.float64))
+    with pytest.raises(BotorchTensorDimensionError, match="batch_shape x 2 x d"):
+        acqf.evaluate(torch.rand(3, 1, 2, dtype=torch.float64), bounds=BOUNDS01)
+    with pytest.raises(UnsupportedError, match="X_pending"):
+        acqf.set_X_pending(torch.rand(1, 2, dtype=torch.float64))
+    deterministic = GenericDeterministicModel(lambda X: X.sum(-1, keepdim=True))
+    no_gauss = qCoKnowledgeGradient(
+        deterministic, [deterministic], num_fantasies=2, discrete_support=grid(3), seed=0
+    )
+    with pytest.raises(UnsupportedError, match="Gaussian posterior"):
+        no_gauss(torch.rand(2, 1, 2, dtype=torch.float64))
+
+
+def test_bad_optimize_inputs(toys) -> None:
+    central, locals_ = models(toys, torch.float64, 2)
+    acqf = qCoKnowledgeGradient(central, locals_, num_fantasies=2, seed=0)
+    with pytest.raises(ValueError, match="acqf"):
+        optimize_co_acquisition(PosteriorMean(central), BOUNDS01)
+    with pytest.raises(BotorchTensorDimensionError, match="2 x d"):
+        optimize_co_acquisition(acqf, BOUNDS01.T.reshape(-1))
+    with pytest.raises(BotorchTensorDimensionError, match="d=3"):
+        optimize_co_acquisition(acqf, torch.tensor([[0.0] * 3, [1.0] * 3], dtype=torch.float64))
+    with pytest.raises(ValueError, match="lower < upper"):
+        optimize_co_acquisition(acqf, torch.tensor([[0.0, 1.0], [1.0, 1.0]], dtype=torch.float64))
+    with pytest.raises(ValueError, match="num_restarts"):
+        optimize_co_acquisition(acqf, BOUNDS01, num_restarts=0)
+    with pytest.raises(ValueError, match="raw_samples"):
+        optimize_co_acquisition(acqf, BOUNDS01, raw_samples=2.5)
+    with pytest.raises(ValueError, match="seed"):
+        optimize_co_acquisition(acqf, BOUNDS01, options={"seed": 1})
+    discrete = qCoKnowledgeGradient(
+        central, locals_, num_fantasies=2, discrete_support=grid(3), seed=0
+    )
+    with pytest.raises(ValueError, match="frac_random"):
+        optimize_co_acquisition(discrete, BOUNDS01, options={"frac_random": 0.5})
+    with pytest.raises(ValueError, match="frac_random"):
+        optimize_co_acquisition(acqf, BOUNDS01, options={"frac_random": 1.5})
+    with pytest.raises(ValueError, match="one-shot"):
+        gen_co_kg_initial_conditions(discrete, BOUNDS01, q=2, num_restarts=2, raw_samples=4)
