@@ -165,15 +165,10 @@ def test_runs_end_to_end_and_sends_only_posteriors(algorithm):
         with torch.no_grad():
             best_means.append(client.local_model().posterior(support).mean.max().item())
     assert rec["predicted_value"] == pytest.approx(-max(best_means), rel=1e-12)  # minimised
-
-
-def test_the_barycenter_is_warm_started_and_checkpointed():
-    server, *_ = _instrumented("co-kg", _setup(), _settings("co-kg", num_rounds=1))
+    # the barycenter covariance warm-starts the next round and is in the checkpoint state
     cov = server.barycenter_covariance
-    assert cov is not None and cov.shape == (36, 36)
-    torch.testing.assert_close(cov, server.last_central.barycenter_covariance)
-    state = server.state_dict()
-    assert torch.equal(state["barycenter_covariance"], cov)
+    assert cov.shape == (36, 36) and torch.equal(cov, server.last_central.barycenter_covariance)
+    assert torch.equal(server.state_dict()["barycenter_covariance"], cov)
 
 
 # --- what the server learns ------------------------------------------------------------
@@ -506,15 +501,14 @@ def test_a_run_where_every_evaluation_fails_finishes():
 @pytest.mark.parametrize("algorithm, step", [("local", "local"), ("central", "central")])
 def test_kg_baselines_run(algorithm, step):
     settings = BOSettings(
-        num_init=3, num_rounds=2, acquisition="kg", num_fantasies=4, raw_samples=16, maxiter=10
+        num_init=3, num_rounds=1, acquisition="kg", num_fantasies=4, raw_samples=16, maxiter=10
     )
-    server, clients, _ = build_federation(algorithm, _setup(), settings)
+    server, clients, _ = build_federation(algorithm, _setup(num_clients=2), settings)
     server.run()
     for client in clients.values():
-        assert [h["step"] for h in client.history] == ["init"] * 3 + [step] * 2
+        assert [h["step"] for h in client.history] == ["init"] * 3 + [step]
     if algorithm == "central":  # one jointly optimised q-KG batch: distinct points
-        batch = torch.stack([c.X[3] for c in clients.values()])
-        assert torch.cdist(batch, batch).add(torch.eye(3)).min() > 1e-3
+        assert (clients[0].X[3] - clients[1].X[3]).norm() > 1e-3
 
 
 def _model(dtype=torch.double):
