@@ -428,7 +428,7 @@ def test_secure_mean_equals_the_clear_mean_to_the_backends_precision():
         server, clients, _, replies, sent = _instrumented(
             "barycenter-qkg", _setup(aggregator="masking"), settings
         )
-        results[how] = (server, replies, sent)
+        results[how] = (server, replies, sent, clients)
     clear, secure = results["clear"][0].last_central, results["secure"][0].last_central
     # masking sums each agent's w_n mu_n on the fixed-point grid 2^-40 (rounded to
     # nearest: 2^-41 each), then float64 rounding of values of this size
@@ -455,6 +455,30 @@ def test_secure_mean_equals_the_clear_mean_to_the_backends_precision():
         assert _leaks(rest, replies) == []
     # positive control: the clear run's replies do contain them
     assert all(_leaks(torch.as_tensor(m), results["clear"][1]) for m in means)
+    # ... but the sum alone does not hide the outcomes: with the inputs (the covariances
+    # give them away, see the reconstruction test) and the hyperparameters every agent
+    # sends, sum_n w_n mu_n is linear in all agents' outcomes -- 36 equations for 9
+    # unknowns here (support larger than the federation's data): solve for them
+    server, clients = results["secure"][0], results["secure"][3]
+    sent = {c: {} for c in clients}  # what each agent sent in clear
+    for cid, type_, key, value in replies:
+        if type_ == "posterior":
+            sent[cid][key] = torch.as_tensor(np.asarray(value))
+    S, w = server.support, server.last_central.weights
+    blocks, offset = [], server.last_central.barycenter_mean.clone()
+    for n, cid in enumerate(sorted(clients)):
+        h, X = sent[cid], clients[cid].X[:3]  # the inputs it held in round 1
+        kernel = shared_kernel(h["lengthscale"], h["outputscale"])
+        with torch.no_grad():
+            A = kernel(X).to_dense() + h["noise"] * torch.eye(3, dtype=torch.double)
+            B = w[n] * torch.linalg.solve(A, kernel(S, X).to_dense().T).T  # s x 3
+        blocks.append(B)
+        offset -= w[n] * h["mean_constant"] - B @ (
+            h["mean_constant"] * torch.ones(3, dtype=torch.double)
+        )
+    y = torch.linalg.lstsq(torch.cat(blocks, dim=-1), offset.unsqueeze(-1)).solution.squeeze(-1)
+    truth = torch.cat([clients[c].Y[:3].squeeze(-1) for c in sorted(clients)])
+    torch.testing.assert_close(y, truth, rtol=1e-3, atol=1e-3)
 
 
 # --- failed evaluations -------------------------------------------------------------------
