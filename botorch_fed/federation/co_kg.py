@@ -65,16 +65,25 @@ from botorch.models import SingleTaskGP
 from gpytorch.kernels import RBFKernel, ScaleKernel
 from torch import Tensor
 
+from botorch_fed.acquisition import (
+    BETA_KINDS,
+    BetaSchedule,
+    optimize_co_acquisition,
+    qCoExpectedImprovement,
+    qCoKnowledgeGradient,
+    qCoMaxValueEntropy,
+)
 from botorch_fed.federation.bo_client import BOClient
 from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer, ProtocolViolation
 from botorch_fed.inducing import global_support, grid_support, local_centers, sobol_support
+from botorch_fed.models import BarycenterGP, agent_weights
 
 SUPPORTS = ("auto", "grid", "sobol", "kmeans")
 WEIGHTS = ("uniform", "data", "precision")
-BETA_SCHEDULES = ("constant", "linear", "power")
+BETA_SCHEDULES = BETA_KINDS
 MEAN_AGGREGATIONS = ("clear", "secure")
 MAX_SUPPORT_SIZE = 4096  # agents refuse a larger support from the server
 MIN_CLUSTER_SIZE = 2  # k-means support: never the centre of one point (a raw input)
@@ -182,10 +191,8 @@ class CollaborativeSettings:
             )
 
     # the parts a server and its acquisition read
-    def make_beta_schedule(self):
+    def make_beta_schedule(self) -> BetaSchedule:
         r"""The :class:`~botorch_fed.acquisition.BetaSchedule` (``beta_t = 0`` here)."""
-        from botorch_fed.acquisition.beta_schedule import BetaSchedule
-
         return BetaSchedule("constant", beta0=0.0)
 
     def hides_means(self) -> bool:
@@ -226,10 +233,8 @@ class _BetaFields:
             except ValueError as exc:
                 raise ValueError(f"`beta_power`={self.beta_power!r}: {exc}") from exc
 
-    def make_beta_schedule(self):
+    def make_beta_schedule(self) -> BetaSchedule:
         r"""The :class:`~botorch_fed.acquisition.BetaSchedule` of these fields."""
-        from botorch_fed.acquisition.beta_schedule import BetaSchedule
-
         kind = self.beta_schedule
         return BetaSchedule(
             kind,
@@ -856,8 +861,6 @@ class CoKGServer(FederatedServer):
         }
 
     def _batch(self, t: int, ids: list[int], posteriors: dict[int, dict | None]) -> Tensor:
-        from botorch_fed.models import BarycenterGP, agent_weights
-
         cfg = self.settings
         S = self.support
         with self.ledger.timer("barycenter"):
@@ -901,8 +904,6 @@ class CoKGServer(FederatedServer):
                 locals_ = [self._local_model(posteriors[c], prior, K_SS) for c in ids]
         with self.ledger.timer("acquisition"):
             acqf = self._acquisition(central, locals_, beta, t)
-            from botorch_fed.acquisition.co_optimize import optimize_co_acquisition
-
             bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
             X = optimize_co_acquisition(
                 acqf,
@@ -917,8 +918,6 @@ class CoKGServer(FederatedServer):
     def _local_model(self, posterior: dict | None, prior: dict, K_SS: Tensor):
         r"""Agent ``n``'s discretised posterior as a one-agent ``BarycenterGP`` (its own
         hyperparameters off the support; the shared prior for an agent without data)."""
-        from botorch_fed.models import BarycenterGP
-
         S = self.support
         if posterior is None:
             return BarycenterGP(
@@ -962,8 +961,6 @@ class CoKGServer(FederatedServer):
         seed = self.round_seed(t)
         S = self.support
         if self.algorithm in ("co-kg", "barycenter-qkg"):
-            from botorch_fed.acquisition.co_kg import qCoKnowledgeGradient
-
             return qCoKnowledgeGradient(
                 central,
                 locals_,
@@ -973,11 +970,7 @@ class CoKGServer(FederatedServer):
                 seed=seed,
             )
         if self.algorithm == "co-ei":
-            from botorch_fed.acquisition.co_ei_es import qCoExpectedImprovement
-
             return qCoExpectedImprovement(central, locals_, beta=beta, seed=seed, support=S)
-        from botorch_fed.acquisition.co_ei_es import qCoMaxValueEntropy
-
         return qCoMaxValueEntropy(
             central,
             locals_,
