@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from botorch.acquisition.objective import PosteriorTransform
 from botorch.exceptions.errors import (
     BotorchTensorDimensionError,
     InputDataError,
@@ -50,7 +51,6 @@ from botorch.exceptions.errors import (
 from botorch.models.model import FantasizeMixin, Model
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.posteriors.posterior import Posterior
-from botorch.acquisition.objective import PosteriorTransform
 from gpytorch import settings as gpytorch_settings
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.kernels import Kernel
@@ -61,9 +61,9 @@ from torch import Tensor
 
 from botorch_fed.models.barycenter import bures_wasserstein_barycenter
 from botorch_fed.models.pitc import (
+    _SCALARS,
     _noise_diagonal,
     _state_tensors,
-    _structure_key,
     _summary_modules,
 )
 
@@ -133,6 +133,21 @@ def _positive_scalar(value: Any, name: str) -> Tensor:
     if t.numel() != 1 or not torch.isfinite(t).all() or float(t) <= 0:
         raise ValueError(f"`{name}` must be one positive finite number, got {value!r}.")
     return t.reshape(())
+
+
+def _settings(module: torch.nn.Module) -> tuple:
+    r"""A module's non-tensor settings (a Matern kernel's ``nu``, flags), sorted."""
+    return tuple(
+        sorted(
+            (k, v)
+            for k, v in vars(module).items()
+            if k != "training"
+            and (
+                isinstance(v, _SCALARS)
+                or (isinstance(v, tuple) and all(isinstance(e, _SCALARS) for e in v))
+            )
+        )
+    )
 
 
 class BarycenterGP(Model, FantasizeMixin):
@@ -276,12 +291,18 @@ class BarycenterGP(Model, FantasizeMixin):
         return self._observations[1].shape[:-1]  # the outcomes carry the full batch
 
     def _fingerprint(self) -> tuple:
+        r"""What the prediction cache depends on: the kernel's structure (module types,
+        settings such as ``nu``) and parameter/buffer values, and this model's buffers.
+        Compared on every prediction (a tuple comparison, no hashing)."""
         modules = _summary_modules([("covar_module", self.covar_module)])
-        values = [t.detach().reshape(-1).to("cpu", torch.float64) for t in _state_tensors(modules)]
+        structure = tuple(
+            (path, type(m), _settings(m)) if m is not None else (path, None) for path, m in modules
+        )
+        values = tuple(tuple(t.detach().reshape(-1).tolist()) for t in _state_tensors(modules))
         own = (self.support, self.barycenter_mean, self.barycenter_covariance, self.mean_constant)
         return (
-            _structure_key(modules),
-            tuple(tuple(v.tolist()) for v in values),
+            structure,
+            values,
             tuple((t.data_ptr(), t._version) for t in own),
             self._jitter,
             self._rank_tol,
@@ -352,19 +373,18 @@ class BarycenterGP(Model, FantasizeMixin):
             out = self.covar_module(X1) if X2 is None else self.covar_module(X1, X2)
         return out.to_dense() if not isinstance(out, Tensor) else out
 
-    def _support_features(self, X: Tensor) -> tuple[Tensor, Tensor]:
+    def _support_features(self, X: Tensor, parts: tuple) -> tuple[Tensor, Tensor]:
         r"""``(mu_0 + k_XS a, k_XS G)`` at ``... x n x d`` inputs: ``... x n``, ``... x n x r``."""
-        a, G, _ = self._prior_parts()
+        a, G, _ = parts
         S = self.support
         KXS = self._kernel(X, S.expand(*X.shape[:-2], *S.shape))
         return self.mean_constant + KXS @ a, KXS @ G
 
-    def _base(self, X: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _base(self, X: Tensor, parts: tuple) -> tuple[Tensor, Tensor, Tensor]:
         r"""Mean ``... x n``, covariance ``... x n x n`` and features ``... x n x r`` of the
         barycenter GP before any conditioning."""
-        lam = self._prior_parts()[2]
-        mean, F = self._support_features(X)
-        return mean, self._kernel(X) - (F * lam) @ F.transpose(-1, -2), F
+        mean, F = self._support_features(X, parts)
+        return mean, self._kernel(X) - (F * parts[2]) @ F.transpose(-1, -2), F
 
     def _predict(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""Latent mean ``batch x q`` and covariance ``batch x q x q`` at float64 ``X``.
@@ -372,15 +392,15 @@ class BarycenterGP(Model, FantasizeMixin):
         Conditioned models keep the observed inputs at their own batch shape (fantasies
         share them), so the ``s``-sized products run once per input batch, not once per
         fantasy."""
-        mean_x, cov_xx, Fx = self._base(X)
+        parts = self._prior_parts()
+        mean_x, cov_xx, Fx = self._base(X, parts)
         if self._observations is None:
             return mean_x, cov_xx
         Xo, Yo, noise = self._observations
-        mean_o, cov_oo, Fo = self._base(Xo)
-        lam = self._prior_parts()[2]
+        mean_o, cov_oo, Fo = self._base(Xo, parts)
         batch = torch.broadcast_shapes(X.shape[:-2], Xo.shape[:-2])
         Kxo = self._kernel(X.expand(*batch, *X.shape[-2:]), Xo.expand(*batch, *Xo.shape[-2:]))
-        cov_xo = Kxo - (Fx * lam) @ Fo.transpose(-1, -2)
+        cov_xo = Kxo - (Fx * parts[2]) @ Fo.transpose(-1, -2)
         L = psd_safe_cholesky(cov_oo + torch.diag_embed(noise))
         A = torch.linalg.solve_triangular(L, cov_xo.transpose(-1, -2), upper=False)
         r = torch.linalg.solve_triangular(L, (Yo - mean_o).unsqueeze(-1), upper=False)
@@ -518,7 +538,12 @@ class BarycenterGP(Model, FantasizeMixin):
         new = object.__new__(type(self))
         Model.__init__(new)
         for name in (
-            "support", "barycenter_mean", "barycenter_covariance", "weights", "means", "covariances"
+            "support",
+            "barycenter_mean",
+            "barycenter_covariance",
+            "weights",
+            "means",
+            "covariances",
         ):
             new.register_buffer(name, getattr(self, name))
         new.register_buffer("mean_constant", self.mean_constant)
