@@ -129,6 +129,10 @@ def print_run(result, console: Console, label: str | None = None) -> None:
     )
     if result.best_point is not None:
         head.add_row("best point", _point(result.best_point))
+    recommendation = getattr(result, "recommendation", None)
+    if recommendation is not None:
+        head.add_row("recommended point (x^)", _point(recommendation["x"]))
+        head.add_row("its predicted value", _number(recommendation["predicted_value"]))
     if result.optimal_value is not None:
         head.add_row("optimal value", f"{result.optimal_value:.6g}")
         if result.best_value is not None:

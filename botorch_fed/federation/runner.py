@@ -64,6 +64,10 @@ class RunResult:
         regret_per_round: ``|best_per_round - optimal_value|`` (if known).
         best_per_client: Each client's own best value.
         best_point_per_client: Where each client found it.
+        recommendation: The algorithm's own recommended point, where it makes one
+            (Co-KG's ``x^``, Alg. 1 line 10 of the slides: the best of the agents'
+            local optima): ``round``, ``client``, ``x`` (objective's domain),
+            ``x_unit`` and the model's ``predicted_value``; ``None`` otherwise.
         steps: Count of steps by kind (init, local, global, ...).
         failures: Failed evaluations: client, round, step, point, error.
         evaluations: Every evaluation in order (client by client): client, round,
@@ -93,6 +97,7 @@ class RunResult:
     failures: list[dict] = field(default_factory=list)
     evaluations: list[dict] = field(default_factory=list)
     best_point_per_client: dict[int, list[float] | None] = field(default_factory=dict)
+    recommendation: dict | None = None
 
     def to_dict(self) -> dict:
         r"""JSON-friendly dict."""
@@ -509,6 +514,7 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
         failures=failures,
         evaluations=evaluations,
         best_point_per_client={cid: None if h is None else h["x"] for cid, h in per_client.items()},
+        recommendation=getattr(server, "recommendation", None),
     )
 
 

@@ -420,6 +420,10 @@ def test_cli_runs_co_kg(tmp_path, capsys):
     assert data["config"]["settings"]["beta_schedule"] == "power"
     assert data["config"]["settings"]["points_per_dim"] == 6
     assert len(data["best_per_round"]) == 3
+    # x^ reaches the result file and the printed table
+    rec = data["recommendation"]
+    assert rec["round"] == 2 and len(rec["x"]) == 2 and rec["client"] in (0, 1, 2)
+    assert "recommended point (x^)" in capsys.readouterr().out
     # co-kg has no secure-mean option: the command line refuses it
     assert main(["run", "co-kg", "--problem", "cokg-f1", "--mean-aggregation", "secure"]) == 2
     assert "--mean-aggregation" in capsys.readouterr().err
