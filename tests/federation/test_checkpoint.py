@@ -4,6 +4,7 @@ checkpoints are refused before anything is loaded."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -47,7 +48,12 @@ def _settings(algorithm: str, **kwargs):
             local_refit_every=2,
         )
         return FBOFedGPConfig(**{**options, **small})
-    return get_algorithm(algorithm).settings_class(**{"local_refit_every": 2, **small})
+    cls = get_algorithm(algorithm).settings_class
+    fields = {f.name for f in dataclasses.fields(cls)}
+    # Co-KG family: a 4 x 4 grid and few Monte Carlo samples keep a round cheap
+    cheap = dict(points_per_dim=4, num_fantasies=4, num_mv_samples=4)
+    small = {**{k: v for k, v in cheap.items() if k in fields}, **small}
+    return cls(**{"local_refit_every": 2, **small})
 
 
 def _setup(aggregator: str = "plaintext", **kwargs) -> FederationSetup:
