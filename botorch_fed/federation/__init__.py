@@ -5,6 +5,9 @@ r"""The federation protocol and the federated algorithms as round-based programs
   messages, the in-process transport, the communication/timing ledger, and the
   server/client roles (with the secure-sum sub-protocol).
 - :mod:`~botorch_fed.federation.fbo_fedgp`: FBO-FedGP (Alg. 1 + Alg. 2).
+- :mod:`~botorch_fed.federation.co_kg`: Co-KG and its family (Co-EI, Co-ES,
+  barycenter-qKG): agents send their posteriors on a support, the server assigns every
+  agent a point from their Wasserstein barycenter (Alg. 1 of the Co-KG slides).
 - Baselines: independent local BO and random search
   (:mod:`~botorch_fed.federation.independent`), centralised BO on pooled data
   (:mod:`~botorch_fed.federation.central_bo`), FTS-style federated Thompson sampling
@@ -21,6 +24,14 @@ r"""The federation protocol and the federated algorithms as round-based programs
 # the algorithm modules register themselves on import (registry below)
 from botorch_fed.federation import central_bo, co_kg, fbo_fedgp, fts, independent  # noqa: F401
 from botorch_fed.federation.bo_client import BOClient, BOSettings
+from botorch_fed.federation.co_kg import (
+    BarycenterQKGSettings,
+    CoEISettings,
+    CoESSettings,
+    CoKGClient,
+    CoKGServer,
+    CoKGSettings,
+)
 from botorch_fed.federation.fbo_fedgp import FBOFedGPClient, FBOFedGPConfig, FBOFedGPServer
 from botorch_fed.federation.ledger import Ledger
 from botorch_fed.federation.messages import Message
@@ -46,11 +57,17 @@ from botorch_fed.federation.transport import InProcessTransport, Transport
 
 __all__ = [
     "AlgorithmSpec",
+    "BarycenterQKGSettings",
     "BOClient",
     "BOSettings",
     "BuildContext",
     "CallableObjective",
     "ClientObjective",
+    "CoEISettings",
+    "CoESSettings",
+    "CoKGClient",
+    "CoKGServer",
+    "CoKGSettings",
     "EvaluationError",
     "FBOFedGPClient",
     "FBOFedGPConfig",
