@@ -29,8 +29,11 @@ Two modes:
   support is the Gaussian conditioning formula of the slides (reparameterisation
   trick): ``mu(S) + Sigma(S, X) (Sigma(X, X) + noise)^-1 (y - mu(X))`` with ``y`` drawn
   by the sampler from ``posterior(X, observation_noise=True)`` -- the same draws and
-  the same conditioning as ``model.fantasize`` for a Gaussian model, computed from one
-  joint posterior instead of ``num_fantasies x b`` fantasy models.
+  the same conditioning as ``model.fantasize`` for a Gaussian model, computed from
+  joint posteriors instead of ``num_fantasies x b`` fantasy models. Its cost is the
+  joint posterior over the support and the batch's points (an ``s x s`` block per call
+  for a generic model); a model can supply ``mu(S)`` and ``Sigma(X, S)`` itself through
+  a ``support_mean_and_cross_covariance(support, X)`` method and skip that block.
 
 Both use fixed base samples (``SobolQMCNormalSampler``; the central sampler takes
 ``seed``, local sampler ``n`` takes ``seed + 1 + n``), so the value is a deterministic
@@ -70,8 +73,10 @@ from botorch_fed.acquisition.mixed_ucb import model_input_dim
 _SEED_BOUND = 2**62
 # The discrete mode forms joint posteriors over the support and at most
 # max(s, this) of the t-batch's points at a time (covariances of at most (2 s)^2 or
-# (s + 1024)^2 entries).
+# (s + 1024)^2 entries), and conditioned means of at most this many entries at once
+# (t-batches x num_fantasies x s; 128 MiB of float64).
 _DISCRETE_CHUNK_POINTS = 1024
+_DISCRETE_CHUNK_ENTRIES = 2**24
 
 
 # ----------------------------------------------------------------------------------
@@ -211,14 +216,11 @@ def discrete_kg_values(
     ``E_y[max_{s in support} E[f(s) | y(X_actual)]]`` by Gaussian conditioning on the
     sampler's draws of ``y ~ posterior(X_actual, observation_noise=True)`` (the draws
     ``model.fantasize`` would condition on):
-    ``E[f(S) | y] = mu(S) + Sigma(S, X) (Sigma(X, X) + noise)^-1 (y - mu(X))``.
-
-    ``Sigma(S, X)`` comes from joint posteriors over the support and a chunk of the
-    t-batch's points flattened into one set (the support is not repeated per t-batch,
-    whose joint covariances would be ``batch x (q + s)^2``).
+    ``E[f(S) | y] = mu(S) + Sigma(S, X) (Sigma(X, X) + noise)^-1 (y - mu(X))``, with
+    ``mu(S)`` and ``Sigma(X, S)`` from :func:`support_mean_and_cross_covariance`.
 
     Args:
-        model: A single-output model with a Gaussian posterior.
+        model: A single-output model with a Gaussian posterior and no batch shape.
         sampler: The fantasy sampler, ``sample_shape = (num_fantasies,)``.
         X_actual: ``batch_shape x q x d`` points to observe.
         support: ``s x d`` points over which the inner maximum is taken.
@@ -236,19 +238,56 @@ def discrete_kg_values(
     resid = (Y - noisy.mean[..., 0]).reshape(nf, -1, q)  # nf x B x q
     # B x nf x q: the whitened residuals (the base samples when the sampler's factor is L)
     Z = torch.linalg.solve_triangular(L, resid.permute(1, 2, 0), upper=False).transpose(-1, -2)
-    flat_X = X_actual.reshape(-1, d)  # (B q) x d
+    mu_S, cross = support_mean_and_cross_covariance(model, support, X_actual.reshape(-1, q, d))
+    W = torch.linalg.solve_triangular(L, cross, upper=False)  # B x q x s
     B = L.shape[0]
-    chunk = max(1, max(s, _DISCRETE_CHUNK_POINTS) // q)  # t-batches per joint posterior
+    chunk = max(1, _DISCRETE_CHUNK_ENTRIES // (nf * s))  # t-batches per B x nf x s block
     out = []
     for lo in range(0, B, chunk):
         c = min(chunk, B - lo)
-        joint = model.posterior(torch.cat([support, flat_X[lo * q : (lo + c) * q]], dim=-2))
-        mu_S = joint.mean[..., :s, 0]  # s
-        cross = _covariance(joint, rows=slice(s, s + c * q), cols=slice(0, s))  # (c q) x s
-        W = torch.linalg.solve_triangular(L[lo : lo + c], cross.reshape(c, q, s), upper=False)
-        cond = torch.baddbmm(mu_S.expand(c, 1, s), Z[lo : lo + c], W)  # c x nf x s
+        cond = torch.baddbmm(mu_S.expand(c, 1, s), Z[lo : lo + c], W[lo : lo + c])  # c x nf x s
         out.append(cond.amax(dim=-1).mean(dim=-1))
     return torch.cat(out).reshape(batch_shape)
+
+
+def support_mean_and_cross_covariance(
+    model: Model, support: Tensor, X: Tensor
+) -> tuple[Tensor, Tensor]:
+    r"""The latent posterior mean on ``support`` and covariances between ``X`` and it.
+
+    A model may provide this itself as a method
+    ``support_mean_and_cross_covariance(support, X)`` with the same contract (used
+    when present: a model with structure can skip the ``s x s`` block). Otherwise
+    it comes from joint posteriors over the support and chunks of the points of ``X``
+    flattened into one set (not the support repeated per t-batch, whose joint
+    covariances would be ``B x (q + s)^2``): each chunk holds at most
+    ``max(s, 1024)`` points.
+
+    Args:
+        model: A single-output model with a Gaussian posterior and no batch shape.
+        support: ``s x d`` points.
+        X: ``B x q x d`` points.
+
+    Returns:
+        ``(mean, cross)``: the ``s`` posterior mean on the support and the ``B x q x s``
+        covariances ``Cov(f(X[b, i]), f(support[j]))`` (no observation noise).
+    """
+    hook = getattr(model, "support_mean_and_cross_covariance", None)
+    if callable(hook):
+        return hook(support, X)
+    B, q, d = X.shape
+    s = support.shape[-2]
+    flat_X = X.reshape(-1, d)
+    chunk = max(1, max(s, _DISCRETE_CHUNK_POINTS) // q)  # t-batches per joint posterior
+    mean, cross = None, []
+    for lo in range(0, B, chunk):
+        c = min(chunk, B - lo)
+        joint = model.posterior(torch.cat([support, flat_X[lo * q : (lo + c) * q]], dim=-2))
+        if mean is None:
+            mean = joint.mean[..., :s, 0]
+        block = _covariance(joint, rows=slice(s, s + c * q), cols=slice(0, s))  # (c q) x s
+        cross.append(block.reshape(c, q, s))
+    return mean, torch.cat(cross)
 
 
 def _covariance(posterior: Any, rows: slice | None = None, cols: slice | None = None) -> Tensor:
@@ -314,7 +353,10 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
             local_samplers: ``N`` fantasy samplers, one per local model (default
                 ``SobolQMCNormalSampler(num_fantasies, seed=seed + 1 + n)``).
             discrete_support: ``s x d`` points: the inner maxima are taken exactly over
-                them and ``X`` holds only the batch (``b x N x d``).
+                them and ``X`` holds only the batch (``b x N x d``). The models then need
+                Gaussian posteriors and no batch shape; a model with a method
+                ``support_mean_and_cross_covariance(support, X)`` (see
+                :func:`support_mean_and_cross_covariance`) is evaluated through it.
             seed: Seeds the default samplers: an ``int``, a ``torch.Generator`` /
                 ``numpy.random.Generator`` (one integer is drawn), or ``None`` (fresh
                 entropy; fixed for the lifetime of this object either way).
@@ -360,6 +402,18 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
             discrete_support = _check_points(
                 discrete_support, "discrete_support", _input_dim(central_model, local_models)
             )
+            for name, m in [("central_model", central_model)] + [
+                (f"local_models[{n}]", m) for n, m in enumerate(local_models)
+            ]:
+                try:
+                    batch_shape = m.batch_shape
+                except NotImplementedError:
+                    continue
+                if batch_shape is not None and len(batch_shape) > 0:
+                    raise UnsupportedError(
+                        f"The discrete mode needs models without a batch shape; `{name}` has "
+                        f"batch_shape={tuple(batch_shape)}."
+                    )
         super().__init__(model=central_model, num_fantasies=num_fantasies, sampler=sampler)
         self.local_models = ModuleList(local_models)
         self.local_samplers = ModuleList(local_samplers)

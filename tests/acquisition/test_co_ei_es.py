@@ -31,7 +31,7 @@ from botorch_fed.acquisition import (
     qCoMaxValueEntropy,
 )
 from botorch_fed.acquisition._rng import isolated_seed
-from tests.acquisition.test_co_kg import ToyGP, cond_factor, grid, toy
+from tests.acquisition.test_co_kg import ToyGP, barycenter_models, cond_factor, grid, toy
 from tests.tolerances import assert_close
 
 DTYPES = [torch.float64, torch.float32]
@@ -313,3 +313,23 @@ def test_optimize_co_ei_es(gps, kind: str) -> None:
     # better than random batches (the search did its job)
     rand = bounds[0] + batches(16, 3, 7, torch.float64) * (bounds[1] - bounds[0])
     assert acqf(x.unsqueeze(0)).item() >= acqf(rand).max().item()
+
+
+def test_co_ei_es_on_barycenter_gps() -> None:
+    r"""On BarycenterGPs (2 agents, 6 x 6 grid): beta = 0 is BoTorch's class on the
+    central model; the default incumbents come from the models' support."""
+    central, locals_, support = barycenter_models(2)
+    X = batches(3, 2, 8, torch.float64)
+    ei = qCoExpectedImprovement(central, locals_, beta=0.0, seed=1)
+    best = central.posterior(support).mean.max()
+    assert torch.equal(ei.central_acqf.best_f, best)
+    ref = qLogExpectedImprovement(
+        central, best_f=best, sampler=SobolQMCNormalSampler(torch.Size([512]), seed=1)
+    )
+    assert torch.equal(ei(X), ref(X))
+    es = qCoMaxValueEntropy(central, locals_, beta=0.5, candidate_set=support, seed=2)
+    with isolated_seed(2):
+        gibbon = qLowerBoundMaxValueEntropy(central, candidate_set=support)
+    value = es(X)
+    assert torch.isfinite(value).all()
+    assert torch.equal(es.central_acqf(X[:, :1]), gibbon(X[:, :1]))

@@ -29,6 +29,7 @@ from botorch_fed.acquisition import (
     qCoKnowledgeGradient,
 )
 from botorch_fed.acquisition._rng import isolated_seed
+from botorch_fed.models import BarycenterGP
 from tests.tolerances import assert_close
 
 DTYPES = [torch.float64, torch.float32]
@@ -629,3 +630,104 @@ def test_bad_optimize_inputs(toys) -> None:
         optimize_co_acquisition(acqf, BOUNDS01, options={"frac_random": 1.5})
     with pytest.raises(ValueError, match="one-shot"):
         gen_co_kg_initial_conditions(discrete, BOUNDS01, q=2, num_restarts=2, raw_samples=4)
+
+
+# ----------------------------------------------------------------------------------
+# On BarycenterGPs (the models Co-KG is built for)
+# ----------------------------------------------------------------------------------
+
+
+def barycenter_models(N: int) -> tuple[BarycenterGP, list[BarycenterGP], Tensor]:
+    r"""Central and local BarycenterGPs of ``N`` agents' SingleTaskGPs on a 6 x 6 grid."""
+    support = grid(6)
+    posteriors = [toy(20 + n, 4 + n).model().posterior(support) for n in range(N)]
+    means = torch.stack([p.mean[:, 0] for p in posteriors]).detach()
+    covs = torch.stack([p.distribution.covariance_matrix for p in posteriors]).detach()
+    kernel = toy(0, 1).model().covar_module  # the agents' shared prior kernel
+    central = BarycenterGP(support, means, covs, kernel, noise=NOISE, mean_constant=CONSTANT)
+    return central, central.agent_models(), support
+
+
+def test_discrete_mode_on_barycenter_gps_equals_their_fantasies() -> None:
+    central, locals_, support = barycenter_models(3)
+    acqf = qCoKnowledgeGradient(
+        central, locals_, beta=0.7, num_fantasies=16, discrete_support=support, seed=0
+    )
+    X = torch.rand(4, 3, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    X[0] = support[[3, 17, 30]]  # agents on support points
+    value = acqf(X)
+    reference = torch.zeros(4, dtype=torch.float64)
+    parts = [(central, X, acqf.sampler, 1.0)] + [
+        (locals_[n], X[:, n : n + 1], acqf.local_samplers[n], 0.7) for n in range(3)
+    ]
+    for model, x, sampler, w in parts:
+        fantasy = model.fantasize(x, sampler)
+        reference = reference + w * fantasy.posterior(support).mean[..., 0].amax(-1).mean(0)
+    # conditioning rounding, amplified by 1 / noise on the support's scale
+    assert_close(value, reference, dtype=torch.float64, factor=36 / NOISE)
+
+
+@pytest.mark.parametrize("mode", ["one-shot", "discrete"])
+def test_optimize_co_acquisition_on_barycenter_gps(mode: str) -> None:
+    central, locals_, support = barycenter_models(2)
+    kwargs = (
+        {"num_fantasies": 3}
+        if mode == "one-shot"
+        else {"num_fantasies": 16, "discrete_support": support}
+    )
+    acqf = qCoKnowledgeGradient(central, locals_, beta=0.5, seed=1, **kwargs)
+    options = dict(FAST_OPTIONS) if mode == "one-shot" else {"maxiter": 15}
+    run = lambda: optimize_co_acquisition(  # noqa: E731
+        acqf, BOUNDS01, num_restarts=2, raw_samples=16, seed=2, options=options
+    )
+    x = run()
+    assert x.shape == (2, 2) and ((x >= 0) & (x <= 1)).all()
+    assert torch.pdist(x).min() > 1e-3
+    assert torch.equal(run(), x)
+
+
+def test_models_can_supply_support_terms(toys) -> None:
+    r"""A model's own ``support_mean_and_cross_covariance`` is used (contract: mean on
+    the support ``s``, ``Cov(f(X), f(S))`` ``B x q x s``); here from the dense posterior."""
+    central, locals_ = models(toys, torch.float64, 2)
+    support = grid(5)
+    calls = []
+
+    def dense_terms(gp: ToyGP, tag: str):
+        def terms(S: Tensor, X: Tensor) -> tuple[Tensor, Tensor]:
+            calls.append(tag)
+            mean = gp.posterior(S)[0]
+            cross = torch.stack([gp.posterior(torch.cat([x, S]))[1][: len(x), len(x) :] for x in X])
+            return mean, cross
+
+        return terms
+
+    X = torch.rand(3, 2, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    plain = qCoKnowledgeGradient(
+        central, locals_, beta=0.5, num_fantasies=8, discrete_support=support, seed=0
+    )(X)
+    central.support_mean_and_cross_covariance = dense_terms(toys["central"], "central")
+    locals_[1].support_mean_and_cross_covariance = dense_terms(toys["local1"], "local1")
+    hooked = qCoKnowledgeGradient(
+        central, locals_, beta=0.5, num_fantasies=8, discrete_support=support, seed=0
+    )(X)
+    assert calls == ["central", "local1"]
+    assert_close(hooked, plain, dtype=torch.float64, factor=cond_factor(toys["central"], 27))
+    # a hook returning something else changes the value (so the hook is what is used)
+    locals_[1].support_mean_and_cross_covariance = lambda S, X: (
+        dense_terms(toys["local1"], "x")(S, X)[0],
+        torch.zeros(len(X), 1, len(S), dtype=torch.float64),
+    )
+    other = qCoKnowledgeGradient(
+        central, locals_, beta=0.5, num_fantasies=8, discrete_support=support, seed=0
+    )(X)
+    assert (other - plain).abs().min() > 1e-3
+
+
+def test_discrete_mode_needs_unbatched_models(toys) -> None:
+    batched = toys["central"].model()
+    fantasy = batched.fantasize(
+        torch.rand(1, 2, dtype=torch.float64), SobolQMCNormalSampler(torch.Size([2]), seed=0)
+    )
+    with pytest.raises(UnsupportedError, match="batch shape"):
+        qCoKnowledgeGradient(batched, [fantasy], discrete_support=grid(3))
