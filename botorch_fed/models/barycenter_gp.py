@@ -408,6 +408,33 @@ class BarycenterGP(Model, FantasizeMixin):
         cov = cov_xx - A.transpose(-1, -2) @ A
         return mean, cov
 
+    def support_mean_and_cross_covariance(self, support: Tensor, X: Tensor) -> Any:
+        r"""The latent mean on ``support`` and the covariances between ``X`` and it,
+        without the ``s x s`` block of a joint posterior (the discrete mode of
+        :class:`~botorch_fed.acquisition.qCoKnowledgeGradient` uses it).
+
+        Args:
+            support: ``s x d`` points.
+            X: ``B x q x d`` points.
+
+        Returns:
+            ``(mean, cross)``: ``s`` and ``B x q x s`` (dtype of ``X``), or
+            ``NotImplemented`` for a conditioned model (the caller then uses joint
+            posteriors).
+        """
+        if self._observations is not None:
+            return NotImplemented
+        self._check_X(support, "support")
+        self._check_X(X)
+        parts = self._prior_parts()
+        S = support.to(torch.float64)
+        X64 = X.to(torch.float64)
+        mean_S, F_S = self._support_features(S, parts)
+        _, F_X = self._support_features(X64, parts)
+        K = self._kernel(X64, S.expand(*X64.shape[:-2], *S.shape))
+        cross = K - (F_X * parts[2]) @ F_S.transpose(-1, -2)
+        return mean_S.to(X.dtype), cross.to(X.dtype)
+
     def forward(self, X: Tensor) -> MultivariateNormal:
         r"""The latent distribution at ``batch_shape x q x d`` inputs (as ``model(X)`` of
         BoTorch's GPs in eval mode; GIBBON uses it for ``q > 1``).

@@ -322,3 +322,18 @@ def test_bad_inputs():
         model.condition_on_observations(
             torch.rand(2, 2, dtype=F64), torch.rand(2, 1, dtype=F64), noise=-torch.ones(2, 1)
         )
+
+
+def test_support_mean_and_cross_covariance_is_the_joint_posterior_block():
+    S = grid(5)
+    k = kernel()
+    _, means, covs = agents(S, k, N=2, n=5)
+    model = BarycenterGP(S, means, covs, k, noise=NOISE)
+    X = torch.rand(3, 2, 2, dtype=F64, generator=torch.Generator().manual_seed(4))
+    mean, cross = model.support_mean_and_cross_covariance(S, X)
+    for b in range(3):
+        joint = model.posterior(torch.cat([S, X[b]]))
+        torch.testing.assert_close(mean, joint.mean[:25, 0], atol=1e-12, rtol=0)
+        torch.testing.assert_close(cross[b], joint.covariance_matrix[25:, :25], atol=1e-12, rtol=0)
+    fantasy = model.condition_on_observations(X[0], torch.zeros(2, 1, dtype=F64))
+    assert fantasy.support_mean_and_cross_covariance(S, X) is NotImplemented
