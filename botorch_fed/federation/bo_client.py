@@ -466,6 +466,15 @@ class BOClient(FederatedClient):
         return self.avoid_failures(X.detach().reshape(1, self.dim).clamp(0.0, 1.0))
 
     def on_init(self, payload: dict) -> dict:
+        r"""Round 0: evaluate the initial design -- once. A client that has evaluated
+        anything (a second ``init``, or a client resumed from a checkpoint) refuses, so
+        a server cannot have the design evaluated again and again."""
+        if self.history:
+            raise self.violation(
+                f"a second `init`: this client already holds {len(self.history)} evaluations "
+                "(the initial design is evaluated once)",
+                "init",
+            )
         X0 = initial_design(self.settings.num_init, self.dim, self.seed, self.init_region)
         for x in X0:
             self.evaluate(x.unsqueeze(0), 0, "init")

@@ -87,6 +87,21 @@ BETA_SCHEDULES = BETA_KINDS
 MEAN_AGGREGATIONS = ("clear", "secure")
 MAX_SUPPORT_SIZE = 4096  # agents refuse a larger support from the server
 MIN_CLUSTER_SIZE = 2  # k-means support: never the centre of one point (a raw input)
+MIN_SECURE_AGENTS = 3  # a secure mean over fewer reveals each input to the others
+# What the server accepts from an agent (wide: every honest fit lies far inside; they
+# keep the server's numerics finite and name an agent that sends the impossible).
+# Lengthscales in the unit cube (BoTorch's default fit: >= 0.025; a few measured above 10).
+LENGTHSCALE_RANGE = (1e-3, 1e4)
+# Signal variance in the outcome's units squared (CEC-2005 functions reach ~1e21):
+# outcome standard deviations between 1e-20 and 1e20.
+OUTPUTSCALE_RANGE = (1e-40, 1e40)
+# Noise variance relative to the signal variance (BoTorch's default fit: >= 1e-4).
+NOISE_RATIO_RANGE = (1e-10, 1e3)
+# |mean - prior mean| in signal standard deviations, for the means on the support (clear)
+# and the local optimum (measured: at most 3.5 on the test functions).
+MAX_MEAN_DEVIATION = 100.0
+# The posterior variance is at most the prior's: diag(C) <= outputscale (1 + this).
+PRIOR_VARIANCE_TOL = 1e-3
 STEP = "collaborative"  # the history's step name of an assigned evaluation
 # Relative change per iteration at which the barycenter iteration stops. It converges
 # only linearly on the numerically singular posterior covariances of a grid (at 1e-10,
@@ -311,9 +326,14 @@ class BarycenterQKGSettings(_KGFields, CollaborativeSettings):
 
     Attributes:
         mean_aggregation: How the server gets the barycenter mean: ``"clear"`` (every
-            agent sends its mean, as the paper) or ``"secure"`` (the weighted means are
-            summed by the `--aggregator` backend: the server learns only their sum;
-            ``plaintext`` or ``masking``, not ``ckks``, whose sums stay on the agents).
+            agent sends its mean, as the paper) or ``"secure"`` (every agent sends
+            ``mu_n / M`` to a secure sum of the ``masking`` backend, ``M`` the number
+            of agents it was built with: the server learns the uniform mean, not the
+            individual ones, as long as it follows the protocol -- docs/security.md,
+            "Co-KG"). ``"secure"`` needs ``weights="uniform"`` (an agent never takes
+            its weight from the server), a grid or Sobol support (a k-means support is
+            the server's choice) and ``--aggregator masking`` (``plaintext`` sends
+            every input in clear; ``ckks`` keeps sums on the agents).
     """
 
     mean_aggregation: str = field(default="clear", metadata={"choices": MEAN_AGGREGATIONS})
@@ -323,6 +343,20 @@ class BarycenterQKGSettings(_KGFields, CollaborativeSettings):
         CollaborativeSettings.validate(self)
         self._validate_kg()
         _choice(self, "mean_aggregation", MEAN_AGGREGATIONS)
+        if self.mean_aggregation == "secure":
+            if self.weights != "uniform":
+                raise ValueError(
+                    f"`weights`={self.weights!r} with `mean_aggregation`='secure': the secure "
+                    "mean is uniform over the whole federation (each agent weighs its own "
+                    "mean by 1/M; a weight the server computed and sent could single one "
+                    "agent out); use `weights`='uniform'."
+                )
+            if self.support == "kmeans":
+                raise ValueError(
+                    "`support`='kmeans' with `mean_aggregation`='secure': a k-means support "
+                    "is the server's choice (a one-point support makes an agent's local "
+                    "optimum its hidden mean at any point); use a grid or Sobol support."
+                )
 
     def hides_means(self) -> bool:
         r"""Whether the agents' means are summed securely instead of sent."""
@@ -442,11 +476,62 @@ def _psd(C: Tensor) -> Tensor:
     return 0.5 * (C + C.transpose(-1, -2))
 
 
+# --- checking an agent's replies (server side) ------------------------------------------
+
+# As in the barycenter (botorch_fed.models.barycenter): asymmetry and negative
+# eigenvalues beyond this times the largest variance are refused.
+COVARIANCE_TOL = 1e3 * torch.finfo(torch.float64).eps
+
+
+def _finite_float(value) -> float | None:
+    r"""``value`` as a finite float, or ``None`` (not a real number, or not finite)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _count(payload: dict, bad, bound: int) -> int:
+    r"""An agent's ``num_data``: an int in ``0..bound`` (else ``bad(...)`` is raised)."""
+    n = payload.get("num_data")
+    if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 0 <= n <= bound:
+        raise bad(f"has `num_data`={n!r:.40} (expected an int in 0..{bound})")
+    return int(n)
+
+
+def _optimum(payload: dict, bad, size: int) -> tuple[int, float]:
+    r"""An agent's local optimum: ``best_index`` an int in ``0..size - 1`` and
+    ``best_value`` a finite number (else ``bad(...)`` is raised)."""
+    best, value = payload.get("best_index"), _finite_float(payload.get("best_value"))
+    if (
+        isinstance(best, bool)
+        or not isinstance(best, int | np.integer)
+        or not 0 <= best < size
+        or value is None
+    ):
+        raise bad("has no valid local optimum (`best_index`, `best_value`)")
+    return int(best), value
+
+
 # --- the agent -------------------------------------------------------------------------
 
 
 class CoKGClient(BOClient):
     r"""A Co-KG agent: private data, its own GP, its discretised posterior.
+
+    The agent trusts the server with nothing it can check itself: it answers a
+    posterior request only for the rounds ``1..num_rounds`` of its own settings, each
+    at most once and in increasing order, and evaluates one point per posterior it
+    sent (so the server has it evaluate at most ``num_init + num_rounds`` points); it
+    refuses a support other than the public grid or Sobol one, ``centers`` requests
+    unless the settings pick a k-means support, and any malformed field (a
+    :class:`~botorch_fed.federation.roles.ProtocolViolation` naming the agent). Under
+    ``mean_aggregation="secure"`` it contributes ``mu_n / M`` (``M``: ``num_agents``,
+    never a weight from the server) to one masked sum over the whole federation per
+    posterior request, and forgets ``mu_n`` after it (or after the round).
 
     Args:
         client_id: The id.
@@ -458,6 +543,9 @@ class CoKGClient(BOClient):
         evaluation_errors: ``"record"`` or ``"raise"`` (see :class:`BOClient`).
         private_seed: Seed of the private generator (see :class:`BOClient`).
         support_seed: The run's public seed: the Sobol support it expects.
+        num_agents: ``M``, the number of agents of the federation (ids ``0..M-1``):
+            required with ``mean_aggregation="secure"`` (at least 3), where the agent
+            weighs its own mean by ``1/M`` and contributes only to sums over all ``M``.
     """
 
     def __init__(
@@ -471,6 +559,7 @@ class CoKGClient(BOClient):
         evaluation_errors: str = "record",
         private_seed: int | None = None,
         support_seed: int = 0,
+        num_agents: int | None = None,
     ) -> None:
         super().__init__(
             client_id,
@@ -482,20 +571,37 @@ class CoKGClient(BOClient):
             evaluation_errors,
             private_seed,
         )
+        M = num_agents
+        if M is not None and (isinstance(M, bool) or not isinstance(M, int) or M < 1):
+            raise ValueError(f"`num_agents` must be a positive integer or None, got {M!r}.")
+        if settings.hides_means() and (M is None or M < MIN_SECURE_AGENTS):
+            raise ValueError(
+                f"`num_agents`={M!r}: an agent of `mean_aggregation`='secure' needs the "
+                f"federation's size M >= {MIN_SECURE_AGENTS} (it weighs its own mean by 1/M "
+                "and sums only over all M agents)."
+            )
+        if settings.hides_means() and not 0 <= self.client_id < M:
+            raise ValueError(f"`client_id`={client_id} is not one of the {M} agents 0..{M - 1}.")
+        self.num_agents = M
         self.support_seed = int(support_seed)
         self.support: Tensor | None = None
+        self._last_round = 0  # the last round whose posterior request it answered
         self._assigned_round: int | None = None  # the round whose point it may evaluate
-        self._hidden_mean: Tensor | None = None  # this round's mean, for the secure sum
+        self._secure_armed = False  # a posterior request awaits its one secure sum
+        self._hidden_mean: Tensor | None = None  # that request's mean (None: no data)
 
-    _COKG_STATE = ("support", "assigned_round")
+    _COKG_STATE = ("support", "assigned_round", "last_round")
 
     def state_dict(self) -> dict:
-        r"""Adds the support and the round it was last asked for its posterior to
-        :meth:`BOClient.state_dict`."""
+        r"""Adds the support, the round whose point it may still evaluate and the last
+        round it answered a posterior for to :meth:`BOClient.state_dict` (a hidden
+        mean is never state: it lives from a posterior request to its secure sum or
+        the end of the round)."""
         state = super().state_dict()
         state.update(
             support=None if self.support is None else self.support.clone(),
             assigned_round=self._assigned_round,
+            last_round=self._last_round,
         )
         return state
 
@@ -506,15 +612,59 @@ class CoKGClient(BOClient):
         support = own["support"]
         if support is not None:
             support = check_tensor(owner, "support", support, (None, self.dim)).clone()
-        assigned = own["assigned_round"]
+        assigned, last = own["assigned_round"], own["last_round"]
         if assigned is not None and (isinstance(assigned, bool) or not isinstance(assigned, int)):
             raise CheckpointError(f"{owner}: `assigned_round` must be an int or None.")
-        self.support, self._assigned_round = support, assigned
-        self._hidden_mean = None
+        if isinstance(last, bool) or not isinstance(last, int) or last < 0:
+            raise CheckpointError(f"{owner}: `last_round` must be a non-negative int, got {last!r}.")
+        self.support, self._assigned_round, self._last_round = support, assigned, last
+        self._secure_armed, self._hidden_mean = False, None
+
+    # --- the server's fields, checked -----------------------------------------------------
+    def _field(self, payload: dict, key: str, request: str):
+        if key not in payload:
+            raise self.violation(f"the request has no `{key}`", request)
+        return payload[key]
+
+    def _int_field(self, payload: dict, key: str, request: str) -> int:
+        value = self._field(payload, key, request)
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise self.violation(f"`{key}`={value!r:.40} must be an integer", request)
+        return int(value)
+
+    def _array_field(self, payload: dict, key: str, request: str) -> np.ndarray:
+        value = self._field(payload, key, request)
+        if isinstance(value, str | bytes):
+            raise self.violation(f"`{key}` must be an array of numbers, got {value!r:.40}", request)
+        try:
+            return np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise self.violation(f"`{key}` is not an array of numbers ({exc})", request) from exc
+
+    def _round_field(self, payload: dict, request: str) -> int:
+        r"""The round ``t`` of a posterior request: an int in ``1..num_rounds``, later
+        than the last round answered."""
+        t = self._int_field(payload, "t", request)
+        T = self.settings.num_rounds
+        if not 1 <= t <= T:
+            raise self.violation(f"round t={t} is not one of this run's rounds 1..{T}", request)
+        if t <= self._last_round:
+            raise self.violation(
+                f"round t={t}, but this agent already answered round {self._last_round} (each "
+                "round once, in increasing order)",
+                request,
+            )
+        return t
 
     # --- support ------------------------------------------------------------------------
     def on_centers(self, payload: dict) -> dict:
-        k = int(payload["k"])
+        if resolve_support_kind(self.settings.support, self.dim) != "kmeans":
+            kind = resolve_support_kind(self.settings.support, self.dim)
+            raise self.violation(
+                f"this run's support is the public {kind} support: no centres of the data",
+                "centers",
+            )
+        k = self._int_field(payload, "k", "centers")
         if not 1 <= k <= MAX_SUPPORT_SIZE:
             raise self.violation(f"`k`={k} must be in 1..{MAX_SUPPORT_SIZE}", "centers")
         if len(self.X) < MIN_CLUSTER_SIZE:  # too few points to share a centre of
@@ -524,7 +674,7 @@ class CoKGClient(BOClient):
         return {"centers": centers.numpy()}
 
     def on_support(self, payload: dict) -> dict:
-        support = torch.as_tensor(np.asarray(payload["support"], dtype=np.float64))
+        support = torch.as_tensor(self._array_field(payload, "support", "support"))
         if not (
             support.ndim == 2
             and support.shape[-1] == self.dim
@@ -567,47 +717,105 @@ class CoKGClient(BOClient):
             return {"mean": mean, "covariance": covariance, **original_hyperparameters(model)}
 
     def on_posterior(self, payload: dict) -> dict:
-        t = int(payload["t"])
-        self.round = t
-        self._assigned_round = t
-        self._hidden_mean = None
+        t = self._round_field(payload, "posterior")
+        if self.support is None:
+            raise self.violation("no support yet (the support comes before round 1)", "posterior")
+        mean = None
         if len(self.X) == 0:  # every evaluation failed so far: no posterior of its own
-            return {"num_data": 0}
-        summary = self.posterior_summary()
-        mean = summary.pop("mean")
-        best = int(mean.argmax())
-        reply = {
-            "num_data": len(self.X),
-            "best_index": best,
-            "best_value": float(mean[best]),
-            **{k: v.numpy() for k, v in summary.items()},
-        }
-        if self.settings.hides_means():
-            self._hidden_mean = mean  # only its weighted share leaves, in a secure sum
+            reply = {"num_data": 0}
         else:
-            reply["mean"] = mean.numpy()
+            summary = self.posterior_summary()
+            mean = summary.pop("mean")
+            best = int(mean.argmax())
+            reply = {
+                "num_data": len(self.X),
+                "best_index": best,
+                "best_value": float(mean[best]),
+                **{k: v.numpy() for k, v in summary.items()},
+            }
+            if not self.settings.hides_means():
+                reply["mean"] = mean.numpy()
+        # answered: round t is spent, and it arms one evaluation (and one secure sum)
+        self.round = self._last_round = self._assigned_round = t
+        self._secure_armed = self.settings.hides_means()
+        self._hidden_mean = mean if self._secure_armed else None
         return reply
 
+    def on_secagg(self, payload: dict) -> dict:
+        r"""A secure-sum message; a ``weighted_mean`` session must run on the masking
+        backend over all ``num_agents`` agents (the session header the backend
+        authenticates, not only the ``clients`` argument the server names)."""
+        if "request" in payload and str(payload["request"]) == "weighted_mean":
+            backend = getattr(getattr(self.secagg, "backend", None), "name", None)
+            if backend != "masking":
+                raise self.violation(
+                    f"a secure mean through the {backend!r} backend (only masking hides the "
+                    "inputs from the server)",
+                    "weighted_mean",
+                )
+            reply = super().on_secagg(payload)
+            session = tuple(int(c) for c in getattr(self.secagg, "client_ids", ()))
+            if session != tuple(range(self.num_agents)):
+                self._pending = self._request = None  # nothing of it leaves this agent
+                raise self.violation(
+                    f"the secure-sum session runs over clients {list(session)}, not the whole "
+                    f"federation 0..{self.num_agents - 1}",
+                    "weighted_mean",
+                )
+            return reply
+        return super().on_secagg(payload)
+
     def vector_weighted_mean(self, weights: np.ndarray, clients: np.ndarray) -> np.ndarray:
-        r"""``w_n * mu_n`` for the secure sum of the barycenter mean (zeros without data:
-        the server adds the prior's share itself)."""
+        r"""``mu_n / M`` for the secure sum of the uniform barycenter mean (zeros
+        without data: the server adds the prior's share itself).
+
+        The weight is this agent's own ``1/M``; the server's ``weights`` and
+        ``clients`` must agree with it (uniform over all ``M`` agents). A posterior
+        request answers at most one secure sum, refused or not: the hidden mean is
+        gone after the first attempt.
+
+        Raises:
+            ProtocolViolation: No posterior request armed this sum (or it was used),
+                the clients are not the whole federation, or the weights are not
+                ``1/M`` each.
+        """
+        request = "weighted_mean"
+        if not self.settings.hides_means():
+            raise self.violation("this run sends its means in clear: no secure mean", request)
         if self.support is None:
-            raise self.violation("a secure mean before the support", "weighted_mean")
-        clients = np.asarray(clients).reshape(-1).tolist()
-        weights = np.asarray(weights, dtype=np.float64).reshape(-1)
-        if self.client_id not in clients or len(weights) != len(clients):
-            raise self.violation("the weights do not name this client", "weighted_mean")
-        w = float(weights[clients.index(self.client_id)])
-        if not (np.isfinite(weights).all() and (weights >= 0).all() and 0 <= w <= 1):
-            raise self.violation(f"invalid weights {weights.tolist()}", "weighted_mean")
-        if self._hidden_mean is None:
-            if len(self.X) > 0:
-                raise self.violation("a secure mean without a posterior request", "weighted_mean")
+            raise self.violation("a secure mean before the support", request)
+        armed, mean = self._secure_armed, self._hidden_mean
+        self._secure_armed, self._hidden_mean = False, None  # one sum per posterior request
+        if not armed:
+            raise self.violation(
+                "a secure mean without a posterior request (each request answers one sum)",
+                request,
+            )
+        M = self.num_agents
+        try:
+            ids = [int(c) for c in np.asarray(clients).reshape(-1).tolist()]
+        except (TypeError, ValueError, OverflowError):
+            ids = None
+        if ids is None or sorted(ids) != list(range(M)):
+            raise self.violation(
+                f"the clients {clients!r:.80} are not the whole federation 0..{M - 1}", request
+            )
+        try:
+            weights = np.asarray(weights, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError, OverflowError):
+            weights = np.empty(0)
+        if weights.shape != (M,) or not np.allclose(weights, 1.0 / M, rtol=1e-12, atol=0.0):
+            raise self.violation(
+                f"invalid weights {weights.tolist()!r:.80}: the secure mean is uniform, 1/{M} "
+                "per agent",
+                request,
+            )
+        if mean is None:
             return np.zeros(len(self.support))
-        return w * self._hidden_mean.numpy()
+        return (1.0 / M) * mean.numpy()
 
     def on_evaluate(self, payload: dict) -> dict:
-        t = int(payload["t"])
+        t = self._int_field(payload, "t", "evaluate")
         if self._assigned_round != t:
             # one evaluation per posterior the agent sent: a server cannot spend the
             # agent's budget on points of its choosing outside the protocol
@@ -616,13 +824,16 @@ class CoKGClient(BOClient):
                 f"round {self._assigned_round}",
                 "evaluate",
             )
-        x = np.asarray(payload["x"], dtype=np.float64)
+        x = self._array_field(payload, "x", "evaluate")
         if x.shape != (self.dim,) or not np.isfinite(x).all() or (x < 0).any() or (x > 1).any():
             raise self.violation(
                 f"the point must be {self.dim} finite values in [0, 1], got {x.tolist()}",
                 "evaluate",
             )
+        # the round ends here: no second evaluation, and a hidden mean not summed by now
+        # is dropped (as a resumed agent, which never holds one, would)
         self._assigned_round = None
+        self._secure_armed, self._hidden_mean = False, None
         x = torch.as_tensor(x).reshape(1, self.dim)
         # the server's models never learn of a failed point: do not evaluate it again
         self.evaluate(self.avoid_failures(x), t, STEP)
@@ -728,12 +939,10 @@ class CoKGServer(FederatedServer):
         r"""The k-means support from the agents' centres (or the public grid/Sobol
         support) and its broadcast; a new support drops the barycenter warm start."""
         if resolve_support_kind(self.settings.support, self.dim) == "kmeans":
-            replies = self.broadcast("centers", {"k": self.settings.centers_per_client})
+            k = self.settings.centers_per_client
+            replies = self.broadcast("centers", {"k": k})
             with self.ledger.timer("support"):
-                centers = [
-                    torch.as_tensor(replies[c].payload["centers"], dtype=torch.float64)
-                    for c in sorted(replies)
-                ]
+                centers = [self._centers(c, replies[c].payload, k) for c in sorted(replies)]
                 centers = [c for c in centers if len(c)]
                 if centers:
                     support = global_support(
@@ -745,6 +954,29 @@ class CoKGServer(FederatedServer):
                 self.barycenter_covariance = None
             self.support = support
         self.broadcast("support", {"support": self.support.numpy()})
+
+    def _centers(self, cid: int, payload: dict, k: int) -> Tensor:
+        r"""Agent ``cid``'s k-means centres: at most ``k`` finite points of the unit
+        cube (else a :class:`ProtocolViolation` naming the agent)."""
+        try:
+            centers = np.asarray(payload.get("centers"), dtype=np.float64)
+        except (TypeError, ValueError, OverflowError):
+            centers = None
+        if (
+            centers is None
+            or centers.ndim != 2
+            or centers.shape[1] != self.dim
+            or len(centers) > k
+            or not np.isfinite(centers).all()
+            or (centers < 0).any()
+            or (centers > 1).any()
+        ):
+            shape = None if centers is None else centers.shape
+            raise ProtocolViolation(
+                f"Server: the k-means centres of client {cid} must be at most {k} finite points "
+                f"of [0, 1]^{self.dim}, got shape {shape}."
+            )
+        return torch.as_tensor(centers)
 
     def initialize(self) -> None:
         r"""Warm-up (Alg. 1 line 2), then the shared support."""
@@ -765,7 +997,7 @@ class CoKGServer(FederatedServer):
             self.select_support(t)
         replies = self.broadcast("posterior", {"t": t})
         ids = sorted(replies)
-        posteriors = {cid: self._parse(cid, replies[cid].payload) for cid in ids}
+        posteriors = {cid: self._parse(cid, replies[cid].payload, t) for cid in ids}
         self._recommend(t, posteriors)
         if all(p is None for p in posteriors.values()):
             # every evaluation failed so far: a seeded random batch
@@ -777,16 +1009,30 @@ class CoKGServer(FederatedServer):
             {cid: Message("evaluate", {"x": X[i].numpy(), "t": t}) for i, cid in enumerate(ids)}
         )
 
-    def _parse(self, cid: int, payload: dict) -> dict | None:
-        r"""One agent's posterior reply, checked (``None``: the agent has no data)."""
+    def _parse(self, cid: int, payload: dict, t: int) -> dict | None:
+        r"""Agent ``cid``'s posterior reply of round ``t``, every field checked.
+
+        Shapes and finiteness; ``num_data`` an int in ``0..num_init + t - 1`` (what an
+        agent can hold by round ``t``); lengthscales, signal variance and the noise
+        (relative to the signal) within :data:`LENGTHSCALE_RANGE`,
+        :data:`OUTPUTSCALE_RANGE`, :data:`NOISE_RATIO_RANGE`; the covariance symmetric,
+        positive semi-definite (as the barycenter requires) and at most the prior
+        variance; the means (clear) or the local optimum (secure) within
+        :data:`MAX_MEAN_DEVIATION` signal standard deviations of the prior mean; and in
+        clear mode ``best_value`` the mean at ``best_index``, its maximum.
+
+        Returns:
+            The parsed posterior, or ``None`` for an agent without data.
+
+        Raises:
+            ProtocolViolation: A field an honest agent cannot send, naming the agent.
+        """
         s, d = len(self.support), self.dim
 
         def bad(problem: str) -> ProtocolViolation:
             return ProtocolViolation(f"Server: the posterior of client {cid} {problem}.")
 
-        n = payload.get("num_data")
-        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
-            raise bad(f"has `num_data`={n!r}")
+        n = _count(payload, bad, self.settings.num_init + t - 1)
         if n == 0:
             return None
         shapes = {
@@ -798,27 +1044,63 @@ class CoKGServer(FederatedServer):
         }
         if not self.settings.hides_means():
             shapes["mean"] = (s,)
-        out: dict = {"num_data": int(n)}
+        out: dict = {"num_data": n}
         for key, shape in shapes.items():
-            value = np.asarray(payload.get(key, np.empty(0)), dtype=np.float64)
+            try:
+                value = np.asarray(payload.get(key, np.empty(0)), dtype=np.float64)
+            except (TypeError, ValueError, OverflowError):
+                raise bad(f"has a non-numeric `{key}`") from None
             if value.shape != shape or not np.isfinite(value).all():
                 raise bad(f"has `{key}` of shape {value.shape} (expected {shape}, finite)")
             out[key] = torch.as_tensor(value)
         for key in ("lengthscale", "outputscale", "noise"):
             if not (out[key] > 0).all():
                 raise bad(f"has a non-positive `{key}`")
-        best = payload.get("best_index")
-        value = payload.get("best_value")
-        if (
-            isinstance(best, bool)
-            or not isinstance(best, int | np.integer)
-            or not 0 <= best < s
-            or isinstance(value, bool)
-            or not isinstance(value, int | float | np.floating)
-            or not math.isfinite(value)
-        ):
-            raise bad("has no valid local optimum (`best_index`, `best_value`)")
-        out["best_index"], out["best_value"] = int(best), float(value)
+        lengthscale, outputscale = out["lengthscale"], float(out["outputscale"])
+        low, high = LENGTHSCALE_RANGE
+        if not ((lengthscale >= low) & (lengthscale <= high)).all():
+            raise bad(f"has `lengthscale` {lengthscale.tolist()} outside [{low}, {high}]")
+        low, high = OUTPUTSCALE_RANGE
+        if not low <= outputscale <= high:
+            raise bad(f"has `outputscale`={outputscale:.6g} outside [{low}, {high}]")
+        ratio = float(out["noise"]) / outputscale
+        low, high = NOISE_RATIO_RANGE
+        if not low <= ratio <= high:
+            raise bad(f"has `noise` {ratio:.3g} x `outputscale`, outside [{low}, {high}] x")
+        C = out["covariance"]
+        if (C - C.T).abs().max() > COVARIANCE_TOL * C.diagonal().abs().max().clamp_min(1e-300):
+            raise bad("has a `covariance` that is not symmetric")
+        eye = torch.eye(s, dtype=torch.float64)
+        scale = C.diagonal().abs().max().clamp_min(1e-300)
+        if torch.linalg.cholesky_ex(0.5 * (C + C.T) + COVARIANCE_TOL * scale * eye).info != 0:
+            raise bad("has a `covariance` that is not positive semi-definite")
+        if C.diagonal().max() > outputscale * (1 + PRIOR_VARIANCE_TOL):
+            raise bad(
+                f"has posterior variances up to {float(C.diagonal().max()):.6g}, above its prior "
+                f"variance `outputscale`={outputscale:.6g}"
+            )
+        out["best_index"], out["best_value"] = _optimum(payload, bad, s)
+        sd, m = math.sqrt(outputscale), float(out["mean_constant"])
+        R = MAX_MEAN_DEVIATION
+        if self.settings.hides_means():
+            if abs(out["best_value"] - m) > R * sd:
+                raise bad(
+                    f"has `best_value`={out['best_value']:.6g} more than {R:g} signal standard "
+                    f"deviations ({sd:.3g}) from `mean_constant`={m:.6g}"
+                )
+        else:
+            mean = out["mean"]
+            if float((mean - m).abs().max()) > R * sd:
+                raise bad(
+                    f"has `mean_constant`={m:.6g} more than {R:g} signal standard deviations "
+                    f"({sd:.3g}) from its means on the support"
+                )
+            best = out["best_index"]
+            if out["best_value"] != float(mean[best]) or float(mean[best]) != float(mean.max()):
+                raise bad(
+                    f"has `best_value`={out['best_value']!r} at `best_index`={best}, but its "
+                    f"mean there is {float(mean[best])!r} and its largest {float(mean.max())!r}"
+                )
         return out
 
     def _recommend(self, t: int, optima: dict[int, dict | None]) -> None:
@@ -985,23 +1267,19 @@ class CoKGServer(FederatedServer):
         local optimum after the last round, and ``x^`` (:attr:`recommendation`)."""
         super().run(on_round=on_round, start_round=start_round)
         replies = self.broadcast("optimum")
+        bound = self.settings.num_init + self.settings.num_rounds
         optima = {}
         for cid in sorted(replies):
-            payload = dict(replies[cid].payload)
-            n = payload.get("num_data", 0)
-            optima[cid] = (
-                None
-                if not n
-                else {
-                    "best_index": int(payload["best_index"]),
-                    "best_value": float(payload["best_value"]),
-                }
-            )
-            if optima[cid] is not None and not (
-                0 <= optima[cid]["best_index"] < len(self.support)
-                and math.isfinite(optima[cid]["best_value"])
-            ):
-                raise ProtocolViolation(f"Server: client {cid} sent an invalid local optimum.")
+            payload = replies[cid].payload
+
+            def bad(problem: str, cid=cid) -> ProtocolViolation:
+                return ProtocolViolation(f"Server: the local optimum of client {cid} {problem}.")
+
+            if _count(payload, bad, bound) == 0:
+                optima[cid] = None
+                continue
+            index, value = _optimum(payload, bad, len(self.support))
+            optima[cid] = {"best_index": index, "best_value": value}
         self._recommend(self.settings.num_rounds, optima)
 
 
@@ -1031,10 +1309,26 @@ ACQUISITIONS = {
 }
 
 
+def _check_secure_aggregator(ctx) -> None:
+    r"""The secure mean runs on the masking backend only."""
+    aggregator = ctx.setup.aggregator
+    if not ctx.settings.hides_means() or aggregator == "masking":
+        return
+    why = {
+        "ckks": "the server needs the barycenter mean, and CKKS sums stay on the agents",
+        "plaintext": "the plaintext backend hands every agent's input to the server in clear",
+    }.get(aggregator, "only masking hides the agents' inputs from the server")
+    raise ValueError(
+        f"`mean_aggregation`='secure' with `aggregator`={aggregator!r}: {why}; use masking."
+    )
+
+
 def _make_client(ctx, cid: int) -> CoKGClient:
+    _check_secure_aggregator(ctx)
     return CoKGClient(
         secagg=ctx.secagg_clients.get(cid),
         support_seed=ctx.setup.seed,
+        num_agents=len(ctx.client_ids),
         **ctx.client_arguments(cid),
     )
 
@@ -1043,11 +1337,7 @@ def _server_maker(algorithm: str):
     def make(ctx, transport) -> CoKGServer:
         settings = ctx.settings
         secure = settings.hides_means()
-        if secure and ctx.setup.aggregator == "ckks":
-            raise ValueError(
-                "`mean_aggregation`='secure' with `aggregator`='ckks': the server needs the "
-                "barycenter mean, and CKKS sums stay on the agents; use plaintext or masking."
-            )
+        _check_secure_aggregator(ctx)
         objective = ctx.objectives[0]
         return CoKGServer(
             transport,

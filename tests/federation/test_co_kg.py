@@ -436,7 +436,7 @@ def test_cli_runs_co_kg(tmp_path, capsys):
     "algorithm, extra",
     [
         ("co-kg", dict(weights="precision", discrete=True)),
-        ("barycenter-qkg", dict(mean_aggregation="secure", weights="data")),
+        ("barycenter-qkg", dict(mean_aggregation="secure")),  # uniform: the only secure weights
     ],
 )
 def test_resume_is_bit_for_bit(tmp_path, algorithm, extra):
