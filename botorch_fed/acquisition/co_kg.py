@@ -245,8 +245,15 @@ def discrete_kg_values(
     out = []
     for lo in range(0, B, chunk):
         c = min(chunk, B - lo)
-        cond = torch.baddbmm(mu_S.expand(c, 1, s), Z[lo : lo + c], W[lo : lo + c])  # c x nf x s
-        out.append(cond.amax(dim=-1).mean(dim=-1))
+        Zc, Wc = Z[lo : lo + c], W[lo : lo + c]
+        # The maximiser of each fantasy's mean without autograd, then its value with it:
+        # the gradient of a max is the gradient at the argmax (ties have measure zero),
+        # and the backward pass stays c x nf x q instead of c x nf x s.
+        with torch.no_grad():
+            idx = torch.baddbmm(mu_S.expand(c, 1, s), Zc, Wc).argmax(dim=-1)  # c x nf
+        W_best = Wc.gather(-1, idx.unsqueeze(-2).expand(c, q, nf))  # c x q x nf
+        best = mu_S[idx] + (Zc * W_best.transpose(-1, -2)).sum(dim=-1)  # c x nf
+        out.append(best.mean(dim=-1))
     return torch.cat(out).reshape(batch_shape)
 
 
@@ -257,7 +264,8 @@ def support_mean_and_cross_covariance(
 
     A model may provide this itself as a method
     ``support_mean_and_cross_covariance(support, X)`` with the same contract (used
-    when present: a model with structure can skip the ``s x s`` block). Otherwise
+    when present: a model with structure can skip the ``s x s`` block; returning
+    ``NotImplemented`` falls back to the generic computation). Otherwise
     it comes from joint posteriors over the support and chunks of the points of ``X``
     flattened into one set (not the support repeated per t-batch, whose joint
     covariances would be ``B x (q + s)^2``): each chunk holds at most
@@ -274,7 +282,9 @@ def support_mean_and_cross_covariance(
     """
     hook = getattr(model, "support_mean_and_cross_covariance", None)
     if callable(hook):
-        return hook(support, X)
+        out = hook(support, X)
+        if out is not NotImplemented:
+            return out
     B, q, d = X.shape
     s = support.shape[-2]
     flat_X = X.reshape(-1, d)

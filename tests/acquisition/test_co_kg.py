@@ -272,11 +272,14 @@ def test_discrete_inner_max_is_exact_over_the_support(toys, dtype: torch.dtype) 
     g = torch.Generator().manual_seed(9)
     X = torch.rand(3, N, 2, generator=g, dtype=torch.float64).to(dtype)
     X[1, 0] = support[10]  # an agent on a support point
+    X.requires_grad_(True)
     value = acqf(X)
     assert value.shape == (3,)
+    (grad,) = torch.autograd.grad(value.sum(), X)
     sup = support.double()
+    hand_total = 0.0
     for j in range(3):
-        Xj = X[j].double()
+        Xj = X[j].double()  # differentiable: the hand computation's gradient too
         central_max = hand_fantasy_means(toys["central"], Xj, sup, base_samples(acqf.sampler))
         expected = central_max.amax(-1).mean()
         factor = cond_factor(toys["central"], N + len(sup))
@@ -287,6 +290,11 @@ def test_discrete_inner_max_is_exact_over_the_support(toys, dtype: torch.dtype) 
             expected = expected + beta * local_max.amax(-1).mean()
             factor = max(factor, cond_factor(toys[f"local{n}"], 1 + len(sup)))
         assert_close(value[j], expected, dtype=dtype, factor=factor, msg=f"batch {j}")
+        hand_total = hand_total + expected
+    # the gradient (the argmax's value carries it) = autograd through the hand computation
+    (hand_grad,) = torch.autograd.grad(hand_total, X)
+    assert hand_grad.abs().max() > 0.1
+    assert_close(grad, hand_grad, dtype=dtype, factor=factor, scale=hand_grad.abs().max())
 
 
 @pytest.mark.parametrize("standardize", [False, True])
@@ -722,6 +730,13 @@ def test_models_can_supply_support_terms(toys) -> None:
         central, locals_, beta=0.5, num_fantasies=8, discrete_support=support, seed=0
     )(X)
     assert (other - plain).abs().min() > 1e-3
+    # NotImplemented: the generic computation
+    central.support_mean_and_cross_covariance = lambda S, X: NotImplemented
+    del locals_[1].support_mean_and_cross_covariance
+    fallback = qCoKnowledgeGradient(
+        central, locals_, beta=0.5, num_fantasies=8, discrete_support=support, seed=0
+    )(X)
+    assert torch.equal(fallback, plain)
 
 
 def test_discrete_mode_needs_unbatched_models(toys) -> None:
