@@ -328,10 +328,14 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
 
     Monte Carlo with fixed base samples. See the module docstring for the one-shot and
     the discrete mode and the layout of ``X``. A ``qKnowledgeGradient`` subclass, so
-    ``optimize_acqf`` treats it as one-shot (``q = N``); with ``discrete_support`` use
-    :func:`~botorch_fed.acquisition.optimize_co_acquisition` (BoTorch's one-shot
-    initialiser assumes fantasy points), which also seeds blockwise initial
-    conditions for the one-shot mode.
+    ``optimize_acqf`` treats it as one-shot (``q = N``) and builds its initial
+    conditions with ``gen_one_shot_kg_initial_conditions`` (which works with the
+    augmented layout, but seeds the local blocks with the *central* model's
+    maximisers). :func:`~botorch_fed.acquisition.optimize_co_acquisition` seeds each
+    block from its own model instead. With ``discrete_support`` there are no fantasy
+    points and BoTorch's one-shot initialiser fails (``cannot sample n_sample <= 0
+    samples``): use :func:`~botorch_fed.acquisition.optimize_co_acquisition`, or
+    ``optimize_acqf(..., ic_generator=gen_batch_initial_conditions)``.
 
     Example:
         >>> acqf = qCoKnowledgeGradient(central, [local_1, local_2], beta=0.5,

@@ -18,6 +18,7 @@ from botorch.models import SingleTaskGP
 from botorch.models.deterministic import GenericDeterministicModel
 from botorch.models.transforms.outcome import Standardize
 from botorch.optim import optimize_acqf
+from botorch.optim.initializers import gen_batch_initial_conditions
 from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.kernels import RBFKernel, ScaleKernel
 from gpytorch.likelihoods import GaussianLikelihood
@@ -746,3 +747,25 @@ def test_discrete_mode_needs_unbatched_models(toys) -> None:
     )
     with pytest.raises(UnsupportedError, match="batch shape"):
         qCoKnowledgeGradient(batched, [fantasy], discrete_support=grid(3))
+
+
+def test_discrete_mode_with_plain_optimize_acqf(toys) -> None:
+    r"""As documented: BoTorch's one-shot initialiser cannot serve the discrete mode,
+    its standard one can."""
+    central, locals_ = models(toys, torch.float64, 2)
+    acqf = qCoKnowledgeGradient(
+        central, locals_, beta=0.5, num_fantasies=4, discrete_support=grid(4), seed=0
+    )
+    with isolated_seed(0):
+        cands, _ = optimize_acqf(
+            acqf,
+            BOUNDS01,
+            q=2,
+            num_restarts=2,
+            raw_samples=8,
+            options={"maxiter": 5},
+            ic_generator=gen_batch_initial_conditions,
+        )
+        assert cands.shape == (2, 2)
+        with pytest.raises(RuntimeError, match="n_sample"):
+            optimize_acqf(acqf, BOUNDS01, q=2, num_restarts=2, raw_samples=8)
