@@ -42,9 +42,17 @@ largest, from the agents' posteriors after the last round
 
 Privacy: the posteriors travel in the clear, as in the paper; docs/security.md
 ("Co-KG") says what the server learns from them -- the data. ``barycenter-qkg`` can
-instead sum the weighted means ``sum_n w_n mu_n`` through the secure-aggregation
-backends (``mean_aggregation="secure"``); the local Co-KG, Co-EI and Co-ES terms need
-each agent's own mean, so only ``beta = 0`` runs with hidden means.
+instead sum the uniform mean ``sum_n mu_n / M`` with the ``masking`` backend
+(``mean_aggregation="secure"``: each agent weighs its own mean, one sum per posterior
+request, over the whole federation; it hides the individual means from a semi-honest
+server only, and the sums of a few rounds still give the outcomes away); the local
+Co-KG, Co-EI and Co-ES terms need each agent's own mean, so only ``beta = 0`` runs
+with hidden means.
+
+Against a malicious server an agent answers posterior requests only for its own
+rounds ``1..num_rounds``, each once and in order (at most ``num_init + num_rounds``
+evaluations); against a malicious agent the server checks every field of its replies
+(:meth:`CoKGServer._parse`) and names the agent.
 
 References:
 
@@ -1264,7 +1272,14 @@ class CoKGServer(FederatedServer):
 
     def run(self, on_round=None, start_round=None) -> None:
         r"""Rounds as :meth:`FederatedServer.run`, then Alg. 1's output: every agent's
-        local optimum after the last round, and ``x^`` (:attr:`recommendation`)."""
+        local optimum after the last round, and ``x^`` (:attr:`recommendation`).
+
+        Raises:
+            ProtocolViolation: An agent's reply fails a check (:meth:`_parse`; its final
+                local optimum: ``num_data`` an int in ``0..num_init + num_rounds``,
+                ``best_index`` an int on the support, ``best_value`` finite), naming
+                the agent.
+        """
         super().run(on_round=on_round, start_round=start_round)
         replies = self.broadcast("optimum")
         bound = self.settings.num_init + self.settings.num_rounds

@@ -391,13 +391,20 @@ def test_bad_setting_combinations():
             FederationSetup(problem="hartmann", dim=6, num_clients=2),
             CoKGSettings(support="grid"),
         )
-    # the server needs the barycenter mean: CKKS keeps sums on the agents
-    with pytest.raises(ValueError, match="`aggregator`='ckks'"):
-        run_federated(
-            "barycenter-qkg",
-            _setup(aggregator="ckks"),
-            _settings("barycenter-qkg", mean_aggregation="secure"),
-        )
+    # the server needs the barycenter mean: CKKS keeps sums on the agents; plaintext
+    # hands every input to the server: the secure mean runs on masking only
+    for aggregator in ("ckks", "plaintext"):
+        with pytest.raises(ValueError, match=f"`aggregator`='{aggregator}'"):
+            run_federated(
+                "barycenter-qkg",
+                _setup(aggregator=aggregator),
+                _settings("barycenter-qkg", mean_aggregation="secure"),
+            )
+    # the secure mean is uniform over the whole federation, on a public support
+    with pytest.raises(ValueError, match="`weights`='data' with `mean_aggregation`='secure'"):
+        BarycenterQKGSettings(mean_aggregation="secure", weights="data").validate()
+    with pytest.raises(ValueError, match="`support`='kmeans' with `mean_aggregation`='secure'"):
+        BarycenterQKGSettings(mean_aggregation="secure", support="kmeans").validate()
     # the local terms need the agents' own means: only barycenter-qkg (beta = 0) hides them
     for algorithm in ("co-kg", "co-ei", "co-es"):
         names = {f.name for f in dataclasses.fields(get_algorithm(algorithm).settings_class)}
