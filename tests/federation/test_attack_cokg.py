@@ -32,10 +32,8 @@ from botorch_fed.federation.co_kg import (
 )
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.problem import initial_design
-from botorch_fed.federation.roles import limb_encoding
 from botorch_fed.inducing import grid_support, sobol_support
 from botorch_fed.models import bures_wasserstein_barycenter
-from botorch_fed.secure.wire import PayloadReader
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
@@ -432,6 +430,7 @@ def test_a_grid_agent_sends_no_centres():
         ("evaluate", {"t": 1.0, "x": np.full(2, 0.5)}),
         ("evaluate", {"t": 1, "x": "0.5,0.5"}),
         ("evaluate", {"t": 1, "x": np.array(["0.5", "half"])}),
+        ("evaluate", {"t": 1, "x": np.array(["0.5", "0.5"])}),
         ("support", {}),
         ("support", {"support": b"\x00" * 32}),
         ("support", {"support": "grid"}),
@@ -586,7 +585,9 @@ def _set(key, fn):
     "mutate, problem",
     [
         (
-            _set("covariance", lambda C: C + np.triu(np.full_like(C, 1e-2 * C.diagonal().max()), 1)),
+            _set(
+                "covariance", lambda C: C + np.triu(np.full_like(C, 1e-2 * C.diagonal().max()), 1)
+            ),
             "not symmetric",
         ),
         (
