@@ -320,9 +320,9 @@ def report(runs: dict[str, dict], out: Path, stem: str, meta: dict, timing: list
             "settings in co_kg_step_time.py) timed apart; cold = first round, warm = the "
             "next round warm-started from the previous barycenter.",
             "",
-            "| support | N | cold: barycenter / local / acquisition / total (s) | "
+            "| mode | support | N | cold: barycenter / local / acquisition / total (s) | "
             "warm: barycenter / local / acquisition / total (s) |",
-            "|---|---|---|---|",
+            "|---|---|---|---|---|",
         ]
         for row in timing:
             cells = []
@@ -332,7 +332,10 @@ def report(runs: dict[str, dict], out: Path, stem: str, meta: dict, timing: list
                     f"{p['barycenter']:.2f} / {p['local models']:.2f} / "
                     f"{p['acquisition']:.2f} / **{p['total']:.2f}**"
                 )
-            lines.append(f"| {row['side']}x{row['side']} | {row['agents']} | " + " | ".join(cells))
+            lines.append(
+                f"| {row.get('mode', 'one-shot')} | {row['side']}x{row['side']} | "
+                f"{row['agents']} | " + " | ".join(cells) + " |"
+            )
         lines.append("")
     text = "\n".join(lines)
     (out / f"{stem}.md").write_text(text + "\n")
@@ -456,11 +459,12 @@ def main(argv=None) -> int:
         from co_kg_step_time import time_step
 
         rows = []
-        for side in (10, 20, 30) if not args.smoke else (6,):
-            for N in (2, 4, 8) if not args.smoke else (2,):
-                row = time_step(side, N)
-                print(json.dumps(row), flush=True)
-                rows.append(row)
+        for mode in ("discrete", "one-shot"):
+            for side in (10, 20, 30) if not args.smoke else (6,):
+                for N in (2, 4, 8) if not args.smoke else (2,):
+                    row = time_step(side, N, discrete=mode == "discrete")
+                    print(json.dumps(row), flush=True)
+                    rows.append(row)
         timing = {"command": command.strip(), "rows": rows}
         timing_store.write_text(json.dumps(timing, indent=1) + "\n")
     meta = _meta(command.strip(), wall, timing.get("command", ""))

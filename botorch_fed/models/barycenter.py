@@ -36,6 +36,17 @@ from botorch.exceptions.warnings import OptimizationWarning
 from torch import Tensor
 
 
+def _sym_sqrt_pair(A: Tensor) -> tuple[Tensor, Tensor]:
+    r"""``(A^1/2, A^-1/2)`` of symmetric positive definite ``... x s x s`` matrices from
+    one eigendecomposition (a singular matrix raises)."""
+    evals, evecs = torch.linalg.eigh(A)
+    if (evals <= 0).any():
+        raise ValueError("The barycenter iterate became singular.")
+    root = (evecs * evals.sqrt().unsqueeze(-2)) @ evecs.transpose(-1, -2)
+    inv_root = (evecs * evals.rsqrt().unsqueeze(-2)) @ evecs.transpose(-1, -2)
+    return root, inv_root
+
+
 def _sym_sqrt(A: Tensor, inverse: bool = False) -> Tensor:
     r"""``A^1/2`` (or ``A^-1/2``) of symmetric PSD ``... x s x s`` matrices (eigenvalues
     clipped at 0; the inverse of a singular matrix raises)."""
@@ -224,8 +235,7 @@ def _iterate(C: Tensor, w: Tensor, S: Tensor, max_iter: int, tol: float) -> Tens
     r"""The fixed-point map of Alvarez-Esteban et al. from ``S`` until ``tol``."""
     change = float("inf")
     for _ in range(max_iter):
-        root = _sym_sqrt(S)
-        inv_root = _sym_sqrt(S, inverse=True)
+        root, inv_root = _sym_sqrt_pair(S)
         inner = _sym_sqrt(root.unsqueeze(-3) @ C @ root.unsqueeze(-3))  # ... x N x s x s
         T = (w[:, None, None] * inner).sum(-3)
         new = inv_root @ T @ T @ inv_root

@@ -181,7 +181,7 @@ class BarycenterGP(Model, FantasizeMixin):
         jitter: float = 1e-8,
         rank_tol: float = 1e-6,
         max_iter: int = 500,
-        tol: float = 1e-10,
+        tol: float = 1e-7,
     ) -> None:
         r"""
         Args:
@@ -203,7 +203,10 @@ class BarycenterGP(Model, FantasizeMixin):
             rank_tol: Relative eigenvalue cut-off of the barycenter's numerical range
                 and of the whitened information (see the module docstring).
             max_iter: Maximum barycenter iterations.
-            tol: Relative convergence tolerance of the barycenter iteration.
+            tol: Relative convergence tolerance of the barycenter iteration. Posterior
+                covariances on a grid are ill conditioned (up to ``1 / rank_tol`` on
+                their range), which puts the iteration's rounding floor near ``1e-9``:
+                a smaller ``tol`` runs into ``max_iter``.
         """
         super().__init__()
         if not isinstance(support, Tensor) or support.ndim != 2 or support.shape[0] < 1:

@@ -84,12 +84,16 @@ def test_posterior_on_support_is_the_barycenter(dtype):
     model = BarycenterGP(S, means, covs, k, weights=w, noise=NOISE)
     m_ref, C_ref = bures_wasserstein_barycenter(means, covs, weights=w)
     torch.testing.assert_close(model.barycenter_mean, (w[:, None] * means).sum(0))
-    torch.testing.assert_close(model.barycenter_covariance, C_ref, atol=1e-9, rtol=0)
+    # the model iterates to a relative change of 1e-7 (its default tol)
+    tol_bary = 10 * 1e-7 * float(C_ref.abs().max())
+    torch.testing.assert_close(model.barycenter_covariance, C_ref, atol=tol_bary, rtol=0)
     post = model.posterior(S.to(dtype).unsqueeze(0))
     assert post.mean.dtype == dtype and post.mean.shape == (1, 36, 1)
     scale = float(C_ref.diagonal().max())
     # jitter 1e-8 (relative) bounds the float64 error; float32 adds its rounding
-    tol = 1e-6 * scale if dtype == F64 else 1e-6 * scale + 50 * torch.finfo(dtype).eps
+    tol = 1e-6 * scale + tol_bary
+    if dtype != F64:
+        tol += 50 * torch.finfo(dtype).eps
     mean_scale = float(means.abs().max())
     torch.testing.assert_close(
         post.mean.squeeze(0).squeeze(-1).to(F64), m_ref, atol=1e-5 * mean_scale, rtol=0
