@@ -459,12 +459,13 @@ def main(argv=None) -> int:
         from co_kg_step_time import time_step
 
         rows = []
+        # support size at N = 8, then N at the 30 x 30 grid
+        configs = [(10, 8), (20, 8), (30, 2), (30, 4), (30, 8)] if not args.smoke else [(6, 2)]
         for mode in ("discrete", "one-shot"):
-            for side in (10, 20, 30) if not args.smoke else (6,):
-                for N in (2, 4, 8) if not args.smoke else (2,):
-                    row = time_step(side, N, discrete=mode == "discrete")
-                    print(json.dumps(row), flush=True)
-                    rows.append(row)
+            for side, N in configs:
+                row = time_step(side, N, discrete=mode == "discrete")
+                print(json.dumps(row), flush=True)
+                rows.append(row)
         timing = {"command": command.strip(), "rows": rows}
         timing_store.write_text(json.dumps(timing, indent=1) + "\n")
     meta = _meta(command.strip(), wall, timing.get("command", ""))
