@@ -463,7 +463,7 @@ def main(argv=None) -> int:
         configs = [(10, 8), (20, 8), (30, 2), (30, 4), (30, 8)] if not args.smoke else [(6, 2)]
         # the one-shot mode optimises N + num_fantasies (N + 1) points per restart; in
         # development one step at 30 x 30, N = 8 (64 fantasies, 10 restarts) did not
-        # finish in 15 minutes: it is timed on the cases with at most 1800 support x N
+        # finish in 15 minutes: it is timed up to 20 x 20 and at 30 x 30 with N = 2
         one_shot = [c for c in configs if c[0] * c[0] * c[1] <= 900 * 2 or c[0] <= 20]
         for mode, cases in (("discrete", configs), ("one-shot", one_shot)):
             for side, N in cases:
