@@ -132,11 +132,19 @@ def print_run(result, console: Console, label: str | None = None) -> None:
     recommendation = getattr(result, "recommendation", None)
     if recommendation is not None:
         head.add_row("recommended point (x^)", _point(recommendation["x"]))
-        head.add_row("its predicted value", _number(recommendation["predicted_value"]))
+        head.add_row("x^: predicted value", _number(recommendation["predicted_value"]))
+        if recommendation.get("value") is not None:
+            head.add_row("x^: true value", _number(recommendation["value"]))
+            if result.optimal_value is not None:
+                regret = abs(recommendation["value"] - result.optimal_value)
+                head.add_row("x^: simple regret", f"{regret:.6g}")
     if result.optimal_value is not None:
         head.add_row("optimal value", f"{result.optimal_value:.6g}")
         if result.best_value is not None:
-            head.add_row("simple regret", f"{abs(result.best_value - result.optimal_value):.6g}")
+            head.add_row(
+                "simple regret (best evaluation)",
+                f"{abs(result.best_value - result.optimal_value):.6g}",
+            )
     head.add_row("steps", ", ".join(f"{k} {v}" for k, v in sorted(result.steps.items())))
     head.add_row("failed evaluations", str(len(result.failures)))
     head.add_row("wall time (s)", f"{result.time_s:.2f}")

@@ -64,6 +64,7 @@ References:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -87,7 +88,7 @@ from botorch_fed.federation.messages import Message
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer, ProtocolViolation
 from botorch_fed.inducing import global_support, grid_support, local_centers, sobol_support
-from botorch_fed.models import BarycenterGP, agent_weights
+from botorch_fed.models import BarycenterGP, agent_weights, exact_gp_state, fit_exact_gp
 
 SUPPORTS = ("auto", "grid", "sobol", "kmeans")
 WEIGHTS = ("uniform", "data", "precision")
@@ -206,6 +207,11 @@ class CollaborativeSettings:
                 f"`support_size`={self.support_size} exceeds {MAX_SUPPORT_SIZE} (agents "
                 "refuse larger supports)."
             )
+        if self.points_per_dim < 2:
+            raise ValueError(
+                f"`points_per_dim`={self.points_per_dim}: a grid needs at least 2 points per "
+                "axis (one point is a support of one point)."
+            )
         if self.support == "kmeans" and self.num_init < MIN_CLUSTER_SIZE:
             raise ValueError(
                 f"`num_init`={self.num_init}: a k-means support needs at least "
@@ -249,6 +255,14 @@ class _BetaFields:
             raise ValueError(f"`beta0` must be >= 0, got {self.beta0!r}.")
         if self.beta_rate < 0:
             raise ValueError(f"`beta_rate` must be >= 0, got {self.beta_rate!r}.")
+        if self.beta_schedule in ("constant", "power") and self.beta0 == 0:
+            warnings.warn(
+                f"`beta0`=0 with the {self.beta_schedule!r} schedule makes beta_t = 0 in every "
+                "round: the agents' own terms never count (that is barycenter-qKG); give "
+                "beta0 > 0.",
+                UserWarning,
+                stacklevel=2,
+            )
         schedule = self.make_beta_schedule()
         for t in (1, self.num_rounds):  # beta_t must stay finite over the run
             try:
@@ -852,7 +866,16 @@ class CoKGClient(BOClient):
         support) after the last round."""
         if len(self.X) == 0 or self.support is None:
             return {"num_data": 0}
-        model = self.local_model()
+        # the answer of the run: hyperparameters refitted on all the data (between
+        # refits, local_refit_every, the model reuses older ones)
+        with self.timed("local_fit"):
+            model = fit_exact_gp(
+                self.X,
+                self.Y,
+                seed=self.seed,
+                warm_start=exact_gp_state(self.local_model()),
+                maxiter=self.settings.fit_maxiter,
+            )
         with self.timed("summary"), torch.no_grad():
             mean = model.posterior(self.support).mean.reshape(-1)
         best = int(mean.argmax())

@@ -33,7 +33,7 @@ from botorch_fed.federation.checkpoint import (
     prepare_folder,
     save_checkpoint,
 )
-from botorch_fed.federation.problem import client_regions
+from botorch_fed.federation.problem import ClientObjective, client_regions
 from botorch_fed.federation.registry import (
     AlgorithmSpec,
     BuildContext,
@@ -67,7 +67,8 @@ class RunResult:
         recommendation: The algorithm's own recommended point, where it makes one
             (Co-KG's ``x^``, Alg. 1 line 10 of the slides: the best of the agents'
             local optima): ``round``, ``client``, ``x`` (objective's domain),
-            ``x_unit`` and the model's ``predicted_value``; ``None`` otherwise.
+            ``x_unit``, the model's ``predicted_value`` and, for built-in test
+            functions, the noise-free ``value`` there; ``None`` otherwise.
         steps: Count of steps by kind (init, local, global, ...).
         failures: Failed evaluations: client, round, step, point, error.
         evaluations: Every evaluation in order (client by client): client, round,
@@ -514,8 +515,22 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
         failures=failures,
         evaluations=evaluations,
         best_point_per_client={cid: None if h is None else h["x"] for cid, h in per_client.items()},
-        recommendation=getattr(server, "recommendation", None),
+        recommendation=_scored_recommendation(server, objectives),
     )
+
+
+def _scored_recommendation(server, objectives) -> dict | None:
+    r"""The server's recommendation with, for built-in test functions (whose noise-free
+    value is known without spending an evaluation), its ``value`` there."""
+    rec = getattr(server, "recommendation", None)
+    if rec is None:
+        return None
+    rec = dict(rec)
+    objective = objectives[rec["client"]] if len(objectives) > 1 else objectives[0]
+    if isinstance(objective, ClientObjective):
+        x = torch.tensor([rec["x_unit"]], dtype=torch.float64)
+        rec["value"] = float(objective.value(x).reshape(-1)[0])
+    return rec
 
 
 __all__ = [

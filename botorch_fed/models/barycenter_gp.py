@@ -46,6 +46,7 @@ References:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,6 +57,7 @@ from botorch.exceptions.errors import (
     InputDataError,
     UnsupportedError,
 )
+from botorch.exceptions.warnings import InputDataWarning
 from botorch.models.model import FantasizeMixin, Model
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.posteriors.posterior import Posterior
@@ -265,6 +267,19 @@ class BarycenterGP(Model, FantasizeMixin):
         else:
             w = torch.as_tensor(weights).detach().to(torch.float64)
             w = w / w.sum()
+        with torch.no_grad(), gpytorch_settings.lazily_evaluate_kernels(False):
+            prior_var = covar_module(support.to(torch.float64), diag=True).detach()
+        largest = float(covariances.detach().diagonal(dim1=-2, dim2=-1).max())
+        if largest > 10 * float(prior_var.max()):
+            warnings.warn(
+                f"The agents' posterior variances (up to {largest:.3g}) exceed the prior "
+                f"variance of `covar_module` (up to {float(prior_var.max()):.3g}) tenfold: "
+                "are the kernel and the posteriors in the same outcome units (e.g. a kernel "
+                "of a standardised model with posteriors in original units)? Off the support "
+                "the model conditions under this kernel.",
+                InputDataWarning,
+                stacklevel=2,
+            )
         constant = torch.as_tensor(mean_constant, dtype=torch.float64).detach()
         if constant.numel() != 1 or not torch.isfinite(constant).all():
             raise ValueError(f"`mean_constant` must be one finite number, got {mean_constant!r}.")

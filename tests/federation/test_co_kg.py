@@ -162,8 +162,18 @@ def test_runs_end_to_end_and_sends_only_posteriors(algorithm):
     torch.testing.assert_close(torch.tensor([rec["x"]], dtype=torch.double), objective.to_domain(x))
     best_means = []
     for client in clients.values():
+        # the final answer refits the hyperparameters on all of the agent's data
+        from botorch_fed.models import exact_gp_state, fit_exact_gp
+
+        final = fit_exact_gp(
+            client.X,
+            client.Y,
+            seed=client.seed,
+            warm_start=exact_gp_state(client.local_model()),
+            maxiter=client.settings.fit_maxiter,
+        )
         with torch.no_grad():
-            best_means.append(client.local_model().posterior(support).mean.max().item())
+            best_means.append(final.posterior(support).mean.max().item())
     assert rec["predicted_value"] == pytest.approx(-max(best_means), rel=1e-12)  # minimised
     # the barycenter covariance warm-starts the next round and is in the checkpoint state
     cov = server.barycenter_covariance
@@ -427,10 +437,15 @@ def test_cli_runs_co_kg(tmp_path, capsys):
     assert data["config"]["settings"]["beta_schedule"] == "power"
     assert data["config"]["settings"]["points_per_dim"] == 6
     assert len(data["best_per_round"]) == 3
-    # x^ reaches the result file and the printed table
+    # x^ reaches the result file (with its noise-free value) and the printed table
     rec = data["recommendation"]
     assert rec["round"] == 2 and len(rec["x"]) == 2 and rec["client"] in (0, 1, 2)
-    assert "recommended point (x^)" in capsys.readouterr().out
+    from botorch_fed.test_functions import CoKGSinCosBowl
+
+    true = CoKGSinCosBowl().evaluate_true(torch.tensor([rec["x"]], dtype=torch.double))
+    assert rec["value"] == pytest.approx(float(true), rel=1e-12)
+    printed = capsys.readouterr().out
+    assert "recommended point (x^)" in printed and "x^: simple regret" in printed
     # co-kg has no secure-mean option: the command line refuses it
     assert main(["run", "co-kg", "--problem", "cokg-f1", "--mean-aggregation", "secure"]) == 2
     assert "--mean-aggregation" in capsys.readouterr().err
@@ -638,3 +653,13 @@ def test_one_shot_acquisitions_in_the_step_searches():
     assert best.shape == (1, 2) and ranked.shape[-1] == 2 and len(ranked) > 3
     torch.testing.assert_close(ranked[0], best[0])  # the same seeded search, best first
     assert ((ranked >= 0) & (ranked <= 1)).all()
+
+
+def test_settings_that_would_silently_be_another_algorithm_are_flagged():
+    from botorch_fed.federation import CoKGSettings
+
+    for schedule in ("constant", "power"):
+        with pytest.warns(UserWarning, match="barycenter-qKG"):
+            CoKGSettings(beta_schedule=schedule, beta0=0.0).validate()
+    with pytest.raises(ValueError, match="at least 2"):
+        CoKGSettings(points_per_dim=1).validate()

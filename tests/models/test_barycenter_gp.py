@@ -341,3 +341,13 @@ def test_support_mean_and_cross_covariance_is_the_joint_posterior_block():
         torch.testing.assert_close(cross[b], joint.covariance_matrix[25:, :25], atol=1e-12, rtol=0)
     fantasy = model.condition_on_observations(X[0], torch.zeros(2, 1, dtype=F64))
     assert fantasy.support_mean_and_cross_covariance(S, X) is NotImplemented
+
+
+def test_warns_when_posteriors_and_kernel_are_in_different_units():
+    from botorch.exceptions.warnings import InputDataWarning
+
+    S = grid(4)
+    k = kernel()
+    _, means, covs = agents(S, k, N=2, n=4)
+    with pytest.warns(InputDataWarning, match="same outcome units"):
+        BarycenterGP(S, 500 * means, 1e5 * covs, k)
