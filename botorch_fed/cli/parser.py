@@ -166,7 +166,7 @@ def _run_parser(
 
     p = sub.add_parser(
         "run",
-        help="run a federated optimisation (FBO-FedGP or a baseline)",
+        help="run a federated optimisation (FBO-FedGP, Co-KG and its family, or a baseline)",
         description=(
             "Run M clients jointly optimising a black box with one of the registered "
             "algorithms. `botorch-fed run <algorithm> --help` lists its options."
