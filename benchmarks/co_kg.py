@@ -268,6 +268,9 @@ def report(runs: dict[str, dict], out: Path, stem: str, meta: dict, timing: list
         "regret against Co-KG in the same setting.",
         "",
     ]
+    conclusions = out / f"{stem}_conclusions.md"
+    if conclusions.exists():  # written by hand from the tables below
+        lines += [conclusions.read_text().strip(), ""]
     for name, configs in EXPERIMENTS.items():
         rows = [c for c in configs if c in groups]
         if not rows:
