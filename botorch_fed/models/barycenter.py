@@ -218,9 +218,9 @@ def _on_numerical_range(
         Sr = P.transpose(-1, -2) @ Sf[b] @ P
         Sr = 0.5 * (Sr + Sr.transpose(-1, -2))
         r_evals = torch.linalg.eigvalsh(Sr)
-        if r_evals[0] <= rank_tol * r_evals[-1]:
-            # a warm start that is singular on this range (the range grew): start from
-            # the weighted mean instead (same fixed point, more iterations)
+        if r_evals[0] <= 1e3 * torch.finfo(Sr.dtype).eps * r_evals[-1]:
+            # a warm start that is numerically singular on this range (the range grew):
+            # start from the weighted mean instead (same fixed point, more iterations)
             Sr = (w[:, None, None] * Cr).sum(-3)
         Sr = _iterate(Cr, w, Sr, max_iter, tol)
         # off the range every covariance is below the cut-off: keep their mean there

@@ -177,3 +177,26 @@ def test_rank_tol_restricts_to_the_numerical_range():
     torch.testing.assert_close(Sb, U @ Sr @ U.T, atol=1e-9, rtol=0)
     with pytest.raises(ValueError, match="rank_tol"):
         bures_wasserstein_barycenter(m, C, rank_tol=1.5)
+
+
+def test_rank_tol_warm_start_is_used():
+    r"""A previous barycenter with eigenvalues below the cut-off on the covariances'
+    range (the barycenter lies below their mean) still warm-starts the restricted
+    iteration (it used to be replaced by the weighted mean)."""
+    g = torch.Generator().manual_seed(11)
+    s, N = 6, 3
+    Q = torch.linalg.qr(torch.randn(s, s, generator=g, dtype=torch.float64))[0]
+    spectra = torch.tensor([1.0, 0.5, 0.3, 0.2, 0.1, 0.0], dtype=torch.float64).repeat(N, 1)
+    spectra = spectra * (1 + 0.5 * torch.rand(N, s, generator=g, dtype=torch.float64))
+    # the last direction: one agent at 9e-6, the others ~0 -> mean 3e-6 (kept by
+    # rank_tol=1e-6), barycenter (sum_i w_i c_i^1/2)^2 = 1e-6 (below the cut-off)
+    spectra[:, -1] = torch.tensor([9e-6, 1e-14, 1e-14], dtype=torch.float64)
+    C = Q @ torch.diag_embed(spectra) @ Q.T
+    m = torch.zeros(N, s, dtype=torch.float64)
+    _, S = bures_wasserstein_barycenter(m, C, rank_tol=1e-6, tol=1e-12)
+    closed = Q @ torch.diag((spectra.sqrt().mean(0)) ** 2) @ Q.T  # commuting closed form
+    torch.testing.assert_close(S, closed, atol=1e-10, rtol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OptimizationWarning)
+        _, again = bures_wasserstein_barycenter(m, C, rank_tol=1e-6, init=S, max_iter=2, tol=1e-9)
+    torch.testing.assert_close(again, S, atol=1e-10, rtol=0)
