@@ -656,7 +656,8 @@ class BarycenterGP(Model, FantasizeMixin):
             observations = getattr(self, "_observations", None)
             if observations is not None:
                 self._observations = tuple(t.to(device=device) for t in observations)
-        self._cache = {}
+        # no cache reset: BoTorch's acquisitions call .to(X) on every evaluation, and the
+        # cache's fingerprint (the buffers' storage) already changes when a buffer moves
         return self
 
     # BoTorch transforms stored training inputs on eval(); this model has none.
