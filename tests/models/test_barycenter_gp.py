@@ -351,3 +351,17 @@ def test_warns_when_posteriors_and_kernel_are_in_different_units():
     _, means, covs = agents(S, k, N=2, n=4)
     with pytest.warns(InputDataWarning, match="same outcome units"):
         BarycenterGP(S, 500 * means, 1e5 * covs, k)
+
+
+def test_to_keeps_the_prediction_cache():
+    r"""BoTorch's acquisitions call ``.to(X)`` on every evaluation: that must not
+    rebuild the ``K_SS`` factorisation (it did, making a Co-KG round ~15x slower)."""
+    S = grid(4)
+    k = kernel()
+    _, means, covs = agents(S, k, N=2, n=4)
+    model = BarycenterGP(S, means, covs, k)
+    model.posterior(S[:2])
+    parts = model._cache["parts"]
+    model.to(torch.float32)
+    model.posterior(S[:2].float())
+    assert model._cache["parts"] is parts
