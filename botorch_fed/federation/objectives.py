@@ -16,10 +16,19 @@ them into BoTorch's maximisation convention themselves.
 An evaluation may fail (the callable raises, or returns NaN/inf): the client records
 the failure and carries on (see :class:`~botorch_fed.federation.bo_client.BOClient`),
 unless the federation says ``evaluation_errors="raise"``.
+
+Finite domains and declared constants. An objective may declare what the
+algorithms of [LDP-BO] (paper 002) assume known (its Sec. 2 and 5.1): a finite
+domain ``D`` (:attr:`Objective.candidates`), ``B`` with ``|f| <= B``
+(:attr:`Objective.reward_bound`), ``R`` with ``|noise| <= R`` almost surely
+(:attr:`Objective.noise_bound`), and the kernel that generated ``f``
+(:attr:`Objective.kernel_hint`). All default to ``None`` (unknown); algorithms that
+do not use them ignore them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -77,6 +86,84 @@ def check_bounds(bounds, name: str = "bounds") -> Tensor:
     return b
 
 
+def check_candidates(candidates, bounds: Tensor, name: str = "candidates") -> Tensor:
+    r"""A finite domain given in the user's domain, as float64 unit-cube points.
+
+    Args:
+        candidates: ``n x d`` points (tensor, array or nested lists; a 1-D sequence
+            is read as ``n x 1`` when ``d = 1``) within ``bounds``, ``n >= 1``.
+        bounds: ``2 x d`` float64 bounds (see :func:`check_bounds`).
+        name: The argument's name for error messages.
+
+    Returns:
+        ``n x d`` float64 CPU points in ``[0, 1]^d``:
+        ``(candidates - lower) / (upper - lower)``, clamped to ``[0, 1]`` against
+        rounding.
+
+    Raises:
+        ValueError: For an empty domain (``n = 0``), a wrong shape, non-finite
+            entries, or points outside ``bounds`` (naming the first offending row).
+    """
+    if isinstance(candidates, Tensor):
+        candidates = candidates.detach().cpu()
+    try:
+        c = torch.as_tensor(np.asarray(candidates, dtype=np.float64), dtype=torch.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"`{name}` must be an n x d array of numbers, got {candidates!r:.80}."
+        ) from exc
+    d = bounds.shape[-1]
+    if c.ndim == 1 and d == 1:
+        c = c.unsqueeze(-1)
+    if c.ndim >= 1 and c.shape[0] == 0:
+        raise ValueError(f"`{name}`: empty domain (0 points); give at least one point.")
+    if c.ndim != 2 or c.shape[-1] != d:
+        raise ValueError(f"`{name}` must have shape n x {d}, got {tuple(c.shape)}.")
+    finite = torch.isfinite(c).all(dim=-1)
+    if not finite.all():
+        row = int((~finite).nonzero()[0])
+        raise ValueError(f"`{name}` must be finite; row {row} is {c[row].tolist()}.")
+    outside = ((c < bounds[0]) | (c > bounds[1])).any(dim=-1)
+    if outside.any():
+        rows = outside.nonzero().flatten().tolist()
+        raise ValueError(
+            f"`{name}` must lie within the bounds {bounds.tolist()}; {len(rows)} point(s) "
+            f"do not, e.g. row {rows[0]}: {c[rows[0]].tolist()}."
+        )
+    return ((c - bounds[0]) / (bounds[1] - bounds[0])).clamp(0.0, 1.0)
+
+
+def check_declared_bound(value, name: str, allow_inf: bool = False) -> float | None:
+    r"""A declared bound (``B`` or ``R``): ``None``, or a number ``>= 0``.
+
+    Args:
+        value: The bound.
+        name: The argument's name for error messages.
+        allow_inf: Read ``math.inf`` as "unbounded", returned as ``None``.
+
+    Returns:
+        The bound as a float, or ``None`` (unknown / unbounded).
+    """
+    if value is None:
+        return None
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    )
+    if ok and allow_inf and value == math.inf:
+        return None
+    if not (ok and 0 <= value < math.inf):
+        what = "a finite number >= 0, math.inf (unbounded)" if allow_inf else "a finite number >= 0"
+        raise ValueError(f"`{name}` must be {what} or None, got {value!r}.")
+    return float(value)
+
+
+def candidates_digest(candidates: Tensor) -> str:
+    r"""The first 16 hex digits of the SHA-256 of the candidates' float64 bytes
+    (C order), identifying a finite domain in a result file."""
+    data = candidates.detach().to(device="cpu", dtype=torch.float64).contiguous().numpy()
+    return hashlib.sha256(data.tobytes()).hexdigest()[:16]
+
+
 class Objective(ABC):
     r"""A client's black box, evaluated at unit-cube points.
 
@@ -85,12 +172,27 @@ class Objective(ABC):
         minimize: Whether smaller values are better (the user's convention).
         name: A name for result tables.
         optimal_value: The known optimum in the user's convention (``None``: unknown).
+        candidates: The finite domain ``D`` as ``n x d`` float64 *unit-cube* points
+            (``None``: the whole box). Algorithms that support finite domains
+            maximise exactly over these points ([LDP-BO] Sec. 5.1); the others
+            ignore it.
+        reward_bound: ``B`` with ``|f(x)| <= B`` on the domain, in the user's
+            convention (``None``: unknown).
+        noise_bound: ``R`` with ``|noise| <= R`` almost surely (``None``: unknown or
+            unbounded; ``0.0``: noise-free).
+        kernel_hint: The kernel that generated ``f`` when known, e.g.
+            ``{"kernel": "se", "lengthscale": 0.2, "nu": 2.5}`` (lengthscale in
+            unit-cube coordinates; ``None``: unknown).
     """
 
     bounds: Tensor
     minimize: bool = True
     name: str = "objective"
     optimal_value: float | None = None
+    candidates: Tensor | None = None
+    reward_bound: float | None = None
+    noise_bound: float | None = None
+    kernel_hint: dict | None = None
 
     @property
     def dim(self) -> int:
@@ -136,13 +238,30 @@ class Objective(ABC):
             raise ValueError(f"{type(self).__name__} has no state, got keys {sorted(state)}.")
 
     def describe(self) -> dict:
-        r"""What identifies this objective in a checkpoint or a result file."""
-        return {
+        r"""What identifies this objective in a checkpoint or a result file.
+
+        ``candidates``, ``reward_bound``, ``noise_bound`` and ``kernel_hint`` are
+        included when not ``None``; the candidates as
+        ``{"count": n, "sha256": <first 16 hex digits>}`` (:func:`candidates_digest`).
+        """
+        out = {
             "name": self.name,
             "dim": self.dim,
             "bounds": self.bounds.tolist(),
             "minimize": bool(self.minimize),
         }
+        if self.candidates is not None:
+            out["candidates"] = {
+                "count": int(self.candidates.shape[0]),
+                "sha256": candidates_digest(self.candidates),
+            }
+        if self.reward_bound is not None:
+            out["reward_bound"] = float(self.reward_bound)
+        if self.noise_bound is not None:
+            out["noise_bound"] = float(self.noise_bound)
+        if self.kernel_hint is not None:
+            out["kernel_hint"] = dict(self.kernel_hint)
+        return out
 
 
 class CallableObjective(Objective):
@@ -160,6 +279,13 @@ class CallableObjective(Objective):
         bounds: ``2 x d`` lower and upper bounds of the domain.
         minimize: Whether smaller values are better (default: a loss).
         name: A name for result tables (default: the function's name).
+        candidates: A finite domain: ``n x d`` points in the *user's* domain, within
+            ``bounds`` (a 1-D sequence when ``d = 1``); stored as unit-cube points in
+            :attr:`candidates`. ``None``: the whole box.
+        reward_bound: ``B >= 0`` with ``|fn(x)| <= B`` (``None``: unknown).
+        noise_bound: ``R >= 0`` with ``|noise| <= R`` almost surely; ``math.inf``
+            (unbounded) is stored as ``None``, like "unknown": an algorithm that
+            needs ``R`` can use neither.
 
     Note:
         Checkpoints save the clients' data and the algorithms' state, not ``fn``: a
@@ -173,6 +299,9 @@ class CallableObjective(Objective):
         bounds,
         minimize: bool = True,
         name: str | None = None,
+        candidates=None,
+        reward_bound: float | None = None,
+        noise_bound: float | None = None,
     ) -> None:
         if not callable(fn):
             raise ValueError(f"`fn` must be callable, got a {type(fn).__name__}.")
@@ -187,6 +316,10 @@ class CallableObjective(Objective):
         if not isinstance(name, str) or not name:
             raise ValueError(f"`name` must be a non-empty string, got {name!r}.")
         self.name = name
+        if candidates is not None:
+            self.candidates = check_candidates(candidates, self.bounds)
+        self.reward_bound = check_declared_bound(reward_bound, "reward_bound")
+        self.noise_bound = check_declared_bound(noise_bound, "noise_bound", allow_inf=True)
 
     def __repr__(self) -> str:
         return (

@@ -10,6 +10,11 @@ Heterogeneity options (the FBO-FedGP paper's non-i.i.d. setting):
   the domain) with a seeded shift ``delta_i`` of at most ``shift`` (fraction of the
   domain width) per coordinate;
 - initial designs from different regions: see :func:`initial_design`.
+
+Observation noise is the function's own Gaussian ``noise_std`` or, for the noises
+of [LDP-BO] (paper 002, Sec. 5.1: uniform, Student-t; also Pareto), an
+:class:`~botorch_fed.test_functions.noise.ObservationNoise` added to the
+function's noise-free value.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from botorch.utils.sampling import draw_sobol_samples
 from botorch.utils.transforms import unnormalize
 from torch import Tensor
 
-from botorch_fed.federation.objectives import Objective
+from botorch_fed.federation.objectives import Objective, check_candidates
+from botorch_fed.test_functions.noise import ObservationNoise
 
 
 class ClientObjective(Objective):
@@ -31,14 +37,54 @@ class ClientObjective(Objective):
             ``negate=False``), possibly noisy and seeded.
         shift: Per-coordinate shift of this client's objective, as a fraction of
             the domain width (``d`` tensor; zeros for the shared objective).
+        noise: Additive observation noise drawn from its own generator and added to
+            the function's value (then ``function`` must have no ``noise_std``; a
+            function's own fitness noise, CEC-2005 F4/F17, still applies first).
+
+    Finite domains and declared constants (see
+    :class:`~botorch_fed.federation.objectives.Objective`):
+
+    - :attr:`candidates`: the function's ``candidates`` (e.g. the grid of
+      :class:`~botorch_fed.test_functions.LDPSynthetic`) in unit-cube coordinates.
+      A shifted client keeps the *same* candidates (the federation's domain ``D``
+      is shared); its objective at candidate ``u`` is ``f(u - delta)`` (clipped),
+      as everywhere else.
+    - :attr:`reward_bound`: the function's ``reward_bound`` (``max_D |f|``); for a
+      shifted client with candidates it is recomputed as ``max_D |f(u - delta)|``
+      over the candidates (the function's own bound is over other points then),
+      and ``None`` for a shifted client without candidates.
+    - :attr:`optimal_value`: the function's optimum, or ``None`` when shifted;
+      for a shifted client with candidates, ``min_D f(u - delta)`` over the
+      candidates (exact on a finite domain).
+    - :attr:`noise_bound`: ``0.0`` without any noise, ``noise.bound`` with a
+      bounded ``noise`` (``None`` for unbounded kinds), ``None`` with Gaussian
+      ``noise_std`` or the function's own fitness noise.
+    - :attr:`kernel_hint`: the function's ``kernel_hint``, if it has one.
     """
 
     minimize = True
 
-    def __init__(self, function: SyntheticTestFunction, shift: Tensor | None = None) -> None:
+    def __init__(
+        self,
+        function: SyntheticTestFunction,
+        shift: Tensor | None = None,
+        noise: ObservationNoise | None = None,
+    ) -> None:
         if getattr(function, "negate", False):
             raise ValueError("`function` must use the minimisation convention (negate=False).")
+        noise_std = getattr(function, "noise_std", None)
+        if noise is not None:
+            if not isinstance(noise, ObservationNoise):
+                raise ValueError(
+                    f"`noise` must be an ObservationNoise or None, got {type(noise).__name__}."
+                )
+            if noise_std is not None:
+                raise ValueError(
+                    f"`noise`={noise!r} is added to the function's value: the function must "
+                    f"have no noise_std of its own, got noise_std={noise_std!r}."
+                )
         self.function = function
+        self.noise = noise
         self.bounds = function.bounds.to(torch.float64)
         self.name = type(function).__name__.replace("Seeded", "")
         shift = torch.zeros(self.dim, dtype=torch.float64) if shift is None else shift
@@ -49,6 +95,28 @@ class ClientObjective(Objective):
         # a shifted objective's optimum may be clipped away: unknown
         shifted = bool((self.shift != 0).any())
         self.optimal_value = None if optimum is None or shifted else float(optimum)
+        candidates = getattr(function, "candidates", None)
+        if candidates is not None:
+            self.candidates = check_candidates(candidates, self.bounds, name="function.candidates")
+        reward_bound = getattr(function, "reward_bound", None)
+        if not shifted:
+            self.reward_bound = None if reward_bound is None else float(reward_bound)
+        elif self.candidates is not None:  # exact on the finite domain
+            values = self.value(self.candidates)
+            self.reward_bound = float(values.abs().max())
+            self.optimal_value = float(values.min())
+        kernel_hint = getattr(function, "kernel_hint", None)
+        self.kernel_hint = None if kernel_hint is None else dict(kernel_hint)
+        fitness_noise = float(getattr(function, "fitness_noise", 0.0) or 0.0)
+        if fitness_noise != 0.0:
+            self.noise_bound = None  # multiplicative, unbounded (CEC-2005 F4/F17)
+        elif noise is not None:
+            bound = noise.bound
+            self.noise_bound = bound if bound < float("inf") else None
+        elif noise_std is None or noise_std == 0:
+            self.noise_bound = 0.0
+        else:
+            self.noise_bound = None  # Gaussian: unbounded
 
     def _domain_point(self, X: Tensor) -> Tensor:
         if X.shape[-1] != self.dim:
@@ -76,25 +144,45 @@ class ClientObjective(Objective):
             ``n x 1`` values in the maximisation convention.
         """
         with torch.no_grad():
-            return -self.function(self._domain_point(X)).unsqueeze(-1)
+            y = self.function(self._domain_point(X))
+            if self.noise is not None:
+                y = y + self.noise.sample(y.shape, like=y)
+            return -y.unsqueeze(-1)
 
     def evaluate(self, X: Tensor) -> tuple[Tensor, Tensor]:
         observed = -self.observe(X).squeeze(-1)
         return observed, self.value(X)
 
+    def _state_keys(self) -> set[str]:
+        keys = set()
+        if getattr(self.function, "generator", None) is not None:
+            keys.add("noise_generator")
+        if self.noise is not None and self.noise.generator is not None:
+            keys.add("observation_noise")
+        return keys
+
     def state_dict(self) -> dict:
-        generator = getattr(self.function, "generator", None)
-        return {} if generator is None else {"noise_generator": generator.get_state()}
+        r"""The function's noise generator (``"noise_generator"``) and the
+        observation noise's state (``"observation_noise"``), where they exist."""
+        keys = self._state_keys()
+        state = {}
+        if "noise_generator" in keys:
+            state["noise_generator"] = self.function.generator.get_state()
+        if "observation_noise" in keys:
+            state["observation_noise"] = self.noise.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        generator = getattr(self.function, "generator", None)
-        if set(state) != ({"noise_generator"} if generator is not None else set()):
+        keys = self._state_keys()
+        if set(state) != keys:
             raise ValueError(
                 f"State of objective {self.name!r} has keys {sorted(state)}; expected "
-                f"{['noise_generator'] if generator is not None else []}."
+                f"{sorted(keys)}."
             )
-        if generator is not None:
-            generator.set_state(state["noise_generator"])
+        if "noise_generator" in keys:
+            self.function.generator.set_state(state["noise_generator"])
+        if "observation_noise" in keys:
+            self.noise.load_state_dict(state["observation_noise"])
 
 
 def initial_design(num_points: int, dim: int, seed: int, region: Tensor | None = None) -> Tensor:

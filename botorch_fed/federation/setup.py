@@ -2,8 +2,9 @@ r"""The federation an algorithm runs in: its clients' black boxes, size, seed, b
 
 A :class:`FederationSetup` names the clients' objectives in one of two ways:
 
-- ``problem="hartmann"`` (with ``dim``, ``num_clients``, ``noise_std``, ``shift``): a
-  built-in test function, one seeded (and optionally shifted) copy per client;
+- ``problem="hartmann"`` (with ``dim``, ``num_clients``, ``noise_std``, ``noise``,
+  ``shift``): a built-in test function, one seeded (and optionally shifted) copy per
+  client;
 - ``objectives=[...]``: the user's own black boxes, one
   :class:`~botorch_fed.federation.objectives.Objective` per client (e.g.
   :class:`~botorch_fed.federation.objectives.CallableObjective`), all over the same
@@ -11,10 +12,16 @@ A :class:`FederationSetup` names the clients' objectives in one of two ways:
   ``num_clients`` clients.
 
 Every algorithm accepts either (:func:`~botorch_fed.federation.runner.run_federated`).
+
+Observation noise of a built-in problem (``noise``): Gaussian ``noise_std`` as
+always, or the noises of [LDP-BO] (paper 002, Sec. 5.1): uniform ``U[-1, 1]`` (its
+LDP experiments, the default of ``ldp-synthetic*``), Student-t with 3 degrees of
+freedom (its heavy-tailed experiments), and a centred Pareto.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, fields
 
@@ -23,9 +30,15 @@ import torch
 from botorch_fed.federation.objectives import Objective
 from botorch_fed.federation.problem import ClientObjective, client_shifts
 from botorch_fed.federation.registry import get_algorithm
-from botorch_fed.test_functions import get_test_function
+from botorch_fed.test_functions import get_test_function, get_test_function_class
+from botorch_fed.test_functions.noise import ObservationNoise
 
 EVALUATION_ERRORS = ("record", "raise")
+# ``FederationSetup.noise``: None (the problem's default) or one of these
+SETUP_NOISES = ("none", "gaussian", "uniform", "student-t", "pareto")
+# Client i's ObservationNoise seed: its function's noise seed (seed * 7919 + i) plus
+# this offset (distinct from every client's function seed while num_clients < offset).
+NOISE_SEED_OFFSET = 1_000_003
 
 
 def _is_number(value) -> bool:
@@ -52,7 +65,10 @@ class FederationSetup:
         seed: Seed of the run.
         aggregator: Secure-aggregation backend of algorithms that aggregate
             (FBO-FedGP): ``plaintext``, ``ckks``, ``masking``.
-        noise_std: Additive observation noise of ``problem`` (``None``: none).
+        noise_std: Additive observation noise of ``problem`` (``None``: none): the
+            standard deviation of Gaussian noise, or the ``scale`` of the
+            :class:`~botorch_fed.test_functions.noise.ObservationNoise` that
+            ``noise`` names (``None``: scale 1).
         init_regions: Draw each client's initial design from its own sub-box of the
             domain (side ``region_width``).
         region_width: Side of the initial-design sub-boxes (fraction of the domain).
@@ -62,6 +78,20 @@ class FederationSetup:
         evaluation_errors: ``"record"``: an evaluation that raises or returns
             NaN/inf is recorded in the results and the client carries on (the point
             is never sent anywhere); ``"raise"``: it stops the run.
+        noise: The kind of observation noise of ``problem``:
+
+            - ``None``: the problem's default: for ``ldp-synthetic`` /
+              ``ldp-synthetic-matern`` uniform noise ``U[-s, s]`` with
+              ``s = noise_std`` or 1 ([LDP-BO] Sec. 5.1's LDP setting, ``R = 1``);
+              for every other problem Gaussian ``noise_std``, exactly as before this
+              option existed (same random stream);
+            - ``"none"``: noise-free (``noise_std`` must be ``None``);
+            - ``"gaussian"``: Gaussian ``noise_std`` (the function's own noise);
+            - ``"uniform"``, ``"student-t"`` (3 degrees of freedom, Sec. 5.1),
+              ``"pareto"`` (shape 3, centred): an
+              :class:`~botorch_fed.test_functions.noise.ObservationNoise` of scale
+              ``noise_std`` (``None``: 1) per client, seeded with the client's
+              function seed ``seed * 7919 + i`` plus :data:`NOISE_SEED_OFFSET`.
     """
 
     problem: str | None = None
@@ -76,6 +106,7 @@ class FederationSetup:
     shift: float = 0.0
     crypto_seed: int | None = None
     evaluation_errors: str = "record"
+    noise: str | None = None
 
     @property
     def clients(self) -> int:
@@ -122,6 +153,7 @@ class FederationSetup:
             raise ValueError(
                 f"`noise_std` must be a finite non-negative number or None, got {self.noise_std!r}."
             )
+        self._check_noise()
         if not (_is_number(self.shift) and 0 <= self.shift < 1):
             raise ValueError(f"`shift` must be a number in [0, 1), got {self.shift!r}.")
         if not (_is_number(self.region_width) and 0 < self.region_width <= 1):
@@ -150,7 +182,7 @@ class FederationSetup:
             if not isinstance(self.problem, str) or not self.problem:
                 raise ValueError(f"`problem` must be a test function name, got {self.problem!r}.")
             return
-        for name in ("noise_std", "shift"):
+        for name in ("noise_std", "noise", "shift"):
             default = next(f.default for f in fields(self) if f.name == name)
             if getattr(self, name) != default:
                 raise ValueError(
@@ -198,23 +230,71 @@ class FederationSetup:
         if self.dim is not None and self.dim != first.dim:
             raise ValueError(f"`dim`={self.dim} but the objectives have d={first.dim}.")
 
+    def _check_noise(self) -> None:
+        r"""``noise`` is ``None`` or one of :data:`SETUP_NOISES`, and ``"none"``
+        comes without ``noise_std``."""
+        if self.noise is not None and (
+            not isinstance(self.noise, str) or self.noise not in SETUP_NOISES
+        ):
+            raise ValueError(
+                f"`noise`={self.noise!r} must be None (the problem's default) or one of "
+                f"{SETUP_NOISES}."
+            )
+        if self.noise == "none" and self.noise_std is not None:
+            raise ValueError(
+                f"`noise`='none' is noise-free; got `noise_std`={self.noise_std!r} too."
+            )
+
+    def _noise_plan(self, function_class: type) -> tuple[str, float]:
+        r"""``(kind, scale)`` of the problem's observation noise: ``"gaussian"`` (the
+        function's own ``noise_std``), ``"none"``, or an ObservationNoise kind."""
+        self._check_noise()
+        kind = self.noise
+        scale = 1.0 if self.noise_std is None else float(self.noise_std)
+        if kind is None:
+            default = getattr(function_class, "default_observation_noise", None)
+            if default is None:
+                return "gaussian", scale
+            kind, default_scale = default
+            scale = float(default_scale) if self.noise_std is None else scale
+        return kind, scale
+
     def make_objectives(self) -> list[Objective]:
         r"""One objective per client (built-in problems: seeded, optionally shifted
-        copies of the test function)."""
+        copies of the test function, with the observation noise of ``noise``; a
+        function with a ``function_seed`` (``ldp-synthetic*``) gets
+        ``function_seed=seed``, so all clients of a run share one function and
+        runs of different seeds draw different functions)."""
         self._check_source()
         M = self.clients
         if self.objectives is not None:
             if isinstance(self.objectives, Objective):
                 return [self.objectives] * M
             return list(self.objectives)
+        function_class = get_test_function_class(self.problem)
+        kind, scale = self._noise_plan(function_class)
+        extra = {}
+        if "function_seed" in inspect.signature(function_class.__init__).parameters:
+            extra["function_seed"] = self.seed
+        noise_std = self.noise_std if kind == "gaussian" else None
         functions = [
             get_test_function(
-                self.problem, dim=self.dim, noise_std=self.noise_std, seed=self.seed * 7919 + i
+                self.problem, dim=self.dim, noise_std=noise_std, seed=self.seed * 7919 + i, **extra
             )
             for i in range(M)
         ]
+        if kind in ("gaussian", "none"):
+            noises = [None] * M
+        else:
+            noises = [
+                ObservationNoise(kind, scale=scale, seed=self.seed * 7919 + i + NOISE_SEED_OFFSET)
+                for i in range(M)
+            ]
         shifts = client_shifts(M, functions[0].dim, self.shift, seed=self.seed + 17)
-        return [ClientObjective(f, s) for f, s in zip(functions, shifts, strict=True)]
+        return [
+            ClientObjective(f, s, noise=n)
+            for f, s, n in zip(functions, shifts, noises, strict=True)
+        ]
 
     def describe(self) -> dict:
         r"""A JSON-friendly description (objectives by name, bounds and convention)."""

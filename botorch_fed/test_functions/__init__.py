@@ -7,6 +7,9 @@ r"""Synthetic test functions of botorch-fed, as BoTorch ``SyntheticTestFunction`
   ``ImportError``).
 - The 2-D functions ``f_1`` (sin/cos bowl) and ``f_2`` (Rosenbrock) of [Co-KG]
   (:mod:`~botorch_fed.test_functions.cokg`).
+- The 1-D random RKHS function of [LDP-BO] Sec. 5.1 (:class:`LDPSynthetic`, SE or
+  Matern kernel, on a 100-point grid of ``[0, 1]``), and the paper's observation
+  noises (:class:`ObservationNoise`: uniform, Student-t, Pareto, Gaussian).
 - :func:`get_test_function` / :func:`list_test_functions`: look-up by name of the
   above and of every BoTorch synthetic test function.
 
@@ -19,6 +22,8 @@ References:
    and multiparty homomorphic encryption (paper 000 in ``shared/papers``).
 .. [Co-KG] Collaborative Bayesian optimization via Wasserstein barycenters
    (paper 001 in ``shared/papers``).
+.. [LDP-BO] Local differential privacy for Bayesian optimization (paper 002 in
+   ``shared/papers``).
 """
 
 from __future__ import annotations
@@ -56,14 +61,18 @@ from botorch_fed.test_functions.cec2005_data import (
     opfunu_data_dir,
 )
 from botorch_fed.test_functions.cokg import CoKGRosenbrock, CoKGSinCosBowl
+from botorch_fed.test_functions.ldp_synthetic import LDPSynthetic
+from botorch_fed.test_functions.noise import NOISE_KINDS, ObservationNoise
 from botorch_fed.test_functions.registry import (
     get_test_function,
+    get_test_function_class,
     list_test_functions,
     seeded_class,
 )
 
 __all__ = [
     "CEC2005_FUNCTIONS",
+    "NOISE_KINDS",
     "SUPPORTED_DIMS",
     "CEC2005CompositionFunction",
     "CEC2005Data",
@@ -90,8 +99,11 @@ __all__ = [
     "CEC2005Function",
     "CoKGRosenbrock",
     "CoKGSinCosBowl",
+    "LDPSynthetic",
+    "ObservationNoise",
     "SeededNoiseMixin",
     "get_test_function",
+    "get_test_function_class",
     "list_test_functions",
     "load_cec2005_data",
     "make_generator",

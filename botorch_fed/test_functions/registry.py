@@ -1,8 +1,10 @@
-r"""Look up test functions by name: ours (CEC-2005, Co-KG) and every BoTorch one.
+r"""Look up test functions by name: ours (CEC-2005, Co-KG, LDP-BO) and every BoTorch one.
 
 Names are matched case-insensitively, ignoring ``-``, ``_`` and spaces:
 ``"cec2005-f1"`` ... ``"cec2005-f20"``, ``"cokg-f1"`` (alias ``"cokg-sincos"``),
-``"cokg-f2"`` (alias ``"cokg-rosenbrock"``), and the class name of any concrete
+``"cokg-f2"`` (alias ``"cokg-rosenbrock"``), ``"ldp-synthetic"`` (alias
+``"ldp-synthetic-se"``; the SE-kernel function of [LDP-BO] Sec. 5.1) and
+``"ldp-synthetic-matern"`` (its Matern-2.5 variant), and the class name of any concrete
 BoTorch ``SyntheticTestFunction`` exported by ``botorch.test_functions`` or defined in
 ``botorch.test_functions.synthetic`` / ``.multi_fidelity`` (``"hartmann"``,
 ``"levy"``, ``"ackley"``, ``"branin"``, ``"rosenbrock"``, ``"styblinski_tang"``, ...).
@@ -11,6 +13,11 @@ A BoTorch function built with a ``seed`` (or ``generator``) is an instance of a
 subclass ``Seeded<Name>`` (defined on demand in this module, so it pickles) whose
 observation noise comes from a private ``torch.Generator``; it is still an instance
 of the BoTorch class.
+
+References:
+
+.. [LDP-BO] X. Zhou, J. Tan. Local differential privacy for Bayesian optimization
+   (paper 002 in ``shared/papers``), Sec. 5.1.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from botorch.test_functions.synthetic import SyntheticTestFunction
 from botorch_fed.test_functions.base import SeededNoiseMixin
 from botorch_fed.test_functions.cec2005 import CEC2005_FUNCTIONS
 from botorch_fed.test_functions.cokg import CoKGRosenbrock, CoKGSinCosBowl
+from botorch_fed.test_functions.ldp_synthetic import LDPSynthetic
 
 # Dimensions that BoTorch classes accept although their constructor takes ``dim``.
 _KNOWN_DIMS: dict[str, tuple[int, ...]] = {
@@ -53,6 +61,13 @@ _COKG: dict[str, type[SyntheticTestFunction]] = {
 }
 _COKG_ALIASES = {"cokg-sincos": "cokg-f1", "cokg-rosenbrock": "cokg-f2"}
 
+# [LDP-BO] Sec. 5.1: name -> the kernel arguments of LDPSynthetic
+_LDP: dict[str, dict[str, Any]] = {
+    "ldp-synthetic": {"kernel": "se"},
+    "ldp-synthetic-matern": {"kernel": "matern", "nu": 2.5},
+}
+_LDP_ALIASES = {"ldp-synthetic-se": "ldp-synthetic"}
+
 
 @lru_cache(maxsize=1)
 def _botorch_classes() -> dict[str, type[SyntheticTestFunction]]:
@@ -75,10 +90,11 @@ def list_test_functions() -> list[str]:
     r"""Canonical names accepted by :func:`get_test_function`.
 
     Returns:
-        ``cec2005-f1`` ... ``cec2005-f20``, ``cokg-f1``, ``cokg-f2``, then the BoTorch
-        functions as lower-case class names, sorted.
+        ``cec2005-f1`` ... ``cec2005-f20``, ``cokg-f1``, ``cokg-f2``,
+        ``ldp-synthetic``, ``ldp-synthetic-matern``, then the BoTorch functions as
+        lower-case class names, sorted.
     """
-    ours = [f"cec2005-f{n}" for n in sorted(CEC2005_FUNCTIONS)] + sorted(_COKG)
+    ours = [f"cec2005-f{n}" for n in sorted(CEC2005_FUNCTIONS)] + sorted(_COKG) + sorted(_LDP)
     return ours + sorted(_botorch_classes())
 
 
@@ -92,7 +108,39 @@ def _lookup_table() -> dict[str, tuple[str, Callable[..., SyntheticTestFunction]
         table[_normalize(name)] = (name, cls)
     for alias, name in _COKG_ALIASES.items():
         table[_normalize(alias)] = (name, _COKG[name])
+    for name in _LDP:
+        table[_normalize(name)] = (name, LDPSynthetic)
+    for alias, name in _LDP_ALIASES.items():
+        table[_normalize(alias)] = (name, LDPSynthetic)
     return table
+
+
+def _resolve(name: str) -> tuple[str, Callable[..., SyntheticTestFunction]]:
+    r"""``(canonical name, class)`` of a test function name, or a ``ValueError``
+    listing close matches."""
+    if not isinstance(name, str):
+        raise TypeError(f"`name` must be a str; got {type(name).__name__}.")
+    table = _lookup_table()
+    key = _normalize(name)
+    if key not in table:
+        close = difflib.get_close_matches(key, list(table), n=5, cutoff=0.6)
+        hint = list(dict.fromkeys(table[c][0] for c in close))
+        suggestion = f" Did you mean: {', '.join(hint)}?" if hint else ""
+        raise ValueError(
+            f"Unknown test function name {name!r}.{suggestion} "
+            "See `list_test_functions()` for all names."
+        )
+    return table[key]
+
+
+def get_test_function_class(name: str) -> type[SyntheticTestFunction]:
+    r"""The class :func:`get_test_function` builds for ``name`` (the BoTorch class
+    itself, not its ``Seeded<Name>`` subclass).
+
+    Raises:
+        ValueError: For an unknown name (listing close matches).
+    """
+    return _resolve(name)[1]
 
 
 def get_test_function(
@@ -106,9 +154,10 @@ def get_test_function(
     r"""Build a synthetic test function by name.
 
     Args:
-        name: ``"cec2005-f1"`` ... ``"cec2005-f20"``, ``"cokg-f1"``, ``"cokg-f2"`` or a
-            BoTorch ``SyntheticTestFunction`` class name; case-insensitive, ``-``,
-            ``_`` and spaces are ignored.
+        name: ``"cec2005-f1"`` ... ``"cec2005-f20"``, ``"cokg-f1"``, ``"cokg-f2"``,
+            ``"ldp-synthetic"``, ``"ldp-synthetic-matern"`` or a BoTorch
+            ``SyntheticTestFunction`` class name; case-insensitive, ``-``, ``_`` and
+            spaces are ignored.
         dim: Input dimension. ``None``: the function's default (10 for CEC-2005).
             For a fixed-dimension function it must equal that dimension.
         noise_std: Standard deviation of additive Gaussian observation noise.
@@ -116,7 +165,8 @@ def get_test_function(
         seed: Seed of a private ``torch.Generator`` for all noise of the function
             (CEC-2005 F4/F17's own noise and ``noise_std``); ``None``: global RNG.
         **kwargs: Passed to the constructor (``bounds``, ``dtype``, ``generator``,
-            ``fitness_noise`` for F4/F17, ``m`` for Shekel, ...).
+            ``fitness_noise`` for F4/F17, ``m`` for Shekel, ``function_seed``,
+            ``lengthscale``, ``num_points``, ... for the LDP-BO functions, ...).
 
     Returns:
         The test function (a ``SyntheticTestFunction``).
@@ -126,19 +176,7 @@ def get_test_function(
             function does not support.
         ImportError: For CEC-2005 functions without ``botorch-fed[cec]``.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"`name` must be a str; got {type(name).__name__}.")
-    table = _lookup_table()
-    key = _normalize(name)
-    if key not in table:
-        close = difflib.get_close_matches(key, list(table), n=5, cutoff=0.6)
-        hint = list(dict.fromkeys(table[c][0] for c in close))
-        suggestion = f" Did you mean: {', '.join(hint)}?" if hint else ""
-        raise ValueError(
-            f"Unknown test function name {name!r}.{suggestion} "
-            "See `list_test_functions()` for all names."
-        )
-    canonical, cls = table[key]
+    canonical, cls = _resolve(name)
     if cls in CEC2005_FUNCTIONS.values():
         return cls(
             dim=10 if dim is None else dim,
@@ -150,6 +188,17 @@ def get_test_function(
     if cls in _COKG.values():
         _check_fixed_dim(canonical, dim, 2)
         return cls(noise_std=noise_std, negate=negate, seed=seed, **kwargs)
+    if cls is LDPSynthetic:
+        _check_fixed_dim(canonical, dim, 1)
+        ctor = dict(_LDP[canonical])
+        for key, value in ctor.items():
+            if key in kwargs and kwargs[key] != value:
+                raise ValueError(
+                    f"Test function {canonical!r} has `{key}`={value!r}; got "
+                    f"`{key}`={kwargs[key]!r} (use the other ldp-synthetic name)."
+                )
+        ctor.update(kwargs)
+        return cls(noise_std=noise_std, negate=negate, seed=seed, **ctor)
     return _build_botorch(cls, canonical, dim, noise_std, negate, seed, kwargs)
 
 
@@ -243,4 +292,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["get_test_function", "list_test_functions", "seeded_class"]
+__all__ = ["get_test_function", "list_test_functions", "seeded_class", "get_test_function_class"]
