@@ -11,6 +11,11 @@ r"""BoTorch models of botorch-fed.
 - :func:`bures_wasserstein_barycenter`: the Wasserstein barycenter of Gaussians
   (Co-KG's central model), warm-startable; :class:`BarycenterGP`: that barycenter of the
   agents' posteriors on a support as a BoTorch GP on the whole domain (:func:`agent_weights`).
+- :func:`sample_dictionary` / :class:`NystromEmbedding` / :func:`nystrom_embedding`: the
+  variance-sampled Nystrom feature map of [LDP-BO] Alg. 4; :class:`FeatureSpaceGP`: the
+  feature-space surrogate of LDP-ATA-GP-UCB / MoMA-GP-UCB; :func:`ridge_estimate`,
+  :func:`ata_estimate`, :func:`median_of_means_estimate`: its plain, truncated (TOFU) and
+  median-of-means estimates.
 """
 
 from botorch_fed.models.barycenter import bures_wasserstein_barycenter
@@ -21,6 +26,7 @@ from botorch_fed.models.exact_gp import (
     exact_gp_state,
     fit_exact_gp,
 )
+from botorch_fed.models.feature_gp import FeatureSpaceGP
 from botorch_fed.models.federated_standardize import (
     CENTRED_MOMENTS_LENGTH,
     OUTCOME_MOMENTS_LENGTH,
@@ -31,6 +37,7 @@ from botorch_fed.models.federated_standardize import (
     standardize_from_moments,
     standardize_outcomes,
 )
+from botorch_fed.models.nystrom import NystromEmbedding, nystrom_embedding, sample_dictionary
 from botorch_fed.models.pitc import FederatedPITCGP, HyperparametersChangedError, sum_arrays
 from botorch_fed.models.pitc_fit import (
     FederatedFitResult,
@@ -47,6 +54,11 @@ from botorch_fed.models.pitc_summary import (
     default_jitter,
     pitc_log_marginal_likelihood,
     support_cholesky,
+)
+from botorch_fed.models.robust_estimators import (
+    ata_estimate,
+    median_of_means_estimate,
+    ridge_estimate,
 )
 
 __all__ = [
@@ -81,4 +93,11 @@ __all__ = [
     "standardize_outcomes",
     "sum_arrays",
     "support_cholesky",
+    "FeatureSpaceGP",
+    "NystromEmbedding",
+    "nystrom_embedding",
+    "sample_dictionary",
+    "ata_estimate",
+    "median_of_means_estimate",
+    "ridge_estimate",
 ]
