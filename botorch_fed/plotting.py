@@ -17,6 +17,32 @@ def _pyplot():
     return plt
 
 
+def plot_cumulative_regret(
+    runs: Sequence[dict], path: str | Path, title: str | None = None
+) -> None:
+    r"""Cumulative regret ``R_t`` per round (bandit algorithms such as LDP-BO).
+
+    Args:
+        runs: ``RunResult.to_dict()`` dicts with ``cumulative_regret_per_round``.
+        path: Output PNG file.
+        title: Figure title.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in runs:
+        y = r.get("cumulative_regret_per_round")
+        if not y:
+            raise ValueError(f"Run {r['algorithm']!r} has no cumulative regret (optimum unknown).")
+        ax.plot(range(len(y)), y, label=r["algorithm"])
+    ax.set_xlabel("round t")
+    ax.set_ylabel("cumulative regret R_t")
+    ax.set_title(title or f"{runs[0]['problem']} ({runs[0]['dim']}-D)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_convergence(
     runs: Sequence[dict], path: str | Path, title: str | None = None, ylabel: str | None = None
 ) -> None:

@@ -24,6 +24,7 @@ SETUP_DESTS = {
     "seed": "seed",
     "aggregator": "aggregator",
     "noise_std": "noise_std",
+    "noise": "noise",
     "init_regions": "init_regions",
     "region_width": "region_width",
     "shift": "shift",
@@ -110,6 +111,7 @@ def build_setup(
         init_regions=args.init_regions,
         region_width=args.region_width,
         noise_std=args.noise_std,
+        noise=args.noise,
         shift=args.shift,
         evaluation_errors="raise" if args.fail_on_error else "record",
     )

@@ -86,13 +86,20 @@ def _algorithm_parser(
     # fmt: off
     g = p.add_argument_group("black box (one of --problem, --objective, a --config file)")
     add(g, ["--problem"], "problem", str, None,
-        f"built-in test function: cec2005-f1 ... cec2005-f20, cokg-f1, cokg-f2 or a BoTorch "
+        f"built-in test function: cec2005-f1 ... cec2005-f20, cokg-f1, cokg-f2, "
+        "ldp-synthetic, ldp-synthetic-matern or a BoTorch "
         f"synthetic function by name (hartmann, levy, ...); default {DEFAULT_PROBLEM} when "
         "no --objective is given", metavar="NAME")
     add(g, ["--dim"], "dim", int, None,
         "dimension of --problem (default: the function's own)", nullable=True, metavar="D")
     add(g, ["--noise-std"], "noise_std", float, None,
-        "additive observation noise of --problem", nullable=True)
+        "additive observation noise of --problem: the standard deviation of Gaussian noise "
+        "or the scale of --noise", nullable=True)
+    add(g, ["--noise"], "noise", str, None,
+        "kind of observation noise of --problem: none, gaussian, uniform (U[-s, s], bounded: "
+        "R = s), student-t (3 degrees of freedom), pareto; default: the problem's own "
+        "(ldp-synthetic: uniform, s = 1; others: gaussian --noise-std)",
+        nullable=True, metavar="KIND")
     add(g, ["--shift"], "shift", float, fed.shift,
         "per-client shift of --problem (fraction of the domain; 0: one shared function)")
     add(g, ["--objective"], "objective", str, None,

@@ -93,14 +93,28 @@ def write_json(data: dict, path: str) -> None:
 
 def plot_run(data: dict, path: str, console: Console) -> None:
     r"""The convergence curve of a run (``RunResult.to_dict()``), when there is one."""
-    from botorch_fed.plotting import plot_convergence
+    from botorch_fed.plotting import plot_convergence, plot_cumulative_regret
 
     if not any(v is not None for v in data["best_per_round"]):
         console.print(f"no plot written to {escape(path)}: every evaluation failed", soft_wrap=True)
         return
+    if data.get("cumulative_regret_per_round") and _cumulative(data["algorithm"]):
+        plot_cumulative_regret([data], path)
+        console.print(f"cumulative regret curve written to {escape(path)}", soft_wrap=True)
+        return
     plot_convergence([data], path)
     kind = "regret" if data.get("regret_per_round") else "convergence"
     console.print(f"{kind} curve written to {escape(path)}", soft_wrap=True)
+
+
+def _cumulative(algorithm: str) -> bool:
+    r"""Whether ``algorithm`` is judged by its cumulative regret (registry)."""
+    from botorch_fed.federation import get_algorithm
+
+    try:
+        return get_algorithm(algorithm).cumulative_regret
+    except ValueError:
+        return False
 
 
 def _number(value: float | None, empty: str = "none") -> str:
@@ -109,6 +123,11 @@ def _number(value: float | None, empty: str = "none") -> str:
 
 def _point(x: Sequence[float] | None) -> str:
     return "-" if x is None else "[" + ", ".join(f"{v:.4g}" for v in x) + "]"
+
+
+def _releases(privacy: dict) -> str:
+    users = privacy["users"].values()
+    return f"{sum(u['releases'] for u in users):,} / {sum(u['clipped'] for u in users):,}"
 
 
 def print_run(result, console: Console, label: str | None = None) -> None:
@@ -145,6 +164,17 @@ def print_run(result, console: Console, label: str | None = None) -> None:
                 "simple regret (best evaluation)",
                 f"{abs(result.best_value - result.optimal_value):.6g}",
             )
+        cumulative = getattr(result, "cumulative_regret_per_round", None)
+        if cumulative and rounds > 0:
+            head.add_row("cumulative regret R_T", f"{cumulative[-1]:.6g}")
+            head.add_row("R_T / T", f"{cumulative[-1] / rounds:.6g}")
+    privacy = getattr(result, "privacy", None)
+    if privacy is not None:
+        head.add_row(
+            "privacy: epsilon spent (max over users)",
+            f"{privacy['max_epsilon']:.6g} (basic composition)",
+        )
+        head.add_row("privacy: releases / clipped", _releases(privacy))
     head.add_row("steps", ", ".join(f"{k} {v}" for k, v in sorted(result.steps.items())))
     head.add_row("failed evaluations", str(len(result.failures)))
     head.add_row("wall time (s)", f"{result.time_s:.2f}")

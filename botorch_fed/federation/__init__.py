@@ -8,6 +8,9 @@ r"""The federation protocol and the federated algorithms as round-based programs
 - :mod:`~botorch_fed.federation.co_kg`: Co-KG and its family (Co-EI, Co-ES,
   barycenter-qKG): agents send their posteriors on a support, the server assigns every
   agent a point from their Wasserstein barycenter (Alg. 1 of the Co-KG slides).
+- :mod:`~botorch_fed.federation.ldp_bo`: LDP-BO (``ldp-tgp``, ``ldp-ata``,
+  ``ldp-moma`` and their non-private heavy-tailed versions, ``gp-ucb``): a learner
+  queries one user per round and users privatise their reward before it leaves them.
 - Baselines: independent local BO and random search
   (:mod:`~botorch_fed.federation.independent`), centralised BO on pooled data
   (:mod:`~botorch_fed.federation.central_bo`), FTS-style federated Thompson sampling
@@ -22,7 +25,14 @@ r"""The federation protocol and the federated algorithms as round-based programs
 """
 
 # the algorithm modules register themselves on import (registry below)
-from botorch_fed.federation import central_bo, co_kg, fbo_fedgp, fts, independent  # noqa: F401
+from botorch_fed.federation import (  # noqa: F401
+    central_bo,
+    co_kg,
+    fbo_fedgp,
+    fts,
+    independent,
+    ldp_bo,
+)
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.co_kg import (
     BarycenterQKGSettings,
@@ -33,6 +43,7 @@ from botorch_fed.federation.co_kg import (
     CoKGSettings,
 )
 from botorch_fed.federation.fbo_fedgp import FBOFedGPClient, FBOFedGPConfig, FBOFedGPServer
+from botorch_fed.federation.ldp_bo import LDPBOSettings, LDPServer, LDPUserClient
 from botorch_fed.federation.ledger import Ledger
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.objectives import (
@@ -86,6 +97,9 @@ __all__ = [
     "available_algorithms",
     "build_federation",
     "get_algorithm",
+    "LDPBOSettings",
+    "LDPServer",
+    "LDPUserClient",
     "register_algorithm",
     "unregister_algorithm",
     "run_federated",

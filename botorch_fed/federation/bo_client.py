@@ -33,12 +33,8 @@ from botorch_fed.acquisition import (
     ranked_step_candidates,
 )
 from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
-from botorch_fed.federation.objectives import (
-    EvaluationError,
-    Objective,
-    ObjectiveContractError,
-    describe_failure,
-)
+from botorch_fed.federation.evaluation import evaluate_point
+from botorch_fed.federation.objectives import Objective
 from botorch_fed.federation.problem import initial_design
 from botorch_fed.federation.roles import FederatedClient
 from botorch_fed.models import (
@@ -202,39 +198,19 @@ class BOClient(FederatedClient):
         x = x.detach().to(torch.float64)
         point = self.objective.to_domain(x).squeeze(0).tolist()
         entry = {"round": t, "step": step, "x": point}
-        error: BaseException | None = None
-        observed = reported = None
         with self.timed("evaluation"):
-            try:
-                observed, reported = self.objective.evaluate(x)
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except ObjectiveContractError:  # a bug in the callable, not a failed point
-                raise
-            except Exception as exc:  # noqa: BLE001 - any failure of the user's black box
-                error = exc
-        if error is not None:
-            failure = describe_failure(error)
-        elif not torch.isfinite(observed).all():
-            failure = describe_failure(None, observed)
-        elif not torch.isfinite(reported).all():
-            failure = describe_failure(None, reported)
-        else:
-            failure = None
-        if failure is not None:
-            if self.evaluation_errors == "raise":
-                raise EvaluationError(
-                    f"Client {self.client_id}, round {t}: evaluating {self.objective.name!r} at "
-                    f"{point} failed ({failure})."
-                ) from error
-            self.history.append({**entry, "value": None, "failed": True, "error": failure})
+            entry, observed = evaluate_point(
+                self.objective, x, entry, self.evaluation_errors, self.client_id
+            )
+        if observed is None:
+            self.history.append(entry)
             self.failed_X = torch.cat([self.failed_X, x])
             return False
         y = observed.reshape(1, 1)
         self.X = torch.cat([self.X, x])
         self.Y = torch.cat([self.Y, -y if self.objective.minimize else y])
         self._local_model = None
-        self.history.append({**entry, "value": float(reported.item())})
+        self.history.append(entry)
         return True
 
     @property

@@ -72,17 +72,22 @@ class Ledger:
 
     def per_round(self) -> list[dict]:
         r"""One record per round: stage seconds and bytes up/down (all clients)."""
-        rounds = sorted({r for r, _, _ in self._times} | {r for r, _ in self._bytes})
-        out = []
-        for r in rounds:
-            stages: dict[str, float] = defaultdict(float)
-            for (rr, stage, _), s in self._times.items():
-                if rr == r:
-                    stages[stage] += s
-            down = sum(v[0] for (rr, _), v in self._bytes.items() if rr == r)
-            up = sum(v[1] for (rr, _), v in self._bytes.items() if rr == r)
-            out.append({"round": r, "stage_s": dict(stages), "bytes_down": down, "bytes_up": up})
-        return out
+        stages: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        traffic: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        for (r, stage, _), s in self._times.items():  # one pass: O(entries), not O(rounds^2)
+            stages[r][stage] += s
+        for (r, _), (down, up) in self._bytes.items():
+            traffic[r][0] += down
+            traffic[r][1] += up
+        return [
+            {
+                "round": r,
+                "stage_s": dict(stages.get(r, {})),
+                "bytes_down": traffic.get(r, [0, 0])[0],
+                "bytes_up": traffic.get(r, [0, 0])[1],
+            }
+            for r in sorted(stages.keys() | traffic.keys())
+        ]
 
     def state_dict(self) -> dict:
         r"""Everything recorded so far (checkpoints)."""

@@ -95,6 +95,9 @@ class AlgorithmSpec:
         secure_aggregation: Whether it runs secure sums (needs ``setup.aggregator``).
         min_clients: The fewest clients it runs with (before the aggregator's own
             minimum).
+        cumulative_regret: Whether its figure of merit is the cumulative regret
+            ``R_T`` of the bandit literature (LDP-BO) rather than the simple regret
+            (plots and tables show that one).
     """
 
     name: str
@@ -104,6 +107,7 @@ class AlgorithmSpec:
     make_server: Callable[[BuildContext, Any], Any]
     secure_aggregation: bool = False
     min_clients: int = 1
+    cumulative_regret: bool = False
 
 
 _REGISTRY: dict[str, AlgorithmSpec] = {}

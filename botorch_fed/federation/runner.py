@@ -64,6 +64,13 @@ class RunResult:
         regret_per_round: ``|best_per_round - optimal_value|`` (if known).
         best_per_client: Each client's own best value.
         best_point_per_client: Where each client found it.
+        cumulative_regret_per_round: ``R_t = sum_{s <= t} |value_s - optimal_value|``
+            over every successful evaluation up to round ``t`` (index 0: the
+            initialisation), the regret of the bandit literature (LDP-BO); ``None`` if
+            the optimum is unknown.
+        privacy: The users' privacy ledgers merged (algorithms whose clients release
+            privatised values: LDP-BO): per user the releases, the epsilon and delta
+            spent under basic composition and the clipped values; ``None`` otherwise.
         recommendation: The algorithm's own recommended point, where it makes one
             (Co-KG's ``x^``, Alg. 1 line 10 of the slides: the best of the agents'
             local optima): ``round``, ``client``, ``x`` (objective's domain),
@@ -99,6 +106,8 @@ class RunResult:
     evaluations: list[dict] = field(default_factory=list)
     best_point_per_client: dict[int, list[float] | None] = field(default_factory=dict)
     recommendation: dict | None = None
+    cumulative_regret_per_round: list[float] | None = None
+    privacy: dict | None = None
 
     def to_dict(self) -> dict:
         r"""JSON-friendly dict."""
@@ -118,6 +127,29 @@ def _best(entries, minimize: bool) -> dict | None:
         if best is None or (v < best["value"] if minimize else v > best["value"]):
             best = h
     return best
+
+
+class _BestTracker:
+    r"""The best history entry so far, reading only the entries added since the last
+    call (a run of ``T`` rounds scores in ``O(T)``, not ``O(T^2)``); ties keep the first
+    entry in client order, as :func:`_best` over all histories does."""
+
+    def __init__(self, clients: dict, minimize: bool) -> None:
+        self.clients = clients
+        self.minimize = minimize
+        self.seen = {cid: 0 for cid in clients}
+        self.best_per_client: dict[int, dict | None] = {cid: None for cid in clients}
+
+    def update(self) -> dict | None:
+        for cid, client in self.clients.items():
+            new = client.history[self.seen[cid] :]
+            self.seen[cid] = len(client.history)
+            current = self.best_per_client[cid]
+            found = _best(([] if current is None else [current]) + new, self.minimize)
+            self.best_per_client[cid] = found
+        return _best(
+            (h for _, h in sorted(self.best_per_client.items()) if h is not None), self.minimize
+        )
 
 
 def library_versions() -> dict[str, str]:
@@ -366,9 +398,10 @@ def _run(spec, ctx, setup, on_round, on_receive, checkpoint, info, manifest, sta
             _restore(server, clients, states)
             start = int(manifest["round"])
         minimize = objectives[0].minimize
+        tracker = _BestTracker(clients, minimize)
 
         def after_round(t: int) -> None:
-            best = _best((h for c in clients.values() for h in c.history), minimize)
+            best = tracker.update()
             best_per_round.append(None if best is None else best["value"])
             if checkpoint is not None:
                 _save(
@@ -489,9 +522,10 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
                 failures.append({"client": cid, **h})
     best = _best((h for _, c in sorted(clients.items()) for h in c.history), minimize)
     per_client = {cid: _best(c.history, minimize) for cid, c in sorted(clients.items())}
-    regret = None
+    regret = cumulative = None
     if optimum is not None:
         regret = [None if b is None else abs(b - optimum) for b in best_per_round]
+        cumulative = _cumulative_regret(evaluations, optimum, len(best_per_round))
     return RunResult(
         algorithm=algorithm,
         problem=_objectives_name(objectives),
@@ -516,7 +550,30 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
         evaluations=evaluations,
         best_point_per_client={cid: None if h is None else h["x"] for cid, h in per_client.items()},
         recommendation=_scored_recommendation(server, objectives),
+        cumulative_regret_per_round=cumulative,
+        privacy=_privacy(clients),
     )
+
+
+def _cumulative_regret(evaluations: list[dict], optimum: float, rounds: int) -> list[float]:
+    r"""``R_t`` for ``t = 0 .. rounds - 1`` from the successful evaluations."""
+    per_round = [0.0] * rounds
+    for e in evaluations:
+        if e.get("value") is not None and 0 <= e["round"] < rounds:
+            per_round[e["round"]] += abs(e["value"] - optimum)
+    return np.cumsum(per_round).tolist()
+
+
+def _privacy(clients: dict) -> dict | None:
+    r"""The clients' own privacy ledgers, merged (``None`` if none keeps one)."""
+    ledgers = [getattr(c, "privacy_ledger", None) for _, c in sorted(clients.items())]
+    ledgers = [ledger for ledger in ledgers if ledger is not None]
+    if not ledgers:
+        return None
+    merged = ledgers[0]
+    for ledger in ledgers[1:]:
+        merged = merged.merge(ledger)
+    return merged.to_dict()
 
 
 def _scored_recommendation(server, objectives) -> dict | None:

@@ -1,0 +1,532 @@
+r"""LDP-BO on the federation protocol: a learner (the server) and its users (the clients).
+
+[LDP-BO]'s setting, as a round-based program: in round ``t`` the server's learner
+proposes ``x_t`` and sends it to one user; the user evaluates its black box, privatises
+the reward with Curator 1 (:class:`~botorch_fed.privacy.LaplaceMechanism`: clip to
+``[-(B + R), B + R]``, add ``Laplace(2 (B + R) / epsilon)``) and returns only that; the
+learner updates. The raw reward never leaves the user: the server sees ``x_t`` (it
+chose it) and the privatised value. Users answer in turn (``users="round-robin"``) or
+drawn at random.
+
+Registered algorithms (``botorch-fed run <name>``):
+
+=============  ===============================================  =========
+name           learner                                          rewards
+=============  ===============================================  =========
+``ldp-tgp``    :class:`~botorch_fed.ldp.TGPUCB` (Alg. 2)        private
+``ldp-ata``    :class:`~botorch_fed.ldp.ATAGPUCB` (Alg. 1)      private
+``ldp-moma``   :class:`~botorch_fed.ldp.MoMAGPUCB` (Alg. 3)     private
+``tgp``        TGP-UCB (heavy-tailed noise)                      raw
+``ata``        ATA-GP-UCB (heavy-tailed noise)                   raw
+``moma``       MoMA-GP-UCB (heavy-tailed noise)                  raw
+``gp-ucb``     :class:`~botorch_fed.ldp.GPUCB` (IGP-UCB)         raw
+=============  ===============================================  =========
+
+Privacy accounting is the users' own: each keeps a
+:class:`~botorch_fed.privacy.PrivacyLedger` of its releases; the run's result merges
+them (``RunResult.privacy``). Under basic composition a user who answers ``k`` queries
+has spent ``k epsilon``: with ``M`` users and ``T`` rounds that is about
+``(T / M) epsilon`` each. ``user_budget`` caps it: a user refuses any query beyond its
+budget (a server that re-queries one user to average the noise away is refused), and a
+run whose rounds cannot fit the users' budgets is refused before it starts.
+
+The Laplace noise comes from each user's *private* generator (``crypto_seed`` or OS
+randomness), never from the run's public seed: a server that knows the seed cannot
+subtract the noise.
+
+References:
+
+.. [LDP-BO] X. Zhou, J. Tan. Local differential privacy for Bayesian optimization
+   (paper 002 in ``shared/papers``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
+from botorch_fed.federation.evaluation import evaluate_point
+from botorch_fed.federation.messages import TIME_PREFIX, Message
+from botorch_fed.federation.objectives import Objective
+from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
+from botorch_fed.federation.roles import FederatedClient, FederatedServer, ProtocolViolation
+from botorch_fed.ldp import KERNELS, LEARNERS, RewardModel, make_kernel
+from botorch_fed.privacy import LaplaceMechanism, PrivacyLedger
+
+USER_ORDERS = ("round-robin", "random")
+
+# name -> (learner, private)
+VARIANTS = {
+    "ldp-tgp": ("tgp", True),
+    "ldp-ata": ("ata", True),
+    "ldp-moma": ("moma", True),
+    "tgp": ("tgp", False),
+    "ata": ("ata", False),
+    "moma": ("moma", False),
+    "gp-ucb": ("gp-ucb", False),
+}
+
+
+def _number(name: str, value, *, positive: bool = False, optional: bool = True) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
+    if value < 0 or (positive and value == 0):
+        raise ValueError(
+            f"`{name}` must be {'positive' if positive else 'non-negative'}, got {value!r}."
+        )
+
+
+@dataclass
+class LDPBOSettings:
+    r"""Settings of the LDP-BO algorithms (the paper's formulas are the defaults).
+
+    Attributes:
+        num_rounds: Rounds ``T``: one query (one reward) per round.
+        epsilon: Each reported reward is ``epsilon``-LDP (private variants only).
+        reward_bound: ``B``, a bound on ``|f|`` (``None``: the objective's declaration).
+        noise_bound: ``R``, a bound on the noise (``None``: the objective's
+            declaration). Private variants need it; rewards beyond ``B + R`` are
+            clipped by the users.
+        noise_moment: ``E[eta^2]`` of unbounded noise for the non-private variants
+            (``None``: the objective's noise, else ``R^2``).
+        kernel: ``se`` or ``matern`` (``None``: the objective's hint, else ``se``).
+        lengthscale: Kernel lengthscale in the unit cube (``None``: the objective's
+            hint, else 0.2).
+        nu: Matern smoothness (0.5, 1.5, 2.5).
+        lam: ``lambda``, the ridge (surrogate noise) parameter.
+        delta: Confidence parameter of the formulas.
+        accuracy: Nystrom accuracy of ATA and MoMA (the paper's epsilon in (0, 1)).
+        q: Nystrom dictionary rate (``None``: ``6 rho ln(4T/delta)/accuracy^2``).
+        plays_per_epoch: MoMA's ``k`` (``None``: ``ceil(24 ln(4 e T / delta))``).
+        beta: A constant UCB ``beta`` (``None``: the paper's ``beta_t`` times
+            ``beta_scale``).
+        beta_scale: Factor on the paper's ``beta_t`` (the theory's constants are
+            conservative; the paper's experiments set them "order-wise").
+        truncation_scale: Factor on the truncation points ``b_t`` (TGP, ATA).
+        users: Which user answers round ``t``: ``round-robin`` or ``random``.
+        user_budget: Total epsilon a user will spend (``None``: unlimited; the result
+            reports what each spent).
+        num_restarts: ``optimize_acqf`` restarts (box domains).
+        raw_samples: ``optimize_acqf`` raw samples (box domains).
+        maxiter: ``optimize_acqf`` L-BFGS-B iterations (box domains).
+    """
+
+    num_rounds: int = 200
+    epsilon: float = 1.0
+    reward_bound: float | None = None
+    noise_bound: float | None = None
+    noise_moment: float | None = None
+    kernel: str | None = field(default=None, metadata={"choices": KERNELS})
+    lengthscale: float | None = None
+    nu: float = 2.5
+    lam: float = 1.0
+    delta: float = 0.1
+    accuracy: float = 0.5
+    q: float | None = None
+    plays_per_epoch: int | None = None
+    beta: float | None = None
+    beta_scale: float = 1.0
+    truncation_scale: float = 1.0
+    users: str = field(default="round-robin", metadata={"choices": USER_ORDERS})
+    user_budget: float | None = None
+    num_restarts: int = 4
+    raw_samples: int = 256
+    maxiter: int = 100
+
+    def validate(self) -> None:
+        r"""Raise ``ValueError`` naming the first invalid setting."""
+        for name in ("num_rounds", "num_restarts", "raw_samples", "maxiter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        k = self.plays_per_epoch
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise ValueError(f"`plays_per_epoch` must be a positive integer or None, got {k!r}.")
+        _number("epsilon", self.epsilon, positive=True, optional=False)
+        for name in ("reward_bound", "noise_bound", "noise_moment", "beta"):
+            _number(name, getattr(self, name))
+        for name in ("lengthscale", "q", "user_budget"):
+            _number(name, getattr(self, name), positive=True)
+        for name in ("lam", "beta_scale", "truncation_scale"):
+            _number(name, getattr(self, name), positive=True, optional=False)
+        if self.kernel is not None and self.kernel not in KERNELS:
+            raise ValueError(f"`kernel`={self.kernel!r} must be one of {KERNELS} or None.")
+        if self.nu not in (0.5, 1.5, 2.5):
+            raise ValueError(f"`nu` must be 0.5, 1.5 or 2.5, got {self.nu!r}.")
+        for name in ("delta", "accuracy"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+                raise ValueError(f"`{name}` must be in (0, 1), got {value!r}.")
+        if self.users not in USER_ORDERS:
+            raise ValueError(f"`users`={self.users!r} must be one of {USER_ORDERS}.")
+
+
+def _noise_moment(objective: Objective) -> float | None:
+    r"""``E[eta^2]`` of a built-in problem's noise, if the objective knows it."""
+    noise = getattr(objective, "noise", None)
+    if noise is None:
+        return None
+    try:
+        return float(noise.moment(2))
+    except (NotImplementedError, AttributeError):
+        return None
+
+
+def reward_model(name: str, settings: LDPBOSettings, objective: Objective) -> RewardModel:
+    r"""The learner's :class:`~botorch_fed.ldp.RewardModel` for algorithm ``name``: the
+    settings' ``B``, ``R``, moment, else the objective's declarations."""
+    _, private = VARIANTS[name]
+    B = settings.reward_bound
+    if B is None:
+        B = getattr(objective, "reward_bound", None)
+    if B is None:
+        raise ValueError(
+            f"{name} needs `reward_bound` (B, a bound on |f|): the objective "
+            f"{objective.name!r} declares none."
+        )
+    R = settings.noise_bound
+    if R is None:
+        R = getattr(objective, "noise_bound", None)
+    if private:
+        if R is None:
+            raise ValueError(
+                f"{name} needs `noise_bound` (R): the noise of {objective.name!r} is unbounded "
+                "or undeclared. Give R: rewards beyond B + R are clipped by the users (for "
+                "sub-Weibull noise, R = (ln(a T / delta) / b)^theta makes the release "
+                "(epsilon, delta)-LDP, see LaplaceMechanism.sub_weibull)."
+            )
+        return RewardModel(B=float(B), R=float(R), epsilon=float(settings.epsilon))
+    moment = settings.noise_moment
+    if moment is None:
+        moment = _noise_moment(objective)
+    if moment is None and R is None:
+        raise ValueError(
+            f"{name} needs `noise_moment` (E[eta^2]) or `noise_bound`: the noise of "
+            f"{objective.name!r} is undeclared."
+        )
+    return RewardModel(
+        B=float(B),
+        R=None if R is None else float(R),
+        noise_moment=None if moment is None else float(moment),
+    )
+
+
+def make_learner(name: str, settings: LDPBOSettings, objective: Objective, seed: int):
+    r"""The learner of algorithm ``name`` for ``objective`` (finite domain if the
+    objective has ``candidates``)."""
+    kind, _ = VARIANTS[name]
+    hint = getattr(objective, "kernel_hint", None) or {}
+    kernel = make_kernel(
+        settings.kernel or hint.get("kernel", "se"),
+        settings.lengthscale or hint.get("lengthscale", 0.2),
+        settings.nu if settings.kernel else hint.get("nu", settings.nu),
+        objective.dim,
+    )
+    extra = {}
+    if kind in ("ata", "moma"):
+        extra.update(accuracy=settings.accuracy, q=settings.q)
+    if kind == "moma":
+        extra["k"] = settings.plays_per_epoch
+    if kind in ("tgp", "ata"):
+        extra["truncation_scale"] = settings.truncation_scale
+    return LEARNERS[kind](
+        kernel,
+        objective.dim,
+        settings.num_rounds,
+        reward_model(name, settings, objective),
+        lam=settings.lam,
+        delta=settings.delta,
+        candidates=getattr(objective, "candidates", None),
+        beta=settings.beta,
+        beta_scale=settings.beta_scale,
+        seed=seed,
+        num_restarts=settings.num_restarts,
+        raw_samples=settings.raw_samples,
+        maxiter=settings.maxiter,
+        **extra,
+    )
+
+
+class LDPUserClient(FederatedClient):
+    r"""A user: evaluates its black box where the learner asks and returns the reward,
+    privatised on this side when the algorithm is private.
+
+    Args:
+        client_id: The id.
+        objective: The user's black box.
+        mechanism: Curator 1 with the user's private generator and ledger (``None``:
+            non-private, the raw reward is returned).
+        budget: The total epsilon this user will spend (``None``: unlimited).
+        evaluation_errors: ``"record"`` or ``"raise"``.
+    """
+
+    def __init__(
+        self,
+        client_id: int,
+        objective: Objective,
+        mechanism: LaplaceMechanism | None,
+        budget: float | None = None,
+        evaluation_errors: str = "record",
+    ) -> None:
+        super().__init__(client_id)
+        self.objective = objective
+        self.mechanism = mechanism
+        self.budget = budget
+        self.evaluation_errors = evaluation_errors
+        self.privacy_ledger = None if mechanism is None else mechanism.ledger
+        self.history: list[dict] = []  # harness-only record, never sent
+
+    def _check_query(self, payload: dict) -> torch.Tensor:
+        d = self.objective.dim
+        try:
+            x = torch.as_tensor(np.asarray(payload["x"], dtype=np.float64)).reshape(1, d)
+        except (KeyError, TypeError, ValueError, RuntimeError):
+            raise self.violation(f"a query needs one point `x` of dimension {d}") from None
+        if not torch.isfinite(x).all() or (x < 0).any() or (x > 1).any():
+            raise self.violation(f"the query point {x.tolist()} is not in the unit cube")
+        if getattr(self.objective, "candidates", None) is not None:
+            if not (self.objective.candidates == x).all(-1).any():
+                raise self.violation(f"the query point {x.tolist()} is not in the finite domain")
+        return x
+
+    def on_query(self, payload: dict) -> dict:
+        r"""Answer one query ``{"x", "t"}`` with ``{"y"}`` (privatised if private) or
+        ``{"failed": 1}`` when the evaluation failed (nothing about the value)."""
+        x = self._check_query(payload)
+        t = int(payload.get("t", -1))
+        if self.mechanism is not None and self.budget is not None:
+            spent = self.privacy_ledger.spent(self.client_id)[0]
+            if spent + self.mechanism.epsilon > self.budget * (1 + 1e-12):
+                raise self.violation(
+                    f"answering would spend {spent + self.mechanism.epsilon:g} > the budget "
+                    f"{self.budget:g} (epsilon); query refused"
+                )
+        entry = {"round": t, "step": "query", "x": self.objective.to_domain(x).squeeze(0).tolist()}
+        with self.timed("evaluation"):
+            entry, observed = evaluate_point(
+                self.objective, x, entry, self.evaluation_errors, self.client_id
+            )
+        self.history.append(entry)
+        if observed is None:
+            return {"failed": 1}
+        y = -observed if self.objective.minimize else observed  # maximisation convention
+        if self.mechanism is not None:
+            with self.timed("privatise"):
+                y = self.mechanism(y.reshape(()))
+        return {"y": float(y.reshape(()))}
+
+    def state_dict(self) -> dict:
+        r"""History, the mechanism's generator, the privacy ledger, the objective's state."""
+        state = super().state_dict()
+        state.update(
+            history=[dict(h) for h in self.history],
+            mechanism=None if self.mechanism is None else self.mechanism.state_dict(),
+            privacy=None if self.privacy_ledger is None else self.privacy_ledger.state_dict(),
+            objective=self.objective.state_dict(),
+        )
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        owner = f"Client {self.client_id}"
+        own, rest = split_state(owner, state, ("history", "mechanism", "privacy", "objective"))
+        super().load_state_dict(rest)
+        if not isinstance(own["history"], list):
+            raise CheckpointError(f"{owner}: `history` must be a list of dicts.")
+        if (own["mechanism"] is None) != (self.mechanism is None):
+            raise CheckpointError(f"{owner}: the checkpoint's mechanism does not match the run.")
+        try:
+            if self.mechanism is not None:
+                self.mechanism.load_state_dict(own["mechanism"])
+                self.privacy_ledger.load_state_dict(own["privacy"])
+            self.objective.load_state_dict(own["objective"])
+        except (ValueError, TypeError, KeyError) as exc:
+            raise CheckpointError(f"{owner}: {exc}") from exc
+        self.history = [dict(h) for h in own["history"]]
+
+
+class LDPServer(FederatedServer):
+    r"""The learning agent: one query per round, to one user."""
+
+    def __init__(
+        self,
+        transport,
+        settings: LDPBOSettings,
+        learner,
+        seed: int,
+        bounds: torch.Tensor,
+        minimize: bool = False,
+    ) -> None:
+        super().__init__(transport)
+        self.settings = settings
+        self.bounds = bounds.to(torch.float64)  # the public domain and convention (for x^)
+        self.minimize = bool(minimize)
+        self.learner = learner
+        self.seed = int(seed)
+        self.user_rng = torch.Generator().manual_seed(self.seed * 7_919 + 3)
+        self.failed = 0  # queries that brought no reward
+
+    def initialize(self) -> None:
+        r"""Nothing to initialise: the learner starts from the prior (Alg. 1-3, line 2)."""
+
+    def _user(self, t: int) -> int:
+        ids = self.client_ids
+        if self.settings.users == "random":
+            return ids[int(torch.randint(len(ids), (1,), generator=self.user_rng))]
+        return ids[(t - 1) % len(ids)]
+
+    def run_round(self, t: int) -> None:
+        r"""Round ``t``: propose, ask one user, observe the (privatised) reward."""
+        user = self._user(t)
+        with self.ledger.timer("acquisition"):
+            x = self.learner.propose()
+        reply = self.send({user: Message("query", {"x": x.reshape(-1).numpy(), "t": t})})[user]
+        y = self._reward(user, t, reply.payload)
+        if y is None:
+            self.failed += 1
+            return
+        with self.ledger.timer("model_update"):
+            self.learner.observe(x, y)
+
+    def _reward(self, user: int, t: int, payload: dict) -> float | None:
+        payload = {k: v for k, v in payload.items() if not k.startswith(TIME_PREFIX)}
+        if set(payload) == {"failed"}:
+            return None
+        if set(payload) != {"y"}:
+            raise ProtocolViolation(
+                f"Round {t}: user {user} replied with fields {sorted(payload)}; expected `y`."
+            )
+        try:
+            y = float(np.asarray(payload["y"], dtype=np.float64).reshape(()))
+        except (TypeError, ValueError):
+            raise ProtocolViolation(f"Round {t}: user {user}'s reward is not a number.") from None
+        if not math.isfinite(y):
+            raise ProtocolViolation(f"Round {t}: user {user}'s reward {y!r} is not finite.")
+        return y
+
+    @property
+    def recommendation(self) -> dict | None:
+        r"""``x^``: the maximiser of the surrogate's mean over the finite domain (or over
+        the points played, on a box) -- what the learner would deploy after ``T`` rounds."""
+        learner = self.learner
+        if learner.t == 0:
+            return None
+        X = learner.candidates if learner.candidates is not None else learner.X
+        mean = learner.model.mean_and_variance(X)[0]
+        i = int(torch.argmax(mean))
+        lower, upper = self.bounds
+        return {
+            "round": self.ledger.round,
+            "client": 0,
+            "x_unit": X[i].tolist(),
+            "x": (lower + X[i] * (upper - lower)).tolist(),
+            # the user's convention (the learner maximises)
+            "predicted_value": -float(mean[i]) if self.minimize else float(mean[i]),
+        }
+
+    def state_dict(self) -> dict:
+        return {
+            **super().state_dict(),
+            "learner": self.learner.state_dict(),
+            "user_rng": self.user_rng.get_state(),
+            "failed": self.failed,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        own, rest = split_state("Server", state, ("learner", "user_rng", "failed"))
+        super().load_state_dict(rest)
+        try:
+            self.learner.load_state_dict(own["learner"])
+        except (ValueError, TypeError, KeyError, RuntimeError) as exc:
+            raise CheckpointError(f"Server: learner state: {exc}") from exc
+        rng = check_tensor("Server", "user_rng", own["user_rng"], (None,), torch.uint8)
+        self.user_rng.set_state(rng)
+        self.failed = int(own["failed"])
+
+
+def _check_budget(name: str, ctx) -> None:
+    s = ctx.settings
+    if not VARIANTS[name][1] or s.user_budget is None:
+        return
+    per_user = math.floor(s.user_budget / s.epsilon + 1e-9)
+    M = len(ctx.objectives)
+    needed = math.ceil(s.num_rounds / M) if s.users == "round-robin" else s.num_rounds
+    if per_user < needed:
+        raise ValueError(
+            f"`user_budget`={s.user_budget:g} allows {per_user} answers of `epsilon`="
+            f"{s.epsilon:g} per user, but {s.num_rounds} rounds with {M} users "
+            f"({s.users}) may ask one user {needed} times: add users, raise the budget or "
+            "lower `num_rounds`."
+        )
+
+
+def _make_client(name: str):
+    private = VARIANTS[name][1]
+
+    def build(ctx, cid: int) -> LDPUserClient:
+        s = ctx.settings
+        mechanism = None
+        if private:
+            rewards = reward_model(name, s, ctx.objectives[cid])
+            mechanism = LaplaceMechanism(
+                rewards.epsilon,
+                rewards.B,
+                rewards.R,
+                seed=ctx.private_seed(cid),  # private randomness: never the public seed
+                ledger=PrivacyLedger(),
+                user=cid,
+            )
+        return LDPUserClient(
+            cid,
+            ctx.objectives[cid],
+            mechanism,
+            budget=s.user_budget if private else None,
+            evaluation_errors=ctx.setup.evaluation_errors,
+        )
+
+    return build
+
+
+def _make_server(name: str):
+    def build(ctx, transport) -> LDPServer:
+        _check_budget(name, ctx)
+        learner = make_learner(name, ctx.settings, ctx.objectives[0], seed=ctx.setup.seed)
+        objective = ctx.objectives[0]
+        return LDPServer(
+            transport,
+            ctx.settings,
+            learner,
+            seed=ctx.setup.seed,
+            bounds=objective.bounds,
+            minimize=objective.minimize,
+        )
+
+    return build
+
+
+_SUMMARIES = {
+    "ldp-tgp": "LDP-TGP-UCB: users privatise rewards (Laplace); exact GP on truncated rewards",
+    "ldp-ata": "LDP-ATA-GP-UCB: users privatise rewards; Nystrom features, adaptive truncation",
+    "ldp-moma": "LDP-MoMA-GP-UCB: users privatise rewards; epochs, median of means, Nystrom",
+    "tgp": "TGP-UCB for heavy-tailed noise (no privacy): exact GP on truncated rewards",
+    "ata": "ATA-GP-UCB for heavy-tailed noise (no privacy): Nystrom, adaptive truncation",
+    "moma": "MoMA-GP-UCB for heavy-tailed noise (no privacy): epochs, median of means",
+    "gp-ucb": "GP-UCB (IGP-UCB) on raw rewards, one query per round (baseline)",
+}
+
+for _name in VARIANTS:
+    register_algorithm(
+        AlgorithmSpec(
+            name=_name,
+            summary=_SUMMARIES[_name],
+            settings_class=LDPBOSettings,
+            make_client=_make_client(_name),
+            make_server=_make_server(_name),
+            cumulative_regret=True,
+        )
+    )
