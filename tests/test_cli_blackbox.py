@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from botorch_fed.cli import main
-from botorch_fed.federation import available_algorithms
+from botorch_fed.federation import LDPBOSettings, available_algorithms, get_algorithm
 
 TINY = ["--clients", "3", "--init", "3", "--rounds", "2"]
 _counter = itertools.count()
@@ -102,7 +102,12 @@ def write_config(tmp_path: Path, text: str, name: str = "run.toml") -> str:
 def test_objective_runs_with_every_algorithm(algorithm, mod, tmp_path, capsys):
     out = tmp_path / "r.json"
     extra = ["--support", "4"] if algorithm == "fbo-fedgp" else []
-    args = ["run", algorithm, "--objective", f"{mod}:loss", "--bounds", "0,1; -2,2", *TINY,
+    tiny = TINY
+    if get_algorithm(algorithm).settings_class is LDPBOSettings:
+        # no initial design; a user's own black box declares B and R on the command line
+        tiny = ["--clients", "3", "--rounds", "2"]
+        extra = ["--reward-bound", "20", "--noise-bound", "0"]
+    args = ["run", algorithm, "--objective", f"{mod}:loss", "--bounds", "0,1; -2,2", *tiny,
             *extra, "--out", str(out)]  # fmt: skip
     assert main(args) == 0, output(capsys)
     text = capsys.readouterr().out
@@ -110,7 +115,7 @@ def test_objective_runs_with_every_algorithm(algorithm, mod, tmp_path, capsys):
     data = json.loads(out.read_text())
     assert data["problem"] == f"{mod}:loss" and data["minimize"] is True
     assert data["optimal_value"] is None and data["regret_per_round"] is None
-    assert data["best_value"] == min(data["best_per_round"])
+    assert data["best_value"] == min(v for v in data["best_per_round"] if v is not None)
     x = data["best_point"]
     assert 0 <= x[0] <= 1 and -2 <= x[1] <= 2
     assert data["best_value"] == pytest.approx((x[0] - 0.25) ** 2 + (x[1] - 0.25) ** 2)

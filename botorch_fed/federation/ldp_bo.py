@@ -95,7 +95,7 @@ class LDPBOSettings:
             clipped by the users.
         noise_moment: ``E[eta^2]`` of unbounded noise for the non-private variants
             (``None``: the objective's noise, else ``R^2``).
-        kernel: ``se`` or ``matern`` (``None``: the objective's hint, else ``se``).
+        kernel: ``se``, ``matern`` or ``auto`` (the objective's hint, else ``se``).
         lengthscale: Kernel lengthscale in the unit cube (``None``: the objective's
             hint, else 0.2).
         nu: Matern smoothness (0.5, 1.5, 2.5).
@@ -122,7 +122,7 @@ class LDPBOSettings:
     reward_bound: float | None = None
     noise_bound: float | None = None
     noise_moment: float | None = None
-    kernel: str | None = field(default=None, metadata={"choices": KERNELS})
+    kernel: str = field(default="auto", metadata={"choices": ("auto", *KERNELS)})
     lengthscale: float | None = None
     nu: float = 2.5
     lam: float = 1.0
@@ -155,8 +155,8 @@ class LDPBOSettings:
             _number(name, getattr(self, name), positive=True)
         for name in ("lam", "beta_scale", "truncation_scale"):
             _number(name, getattr(self, name), positive=True, optional=False)
-        if self.kernel is not None and self.kernel not in KERNELS:
-            raise ValueError(f"`kernel`={self.kernel!r} must be one of {KERNELS} or None.")
+        if self.kernel not in ("auto", *KERNELS):
+            raise ValueError(f"`kernel`={self.kernel!r} must be one of {('auto', *KERNELS)}.")
         if self.nu not in (0.5, 1.5, 2.5):
             raise ValueError(f"`nu` must be 0.5, 1.5 or 2.5, got {self.nu!r}.")
         for name in ("delta", "accuracy"):
@@ -222,10 +222,11 @@ def make_learner(name: str, settings: LDPBOSettings, objective: Objective, seed:
     objective has ``candidates``)."""
     kind, _ = VARIANTS[name]
     hint = getattr(objective, "kernel_hint", None) or {}
+    auto = settings.kernel == "auto"
     kernel = make_kernel(
-        settings.kernel or hint.get("kernel", "se"),
+        hint.get("kernel", "se") if auto else settings.kernel,
         settings.lengthscale or hint.get("lengthscale", 0.2),
-        settings.nu if settings.kernel else hint.get("nu", settings.nu),
+        hint.get("nu", settings.nu) if auto else settings.nu,
         objective.dim,
     )
     extra = {}

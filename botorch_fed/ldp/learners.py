@@ -349,7 +349,7 @@ class UCBLearner:
         The horizon the parameters were derived from is restored with it: a run whose
         ``num_rounds`` is extended keeps the formulas of its original horizon.
         """
-        keys = set(self.state_dict())
+        keys = {"X", "y", "gamma", "generator", "horizon"}  # this class's state_dict
         if set(state) != keys:
             raise ValueError(f"Learner state has keys {sorted(state)}, expected {sorted(keys)}.")
         X = torch.as_tensor(state["X"], dtype=torch.float64)
@@ -416,12 +416,12 @@ class GPUCB(UCBLearner):
         return FeatureSpaceGP(self._embedding, theta, gram, self.lam)
 
     def _rebuild(self) -> None:
-        X, y, inverse = self.X, self.y, self._inverse
-        points = self._points
+        X, y = self.X, self.y
+        self._reset_points()
         self._reset_sums()
         for i in range(len(X)):  # replays the truncations in order (each depends on t)
-            self.X, self.y, self._inverse = X[: i + 1], y[: i + 1], inverse[: i + 1]
-            self._points = points[: int(inverse[: i + 1].max()) + 1]
+            self.X, self.y = X[: i + 1], y[: i + 1]
+            self._record_point(X[i])
             self._update()
 
 

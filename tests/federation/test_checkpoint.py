@@ -18,6 +18,7 @@ from botorch_fed.federation import (
     CallableObjective,
     FBOFedGPConfig,
     FederationSetup,
+    LDPBOSettings,
     available_algorithms,
     get_algorithm,
     run_federated,
@@ -35,6 +36,9 @@ ROUNDS, KILL = 4, 2
 def _settings(algorithm: str, **kwargs):
     small = dict(num_init=3, num_rounds=ROUNDS, num_restarts=2, raw_samples=16, maxiter=15)
     small.update(kwargs)
+    if get_algorithm(algorithm).settings_class is LDPBOSettings:
+        # MoMA: epochs of 2 plays, so the kill falls between epochs and inside one
+        return LDPBOSettings(num_rounds=small["num_rounds"], plays_per_epoch=2, q=5.0)
     if get_algorithm(algorithm).settings_class is FBOFedGPConfig:
         # every kind of round before and after the kill: support re-selection, a
         # federated hyperparameter fit, global steps (schedule c=1: p_t = 1 - 1/t)
@@ -78,13 +82,20 @@ def _cases():
             yield pytest.param(name, "plaintext", id=name)
 
 
+def _setup_for(algorithm: str, aggregator: str) -> FederationSetup:
+    if get_algorithm(algorithm).settings_class is LDPBOSettings:
+        # LDP users draw their Laplace noise from private generators: seeded here
+        return FederationSetup(problem="ldp-synthetic", num_clients=3, seed=2, crypto_seed=5)
+    return _setup(aggregator)
+
+
 @pytest.mark.parametrize("algorithm, aggregator", list(_cases()))
 def test_resume_is_bit_for_bit(tmp_path, algorithm, aggregator):
-    full = run_federated(algorithm, _setup(aggregator), _settings(algorithm))
+    full = run_federated(algorithm, _setup_for(algorithm, aggregator), _settings(algorithm))
     with pytest.raises(Killed):
         run_federated(
             algorithm,
-            _setup(aggregator),
+            _setup_for(algorithm, aggregator),
             _settings(algorithm),
             checkpoint=tmp_path,
             on_round=kill_after(KILL),
@@ -95,7 +106,7 @@ def test_resume_is_bit_for_bit(tmp_path, algorithm, aggregator):
     rounds_seen = []
     resumed = run_federated(
         algorithm,
-        _setup(aggregator),
+        _setup_for(algorithm, aggregator),
         _settings(algorithm),
         resume=tmp_path,
         on_round=lambda t, b: rounds_seen.append(t),
