@@ -46,7 +46,7 @@ import math
 from typing import Literal, overload
 
 import torch
-from botorch.acquisition.acquisition import AcquisitionFunction
+from botorch.acquisition.acquisition import AcquisitionFunction, OneShotAcquisitionFunction
 from botorch.acquisition.analytic import LogExpectedImprovement, UpperConfidenceBound
 from botorch.acquisition.knowledge_gradient import qKnowledgeGradient
 from botorch.acquisition.objective import (
@@ -58,7 +58,6 @@ from botorch.acquisition.thompson_sampling import PathwiseThompsonSampling
 from botorch.exceptions.errors import BotorchTensorDimensionError, UnsupportedError
 from botorch.generation.sampling import MaxPosteriorSampling
 from botorch.models.model import Model
-from botorch.acquisition.acquisition import OneShotAcquisitionFunction
 from botorch.optim import optimize_acqf
 from botorch.sampling.normal import SobolQMCNormalSampler
 from botorch.sampling.pathwise.posterior_samplers import DrawMatheronPaths
