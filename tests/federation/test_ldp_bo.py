@@ -103,7 +103,7 @@ def _wire(algorithm: str, T: int = 400, crypto_seed: int | None = 7):
     )
     server.run()
     raw = {}
-    for cid, client in clients.items():
+    for client in clients.values():
         rounds = [h["round"] for h in client.history]
         raw.update(zip(rounds, client.objective.raw, strict=True))
     ys = [p["y"] for _, p in replies]
