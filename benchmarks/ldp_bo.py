@@ -61,23 +61,21 @@ STEM = "ldp_bo"
 # pilot seeds (part "pilot": the grid below, lowest mean R_T over seeds 98, 99, SE kernel,
 # epsilon = 1); see the report's pilot table. GP-UCB (part b reference) takes TGP's beta_scale.
 TUNED = {
-    "tgp": {"beta_scale": 0.1},
-    "ata": {"beta_scale": 0.1, "q": 10.0},
-    "moma": {"beta_scale": 0.1, "k": 10, "q": 10.0},
-    "gp-ucb": {"beta_scale": 0.1},
+    "tgp": {"beta_scale": 0.01},
+    "ata": {"beta_scale": 0.01},  # q: the formula (q = 10 was worse on the pilot)
+    "moma": {"beta_scale": 0.001, "k": 10},  # both at the edge of the pilot grid
+    "gp-ucb": {"beta_scale": 0.01},
 }
 PILOT_GRID = {
-    "tgp": [{"beta_scale": b} for b in (1.0, 0.3, 0.1, 0.03, 0.01)],
-    "ata": [{"beta_scale": b, "q": q} for b in (1.0, 0.1, 0.01) for q in (None, 10.0)],
-    "moma": [
-        {"beta_scale": b, "k": k, "q": q}
-        for b in (1.0, 0.1, 0.01)
-        for k in (None, 30, 10)
-        for q in (None, 10.0)
-    ],
+    "tgp": [{"beta_scale": b} for b in (1.0, 0.3, 0.1, 0.03, 0.01, 0.003, 0.001)],
+    "ata": [{"beta_scale": b, "q": q} for b in (1.0, 0.1, 0.01) for q in (None, 10.0)]
+    + [{"beta_scale": 0.001, "q": None}],
+    "moma": [{"beta_scale": b, "k": k} for b in (1.0, 0.1, 0.01) for k in (None, 30, 10)]
+    + [{"beta_scale": 0.1, "k": 10, "q": 10.0}]
+    + [{"beta_scale": 0.001, "k": k} for k in (30, 10)],
 }
 PILOT_SEEDS = (98, 99)
-PILOT_T = {"tgp": 2000, "ata": 1000, "moma": 10000}
+PILOT_T = {"tgp": 2000, "ata": 1000, "moma": 2000}
 EPSILONS = (0.5, 1.0, 2.0)
 KERNELS = ("se", "matern")
 ALGOS_A = ("tgp", "ata", "moma")
@@ -155,7 +153,7 @@ def _one_run(job: dict) -> dict:
         "B": B,
         "optimum": optimum,
         "beta_t1": None,
-        "R": {str(c): float(R[c - 1]) for c in CHECKPOINTS if c <= T},
+        "R": {str(c): float(R[c - 1]) for c in (*CHECKPOINTS, T) if c <= T},
         "R_T": float(R[-1]),
         "curve": [[t, float(R[t - 1])] for t in pts],
         "time_s": wall,
@@ -197,7 +195,7 @@ def _federated_run(job: dict) -> dict:
     pts = _curve_points(T)
     return {
         **job,
-        "R": {str(c): float(cum[c - 1]) for c in CHECKPOINTS if c <= T},
+        "R": {str(c): float(cum[c - 1]) for c in (*CHECKPOINTS, T) if c <= T},
         "R_T": float(cum[-1]),
         "curve": [[t, float(cum[t - 1])] for t in pts],
         "final_simple_regret": result.regret_per_round[-1],
@@ -277,7 +275,7 @@ def _jobs(args) -> list[dict]:
     if "d" in args.parts:  # timing first: it wants the machine as quiet as possible
         for how in ("run_learner", "run_federated"):
             add(
-                key=f"d/moma/{how}/seed0/T{args.T}",
+                key=f"d/moma/{how}/seed0/T{args.T_long}",
                 part="d",
                 how=how,
                 kernel="se",
@@ -287,22 +285,50 @@ def _jobs(args) -> list[dict]:
                 regime="theory",
                 params={},
                 seed=0,
-                T=args.T,
+                T=args.T_long,
             )
-    # priority order: part a MoMA, TGP (both regimes), then ATA (shorter T), then b, c
-    groups = []
+    # priority order (the machine is shared; the queue runs in this order and whatever
+    # finished is reported): part a MoMA and TGP at T (both regimes), b (GP-UCB, TGP,
+    # MoMA), c (MoMA, TGP), ATA (O(t) rounds: horizon T_ata; a with epsilon = 1 first),
+    # b and c ATA, then a10k (the paper's horizon, SE, epsilon = 1)
+    all_a = [(k, e) for k in KERNELS for e in EPSILONS]
+    ata_a = sorted(all_a, key=lambda ke: ke[1] != 1.0)
+    plan = []
     if "a" in args.parts:
-        for algo in ("moma", "tgp", "ata"):
-            for regime in ("tuned", "theory"):
-                groups.append(("a", algo, regime))
+        plan += [("a", algo, regime, all_a) for algo in ("moma", "tgp") for regime in ("tuned", "theory")]
     if "b" in args.parts:
-        for algo in ALGOS_B:
-            groups.append(("b", algo, "tuned"))
-    for part, algo, regime in groups:
+        plan += [("b", algo, "tuned", [("se", None)]) for algo in ("gp-ucb", "tgp", "moma")]
+    if "c" in args.parts:
+        plan += [("c", algo, "tuned", None) for algo in ("moma", "tgp")]
+    if "a" in args.parts:
+        plan += [("a", "ata", regime, [ke]) for ke in ata_a for regime in ("tuned", "theory")]
+    if "b" in args.parts:
+        plan += [("b", "ata", "tuned", [("se", None)])]
+    if "c" in args.parts:
+        plan += [("c", "ata", "tuned", None)]
+    if "a10k" in args.parts:
+        plan += [("a10k", algo, regime, [("se", 1.0)]) for algo in ("moma", "tgp") for regime in ("tuned", "theory")]
+    for part, algo, regime, settings in plan:
+        if part == "c":
+            for s in range(args.trials_c):
+                add(
+                    key=f"c/hartmann3/{algo}/{regime}/seed{s}/T{args.T_c}",
+                    part="c",
+                    algo=algo,
+                    algo_name=f"ldp-{algo}",
+                    regime=regime,
+                    params=_params(algo, regime),
+                    seed=s,
+                    T=args.T_c,
+                    num_restarts=args.num_restarts,
+                    raw_samples=args.raw_samples,
+                    maxiter=args.maxiter,
+                )
+            continue
         T = min(args.T_ata, args.T) if algo == "ata" else args.T
-        settings = (
-            [(k, e) for k in KERNELS for e in EPSILONS] if part == "a" else [("se", None)]
-        )
+        if part == "a10k":
+            T = args.T_long
+        part = "a" if part == "a10k" else part
         for s in seeds:
             for kernel, eps in settings:
                 add(
@@ -317,23 +343,6 @@ def _jobs(args) -> list[dict]:
                     seed=s,
                     T=T,
                 )
-    if "c" in args.parts:
-        for regime in ("tuned",):
-            for algo in ("moma", "tgp", "ata"):
-                for s in range(args.trials_c):
-                    add(
-                        key=f"c/hartmann3/{algo}/{regime}/seed{s}/T{args.T_c}",
-                        part="c",
-                        algo=algo,
-                        algo_name=f"ldp-{algo}",
-                        regime=regime,
-                        params=_params(algo, regime),
-                        seed=s,
-                        T=args.T_c,
-                        num_restarts=args.num_restarts,
-                        raw_samples=args.raw_samples,
-                        maxiter=args.maxiter,
-                    )
     return jobs
 
 
@@ -387,23 +396,33 @@ def _claim_table(lines, groups, settings, algos, regimes, part, planned, summary
     for regime in regimes:
         lines += [f"### regime: {regime}", ""]
         head = (
-            "| kernel | epsilon | t | "
+            "| kernel | epsilon | horizon T | t | "
             + " | ".join(LABEL[a] for a in algos)
             + " | MoMA vs others: p (MoMA lower on k/n) | MoMA best? |"
         )
         lines += [head, "|" + "---|" * (head.count("|") - 1)]
         for kernel, eps in settings:
-            for t in (1000, 10000):
+            horizons = sorted(
+                {k[5] for k in groups if k[:3] == (part, kernel, eps) and k[4] == regime}
+            )
+            # rows: every horizon H but the shortest (ATA's); t = 1000 and H
+            rows = [(H, t) for H in horizons[1:] or horizons for t in sorted({1000, H})]
+            for H, t in rows:
                 cells, means, seeded = [], {}, {}
                 for a in algos:
-                    rs = [r for r in groups.get((part, kernel, eps, a, regime), [])]
+                    rs = groups.get((part, kernel, eps, a, regime, H), [])
+                    mark = ""
+                    if not rs:  # a shorter-horizon run (ATA) that reached t
+                        alt = [h for h in horizons if t <= h < H]
+                        rs = groups.get((part, kernel, eps, a, regime, alt[-1]), []) if alt else []
+                        mark = f" [T={alt[-1]}]" if rs else ""
                     vals = [r["R"].get(str(t)) for r in rs]
                     m, se, n = _mean_se(vals)
-                    cells.append(_fmt(m, se, n))
+                    cells.append(_fmt(m, se, n) + (mark if n else ""))
                     if n:
                         means[a] = m
                         seeded[a] = _by_seed(rs, t)
-                    summary[f"{part}/{kernel}/eps{eps}/{a}/{regime}/R{t}"] = [m, se, n]
+                    summary[f"{part}/{kernel}/eps{eps}/{a}/{regime}/T{H}/R{t}"] = [m, se, n]
                 if not means:
                     continue
                 tests = {}
@@ -423,9 +442,9 @@ def _claim_table(lines, groups, settings, algos, regimes, part, planned, summary
                 missing = [LABEL[a] for a in algos if a not in means]
                 if missing:
                     verdict += f" (no {', '.join(missing)} at this t)"
-                summary[f"{part}/{kernel}/eps{eps}/{regime}/R{t}/verdict"] = verdict
+                summary[f"{part}/{kernel}/eps{eps}/{regime}/T{H}/R{t}/verdict"] = verdict
                 lines.append(
-                    f"| {kernel} | {eps if eps is not None else 'non-private'} | {t} | "
+                    f"| {kernel} | {eps if eps is not None else 'non-private'} | {H} | {t} | "
                     + " | ".join(cells)
                     + f" | {pcell} | {verdict} |"
                 )
@@ -436,7 +455,7 @@ def report(runs: dict[str, dict], out: Path, meta: dict, planned: dict) -> str:
     groups = defaultdict(list)
     for r in runs.values():
         if r["part"] in ("a", "b"):
-            groups[(r["part"], r["kernel"], r["epsilon"], r["algo"], r["regime"])].append(r)
+            groups[(r["part"], r["kernel"], r["epsilon"], r["algo"], r["regime"], r["T"])].append(r)
     summary: dict = {}
     lines = [
         "# LDP-BO benchmark ([LDP-BO] Sec. 5, paper 002)",
@@ -660,16 +679,16 @@ def _plots(groups, cr, runs, out: Path) -> None:
         ax.fill_between(ts, m - se, m + se, color=colors[algo], alpha=0.2)
 
     if any(k[0] == "a" for k in groups):
-        fig, axes = plt.subplots(2, 3, figsize=(13, 7.5))
+        fig, axes = plt.subplots(len(KERNELS), len(EPSILONS), squeeze=False, figsize=(4.4 * len(EPSILONS), 3.8 * len(KERNELS)))
         for i, kernel in enumerate(KERNELS):
             for j, eps in enumerate(EPSILONS):
                 ax = axes[i, j]
                 for algo in ALGOS_A:
                     for regime, style in (("theory", "--"), ("tuned", "-")):
-                        rs = groups.get(("a", kernel, eps, algo, regime))
-                        if rs:
-                            draw(ax, rs, algo, style)
-                            ax.lines[-1].set_label(f"{ax.lines[-1].get_label()} {regime}")
+                        for key in sorted(k for k in groups if k[:5] == ("a", kernel, eps, algo, regime)):
+                            draw(ax, groups[key], algo, style if key[5] <= 2000 else style[0] + ".")
+                            ax.lines[-1].set_label(f"{ax.lines[-1].get_label()} {regime} T={key[5]}")
+                ax.set_xscale("log")
                 ax.set_title(f"(a) {kernel}, epsilon = {eps}", fontsize=9)
                 ax.set_xlabel("t")
                 ax.set_ylabel("cumulative regret R_t")
@@ -680,10 +699,8 @@ def _plots(groups, cr, runs, out: Path) -> None:
         plt.close(fig)
     if any(k[0] == "b" for k in groups) or cr:
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for algo in ALGOS_B:
-            rs = groups.get(("b", "se", None, algo, "tuned"))
-            if rs:
-                draw(axes[0], rs, algo, "-")
+        for key in sorted(k for k in groups if k[0] == "b"):
+            draw(axes[0], groups[key], key[3], "-")
         axes[0].set_title("(b) non-private, Student-t(3), SE, tuned", fontsize=9)
         cg = defaultdict(list)
         for r in cr:
@@ -745,9 +762,10 @@ def _planned(args) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny T, 1 trial, all parts")
-    parser.add_argument("--parts", nargs="+", default=["pilot", "a", "b", "c", "d"])
+    parser.add_argument("--parts", nargs="+", default=["pilot", "d", "a", "b", "c", "a10k"])
     parser.add_argument("--trials", type=int, default=10)
-    parser.add_argument("--T", type=int, default=10_000)
+    parser.add_argument("--T", type=int, default=2000, help="horizon of parts a, b (not ATA)")
+    parser.add_argument("--T-long", type=int, default=10_000, help="horizon of part a10k")
     parser.add_argument("--T-ata", type=int, default=1000, help="ATA's horizon (O(t) rounds)")
     parser.add_argument("--trials-c", type=int, default=5)
     parser.add_argument("--T-c", type=int, default=300)
@@ -769,7 +787,8 @@ def main(argv=None) -> int:
             raise SystemExit("--smoke writes to --out (not over the committed results)")
         args.trials, args.T, args.T_ata, args.trials_c, args.T_c = 1, 50, 30, 1, 5
         args.pilot_seeds, args.raw_samples, args.maxiter = 1, 16, 5
-        args.parts = ["pilot", "a", "b", "c", "d"]
+        args.parts = ["pilot", "a", "b", "c", "d", "a10k"]
+        args.T_long = 60
         global PILOT_GRID, KERNELS, EPSILONS
         PILOT_GRID = {a: g[:1] for a, g in PILOT_GRID.items()}
         KERNELS, EPSILONS = ("se",), (1.0,)
