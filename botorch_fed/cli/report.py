@@ -151,7 +151,10 @@ def print_run(result, console: Console, label: str | None = None) -> None:
     recommendation = getattr(result, "recommendation", None)
     if recommendation is not None:
         head.add_row("recommended point (x^)", _point(recommendation["x"]))
-        head.add_row("x^: predicted value", _number(recommendation["predicted_value"]))
+        predicted = _number(recommendation["predicted_value"])
+        if recommendation.get("predicted_std") is not None:
+            predicted += f" +- {recommendation['predicted_std']:.3g} (posterior std)"
+        head.add_row("x^: predicted value", predicted)
         if recommendation.get("value") is not None:
             head.add_row("x^: true value", _number(recommendation["value"]))
             if result.optimal_value is not None:
@@ -201,7 +204,8 @@ def print_run(result, console: Console, label: str | None = None) -> None:
         row = [str(cid)]
         if per_client_names:
             row.append(escape(per_client_names[int(cid)]["name"]))
-        clients.add_row(*row, _number(best, "none (all failed)"))
+        evaluated = any(str(e["client"]) == str(cid) for e in result.evaluations)
+        clients.add_row(*row, _number(best, "none (all failed)" if evaluated else "never asked"))
     console.print(clients)
     if result.failures:
         shown = result.failures[:MAX_FAILURES_SHOWN]

@@ -143,6 +143,18 @@ def prepare_run(
         folders.append(os.path.dirname(os.path.abspath(config.path)))
     with import_path(folders):
         setup, name = build_setup(spec, args, options, sources, config)
+        if spec.check is not None:  # the algorithm's own checks, before the run starts
+            from botorch_fed.cli.arguments import SETUP_DESTS
+            from botorch_fed.federation.runner import build_context
+
+            names = {o.field: o.label(sources) for o in options if o.field is not None}
+            names.update(
+                {py: by_dest[d].label(sources) for py, d in SETUP_DESTS.items() if d in by_dest}
+            )
+            try:
+                build_context(spec, setup, settings)
+            except ValueError as exc:
+                raise ValueError(rename_to_flags(str(exc), names)[0]) from None
     return PreparedRun(
         algorithm=args.algorithm,
         setup=setup,

@@ -42,8 +42,11 @@ References:
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -88,7 +91,8 @@ class LDPBOSettings:
 
     Attributes:
         num_rounds: Rounds ``T``: one query (one reward) per round.
-        epsilon: Each reported reward is ``epsilon``-LDP (private variants only).
+        epsilon: Each reported reward is ``epsilon``-LDP (private variants only;
+            ``None``: 1).
         reward_bound: ``B``, a bound on ``|f|`` (``None``: the objective's declaration).
         noise_bound: ``R``, a bound on the noise (``None``: the objective's
             declaration). Private variants need it; rewards beyond ``B + R`` are
@@ -118,7 +122,7 @@ class LDPBOSettings:
     """
 
     num_rounds: int = 200
-    epsilon: float = 1.0
+    epsilon: float | None = None
     reward_bound: float | None = None
     noise_bound: float | None = None
     noise_moment: float | None = None
@@ -148,7 +152,7 @@ class LDPBOSettings:
         k = self.plays_per_epoch
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
             raise ValueError(f"`plays_per_epoch` must be a positive integer or None, got {k!r}.")
-        _number("epsilon", self.epsilon, positive=True, optional=False)
+        _number("epsilon", self.epsilon, positive=True)
         for name in ("reward_bound", "noise_bound", "noise_moment", "beta"):
             _number(name, getattr(self, name))
         for name in ("lengthscale", "q", "user_budget"):
@@ -201,7 +205,8 @@ def reward_model(name: str, settings: LDPBOSettings, objective: Objective) -> Re
                 "sub-Weibull noise, R = (ln(a T / delta) / b)^theta makes the release "
                 "(epsilon, delta)-LDP, see LaplaceMechanism.sub_weibull)."
             )
-        return RewardModel(B=float(B), R=float(R), epsilon=float(settings.epsilon))
+        epsilon = 1.0 if settings.epsilon is None else float(settings.epsilon)
+        return RewardModel(B=float(B), R=float(R), epsilon=epsilon)
     moment = settings.noise_moment
     if moment is None:
         moment = _noise_moment(objective)
@@ -282,6 +287,65 @@ class LDPUserClient(FederatedClient):
         self.evaluation_errors = evaluation_errors
         self.privacy_ledger = None if mechanism is None else mechanism.ledger
         self.history: list[dict] = []  # harness-only record, never sent
+        self._release_log: Path | None = None
+
+    # --- the write-ahead release log ---------------------------------------------------
+    def attach_release_log(self, path: str | os.PathLike) -> None:
+        r"""Keep a durable log of this user's releases in ``path`` (its own file).
+
+        Each release is appended (and fsynced) *before* the reply leaves the user. When
+        the user was restored from a checkpoint older than its last release (a crash
+        after a reply, or a server that aborts rounds on purpose and resumes), the log
+        tells it what the checkpoint does not: the releases are added back to its ledger
+        (and count against its budget), and its noise stream moves past every position
+        already used, so no noise is ever drawn twice. Call it after any
+        ``load_state_dict`` and before the next query.
+        """
+        if self.mechanism is None:
+            return
+        path = Path(path)
+        records = []
+        if path.exists():
+            for n, line in enumerate(path.read_text().splitlines(), start=1):
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    if n == len(path.read_text().splitlines()):  # a torn last write
+                        break
+                    raise CheckpointError(
+                        f"Client {self.client_id}: release log {path} is corrupt (line {n})."
+                    ) from None
+        known = self.privacy_ledger.releases(self.client_id)
+        logged = records[-1]["releases"] if records else 0
+        if logged < known:
+            raise CheckpointError(
+                f"Client {self.client_id}: release log {path} holds {logged} releases, the "
+                f"ledger {known}: the log belongs to another run or was truncated."
+            )
+        missing = [r for r in records if r["releases"] > known]
+        if missing:
+            self.privacy_ledger.record(
+                self.client_id,
+                epsilon=self.mechanism.epsilon,
+                delta=self.mechanism.delta,
+                count=logged - known,
+                clipped=sum(int(r["clipped"]) for r in missing),
+            )
+            self.mechanism.advance_to(max(int(r["position"]) for r in missing))
+        self._release_log = path
+
+    def _log_release(self, clipped: int) -> None:
+        if self._release_log is None:
+            return
+        record = {
+            "releases": self.privacy_ledger.releases(self.client_id),
+            "position": self.mechanism.position,
+            "clipped": clipped,
+        }
+        with open(self._release_log, "a") as log:
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
 
     def _check_query(self, payload: dict) -> torch.Tensor:
         d = self.objective.dim
@@ -319,7 +383,9 @@ class LDPUserClient(FederatedClient):
             return {"failed": 1}
         y = -observed if self.objective.minimize else observed  # maximisation convention
         if self.mechanism is not None:
+            clipped_before = self.privacy_ledger.clipped(self.client_id)
             y = self.mechanism(y.reshape(()))
+            self._log_release(self.privacy_ledger.clipped(self.client_id) - clipped_before)
         return {"y": float(y.reshape(()))}
 
     def state_dict(self) -> dict:
@@ -371,19 +437,28 @@ class LDPServer(FederatedServer):
         self.seed = int(seed)
         self.user_rng = torch.Generator().manual_seed(self.seed * 7_919 + 3)
         self.failed = 0  # queries that brought no reward
+        self.queries: dict[int, int] = {}  # queries sent to each user
+        self.capacity = answers_per_user(settings) if learner.rewards.private else None
 
     def initialize(self) -> None:
         r"""Nothing to initialise: the learner starts from the prior (Alg. 1-3, line 2)."""
 
     def _user(self, t: int) -> int:
+        r"""The user of round ``t``: the next in turn, or one drawn at random, among the
+        users whose budget (public) still covers a query."""
         ids = self.client_ids
+        open_ = [c for c in ids if self.capacity is None or self.queries.get(c, 0) < self.capacity]
+        if not open_:
+            raise ProtocolViolation(f"Round {t}: every user's budget is spent.")
         if self.settings.users == "random":
-            return ids[int(torch.randint(len(ids), (1,), generator=self.user_rng))]
-        return ids[(t - 1) % len(ids)]
+            return open_[int(torch.randint(len(open_), (1,), generator=self.user_rng))]
+        turn = (t - 1) % len(ids)
+        return min(open_, key=lambda c: (ids.index(c) - turn) % len(ids))
 
     def run_round(self, t: int) -> None:
         r"""Round ``t``: propose, ask one user, observe the (privatised) reward."""
         user = self._user(t)
+        self.queries[user] = self.queries.get(user, 0) + 1
         with self.ledger.timer("acquisition"):
             x = self.learner.propose()
         reply = self.send({user: Message("query", {"x": x.reshape(-1).numpy(), "t": t})})[user]
@@ -417,7 +492,7 @@ class LDPServer(FederatedServer):
         if learner.t == 0:
             return None
         X = learner.candidates if learner.candidates is not None else learner.X
-        mean = learner.model.mean_and_variance(X)[0]
+        mean, variance = learner.model.mean_and_variance(X)
         i = int(torch.argmax(mean))
         lower, upper = self.bounds
         return {
@@ -426,7 +501,8 @@ class LDPServer(FederatedServer):
             "x_unit": X[i].tolist(),
             "x": (lower + X[i] * (upper - lower)).tolist(),
             # the user's convention (the learner maximises)
-            "predicted_value": -float(mean[i]) if self.minimize else float(mean[i]),
+            "predicted_value": (-float(mean[i]) if self.minimize else float(mean[i])) + 0.0,
+            "predicted_std": float(variance[i].sqrt()),
         }
 
     def state_dict(self) -> dict:
@@ -435,10 +511,11 @@ class LDPServer(FederatedServer):
             "learner": self.learner.state_dict(),
             "user_rng": self.user_rng.get_state(),
             "failed": self.failed,
+            "queries": {str(c): n for c, n in sorted(self.queries.items())},
         }
 
     def load_state_dict(self, state: dict) -> None:
-        own, rest = split_state("Server", state, ("learner", "user_rng", "failed"))
+        own, rest = split_state("Server", state, ("learner", "user_rng", "failed", "queries"))
         super().load_state_dict(rest)
         try:
             self.learner.load_state_dict(own["learner"])
@@ -447,22 +524,50 @@ class LDPServer(FederatedServer):
         rng = check_tensor("Server", "user_rng", own["user_rng"], (None,), torch.uint8)
         self.user_rng.set_state(rng)
         self.failed = int(own["failed"])
+        self.queries = {int(c): int(n) for c, n in dict(own["queries"]).items()}
 
 
-def _check_budget(name: str, ctx) -> None:
+def _check_privacy_settings(name: str, ctx) -> None:
+    r"""Privacy settings of a non-private variant are refused (not silently ignored),
+    and a private run must fit the users' budgets."""
     s = ctx.settings
-    if not VARIANTS[name][1] or s.user_budget is None:
+    if not VARIANTS[name][1]:
+        given = [n for n in ("epsilon", "user_budget") if getattr(s, n) is not None]
+        if given:
+            private = f"; ldp-{name} privatises them" if name != "gp-ucb" else ""
+            raise ValueError(
+                f"{name} sends raw rewards (no privacy): "
+                + " and ".join(f"`{n}`" for n in given)
+                + f" do(es) not apply{private}."
+            )
         return
-    per_user = math.floor(s.user_budget / s.epsilon + 1e-9)
+    if s.user_budget is None:
+        return
+    per_user = answers_per_user(s)
     M = len(ctx.objectives)
-    needed = math.ceil(s.num_rounds / M) if s.users == "round-robin" else s.num_rounds
-    if per_user < needed:
+    if per_user * M < s.num_rounds:
         raise ValueError(
-            f"`user_budget`={s.user_budget:g} allows {per_user} answers of `epsilon`="
-            f"{s.epsilon:g} per user, but {s.num_rounds} rounds with {M} users "
-            f"({s.users}) may ask one user {needed} times: add users, raise the budget or "
-            "lower `num_rounds`."
+            f"`user_budget`={s.user_budget:g} allows {per_user} answer(s) of `epsilon`="
+            f"{1.0 if s.epsilon is None else s.epsilon:g} per user: {M} users can answer "
+            f"{per_user * M} of the `num_rounds`={s.num_rounds} queries. Add users, raise "
+            "the budget or lower `num_rounds`."
         )
+
+
+def answers_per_user(settings: LDPBOSettings) -> int | None:
+    r"""How many queries a user's ``user_budget`` covers (``None``: unlimited)."""
+    if settings.user_budget is None:
+        return None
+    epsilon = 1.0 if settings.epsilon is None else settings.epsilon
+    return math.floor(settings.user_budget / epsilon * (1 + 1e-12))
+
+
+def _check(name: str):
+    def check(ctx) -> None:
+        _check_privacy_settings(name, ctx)
+        make_learner(name, ctx.settings, ctx.objectives[0], seed=ctx.setup.seed)
+
+    return check
 
 
 def _make_client(name: str):
@@ -494,7 +599,7 @@ def _make_client(name: str):
 
 def _make_server(name: str):
     def build(ctx, transport) -> LDPServer:
-        _check_budget(name, ctx)
+        _check_privacy_settings(name, ctx)
         learner = make_learner(name, ctx.settings, ctx.objectives[0], seed=ctx.setup.seed)
         objective = ctx.objectives[0]
         return LDPServer(
@@ -527,6 +632,7 @@ for _name in VARIANTS:
             settings_class=LDPBOSettings,
             make_client=_make_client(_name),
             make_server=_make_server(_name),
+            check=_check(_name),
             cumulative_regret=True,
         )
     )

@@ -95,6 +95,10 @@ class AlgorithmSpec:
         secure_aggregation: Whether it runs secure sums (needs ``setup.aggregator``).
         min_clients: The fewest clients it runs with (before the aggregator's own
             minimum).
+        check: Optional ``(context) -> None`` run before anything is built (by
+            :func:`~botorch_fed.federation.runner.run_federated` and the command line):
+            raises ``ValueError`` naming the settings for a run that cannot work with
+            these objectives (e.g. bounds they do not declare).
         cumulative_regret: Whether its figure of merit is the cumulative regret
             ``R_T`` of the bandit literature (LDP-BO) rather than the simple regret
             (plots and tables show that one).
@@ -107,6 +111,7 @@ class AlgorithmSpec:
     make_server: Callable[[BuildContext, Any], Any]
     secure_aggregation: bool = False
     min_clients: int = 1
+    check: Callable[[BuildContext], None] | None = None
     cumulative_regret: bool = False
 
 

@@ -19,6 +19,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -220,7 +221,7 @@ def build_context(spec: AlgorithmSpec, setup: FederationSetup, settings) -> Buil
         if setup.init_regions
         else [None] * M
     )
-    return BuildContext(
+    ctx = BuildContext(
         setup=setup,
         settings=settings,
         objectives=objectives,
@@ -228,6 +229,9 @@ def build_context(spec: AlgorithmSpec, setup: FederationSetup, settings) -> Buil
         client_seeds=[setup.seed * 1_000 + 101 * i + 1 for i in range(M)],
         init_regions=regions,
     )
+    if spec.check is not None:
+        spec.check(ctx)
+    return ctx
 
 
 def _build(spec, ctx: BuildContext, setup, on_receive, material=None):
@@ -397,6 +401,11 @@ def _run(spec, ctx, setup, on_round, on_receive, checkpoint, info, manifest, sta
         if states is not None:
             _restore(server, clients, states)
             start = int(manifest["round"])
+        if checkpoint is not None:  # users that release privatised values log them first
+            for cid, client in clients.items():
+                attach = getattr(client, "attach_release_log", None)
+                if attach is not None:
+                    attach(Path(checkpoint) / f"client-{cid}.releases.jsonl")
         minimize = objectives[0].minimize
         tracker = _BestTracker(clients, minimize)
 

@@ -309,12 +309,20 @@ class UCBLearner:
         x = torch.as_tensor(x, dtype=torch.float64).reshape(-1)
         if x.shape != (self.dim,) or not torch.isfinite(x).all():
             raise ValueError(f"`x` must be one finite point of dimension {self.dim}.")
-        y = float(torch.as_tensor(y, dtype=torch.float64).reshape(()))
+        if (x < 0).any() or (x > 1).any():
+            raise ValueError(f"`x`={x.tolist()} must lie in the unit cube [0, 1]^{self.dim}.")
+        try:
+            y = torch.as_tensor(y, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"The reward `y` must be one number, got {y!r}.") from None
+        if y.numel() != 1:
+            raise ValueError(f"The reward `y` must be one number, got shape {tuple(y.shape)}.")
+        y = float(y.reshape(()))
         if not math.isfinite(y):
             raise ValueError(f"The reward `y` must be finite, got {y!r}.")
         if self.candidates is not None and self._candidate_index(x) is None:
             raise ValueError(f"`x`={x.tolist()} is not a point of the finite domain.")
-        self.gamma += 0.5 * math.log1p(float(self._variance(x.unsqueeze(0))) / self.lam)
+        self.gamma += self._information_gain(x)
         self.X = torch.cat([self.X, x.unsqueeze(0)])
         self.y = torch.cat([self.y, torch.tensor([y], dtype=torch.float64)])
         self._record_point(x)
@@ -327,6 +335,10 @@ class UCBLearner:
         r"""The exact GP posterior variance of the plays so far (for ``gamma``): the
         surrogate's own variance (subclasses whose surrogate is approximate override)."""
         return self.model.mean_and_variance(X)[1]
+
+    def _information_gain(self, x: Tensor) -> float:
+        r"""``0.5 ln(1 + sigma_{t-1}^2(x) / lam)``: what playing ``x`` adds to ``gamma``."""
+        return 0.5 * math.log1p(float(self._variance(x.unsqueeze(0))) / self.lam)
 
     def _candidate_index(self, x: Tensor) -> int | None:
         hit = (self.candidates == x).all(-1).nonzero()
@@ -416,13 +428,19 @@ class GPUCB(UCBLearner):
         return FeatureSpaceGP(self._embedding, theta, gram, self.lam)
 
     def _rebuild(self) -> None:
-        X, y = self.X, self.y
+        X, y, saved = self.X, self.y, self.gamma
         self._reset_points()
         self._reset_sums()
+        self._model, self.gamma = self._prior(), 0.0
         for i in range(len(X)):  # replays the truncations in order (each depends on t)
+            self.gamma += self._information_gain(X[i])
             self.X, self.y = X[: i + 1], y[: i + 1]
             self._record_point(X[i])
             self._update()
+        if not math.isclose(self.gamma, saved, rel_tol=1e-9, abs_tol=1e-9):
+            raise ValueError(
+                f"Learner state: `gamma`={saved!r} does not match the plays ({self.gamma!r})."
+            )
 
 
 class TGPUCB(GPUCB):
@@ -475,6 +493,10 @@ class TGPUCB(GPUCB):
 class ATAGPUCB(UCBLearner):
     r"""Alg. 1, (LDP-)ATA-GP-UCB: Nystrom features resampled every round and TOFU's
     feature-adaptive truncation of every past payoff at ``b_t = sqrt(v / ln(4 m_t T / delta))``.
+
+    Every past payoff is truncated at the *current* ``b_t`` (the threshold of Thm. 2 at
+    round ``t``, as TOFU [Shao et al. 2018] truncates all payoffs at round ``t``); Alg. 1
+    line 10 writes ``b_tau``, which with ``alpha = 1`` differs only through ``m_tau``.
 
     Args:
         *args, **kwargs: As :class:`UCBLearner`.
@@ -581,6 +603,12 @@ class MoMAGPUCB(UCBLearner):
         self.q_override = None if q is None else P._positive("q", q)
         self.k_override = k
         super().__init__(*args, **kwargs)
+        if self.k > self.horizon:
+            raise ValueError(
+                f"MoMA-GP-UCB plays each point k={self.k} times per epoch, more than the "
+                f"horizon T={self.horizon}: no epoch would complete. Give a smaller `k` "
+                "(`plays_per_epoch`; the paper's ceil(24 ln(4 e T / delta)) needs T > k)."
+            )
         self._epoch_point: Tensor | None = None
         self.chosen: list[int] = []  # k* of every epoch
 
@@ -614,11 +642,9 @@ class MoMAGPUCB(UCBLearner):
 
     def observe(self, x: Tensor, y: float | Tensor) -> None:
         x = torch.as_tensor(x, dtype=torch.float64).reshape(1, -1)
-        if (
-            self._epoch_point is not None
-            and self.t % self.k
-            and not torch.equal(x, self._epoch_point)
-        ):
+        if self.t % self.k == 0:  # an epoch starts: its first play is its point
+            self._epoch_point = x.clone()
+        elif self._epoch_point is not None and not torch.equal(x, self._epoch_point):
             raise ValueError(
                 f"MoMA-GP-UCB plays one point per epoch: `x`={x.tolist()} is not the epoch's "
                 f"point {self._epoch_point.tolist()}."

@@ -136,6 +136,22 @@ class FeatureSpaceGP(Model):
         self._lam = lam
         self._chol = L
 
+    def state_dict(self, *args, **kwargs):
+        r"""Not supported: the model is immutable and holds no parameters; rebuild it from
+        its embedding, ``theta``, ``gram`` and ``lam`` (an empty ``state_dict`` would load
+        silently into another model and change nothing)."""
+        raise UnsupportedError(
+            "FeatureSpaceGP has no state_dict: rebuild it with FeatureSpaceGP(embedding, "
+            "theta, gram, lam) (or FeatureSpaceGP.ridge) from the data it came from."
+        )
+
+    def load_state_dict(self, *args, **kwargs):
+        r"""Not supported (see :meth:`state_dict`)."""
+        raise UnsupportedError(
+            "FeatureSpaceGP cannot load a state: build a new one from its embedding, theta, "
+            "gram and lam."
+        )
+
     # --- construction -----------------------------------------------------------------
     @classmethod
     def ridge(cls, embedding: NystromEmbedding, X: Tensor, y: Tensor, lam: float) -> FeatureSpaceGP:

@@ -18,12 +18,14 @@ user who answers ``k`` queries is ``k * epsilon``-LDP (basic composition, Dwork 
 2014, Thm 3.16). :class:`PrivacyLedger` keeps that account per user; attach one to a
 mechanism and every release is recorded (with the number of clipped values).
 
-This package imports only torch and the standard library.
+This package imports only torch, ``cryptography`` (the noise's ChaCha20 key stream,
+:class:`KeyStream`) and the standard library.
 """
 
 from __future__ import annotations
 
 from botorch_fed.privacy.laplace import LaplaceMechanism, sub_weibull_radius
 from botorch_fed.privacy.ledger import PrivacyLedger
+from botorch_fed.privacy.stream import KeyStream
 
-__all__ = ["LaplaceMechanism", "PrivacyLedger", "sub_weibull_radius"]
+__all__ = ["KeyStream", "LaplaceMechanism", "PrivacyLedger", "sub_weibull_radius"]

@@ -44,6 +44,7 @@ from botorch_fed.privacy._validation import (
     check_probability,
     check_user,
 )
+from botorch_fed.privacy.stream import KeyStream
 
 if TYPE_CHECKING:  # pragma: no cover
     from botorch_fed.privacy.ledger import PrivacyLedger
@@ -55,32 +56,38 @@ __all__ = ["LaplaceMechanism", "sub_weibull_radius"]
 _MAX_NOISE_OVER_SCALE = 52.0 * math.log(2.0)
 
 
+def _uniforms(n: int, source: KeyStream | torch.Generator) -> Tensor:
+    r"""``n`` uniforms on the open interval ``(0, 1)`` from ``source`` (float64, CPU)."""
+    if isinstance(source, KeyStream):
+        return source.uniform(n)
+    u = torch.rand(n, dtype=torch.float64, generator=source)
+    bad = u == 0.0  # torch.rand is [0, 1): redraw the endpoint
+    while bool(bad.any()):
+        u[bad] = torch.rand(int(bad.sum()), dtype=torch.float64, generator=source)
+        bad = u == 0.0
+    return u
+
+
 def _laplace_noise(
-    shape: torch.Size | tuple[int, ...], scale: float, generator: torch.Generator
+    shape: torch.Size | tuple[int, ...], scale: float, source: KeyStream | torch.Generator
 ) -> Tensor:
     r"""I.i.d. ``Laplace(0, scale)`` draws in float64 on the CPU, by inverse CDF.
 
-    ``u ~ U(-1/2, 1/2)`` (the endpoint ``-1/2``, which ``torch.rand``'s ``[0, 1)`` can
-    produce with probability ``2^-53``, is redrawn) and
-    ``L = -scale * sign(u) * log1p(-2 |u|)``. Draws come only from ``generator`` (never
-    from torch's global RNG), on the CPU, so a seed gives the same stream on every
-    device.
+    ``u ~ U(-1/2, 1/2)`` (open interval) and ``L = -scale * sign(u) * log1p(-2 |u|)``.
+    Draws come only from ``source`` (never from torch's global RNG), on the CPU, so a
+    seed gives the same stream on every device.
 
     Args:
         shape: Output shape (``()`` for a scalar).
         scale: Laplace scale ``>= 0`` (not validated here).
-        generator: A CPU :class:`torch.Generator`.
+        source: The mechanism's :class:`~botorch_fed.privacy.stream.KeyStream`, or a
+            CPU :class:`torch.Generator` (simulations only: 32-bit seeds).
 
     Returns:
         A float64 CPU tensor of shape ``shape``; every entry finite.
     """
     shape = torch.Size(shape)
-    n = shape.numel()
-    u = torch.rand(n, dtype=torch.float64, generator=generator) - 0.5
-    bad = u == -0.5
-    while bool(bad.any()):
-        u[bad] = torch.rand(int(bad.sum()), dtype=torch.float64, generator=generator) - 0.5
-        bad = u == -0.5
+    u = _uniforms(shape.numel(), source) - 0.5
     noise = -scale * torch.sign(u) * torch.log1p(-2.0 * u.abs())
     return noise.reshape(shape)
 
@@ -146,20 +153,24 @@ class LaplaceMechanism:
     ``B + R == 0`` is allowed: the scale is 0 and the output is the clipped input, i.e.
     identically 0 (independent of ``y``, so trivially private, and useless).
 
-    Randomness comes from the mechanism's own CPU :class:`torch.Generator`, never from
-    torch's global RNG: ``seed`` creates ``torch.Generator().manual_seed(seed)``;
-    ``generator`` uses (and advances) the caller's generator; neither seeds a fresh
-    generator from OS entropy.
+    Randomness comes from the mechanism's own
+    :class:`~botorch_fed.privacy.stream.KeyStream` (ChaCha20 with a 256-bit key), never
+    from torch's global RNG: by default the key is 32 bytes of OS entropy; ``seed``
+    derives it from an integer (tests and reproducible simulations: whoever knows the
+    seed knows the noise). ``generator`` draws from (and advances) a caller's CPU
+    :class:`torch.Generator` instead -- simulations only: a Mersenne Twister keeps 32
+    bits of its seed, so a server seeing a few dozen outputs can search every seed and
+    subtract the noise.
 
     Args:
         epsilon: Privacy parameter; ``0 < epsilon < inf``.
         B: Bound on ``|f(x)|`` (``||f||_H`` for a kernel with ``k(x, x) <= 1``);
             finite, ``>= 0``.
         R: Bound on the observation noise ``|eta|``; finite, ``>= 0``.
-        seed: Seed of the mechanism's generator (an integer accepted by
-            :meth:`torch.Generator.manual_seed`).
-        generator: A CPU :class:`torch.Generator` to draw from (exclusive with
-            ``seed``).
+        seed: An integer the stream's key is derived from (``None``: OS entropy).
+        generator: A CPU :class:`torch.Generator` to draw from instead of the stream
+            (exclusive with ``seed``; not private against a server that can search
+            its 32-bit seed space).
         delta: The ``delta`` recorded with every release (``0`` for the bounded-noise
             mechanism of Sec. 4.1; see :meth:`sub_weibull`); in ``[0, 1)``.
         ledger: If given, every call records its release in it (an object with a
@@ -209,7 +220,7 @@ class LaplaceMechanism:
         self.ledger = ledger
         self.user = check_user(user)
         self.horizon: int | None = None
-        self._generator = _make_generator(seed, generator)
+        self._generator = _make_source(seed, generator)
 
     # ----------------------------------------------------------------------- parameters
     @property
@@ -243,9 +254,24 @@ class LaplaceMechanism:
         return 2.0 * (self._B + self._R) / self._epsilon
 
     @property
-    def generator(self) -> torch.Generator:
-        r"""The CPU generator the noise is drawn from."""
+    def generator(self) -> KeyStream | torch.Generator:
+        r"""Where the noise comes from: the mechanism's
+        :class:`~botorch_fed.privacy.stream.KeyStream`, or the caller's generator."""
         return self._generator
+
+    @property
+    def position(self) -> int:
+        r"""Bytes of the key stream used so far (releases never reuse them)."""
+        if not isinstance(self._generator, KeyStream):
+            raise TypeError("A mechanism drawing from a torch.Generator has no stream position.")
+        return self._generator.position
+
+    def advance_to(self, position: int) -> None:
+        r"""Move the key stream forward to ``position`` (e.g. past releases a restored
+        checkpoint does not know of); never backwards."""
+        if not isinstance(self._generator, KeyStream):
+            raise TypeError("A mechanism drawing from a torch.Generator cannot be advanced.")
+        self._generator.advance_to(position)
 
     def __repr__(self) -> str:
         return (
@@ -378,7 +404,11 @@ class LaplaceMechanism:
             "B": self._B,
             "R": self._R,
             "delta": self._delta,
-            "generator_state": self._generator.get_state().clone(),
+            "generator_state": (
+                self._generator.state()
+                if isinstance(self._generator, KeyStream)
+                else self._generator.get_state().clone()
+            ),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -418,15 +448,18 @@ class LaplaceMechanism:
                 + (f" of dtype {gs.dtype}" if isinstance(gs, torch.Tensor) else "")
             )
         try:
-            self._generator.set_state(gs.detach().cpu().clone())
-        except RuntimeError as err:
+            if isinstance(self._generator, KeyStream):
+                self._generator = KeyStream.from_state(gs.detach().cpu().clone())
+            else:
+                self._generator.set_state(gs.detach().cpu().clone())
+        except (RuntimeError, ValueError) as err:
             raise ValueError(
                 f"state['generator_state'] is not a valid generator state: {err}"
             ) from None
 
 
-def _make_generator(seed: Any, generator: Any) -> torch.Generator:
-    r"""The mechanism's generator from ``seed`` / ``generator`` (see the class doc)."""
+def _make_source(seed: Any, generator: Any) -> KeyStream | torch.Generator:
+    r"""The mechanism's randomness from ``seed`` / ``generator`` (see the class doc)."""
     if seed is not None and generator is not None:
         raise ValueError(
             f"give seed or generator, not both (got seed={seed!r} and generator={generator!r})"
@@ -440,18 +473,9 @@ def _make_generator(seed: Any, generator: Any) -> torch.Generator:
                 f"{generator.device}"
             )
         return generator
-    g = torch.Generator()
     if seed is None:
-        g.seed()  # OS entropy; leaves torch's global RNG untouched
-        return g
-    seed = check_count("seed", seed, minimum=-(2**63))
-    try:
-        g.manual_seed(seed)
-    except (RuntimeError, ValueError, OverflowError) as err:
-        raise ValueError(
-            f"seed={seed!r} is not accepted by torch.Generator.manual_seed: {err}"
-        ) from None
-    return g
+        return KeyStream()  # 32 bytes of OS entropy
+    return KeyStream.from_seed(check_count("seed", seed, minimum=-(2**63)))
 
 
 def _as_float64(y: Any) -> Tensor:

@@ -1,4 +1,4 @@
-r"""botorch_fed.privacy depends only on torch and the standard library (no federation,
+r"""botorch_fed.privacy depends only on torch, cryptography and the standard library (no federation,
 models or acquisition code), so any layer can use it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import botorch_fed.privacy as privacy
 
 
 def test_imports_only_torch_and_stdlib():
-    allowed = set(sys.stdlib_module_names) | {"torch", "__future__"}
+    allowed = set(sys.stdlib_module_names) | {"torch", "cryptography", "__future__"}
     for path in Path(privacy.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
@@ -29,4 +29,9 @@ def test_imports_only_torch_and_stdlib():
 
 
 def test_public_api():
-    assert set(privacy.__all__) == {"LaplaceMechanism", "PrivacyLedger", "sub_weibull_radius"}
+    assert set(privacy.__all__) == {
+        "KeyStream",
+        "LaplaceMechanism",
+        "PrivacyLedger",
+        "sub_weibull_radius",
+    }
