@@ -139,3 +139,18 @@ def test_run_learner_records_the_rounds():
     assert torch.allclose(trace.rewards, 2 * (fx + 0.1)) and torch.allclose(trace.values, fx)
     assert torch.allclose(trace.cumulative_regret, torch.cumsum(1.0 - fx, 0))
     assert len(trace.round_times) == 6
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="learners.py UCBLearner.__init__ keeps `candidates` via torch.as_tensor(candidates, "
+    "dtype=float64), which for a float64 tensor is the caller's tensor itself: changing it "
+    "afterwards changes the learner's domain (propose and the membership check of observe)",
+)
+def test_the_domain_is_the_learners_own_copy():
+    C = torch.linspace(0.05, 0.95, 10, dtype=F64).unsqueeze(-1)
+    learner = make(GPUCB, candidates=C, beta=1.0)  # the base class's constructor
+    C[0] = 0.777  # the caller reuses its tensor
+    assert float(learner.candidates[0]) == 0.05
+    with pytest.raises(ValueError, match="`x`"):
+        learner.observe(torch.tensor([[0.777]], dtype=F64), 0.1)

@@ -130,6 +130,21 @@ def test_leftover_plays_do_not_change_the_surrogate():
     assert torch.equal(m2, mean) and torch.equal(v2, var)
 
 
+def test_one_play_per_epoch_is_the_exact_gp():
+    r"""``k = 1``: one estimate, the ridge estimate on the epoch points; with every point in
+    the dictionary, the exact GP posterior of the plays (eqs. (2)-(3))."""
+    lam = 0.5
+    learner = make(MoMAGPUCB, k=1, q=1e12, lam=lam, beta=1.0)
+    _run_epochs(learner, rewards(9, seed=38, scale=2.0))
+    assert learner.chosen == [0] * 9
+    mean, var, cond_A = dense.gp_posterior(learner.X, learner.y, DOMAIN, lam)
+    D = learner.model.embedding.dictionary
+    f = 10 * learner.t * (float(torch.linalg.cond(dense.se(D, D))) + cond_A)
+    m, v = learner.model.mean_and_variance(DOMAIN)
+    assert_close(m, mean, dtype=F64, factor=f, scale=float(learner.y.abs().max()))
+    assert_close(v, var, dtype=F64, factor=f, scale=1.0)
+
+
 def test_observing_another_point_inside_an_epoch_raises():
     learner = make(MoMAGPUCB, k=K, beta=1.0)
     x = learner.propose()

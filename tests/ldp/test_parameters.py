@@ -159,8 +159,11 @@ GOOD = dict(
     lam=1.0, b_prev=2.0, gamma=1.0, K=3.0, v=2.0, m=4, bias=0.5, c=1.0,
 )  # fmt: skip
 BAD = dict(
-    epsilon=0.0, B=-1.0, R=-0.5, accuracy=1.0, horizon=0, delta=0.0, t=-1, scale=-1.0,
-    lam=0.0, b_prev=-2.0, gamma=-1.0, K=-3.0, v=-2.0, m=-1, bias=-0.5, c=-1.0,
+    epsilon=[0.0, -2.0, math.nan, math.inf], B=[-1.0, math.nan], R=[-0.5, math.nan],
+    accuracy=[0.0, 1.0, math.nan], horizon=[0, -3, 2.5], delta=[0.0, 1.5, -0.1, math.nan],
+    t=[-1, 2.5], scale=[-1.0, math.nan], lam=[0.0, -1.0, math.nan], b_prev=[-2.0, math.nan],
+    gamma=[-1.0, math.nan], K=[-3.0, math.nan], v=[-2.0, math.nan], m=[-1, 2.5],
+    bias=[-0.5, math.nan], c=[-1.0, math.nan],
 )  # fmt: skip
 FUNCTIONS = [
     "laplace_scale", "rho", "nystrom_rate", "plays_per_epoch", "tgp_truncation", "tgp_beta",
@@ -180,10 +183,11 @@ def test_bad_input_raises_value_error_naming_it(name):
     args = list(inspect.signature(fn).parameters)
     fn(**{a: GOOD[a] for a in args})  # the good values are accepted
     for arg in args:
-        kwargs = {a: GOOD[a] for a in args}
-        kwargs[arg] = BAD[arg]
-        with pytest.raises(ValueError, match=f"`{arg}`"):
-            fn(**kwargs)
+        for value in BAD[arg]:
+            kwargs = {a: GOOD[a] for a in args}
+            kwargs[arg] = value
+            with pytest.raises(ValueError, match=f"`{arg}`"):
+                fn(**kwargs)
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, True, "1"])
