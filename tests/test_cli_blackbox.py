@@ -106,7 +106,7 @@ def test_objective_runs_with_every_algorithm(algorithm, mod, tmp_path, capsys):
     if get_algorithm(algorithm).settings_class is LDPBOSettings:
         # no initial design; a user's own black box declares B and R on the command line
         tiny = ["--clients", "3", "--rounds", "2"]
-        extra = ["--reward-bound", "20", "--noise-bound", "0"]
+        extra = ["--reward-bound", "20", "--noise-bound", "0", "--plays-per-epoch", "1"]
     args = ["run", algorithm, "--objective", f"{mod}:loss", "--bounds", "0,1; -2,2", *tiny,
             *extra, "--out", str(out)]  # fmt: skip
     assert main(args) == 0, output(capsys)

@@ -22,6 +22,7 @@ SETUP_DESTS = {
     "dim": "dim",
     "num_clients": "clients",
     "seed": "seed",
+    "crypto_seed": "crypto_seed",
     "aggregator": "aggregator",
     "noise_std": "noise_std",
     "noise": "noise",
@@ -108,6 +109,7 @@ def build_setup(
     common = dict(
         dim=args.dim,
         seed=args.seed,
+        crypto_seed=args.crypto_seed,
         init_regions=args.init_regions,
         region_width=args.region_width,
         noise_std=args.noise_std,

@@ -120,6 +120,10 @@ def _algorithm_parser(
         f"number of clients M (default: {DEFAULT_NUM_CLIENTS}, or one per [[objectives]] "
         "table)", metavar="M")
     add(g, ["--seed"], "seed", int, fed.seed, "random seed")
+    add(g, ["--crypto-seed"], "crypto_seed", int, None,
+        "seed of the parties' private randomness (key material, LDP users' noise): for "
+        "reproducible experiments only -- whoever knows it can undo the protection "
+        "(default: OS randomness)", nullable=True)
     add(g, ["--init-regions"], "init_regions", bool, False,
         "initial designs from a different sub-box per client")
     add(g, ["--region-width"], "region_width", float, fed.region_width,

@@ -538,7 +538,8 @@ def _check_privacy_settings(name: str, ctx) -> None:
             raise ValueError(
                 f"{name} sends raw rewards (no privacy): "
                 + " and ".join(f"`{n}`" for n in given)
-                + f" do(es) not apply{private}."
+                + (" does" if len(given) == 1 else " do")
+                + f" not apply{private}."
             )
         return
     if s.user_budget is None:
