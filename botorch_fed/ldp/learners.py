@@ -186,7 +186,13 @@ class UCBLearner:
         raw_samples: int = 256,
         maxiter: int = 100,
     ) -> None:
-        for name, value in (("dim", dim), ("horizon", horizon), ("num_restarts", num_restarts)):
+        for name, value in (
+            ("dim", dim),
+            ("horizon", horizon),
+            ("num_restarts", num_restarts),
+            ("raw_samples", raw_samples),
+            ("maxiter", maxiter),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
         if not isinstance(rewards, RewardModel):
@@ -196,9 +202,11 @@ class UCBLearner:
             raise ValueError(f"`delta` must be in (0, 1), got {delta!r}.")
         if beta is not None:
             P._positive("beta", beta, allow_zero=True)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"`seed` must be an integer, got {seed!r}.")
         P._positive("beta_scale", beta_scale, allow_zero=True)
         if candidates is not None:
-            candidates = torch.as_tensor(candidates, dtype=torch.float64)
+            candidates = torch.as_tensor(candidates).detach().to(torch.float64).clone()
             if candidates.ndim != 2 or candidates.shape[-1] != dim:
                 raise ValueError(
                     f"`candidates` must have shape n x {dim}, got {tuple(candidates.shape)}."
@@ -340,6 +348,16 @@ class UCBLearner:
         r"""``0.5 ln(1 + sigma_{t-1}^2(x) / lam)``: what playing ``x`` adds to ``gamma``."""
         return 0.5 * math.log1p(float(self._variance(x.unsqueeze(0))) / self.lam)
 
+    def _check_dictionary(self, points: Tensor) -> None:
+        r"""A loaded dictionary must be a set of the points it was drawn from."""
+        D = getattr(self, "_dictionary", None)
+        if D is None:
+            return
+        if D.ndim != 2 or D.shape[-1] != self.dim:
+            raise ValueError(f"Learner state: `dictionary` must be m x {self.dim}.")
+        if len(D) and not (D.unsqueeze(1) == points.unsqueeze(0)).all(-1).any(-1).all():
+            raise ValueError("Learner state: `dictionary` holds points that were never played.")
+
     def _candidate_index(self, x: Tensor) -> int | None:
         hit = (self.candidates == x).all(-1).nonzero()
         return int(hit[0]) if len(hit) else None
@@ -348,6 +366,7 @@ class UCBLearner:
     def state_dict(self) -> dict:
         r"""The learner's state between rounds (plays, rewards, generator, horizon)."""
         return {
+            "learner": self.name,
             "X": self.X.clone(),
             "y": self.y.clone(),
             "gamma": self.gamma,
@@ -361,9 +380,13 @@ class UCBLearner:
         The horizon the parameters were derived from is restored with it: a run whose
         ``num_rounds`` is extended keeps the formulas of its original horizon.
         """
-        keys = {"X", "y", "gamma", "generator", "horizon"}  # this class's state_dict
+        keys = {"learner", "X", "y", "gamma", "generator", "horizon"}  # this class's state_dict
         if set(state) != keys:
             raise ValueError(f"Learner state has keys {sorted(state)}, expected {sorted(keys)}.")
+        if state["learner"] != self.name:
+            raise ValueError(
+                f"Learner state of a {state['learner']!r} learner, not of {self.name!r}."
+            )
         X = torch.as_tensor(state["X"], dtype=torch.float64)
         y = torch.as_tensor(state["y"], dtype=torch.float64)
         if X.ndim != 2 or X.shape[-1] != self.dim or y.shape != (len(X),):
@@ -568,6 +591,7 @@ class ATAGPUCB(UCBLearner):
         super().load_state_dict(state)
 
     def _rebuild(self) -> None:
+        self._check_dictionary(self._points)
         self._model = self._fit(self._dictionary) if self.t else self._prior()
 
 
@@ -701,6 +725,7 @@ class MoMAGPUCB(UCBLearner):
                 f"Learner state: `chosen` has {len(self.chosen)} entries for {self.epochs} epochs."
             )
         points, Y = self._epoch_data()
+        self._check_dictionary(points)
         embedding = NystromEmbedding(self.kernel, self._dictionary)
         Phi = embedding(points)
         theta = ridge_estimate(Phi, Y[:, self.chosen[-1]], self.lam)  # theta_{n, k*}

@@ -65,6 +65,8 @@ def run_learner(
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"`rounds` must be a positive integer, got {rounds!r}.")
+    if optimum is not None and f is None:
+        raise ValueError("`optimum` needs `f` (the regret is computed from f(x_t)).")
     points, received, values, times = [], [], [], []
     start = time.perf_counter()
     for _ in range(rounds):

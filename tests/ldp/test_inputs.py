@@ -141,12 +141,6 @@ def test_run_learner_records_the_rounds():
     assert len(trace.round_times) == 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="learners.py UCBLearner.__init__ keeps `candidates` via torch.as_tensor(candidates, "
-    "dtype=float64), which for a float64 tensor is the caller's tensor itself: changing it "
-    "afterwards changes the learner's domain (propose and the membership check of observe)",
-)
 def test_the_domain_is_the_learners_own_copy():
     C = torch.linspace(0.05, 0.95, 10, dtype=F64).unsqueeze(-1)
     learner = make(GPUCB, candidates=C, beta=1.0)  # the base class's constructor
