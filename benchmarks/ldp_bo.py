@@ -276,7 +276,7 @@ def _jobs(args) -> list[dict]:
     if "d" in args.parts:  # timing first: it wants the machine as quiet as possible
         for how in ("run_learner", "run_federated"):
             add(
-                key=f"d/moma/{how}/seed0/T{args.T_long}",
+                key=f"d/moma/{how}/seed0/T{args.T_long}" + (f"/rep{args.d_rep}" if args.d_rep else ""),
                 part="d",
                 how=how,
                 kernel="se",
@@ -290,9 +290,10 @@ def _jobs(args) -> list[dict]:
             )
     # priority order (the machine is shared; the queue runs in this order and whatever
     # finished is reported): part a MoMA (both regimes, all settings), TGP at epsilon = 1,
-    # b (GP-UCB, TGP, MoMA), c (MoMA, TGP), ATA at epsilon = 1 (O(t) rounds: horizon
-    # T_ata), then the other epsilons of TGP and ATA, b and c ATA, a10k (the paper's
-    # horizon, SE, epsilon = 1)
+    # b (GP-UCB, TGP, MoMA), c (MoMA, TGP), tuned ATA at epsilon = 1 (O(t) rounds:
+    # horizon T_ata), tuned TGP at the other epsilons, b ATA, tuned a10k (the paper's
+    # horizon T = 10^4, SE, epsilon = 1), then the theory regime of the rest, c ATA and
+    # ATA at the other epsilons
     all_a = [(k, e) for k in KERNELS for e in EPSILONS]
     eps1 = [(k, e) for k, e in all_a if e == 1.0]
     other = [(k, e) for k, e in all_a if e != 1.0]
@@ -306,16 +307,20 @@ def _jobs(args) -> list[dict]:
         plan += [("c", algo, "tuned", None) for algo in ("moma", "tgp")]
     if "a" in args.parts:
         plan += [("a", "ata", "tuned", [ke]) for ke in eps1]
-        plan += [("a", "tgp", "tuned", other), ("a", "tgp", "theory", other)]
-        plan += [("a", "ata", "theory", [ke]) for ke in eps1]
+        plan += [("a", "tgp", "tuned", other)]
     if "b" in args.parts:
         plan += [("b", "ata", "tuned", [("se", None)])]
+    if "a10k" in args.parts:
+        plan += [("a10k", algo, "tuned", [("se", 1.0)]) for algo in ("moma", "tgp")]
+    if "a" in args.parts:
+        plan += [("a", "tgp", "theory", other)]
+        plan += [("a", "ata", "theory", [ke]) for ke in eps1]
+    if "a10k" in args.parts:
+        plan += [("a10k", algo, "theory", [("se", 1.0)]) for algo in ("moma", "tgp")]
     if "c" in args.parts:
         plan += [("c", "ata", "tuned", None)]
     if "a" in args.parts:
         plan += [("a", "ata", regime, [ke]) for ke in other for regime in ("tuned", "theory")]
-    if "a10k" in args.parts:
-        plan += [("a10k", algo, regime, [("se", 1.0)]) for algo in ("moma", "tgp") for regime in ("tuned", "theory")]
     for part, algo, regime, settings in plan:
         if part == "c":
             for s in range(args.trials_c):
@@ -574,7 +579,8 @@ def report(runs: dict[str, dict], out: Path, meta: dict, planned: dict) -> str:
             "optimize_acqf every UCB step, each client privatises its rewards. R_T = the "
             "protocol's cumulative regret (minimisation: sum of value - optimum).",
             "",
-            "| algorithm | R_T | p vs MoMA (MoMA lower k/n) | simple regret at T | time/run (s) |",
+            "| algorithm | R_T | p vs MoMA (MoMA lower k/n) | regret of the best evaluation at T | "
+            "time/run (s) |",
             "|---|---|---|---|---|",
         ]
         cg = defaultdict(list)
@@ -630,10 +636,10 @@ def _timing_section(runs, summary) -> list[str]:
             "load = 1-minute load average before / after the run (other engineers share "
             "the machine).",
             "",
-            "| how | T | wall (s) | R_T | load before / after |",
-            "|---|---|---|---|---|",
+            "| how | T | wall (s) | R_T | load before / after | run |",
+            "|---|---|---|---|---|---|",
         ]
-        for r in sorted(d, key=lambda r: r["how"]):
+        for r in sorted(d, key=lambda r: r["key"]):
             call = (
                 "run_learner(MoMAGPUCB, SE, epsilon = 1, seed 0)"
                 if r["how"] == "run_learner"
@@ -643,7 +649,7 @@ def _timing_section(runs, summary) -> list[str]:
             summary[f"d/{r['how']}"] = r["time_s"]
             lines.append(
                 f"| {call} | {r['T']} | **{r['time_s']:.1f}** | {r['R_T']:.0f} | "
-                f"{r['load_before'][0]:.2f} / {r['load_after'][0]:.2f} |"
+                f"{r['load_before'][0]:.2f} / {r['load_after'][0]:.2f} | {r['key']} |"
             )
         lines.append("")
     ab = [r for r in runs.values() if r["part"] in ("a", "b")]
@@ -789,6 +795,7 @@ def main(argv=None) -> int:
     parser.add_argument("--trials-c", type=int, default=5)
     parser.add_argument("--T-c", type=int, default=300)
     parser.add_argument("--pilot-seeds", type=int, default=2)
+    parser.add_argument("--d-rep", type=int, default=0, help="repeat part d under a new key")
     parser.add_argument("--num-restarts", type=int, default=2)
     parser.add_argument("--raw-samples", type=int, default=64)
     parser.add_argument("--maxiter", type=int, default=30)
