@@ -10,6 +10,8 @@ r"""Synthetic test functions of botorch-fed, as BoTorch ``SyntheticTestFunction`
 - The 1-D random RKHS function of [LDP-BO] Sec. 5.1 (:class:`LDPSynthetic`, SE or
   Matern kernel, on a 100-point grid of ``[0, 1]``), and the paper's observation
   noises (:class:`ObservationNoise`: uniform, Student-t, Pareto, Gaussian).
+- Least-absolute-deviations regression (:class:`L1Regression`), the convex
+  Lipschitz stochastic problem of [FedZero].
 - :func:`get_test_function` / :func:`list_test_functions`: look-up by name of the
   above and of every BoTorch synthetic test function.
 
@@ -24,6 +26,8 @@ References:
    (paper 001 in ``shared/papers``).
 .. [LDP-BO] Local differential privacy for Bayesian optimization (paper 002 in
    ``shared/papers``).
+.. [FedZero] High-probability analysis of online and federated zero-order
+   optimisation (paper 004 in ``shared/papers``).
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from botorch_fed.test_functions.cec2005_data import (
     opfunu_data_dir,
 )
 from botorch_fed.test_functions.cokg import CoKGRosenbrock, CoKGSinCosBowl
+from botorch_fed.test_functions.l1_regression import L1Regression
 from botorch_fed.test_functions.ldp_synthetic import LDPSynthetic
 from botorch_fed.test_functions.noise import NOISE_KINDS, ObservationNoise
 from botorch_fed.test_functions.registry import (
@@ -99,6 +104,7 @@ __all__ = [
     "CEC2005Function",
     "CoKGRosenbrock",
     "CoKGSinCosBowl",
+    "L1Regression",
     "LDPSynthetic",
     "ObservationNoise",
     "SeededNoiseMixin",

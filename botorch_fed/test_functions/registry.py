@@ -4,7 +4,10 @@ Names are matched case-insensitively, ignoring ``-``, ``_`` and spaces:
 ``"cec2005-f1"`` ... ``"cec2005-f20"``, ``"cokg-f1"`` (alias ``"cokg-sincos"``),
 ``"cokg-f2"`` (alias ``"cokg-rosenbrock"``), ``"ldp-synthetic"`` (alias
 ``"ldp-synthetic-se"``; the SE-kernel function of [LDP-BO] Sec. 5.1) and
-``"ldp-synthetic-matern"`` (its Matern-2.5 variant), and the class name of any concrete
+``"ldp-synthetic-matern"`` (its Matern-2.5 variant), ``"l1-regression"``
+(least-absolute-deviations regression of [FedZero],
+:class:`~botorch_fed.test_functions.l1_regression.L1Regression`; ``dim`` default
+100), and the class name of any concrete
 BoTorch ``SyntheticTestFunction`` exported by ``botorch.test_functions`` or defined in
 ``botorch.test_functions.synthetic`` / ``.multi_fidelity`` (``"hartmann"``,
 ``"levy"``, ``"ackley"``, ``"branin"``, ``"rosenbrock"``, ``"styblinski_tang"``, ...).
@@ -18,6 +21,8 @@ References:
 
 .. [LDP-BO] X. Zhou, J. Tan. Local differential privacy for Bayesian optimization
    (paper 002 in ``shared/papers``), Sec. 5.1.
+.. [FedZero] A. Akhavan, D. Janz, E.-M. El-Mhamdi. High-probability analysis of online
+   and federated zero-order optimisation (paper 004 in ``shared/papers``), Sec. 2.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from botorch.test_functions.synthetic import SyntheticTestFunction
 from botorch_fed.test_functions.base import SeededNoiseMixin
 from botorch_fed.test_functions.cec2005 import CEC2005_FUNCTIONS
 from botorch_fed.test_functions.cokg import CoKGRosenbrock, CoKGSinCosBowl
+from botorch_fed.test_functions.l1_regression import L1Regression
 from botorch_fed.test_functions.ldp_synthetic import LDPSynthetic
 
 # Dimensions that BoTorch classes accept although their constructor takes ``dim``.
@@ -68,6 +74,9 @@ _LDP: dict[str, dict[str, Any]] = {
 }
 _LDP_ALIASES = {"ldp-synthetic-se": "ldp-synthetic"}
 
+# [FedZero]: least-absolute-deviations regression (convex, Lipschitz, stochastic)
+_CONVEX: dict[str, type[SyntheticTestFunction]] = {"l1-regression": L1Regression}
+
 
 @lru_cache(maxsize=1)
 def _botorch_classes() -> dict[str, type[SyntheticTestFunction]]:
@@ -91,10 +100,11 @@ def list_test_functions() -> list[str]:
 
     Returns:
         ``cec2005-f1`` ... ``cec2005-f20``, ``cokg-f1``, ``cokg-f2``,
-        ``ldp-synthetic``, ``ldp-synthetic-matern``, then the BoTorch functions as
-        lower-case class names, sorted.
+        ``ldp-synthetic``, ``ldp-synthetic-matern``, ``l1-regression``, then the
+        BoTorch functions as lower-case class names, sorted.
     """
     ours = [f"cec2005-f{n}" for n in sorted(CEC2005_FUNCTIONS)] + sorted(_COKG) + sorted(_LDP)
+    ours += sorted(_CONVEX)
     return ours + sorted(_botorch_classes())
 
 
@@ -112,6 +122,8 @@ def _lookup_table() -> dict[str, tuple[str, Callable[..., SyntheticTestFunction]
         table[_normalize(name)] = (name, LDPSynthetic)
     for alias, name in _LDP_ALIASES.items():
         table[_normalize(alias)] = (name, LDPSynthetic)
+    for name, cls in _CONVEX.items():
+        table[_normalize(name)] = (name, cls)
     return table
 
 
@@ -155,7 +167,9 @@ def get_test_function(
 
     Args:
         name: ``"cec2005-f1"`` ... ``"cec2005-f20"``, ``"cokg-f1"``, ``"cokg-f2"``,
-            ``"ldp-synthetic"``, ``"ldp-synthetic-matern"`` or a BoTorch
+            ``"ldp-synthetic"``, ``"ldp-synthetic-matern"``, ``"l1-regression"``
+            (``dim`` default 100; ``function_seed``, ``num_data``, ``sparsity``,
+            ``data_noise`` as keyword arguments) or a BoTorch
             ``SyntheticTestFunction`` class name; case-insensitive, ``-``, ``_`` and
             spaces are ignored.
         dim: Input dimension. ``None``: the function's default (10 for CEC-2005).
@@ -199,6 +213,14 @@ def get_test_function(
                 )
         ctor.update(kwargs)
         return cls(noise_std=noise_std, negate=negate, seed=seed, **ctor)
+    if cls is L1Regression:
+        return cls(
+            dim=100 if dim is None else dim,
+            noise_std=noise_std,
+            negate=negate,
+            seed=seed,
+            **kwargs,
+        )
     return _build_botorch(cls, canonical, dim, noise_std, negate, seed, kwargs)
 
 
