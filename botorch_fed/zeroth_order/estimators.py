@@ -1,0 +1,186 @@
+r"""Two-point zeroth-order gradient estimators [FedZero]_.
+
+With ``z`` uniform on a unit sphere and ``h > 0``, one estimate per row of ``x``::
+
+    l1 (Alg. 1):  g = d / (2h) * (f(x + h z) - f(x - h z)) * sign(z),   z ~ U(dB_1^d)
+    l2:           g = d / (2h) * (f(x + h z) - f(x - h z)) * z,         z ~ U(dB_2^d)
+
+Both are unbiased for the gradient of the smoothed function ``f_h(x) = E f(x + h U)``
+with ``U`` uniform in the unit ball of the same norm ([FedZero]_, Sec. 3: ``E[g | x] =
+grad f_h(x)``, Lemma 14.1 / Akhavan et al. 2022, Lemma 1); for linear ``f`` this is the
+gradient itself.
+
+``f`` is evaluated exactly once per side on the whole ``... x d`` tensor of perturbed
+points, so a worker batch (``m x d``) or a batch of runs (``R x m x d``) is one call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from botorch_fed.zeroth_order.sampling import l1_sign, sample_l1_sphere, sample_l2_sphere
+
+
+def check_points(x: Any, name: str = "x") -> Tensor:
+    r"""Validate a floating, finite ``... x d`` tensor with ``d >= 1``."""
+    if not isinstance(x, Tensor):
+        raise ValueError(f"`{name}` must be a torch.Tensor, got {type(x).__name__}.")
+    if not x.is_floating_point():
+        raise ValueError(f"`{name}` must be a floating point tensor, got dtype {x.dtype}.")
+    if x.dim() < 1 or x.shape[-1] < 1:
+        raise ValueError(f"`{name}` must be ``... x d`` with d >= 1, got shape {tuple(x.shape)}.")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"`{name}` (shape {tuple(x.shape)}) must be finite.")
+    return x
+
+
+def check_positive(value: Any, name: str, batch: torch.Size, like: Tensor) -> Tensor:
+    r"""A positive finite float or tensor broadcastable to ``batch``, as a tensor on
+    ``like``'s device and dtype (shape unchanged)."""
+    if isinstance(value, bool):
+        raise ValueError(f"`{name}` must be a positive number or tensor, got {value!r}.")
+    try:
+        t = torch.as_tensor(value, dtype=like.dtype, device=like.device)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise ValueError(f"`{name}` must be a positive number or tensor, got {value!r}.") from e
+    if isinstance(value, Tensor) and value.is_complex():
+        raise ValueError(f"`{name}` must be real, got dtype {value.dtype}.")
+    try:
+        ok = torch.broadcast_shapes(t.shape, batch) == batch
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"`{name}` of shape {tuple(t.shape)} must broadcast to the batch shape "
+            f"{tuple(batch)}."
+        )
+    if not (torch.isfinite(t).all() and (t > 0).all()):
+        bad = t[~(torch.isfinite(t) & (t > 0))].flatten()[0].item()
+        raise ValueError(f"`{name}` must be positive and finite, got {bad!r} (shape {tuple(t.shape)}).")
+    return t
+
+
+def _evaluate(f: Callable, xs: Tensor, context: Any, batch: torch.Size, side: str) -> Tensor:
+    y = f(xs) if context is None else f(xs, context)
+    if not isinstance(y, Tensor):
+        try:
+            y = torch.as_tensor(y, dtype=xs.dtype, device=xs.device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(
+                f"`f` must return a tensor of shape {tuple(batch)}, got {type(y).__name__}."
+            ) from e
+    if y.shape == batch + (1,):
+        y = y.squeeze(-1)
+    if y.shape != batch:
+        raise ValueError(
+            f"`f` must return one value per row: expected shape {tuple(batch)} (or "
+            f"{tuple(batch) + (1,)}) for points of shape {tuple(xs.shape)}, got "
+            f"{tuple(y.shape)} (at x {side} h z)."
+        )
+    y = y.to(device=xs.device, dtype=xs.dtype)
+    if not torch.isfinite(y).all():
+        raise ValueError(
+            f"`f` returned non-finite values at x {side} h z (shape {tuple(y.shape)}): "
+            f"{int((~torch.isfinite(y)).sum())} of {y.numel()} entries."
+        )
+    return y
+
+
+def _two_point(
+    f: Callable,
+    x: Tensor,
+    h: float | Tensor,
+    generator: torch.Generator | None,
+    context: Any,
+    return_values: bool,
+    norm: str,
+) -> Tensor | tuple[Tensor, Tensor, Tensor, Tensor]:
+    if not callable(f):
+        raise ValueError(f"`f` must be callable, got {type(f).__name__}.")
+    x = check_points(x)
+    batch, d = x.shape[:-1], x.shape[-1]
+    h_t = check_positive(h, "h", batch, x)
+    if isinstance(context, Tensor) and context.shape[: len(batch)] != batch:
+        raise ValueError(
+            f"`context` must hold one context per row: leading shape {tuple(batch)}, got "
+            f"{tuple(context.shape)}."
+        )
+    sampler = sample_l1_sphere if norm == "l1" else sample_l2_sphere
+    z = sampler(*batch, d=d, generator=generator, device=x.device, dtype=x.dtype)
+    hz = h_t.unsqueeze(-1) * z
+    y_plus = _evaluate(f, x + hz, context, batch, "+")
+    y_minus = _evaluate(f, x - hz, context, batch, "-")
+    scale = (d / (2.0 * h_t)) * (y_plus - y_minus)
+    direction = l1_sign(z) if norm == "l1" else z
+    g = scale.unsqueeze(-1) * direction
+    if return_values:
+        return g, z, y_plus, y_minus
+    return g
+
+
+def l1_gradient(
+    f: Callable,
+    x: Tensor,
+    h: float | Tensor,
+    generator: torch.Generator | None = None,
+    context: Any = None,
+    return_values: bool = False,
+) -> Tensor | tuple[Tensor, Tensor, Tensor, Tensor]:
+    r"""The l1-sphere two-point gradient estimator of [FedZero]_ (Alg. 1).
+
+    ``g = d / (2h) * (f(x + h z) - f(x - h z)) * sign(z)`` with ``z`` uniform on the l1
+    unit sphere and ``sign(0) = +1``; ``E[g | x] = grad f_h(x)`` with ``f_h(x) =
+    E f(x + h U)``, ``U`` uniform in the l1 unit ball (Sec. 3).
+
+    Args:
+        f: Called exactly once per side, ``f(x + h z)`` and ``f(x - h z)`` (or
+            ``f(., context)`` when ``context`` is not None) on ``... x d`` points;
+            returns ``...`` (or ``... x 1``) finite values.
+        x: ``... x d`` points, one independent estimate per row.
+        h: Perturbation radius ``> 0``: a float or a tensor broadcastable to ``...``
+            (e.g. ``R x 1`` for per-run radii over ``R x m`` rows).
+        generator: Optional seeded generator for the directions.
+        context: Passed unchanged as the second argument of ``f`` on both sides (e.g.
+            a worker's sampled data index, one per row: a tensor must have leading
+            shape ``...``).
+        return_values: Also return the directions and the two evaluations.
+
+    Returns:
+        ``g`` (``... x d``), or ``(g, z, y_plus, y_minus)`` with ``z`` ``... x d`` and
+        the values ``...`` when ``return_values``.
+    """
+    return _two_point(f, x, h, generator, context, return_values, "l1")
+
+
+def l2_gradient(
+    f: Callable,
+    x: Tensor,
+    h: float | Tensor,
+    generator: torch.Generator | None = None,
+    context: Any = None,
+    return_values: bool = False,
+) -> Tensor | tuple[Tensor, Tensor, Tensor, Tensor]:
+    r"""The l2-sphere two-point gradient estimator (the baseline of [FedZero]_).
+
+    ``g = d / (2h) * (f(x + h z) - f(x - h z)) * z`` with ``z`` uniform on the l2 unit
+    sphere; ``E[g | x] = grad f_h(x)`` with ``U`` uniform in the l2 unit ball.
+    Arguments and returns as in :func:`l1_gradient`.
+    """
+    return _two_point(f, x, h, generator, context, return_values, "l2")
+
+
+ESTIMATORS: dict[str, Callable] = {"l1": l1_gradient, "l2": l2_gradient}
+
+
+def get_estimator(estimator: str | Callable) -> Callable:
+    r"""Look up an estimator by name (``"l1"``, ``"l2"``) or pass a callable through."""
+    if callable(estimator):
+        return estimator
+    if isinstance(estimator, str) and estimator in ESTIMATORS:
+        return ESTIMATORS[estimator]
+    raise ValueError(
+        f"`estimator` must be one of {sorted(ESTIMATORS)} or a callable, got {estimator!r}."
+    )

@@ -1,0 +1,131 @@
+r"""Tests of the sphere samplers (FedZero, Definition 6.1: uniform on the l1 sphere =
+standard Laplace vector / its l1 norm)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy import stats
+
+from botorch_fed.zeroth_order import l1_sign, sample_l1_sphere, sample_l2_sphere
+from botorch_fed.zeroth_order import sampling
+from tests.tolerances import tol
+
+DTYPES = [torch.float32, torch.float64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("batch", [(), (3,), (2, 4)])
+@pytest.mark.parametrize("d", [1, 2, 7])
+def test_unit_norms_shapes_dtypes(dtype, batch, d):
+    g = torch.Generator().manual_seed(0)
+    z1 = sample_l1_sphere(*batch, d=d, generator=g, dtype=dtype)
+    z2 = sample_l2_sphere(*batch, d=d, generator=g, dtype=dtype)
+    for z, p in ((z1, 1), (z2, 2)):
+        assert z.shape == batch + (d,) and z.dtype == dtype and z.device.type == "cpu"
+        assert torch.isfinite(z).all()
+        n = torch.linalg.vector_norm(z.double(), ord=p, dim=-1)
+        # a length-d sum and one division, each rounded in `dtype`
+        assert ((n - 1).abs() <= tol(dtype, 2 * d + 2)).all(), (p, n)
+    if d == 1:
+        assert (z1.abs() == 1).all()
+
+
+def test_default_dtype_and_device():
+    z = sample_l1_sphere(4, d=3)
+    assert z.dtype == torch.get_default_dtype() and z.device.type == "cpu"
+    z = sample_l2_sphere(d=3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert z.shape == (3,) and z.dtype == torch.float64
+
+
+def test_seeded_reproducible():
+    a = sample_l1_sphere(5, d=4, generator=torch.Generator().manual_seed(3))
+    b = sample_l1_sphere(5, d=4, generator=torch.Generator().manual_seed(3))
+    c = sample_l1_sphere(5, d=4, generator=torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+@pytest.mark.parametrize("d", [2, 5, 20])
+def test_l1_marginal_is_beta_and_signs_symmetric(d):
+    # |z| is Dirichlet(1, ..., 1), so each |z_j| ~ Beta(1, d - 1)
+    N = 20000
+    z = sample_l1_sphere(N, d=d, generator=torch.Generator().manual_seed(d), dtype=torch.float64)
+    for j in (0, d - 1):
+        p = stats.kstest(z[:, j].abs().numpy(), stats.beta(1, d - 1).cdf).pvalue
+        assert p > 1e-3, (d, j, p)
+        k = int((z[:, j] > 0).sum())
+        assert stats.binomtest(k, N, 0.5).pvalue > 1e-3, (d, j, k)
+    # signs independent of the magnitudes: E[z_j] = 0 within 5 standard errors
+    se = z.std(dim=0) / N**0.5
+    assert (z.mean(dim=0).abs() <= 5 * se).all()
+
+
+def test_l2_marginal_is_beta():
+    d, N = 6, 20000
+    z = sample_l2_sphere(N, d=d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    p = stats.kstest((z[:, 0] ** 2).numpy(), stats.beta(0.5, (d - 1) / 2).cdf).pvalue
+    assert p > 1e-3
+
+
+def test_l1_no_nan_at_u_zero(monkeypatch):
+    # all uniforms exactly 0: the magnitudes -log(1 - 0) = 0 are clamped, no 0 / 0
+    real = torch.rand
+
+    def zeros(*args, **kwargs):
+        return torch.zeros_like(real(*args, **kwargs))
+
+    monkeypatch.setattr(sampling.torch, "rand", zeros)
+    z = sample_l1_sphere(3, d=4, dtype=torch.float32)
+    monkeypatch.setattr(sampling.torch, "rand", real)
+    assert torch.isfinite(z).all()
+    assert torch.allclose(z.abs().sum(-1), torch.ones(3))
+
+
+def test_l2_no_nan_at_zero_gaussian(monkeypatch):
+    real = torch.randn
+    monkeypatch.setattr(sampling.torch, "randn", lambda *a, **k: torch.zeros_like(real(*a, **k)))
+    z = sample_l2_sphere(2, d=3, dtype=torch.float64)
+    monkeypatch.setattr(sampling.torch, "randn", real)
+    assert torch.equal(z, torch.tensor([[1.0, 0, 0], [1.0, 0, 0]], dtype=torch.float64))
+
+
+def test_l1_sign_convention():
+    z = torch.tensor([-2.0, -0.0, 0.0, 1e-30, 3.0])
+    assert torch.equal(l1_sign(z), torch.tensor([-1.0, 1.0, 1.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match="`z`"):
+        l1_sign(torch.tensor([float("nan")]))
+    with pytest.raises(ValueError, match="`z`"):
+        l1_sign([1.0])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True])
+def test_bad_d(bad):
+    with pytest.raises(ValueError, match="`d`"):
+        sample_l1_sphere(3, d=bad)
+    with pytest.raises(ValueError, match="`d`"):
+        sample_l2_sphere(3, d=bad)
+
+
+def test_bad_batch_dtype_generator():
+    with pytest.raises(ValueError, match="`batch_shape`"):
+        sample_l1_sphere(-1, d=2)
+    with pytest.raises(ValueError, match="`batch_shape`"):
+        sample_l1_sphere(2.5, d=2)
+    with pytest.raises(ValueError, match="`dtype`"):
+        sample_l1_sphere(2, d=2, dtype=torch.int64)
+    with pytest.raises(ValueError, match="`generator`"):
+        sample_l2_sphere(2, d=2, generator=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_generator_and_device():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    z = sample_l1_sphere(5, d=3, generator=g, device="cuda", dtype=torch.float64)
+    assert z.device.type == "cuda"
+    assert torch.allclose(z.abs().sum(-1), torch.ones(5, dtype=torch.float64, device="cuda"))
+    # a CUDA generator drawing for a CPU result: drawn on CUDA, moved
+    z = sample_l2_sphere(5, d=3, generator=g, device="cpu")
+    assert z.device.type == "cpu"
+    # a CPU generator for a CUDA result
+    z = sample_l1_sphere(5, d=3, generator=torch.Generator().manual_seed(0), device="cuda")
+    assert z.device.type == "cuda"
