@@ -16,7 +16,8 @@ points, so a worker batch (``m x d``) or a batch of runs (``R x m x d``) is one 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -54,12 +55,13 @@ def check_positive(value: Any, name: str, batch: torch.Size, like: Tensor) -> Te
         ok = False
     if not ok:
         raise ValueError(
-            f"`{name}` of shape {tuple(t.shape)} must broadcast to the batch shape "
-            f"{tuple(batch)}."
+            f"`{name}` of shape {tuple(t.shape)} must broadcast to the batch shape {tuple(batch)}."
         )
     if not (torch.isfinite(t).all() and (t > 0).all()):
         bad = t[~(torch.isfinite(t) & (t > 0))].flatten()[0].item()
-        raise ValueError(f"`{name}` must be positive and finite, got {bad!r} (shape {tuple(t.shape)}).")
+        raise ValueError(
+            f"`{name}` must be positive and finite, got {bad!r} (shape {tuple(t.shape)})."
+        )
     return t
 
 

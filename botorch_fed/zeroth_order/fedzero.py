@@ -19,8 +19,9 @@ Cor. 3.2 is on their average, with ``h <= (1/L) sqrt((d+1)/n)`` and
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -36,8 +37,10 @@ def _positive_int(value: Any, name: str) -> int:
 
 
 def _positive_float(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-        math.isfinite(value) and value > 0
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not (math.isfinite(value) and value > 0)
     ):
         raise ValueError(f"`{name}` must be a positive finite number, got {value!r}.")
     return float(value)
@@ -78,8 +81,10 @@ def fedzero_step(
     """
     x = check_points(x)
     gradients = check_points(gradients, "gradients")
-    if gradients.dim() != x.dim() + 1 or gradients.shape[:-2] != x.shape[:-1] or (
-        gradients.shape[-1] != x.shape[-1]
+    if (
+        gradients.dim() != x.dim() + 1
+        or gradients.shape[:-2] != x.shape[:-1]
+        or (gradients.shape[-1] != x.shape[-1])
     ):
         raise ValueError(
             f"`gradients` must be ``... x m x d`` = {tuple(x.shape[:-1])} x m x "
@@ -117,7 +122,12 @@ def _round(
 
 
 def _check_setup(
-    f: Any, domain: Any, x0: Any, num_workers: Any, num_rounds: Any, contexts: Any,
+    f: Any,
+    domain: Any,
+    x0: Any,
+    num_workers: Any,
+    num_rounds: Any,
+    contexts: Any,
     generator: Any,
 ) -> Tensor:
     if not callable(f):
@@ -227,9 +237,7 @@ class FedZero:
         self.num_workers, self.num_rounds = num_workers, num_rounds
         self.generator, self.contexts = generator, contexts
 
-    def step(
-        self, x: Tensor, generator: torch.Generator | None = None
-    ) -> tuple[Tensor, Tensor]:
+    def step(self, x: Tensor, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         r"""One round from ``x`` (``d``, or ``... x d`` for several points at once).
 
         Args:
@@ -243,8 +251,9 @@ class FedZero:
         gen = self.generator if generator is None else generator
         eta = torch.tensor(self.eta, dtype=x.dtype, device=x.device)
         h = torch.tensor(self.h, dtype=x.dtype, device=x.device)
-        x_next, g, _ = _round(self.estimator, self.f, x, self.num_workers, eta, h,
-                              self.domain, gen, self.contexts)
+        x_next, g, _ = _round(
+            self.estimator, self.f, x, self.num_workers, eta, h, self.domain, gen, self.contexts
+        )
         return x_next, g
 
     def run(self) -> FedZeroResult:
@@ -259,12 +268,27 @@ class FedZero:
         iterates, values = [], []
         for _ in range(self.num_rounds):
             iterates.append(x)
-            x, _, v = _round(self.estimator, self.f, x, self.num_workers, eta, h,
-                             self.domain, self.generator, self.contexts)
+            x, _, v = _round(
+                self.estimator,
+                self.f,
+                x,
+                self.num_workers,
+                eta,
+                h,
+                self.domain,
+                self.generator,
+                self.contexts,
+            )
             values.append(v)
         its = torch.stack(iterates)
-        return FedZeroResult(iterates=its, average=its.mean(dim=0), last=x,
-                             eta=self.eta, h=self.h, values=torch.stack(values))
+        return FedZeroResult(
+            iterates=its,
+            average=its.mean(dim=0),
+            last=x,
+            eta=self.eta,
+            h=self.h,
+            values=torch.stack(values),
+        )
 
 
 @dataclass
@@ -346,8 +370,7 @@ def simulate_fedzero(
         x0 = x0.expand(R, x0.shape[-1])
     elif x0.dim() != 2 or x0.shape[0] != R:
         raise ValueError(
-            f"`x0` must be ``d`` or ``R x d`` with R = num_runs = {R}, got shape "
-            f"{tuple(x0.shape)}."
+            f"`x0` must be ``d`` or ``R x d`` with R = num_runs = {R}, got shape {tuple(x0.shape)}."
         )
     if record_every is not None:
         _positive_int(record_every, "record_every")

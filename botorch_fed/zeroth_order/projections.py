@@ -57,9 +57,7 @@ def _points(x: Any, dim: int | None = None) -> Tensor:
     if x.dim() < 1:
         raise ValueError(f"`x` must be ``... x d``, got shape {tuple(x.shape)}.")
     if dim is not None and x.shape[-1] != dim:
-        raise ValueError(
-            f"`x` must have last dimension d = {dim}, got shape {tuple(x.shape)}."
-        )
+        raise ValueError(f"`x` must have last dimension d = {dim}, got shape {tuple(x.shape)}.")
     return x
 
 
@@ -90,7 +88,7 @@ class ConvexSet:
     def dim(self) -> int | None:
         return None
 
-    def shrink(self, h: float | Tensor) -> "ConvexSet":  # pragma: no cover - interface
+    def shrink(self, h: float | Tensor) -> ConvexSet:  # pragma: no cover - interface
         raise NotImplementedError
 
     def describe(self) -> dict:  # pragma: no cover - interface
@@ -132,8 +130,10 @@ class Box(ConvexSet):
         self.lower, self.upper = lo, up
 
     def _params(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        return (self.lower.to(device=x.device, dtype=x.dtype),
-                self.upper.to(device=x.device, dtype=x.dtype))
+        return (
+            self.lower.to(device=x.device, dtype=x.dtype),
+            self.upper.to(device=x.device, dtype=x.dtype),
+        )
 
     def project(self, x: Tensor) -> Tensor:
         r"""Clamp each coordinate: ``... x d`` -> ``... x d``."""
@@ -158,7 +158,7 @@ class Box(ConvexSet):
         r"""``||upper - lower||_2`` (the largest over batched boxes)."""
         return float(torch.linalg.vector_norm(self.upper - self.lower, dim=-1).max())
 
-    def shrink(self, h: float | Tensor) -> "Box":
+    def shrink(self, h: float | Tensor) -> Box:
         r"""``[lower + h, upper - h]``: ``||h z||_inf <= ||h z||_1 = h`` for ``z`` on the l1
         unit sphere, so ``x +- h z`` stays in the box. ``h``: a float or a ``...`` tensor
         (one radius per batched box)."""
@@ -172,8 +172,12 @@ class Box(ConvexSet):
         return Box(lo, up)
 
     def describe(self) -> dict:
-        return {"type": "Box", "lower": self.lower.tolist(), "upper": self.upper.tolist(),
-                "diameter": self.diameter}
+        return {
+            "type": "Box",
+            "lower": self.lower.tolist(),
+            "upper": self.upper.tolist(),
+            "diameter": self.diameter,
+        }
 
 
 class _Ball(ConvexSet):
@@ -182,7 +186,9 @@ class _Ball(ConvexSet):
     def __init__(self, center: Any, radius: Any = 1.0) -> None:
         c = _as_param(center, "center")
         if c.dim() < 1 or c.shape[-1] < 1:
-            raise ValueError(f"`center` must be ``... x d`` with d >= 1, got shape {tuple(c.shape)}.")
+            raise ValueError(
+                f"`center` must be ``... x d`` with d >= 1, got shape {tuple(c.shape)}."
+            )
         r = _positive(radius, "radius")
         try:
             torch.broadcast_shapes(r.shape, c.shape[:-1])
@@ -194,8 +200,10 @@ class _Ball(ConvexSet):
         self.center, self.radius = c, r
 
     def _params(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        return (self.center.to(device=x.device, dtype=x.dtype),
-                self.radius.to(device=x.device, dtype=x.dtype))
+        return (
+            self.center.to(device=x.device, dtype=x.dtype),
+            self.radius.to(device=x.device, dtype=x.dtype),
+        )
 
     @property
     def dim(self) -> int:
@@ -206,7 +214,7 @@ class _Ball(ConvexSet):
         r"""``2 r`` (the largest over batched balls)."""
         return 2.0 * float(self.radius.max())
 
-    def shrink(self, h: float | Tensor) -> "_Ball":
+    def shrink(self, h: float | Tensor) -> _Ball:
         ht = _shrink_amount(h).to(self.radius.dtype)
         r = self.radius - ht
         if not (r > 0).all():
@@ -226,8 +234,12 @@ class _Ball(ConvexSet):
         return n <= r + atol
 
     def describe(self) -> dict:
-        return {"type": type(self).__name__, "center": self.center.tolist(),
-                "radius": self.radius.tolist(), "diameter": self.diameter}
+        return {
+            "type": type(self).__name__,
+            "center": self.center.tolist(),
+            "radius": self.radius.tolist(),
+            "diameter": self.diameter,
+        }
 
 
 class L2Ball(_Ball):
@@ -333,7 +345,7 @@ class Simplex(ConvexSet):
         r"""``radius * sqrt(2)`` (the distance between two vertices; ``d >= 2``)."""
         return math.sqrt(2.0) * float(self.radius.max())
 
-    def shrink(self, h: float | Tensor) -> "Simplex":
+    def shrink(self, h: float | Tensor) -> Simplex:
         raise NotImplementedError(
             "Simplex.shrink: the simplex has an empty interior in R^d (it lies in the "
             "hyperplane sum x = radius), so no point x has x +- h z inside it for all z on "

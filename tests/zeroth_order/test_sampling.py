@@ -7,8 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from botorch_fed.zeroth_order import l1_sign, sample_l1_sphere, sample_l2_sphere
-from botorch_fed.zeroth_order import sampling
+from botorch_fed.zeroth_order import l1_sign, sample_l1_sphere, sample_l2_sphere, sampling
 from tests.tolerances import tol
 
 DTYPES = [torch.float32, torch.float64]

@@ -1,0 +1,214 @@
+r"""Tests of the constraint sets: exact Euclidean projections (variational inequality
+``<y - p, c - p> <= 0`` for all ``c`` in the set), membership, diameters, shrinking."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from botorch_fed.zeroth_order import Box, L1Ball, L2Ball, Simplex, sample_l1_sphere
+from tests.tolerances import assert_close, eps
+
+DTYPES = [torch.float32, torch.float64]
+D = 6
+
+
+def _sets(dtype):
+    g = torch.Generator().manual_seed(0)
+    lo = torch.rand(D, generator=g, dtype=dtype) - 1.0
+    return {
+        "box": Box(lo, lo + 0.5 + torch.rand(D, generator=g, dtype=dtype)),
+        "l2": L2Ball(0.3 * torch.randn(D, generator=g, dtype=dtype), 1.5),
+        "l1": L1Ball(0.3 * torch.randn(D, generator=g, dtype=dtype), 2.0),
+        "simplex": Simplex(1.5),
+    }
+
+
+def _bisection_threshold(a: torch.Tensor, r: torch.Tensor, iters: int = 200) -> torch.Tensor:
+    r"""Reference: ``theta`` with ``sum max(a - theta, 0) = r`` by bisection (float64)."""
+    lo = a.min(dim=-1).values - r
+    hi = a.max(dim=-1).values
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        s = (a - mid.unsqueeze(-1)).clamp_min(0).sum(-1)
+        lo, hi = torch.where(s > r, mid, lo), torch.where(s > r, hi, mid)
+    return (lo + hi) / 2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["box", "l2", "l1", "simplex"])
+def test_projection_optimality(dtype, name):
+    C = _sets(dtype)[name]
+    g = torch.Generator().manual_seed(1)
+    y = 2.0 * torch.randn(50, D, generator=g, dtype=dtype)
+    p = C.project(y)
+    assert p.shape == y.shape and p.dtype == dtype
+    assert C.contains(p).all()
+    # idempotent
+    assert_close(C.project(p), p, dtype=dtype, factor=8 * D)
+    # variational inequality against random points of C (projections of other points)
+    c = C.project(2.0 * torch.randn(40, D, generator=g, dtype=dtype))
+    yd, pd, cd = y.double(), p.double(), c.double()
+    vi = ((yd - pd).unsqueeze(1) * (cd.unsqueeze(0) - pd.unsqueeze(1))).sum(-1)  # n x k
+    scale = (y.abs().max() + c.abs().max()) ** 2
+    assert vi.max() <= 16 * D * eps(dtype) * scale, float(vi.max())
+    # p is no farther from y than any of those points
+    dp = (y - p).norm(dim=-1, keepdim=True)
+    dc = (y.unsqueeze(1) - c.unsqueeze(0)).norm(dim=-1)
+    assert (dp <= dc + 16 * D * eps(dtype) * scale.sqrt()).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["box", "l2", "l1", "simplex"])
+def test_points_inside_unchanged(dtype, name):
+    C = _sets(dtype)[name]
+    inside = C.project(
+        3.0 * torch.randn(30, D, generator=torch.Generator().manual_seed(2), dtype=dtype)
+    )
+    assert_close(C.project(inside), inside, dtype=dtype, factor=8 * D)
+    if name in ("box", "l1"):  # returned as is
+        interior = C.shrink(0.1).project(inside)
+        assert torch.equal(C.project(interior), interior)
+
+
+@pytest.mark.parametrize("name", ["l1", "simplex"])
+def test_sort_projection_matches_bisection(name):
+    g = torch.Generator().manual_seed(3)
+    y = 3.0 * torch.randn(200, D, generator=g, dtype=torch.float64)
+    r = torch.tensor(1.7, dtype=torch.float64)
+    if name == "l1":
+        p = L1Ball(torch.zeros(D, dtype=torch.float64), r).project(y)
+        theta = _bisection_threshold(y.abs(), r).clamp_min(0)
+        ref = torch.sign(y) * (y.abs() - theta.unsqueeze(-1)).clamp_min(0)
+        ref = torch.where((y.abs().sum(-1) <= r).unsqueeze(-1), y, ref)
+    else:
+        p = Simplex(r).project(y)
+        theta = _bisection_threshold(y, r)
+        ref = (y - theta.unsqueeze(-1)).clamp_min(0)
+    assert_close(p, ref, dtype=torch.float64, factor=64 * D, scale=y.abs().max())
+
+
+def test_batched_parameters_match_per_run():
+    R = 4
+    g = torch.Generator().manual_seed(5)
+    y = 2.0 * torch.randn(R, 3, D, generator=g, dtype=torch.float64)
+    lo = -torch.rand(R, 1, D, generator=g, dtype=torch.float64)
+    up = torch.rand(R, 1, D, generator=g, dtype=torch.float64)
+    c = torch.randn(R, 1, D, generator=g, dtype=torch.float64)
+    r = torch.tensor([0.5, 1.0, 2.0, 3.0], dtype=torch.float64).unsqueeze(-1)  # R x 1
+    sets = [
+        (Box(lo, up), lambda i: Box(lo[i, 0], up[i, 0])),
+        (L2Ball(c, r), lambda i: L2Ball(c[i, 0], r[i, 0])),
+        (L1Ball(c, r), lambda i: L1Ball(c[i, 0], r[i, 0])),
+        (Simplex(r), lambda i: Simplex(float(r[i, 0]))),
+    ]
+    for batched, single in sets:
+        p = batched.project(y)
+        for i in range(R):
+            assert_close(p[i], single(i).project(y[i]), dtype=torch.float64, factor=8 * D)
+        assert batched.contains(p).shape == (R, 3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["box", "l2", "l1"])
+def test_shrink_keeps_perturbations_inside(dtype, name):
+    C = _sets(dtype)[name]
+    h = 0.2
+    S = C.shrink(h)
+    g = torch.Generator().manual_seed(6)
+    x = S.project(3.0 * torch.randn(500, D, generator=g, dtype=dtype))
+    z = sample_l1_sphere(500, d=D, generator=g, dtype=dtype)
+    assert C.contains(x + h * z).all() and C.contains(x - h * z).all()
+    # the worst directions: +-h e_j (box, l1) reach the boundary, not beyond
+    e = h * torch.eye(D, dtype=dtype)
+    assert C.contains(x[:1] + e).all() and C.contains(x[:1] - e).all()
+
+
+def test_shrink_details():
+    b = Box(torch.zeros(2), torch.ones(2)).shrink(0.25)
+    assert torch.equal(b.lower, torch.full((2,), 0.25)) and torch.equal(
+        b.upper, torch.full((2,), 0.75)
+    )
+    assert float(L1Ball(torch.zeros(2), 1.0).shrink(0.25).radius) == 0.75
+    assert float(L2Ball(torch.zeros(2), 1.0).shrink(0.25).radius) == 0.75
+    # per-run h for a batch of boxes
+    hb = Box(torch.zeros(3, 2), torch.ones(3, 2)).shrink(torch.tensor([0.1, 0.2, 0.3]))
+    assert torch.allclose(hb.lower[:, 0], torch.tensor([0.1, 0.2, 0.3]))
+    with pytest.raises(ValueError, match="`h`"):
+        Box(torch.zeros(2), torch.ones(2)).shrink(0.5)
+    with pytest.raises(ValueError, match="`h`"):
+        L2Ball(torch.zeros(2), 1.0).shrink(1.0)
+    with pytest.raises(ValueError, match="`h`"):
+        L1Ball(torch.zeros(2), 1.0).shrink(-0.1)
+    with pytest.raises(NotImplementedError, match="empty interior"):
+        Simplex().shrink(0.1)
+
+
+def test_diameters_and_dims():
+    assert math.isclose(Box(torch.zeros(4), torch.full((4,), 2.0)).diameter, 4.0)
+    assert L2Ball(torch.zeros(3), 1.5).diameter == 3.0
+    assert L1Ball(torch.zeros(3), 1.5).diameter == 3.0
+    assert math.isclose(Simplex(2.0).diameter, 2 * math.sqrt(2))
+    assert Box(torch.zeros(4), torch.ones(4)).dim == 4 and Simplex().dim is None
+    # the diameters are attained
+    assert math.isclose(float((torch.tensor([1.5, 0, 0]) - torch.tensor([-1.5, 0, 0])).norm()), 3.0)
+    for C in (
+        Box(torch.zeros(2), torch.ones(2)),
+        L1Ball(torch.zeros(2), 1.0),
+        L2Ball(torch.zeros(2), 1.0),
+        Simplex(),
+    ):
+        d = C.describe()
+        assert d["type"] == type(C).__name__ and "diameter" in d
+        assert type(C).__name__ in repr(C)
+
+
+def test_contains_per_row_and_atol():
+    C = L2Ball(torch.zeros(2, dtype=torch.float64), 1.0)
+    x = torch.tensor([[0.0, 1.0], [0.0, 1.01], [0.5, 0.5]], dtype=torch.float64)
+    assert C.contains(x).tolist() == [True, False, True]
+    assert C.contains(x, atol=0.02).all()
+    S = Simplex()
+    assert S.contains(torch.tensor([[0.5, 0.5], [1.1, -0.1], [0.5, 0.4]])).tolist() == [
+        True,
+        False,
+        False,
+    ]
+
+
+def test_validation():
+    with pytest.raises(ValueError, match="`lower` must be < `upper`"):
+        Box(torch.zeros(2), torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match="`lower`"):
+        Box(torch.tensor([float("nan"), 0.0]), torch.ones(2))
+    with pytest.raises(ValueError, match="`upper`"):
+        Box(torch.zeros(2), torch.tensor([1.0, float("inf")]))
+    with pytest.raises(ValueError, match="broadcast"):
+        Box(torch.zeros(2), torch.ones(3))
+    for cls in (L2Ball, L1Ball):
+        for bad in (0.0, -1.0, float("nan")):
+            with pytest.raises(ValueError, match="`radius`"):
+                cls(torch.zeros(2), bad)
+        with pytest.raises(ValueError, match="`center`"):
+            cls(torch.tensor(0.0), 1.0)
+    with pytest.raises(ValueError, match="`radius`"):
+        Simplex(0.0)
+    with pytest.raises(ValueError, match="`x`"):
+        Box(torch.zeros(2), torch.ones(2)).project(torch.zeros(3))
+    with pytest.raises(ValueError, match="`x`"):
+        L1Ball(torch.zeros(2), 1.0).project([0.0, 0.0])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_projection():
+    y = torch.randn(10, 4, device="cuda", dtype=torch.float64)
+    for C in (
+        Box(-torch.ones(4), torch.ones(4)),
+        L1Ball(torch.zeros(4), 1.0),
+        L2Ball(torch.zeros(4), 1.0),
+        Simplex(),
+    ):
+        p = C.project(y)
+        assert p.device.type == "cuda" and C.contains(p).all()
