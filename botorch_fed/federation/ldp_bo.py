@@ -42,7 +42,6 @@ References:
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -58,7 +57,7 @@ from botorch_fed.federation.objectives import Objective
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedClient, FederatedServer, ProtocolViolation
 from botorch_fed.ldp import KERNELS, LEARNERS, RewardModel, make_kernel
-from botorch_fed.privacy import LaplaceMechanism, PrivacyLedger
+from botorch_fed.privacy import LaplaceMechanism, PrivacyLedger, ReleaseLog, ReleaseLogError
 
 USER_ORDERS = ("round-robin", "random")
 
@@ -287,65 +286,55 @@ class LDPUserClient(FederatedClient):
         self.evaluation_errors = evaluation_errors
         self.privacy_ledger = None if mechanism is None else mechanism.ledger
         self.history: list[dict] = []  # harness-only record, never sent
-        self._release_log: Path | None = None
+        self._release_log: Path | None = None  # part of the user's own state
+        self._log: ReleaseLog | None = None
 
     # --- the write-ahead release log ---------------------------------------------------
     def attach_release_log(self, path: str | os.PathLike) -> None:
-        r"""Keep a durable log of this user's releases in ``path`` (its own file).
+        r"""Keep this user's releases in a write-ahead log (:class:`~botorch_fed.privacy.
+        ReleaseLog`), bound to its key.
 
-        Each release is appended (and fsynced) *before* the reply leaves the user. When
-        the user was restored from a checkpoint older than its last release (a crash
-        after a reply, or a server that aborts rounds on purpose and resumes), the log
-        tells it what the checkpoint does not: the releases are added back to its ledger
-        (and count against its budget), and its noise stream moves past every position
-        already used, so no noise is ever drawn twice. Call it after any
-        ``load_state_dict`` and before the next query.
+        A user that has a log already (its state names it: a restored user) keeps that
+        one, wherever the run resumes, and refuses to answer if it is missing; ``path``
+        is used only for a user without one. Every release then happens under the log's
+        lock, after catching up with it (releases a restored state does not know are
+        counted, the noise stream moves past every position used). The harness calls
+        this after any ``load_state_dict`` and before the first query.
         """
         if self.mechanism is None:
             return
-        path = Path(path)
-        records = []
-        if path.exists():
-            for n, line in enumerate(path.read_text().splitlines(), start=1):
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    if n == len(path.read_text().splitlines()):  # a torn last write
-                        break
-                    raise CheckpointError(
-                        f"Client {self.client_id}: release log {path} is corrupt (line {n})."
-                    ) from None
+        fingerprint = self.mechanism.fingerprint()
+        try:
+            if self._release_log is not None:  # restored: its own log, which must exist
+                self._log = ReleaseLog(self._release_log, fingerprint, create=False)
+            else:
+                self._log = ReleaseLog(path, fingerprint, create=True)
+                self._release_log = Path(path)
+        except ReleaseLogError as exc:
+            raise CheckpointError(f"Client {self.client_id}: {exc}") from None
+        with self._log.locked() as view:
+            self._catch_up(view)
+
+    def _catch_up(self, view) -> None:
+        r"""Count the logged releases this user's state does not know; move its stream
+        past every logged position."""
         known = self.privacy_ledger.releases(self.client_id)
-        logged = records[-1]["releases"] if records else 0
-        if logged < known:
+        if view.releases < known:
             raise CheckpointError(
-                f"Client {self.client_id}: release log {path} holds {logged} releases, the "
-                f"ledger {known}: the log belongs to another run or was truncated."
+                f"Client {self.client_id}: release log {self._release_log} holds "
+                f"{view.releases} releases, the ledger {known}: the log was truncated."
             )
-        missing = [r for r in records if r["releases"] > known]
+        missing = [r for r in view.records if int(r["releases"]) > known]
         if missing:
             self.privacy_ledger.record(
                 self.client_id,
                 epsilon=self.mechanism.epsilon,
                 delta=self.mechanism.delta,
-                count=logged - known,
+                count=view.releases - known,
                 clipped=sum(int(r["clipped"]) for r in missing),
             )
-            self.mechanism.advance_to(max(int(r["position"]) for r in missing))
-        self._release_log = path
-
-    def _log_release(self, clipped: int) -> None:
-        if self._release_log is None:
-            return
-        record = {
-            "releases": self.privacy_ledger.releases(self.client_id),
-            "position": self.mechanism.position,
-            "clipped": clipped,
-        }
-        with open(self._release_log, "a") as log:
-            log.write(json.dumps(record) + "\n")
-            log.flush()
-            os.fsync(log.fileno())
+        if view.position > self.mechanism.position:
+            self.mechanism.advance_to(view.position)
 
     def _check_query(self, payload: dict) -> torch.Tensor:
         d = self.objective.dim
@@ -365,6 +354,13 @@ class LDPUserClient(FederatedClient):
         ``{"failed": 1}`` when the evaluation failed (nothing about the value)."""
         x = self._check_query(payload)
         t = int(payload.get("t", -1))
+        if self._log is None:
+            return self._answer(x, t)
+        with self._log.locked() as view:  # no other copy of this user draws meanwhile
+            self._catch_up(view)
+            return self._answer(x, t)
+
+    def _answer(self, x: torch.Tensor, t: int) -> dict:
         if self.mechanism is not None and self.budget is not None:
             spent = self.privacy_ledger.spent(self.client_id)[0]
             if spent + self.mechanism.epsilon > self.budget * (1 + 1e-12):
@@ -385,7 +381,14 @@ class LDPUserClient(FederatedClient):
         if self.mechanism is not None:
             clipped_before = self.privacy_ledger.clipped(self.client_id)
             y = self.mechanism(y.reshape(()))
-            self._log_release(self.privacy_ledger.clipped(self.client_id) - clipped_before)
+            if self._log is not None:  # durable before the reply leaves
+                self._log.append(
+                    {
+                        "releases": self.privacy_ledger.releases(self.client_id),
+                        "position": self.mechanism.position,
+                        "clipped": self.privacy_ledger.clipped(self.client_id) - clipped_before,
+                    }
+                )
         return {"y": float(y.reshape(()))}
 
     def state_dict(self) -> dict:
@@ -396,12 +399,15 @@ class LDPUserClient(FederatedClient):
             mechanism=None if self.mechanism is None else self.mechanism.state_dict(),
             privacy=None if self.privacy_ledger is None else self.privacy_ledger.state_dict(),
             objective=self.objective.state_dict(),
+            release_log=None if self._release_log is None else str(self._release_log),
         )
         return state
 
     def load_state_dict(self, state: dict) -> None:
         owner = f"Client {self.client_id}"
-        own, rest = split_state(owner, state, ("history", "mechanism", "privacy", "objective"))
+        own, rest = split_state(
+            owner, state, ("history", "mechanism", "privacy", "objective", "release_log")
+        )
         super().load_state_dict(rest)
         if not isinstance(own["history"], list):
             raise CheckpointError(f"{owner}: `history` must be a list of dicts.")
@@ -415,6 +421,9 @@ class LDPUserClient(FederatedClient):
         except (ValueError, TypeError, KeyError) as exc:
             raise CheckpointError(f"{owner}: {exc}") from exc
         self.history = [dict(h) for h in own["history"]]
+        log = own["release_log"]
+        self._release_log = None if log is None else Path(str(log))
+        self._log = None  # attach_release_log opens it (and catches up) before a query
 
 
 class LDPServer(FederatedServer):

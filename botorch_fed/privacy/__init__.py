@@ -26,6 +26,14 @@ from __future__ import annotations
 
 from botorch_fed.privacy.laplace import LaplaceMechanism, sub_weibull_radius
 from botorch_fed.privacy.ledger import PrivacyLedger
+from botorch_fed.privacy.release_log import ReleaseLog, ReleaseLogError
 from botorch_fed.privacy.stream import KeyStream
 
-__all__ = ["KeyStream", "LaplaceMechanism", "PrivacyLedger", "sub_weibull_radius"]
+__all__ = [
+    "KeyStream",
+    "LaplaceMechanism",
+    "PrivacyLedger",
+    "ReleaseLog",
+    "ReleaseLogError",
+    "sub_weibull_radius",
+]

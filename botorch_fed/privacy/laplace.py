@@ -51,9 +51,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["LaplaceMechanism", "sub_weibull_radius"]
 
-# Largest |L| / scale the float64 inverse-CDF sampler can return: u is on a 2^-53 grid,
-# so 1 - 2|u| >= 2^-52 and |log1p(-2|u|)| <= 52 ln 2 ~ 36.04.
-_MAX_NOISE_OVER_SCALE = 52.0 * math.log(2.0)
+# Largest |L| / scale the float64 inverse-CDF sampler can return: u >= 2^-53 (a torch
+# generator's grid; the key stream's is 2^-53 too: (k + 1/2) / 2^52), so
+# 1 - 2|u - 1/2| >= 2^-52 and |log1p(-2|u - 1/2|)| <= 53 ln 2 ~ 36.7.
+_MAX_NOISE_OVER_SCALE = 53.0 * math.log(2.0)
 
 
 def _uniforms(n: int, source: KeyStream | torch.Generator) -> Tensor:
@@ -265,6 +266,12 @@ class LaplaceMechanism:
         if not isinstance(self._generator, KeyStream):
             raise TypeError("A mechanism drawing from a torch.Generator has no stream position.")
         return self._generator.position
+
+    def fingerprint(self) -> str:
+        r"""The public fingerprint of the mechanism's key (release logs are bound to it)."""
+        if not isinstance(self._generator, KeyStream):
+            raise TypeError("A mechanism drawing from a torch.Generator has no key.")
+        return self._generator.fingerprint()
 
     def advance_to(self, position: int) -> None:
         r"""Move the key stream forward to ``position`` (e.g. past releases a restored

@@ -58,6 +58,11 @@ class KeyStream:
         data = _DOMAIN + seed.to_bytes(width, "little", signed=True)
         return cls(hashlib.sha256(data).digest())
 
+    def fingerprint(self) -> str:
+        r"""A public fingerprint of the key (SHA-256 of a domain tag and the key, first
+        16 bytes in hex): names the key without revealing it."""
+        return hashlib.sha256(_DOMAIN + b"/fingerprint" + self._key).hexdigest()[:32]
+
     @property
     def position(self) -> int:
         r"""Bytes drawn so far."""
@@ -67,6 +72,8 @@ class KeyStream:
         r"""Skip forward to ``position`` (never backwards: drawn bytes are not reused)."""
         if isinstance(position, bool) or not isinstance(position, int) or position < 0:
             raise ValueError(f"`position` must be a non-negative integer, got {position!r}.")
+        if position >= 2**64:
+            raise ValueError(f"`position`={position} is beyond the stream (2^64 bytes).")
         if position < self._position:
             raise ValueError(
                 f"The stream is at byte {self._position}; it cannot go back to {position} "
@@ -76,22 +83,30 @@ class KeyStream:
 
     def _bytes(self, n: int) -> bytes:
         start = self._position
-        block, offset = divmod(start, _BLOCK)
-        # cryptography's ChaCha20 nonce: 4-byte little-endian block counter + 12-byte nonce
-        nonce = (block % 2**32).to_bytes(4, "little") + (block // 2**32).to_bytes(12, "little")
-        encryptor = Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor()
-        data = encryptor.update(bytes(offset + n))[offset:]
-        self._position = start + n
-        return data
+        if start + n > 2**64:
+            raise ValueError("The key stream is exhausted (2^64 bytes).")
+        out = []
+        while n > 0:  # one read per 2^32-block segment (the counter must not wrap)
+            block, offset = divmod(self._position, _BLOCK)
+            room = (2**32 - block % 2**32) * _BLOCK - offset
+            take = min(n, room)
+            # cryptography's ChaCha20 nonce: 4-byte little-endian block counter + 12 bytes
+            nonce = (block % 2**32).to_bytes(4, "little") + (block // 2**32).to_bytes(12, "little")
+            encryptor = Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor()
+            out.append(encryptor.update(bytes(offset + take))[offset:])
+            self._position += take
+            n -= take
+        return b"".join(out)
 
     def uniform(self, n: int) -> Tensor:
         r"""``n`` i.i.d. uniforms on the open interval ``(0, 1)`` (float64, CPU):
-        ``(k + 1/2) / 2^53`` for 53-bit integers ``k`` of the stream."""
+        ``(k + 1/2) / 2^52`` for 52-bit integers ``k`` of the stream (exact in float64,
+        so never 0 or 1)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"`n` must be a non-negative integer, got {n!r}.")
         raw = torch.frombuffer(bytearray(self._bytes(8 * n)), dtype=torch.int64)
-        k = torch.bitwise_right_shift(raw, 11) & ((1 << 53) - 1)  # top 53 bits
-        return (k.to(torch.float64) + 0.5) / 2.0**53
+        k = torch.bitwise_right_shift(raw, 12) & ((1 << 52) - 1)  # top 52 bits
+        return (k.to(torch.float64) + 0.5) / 2.0**52
 
     def state(self) -> Tensor:
         r"""Key and position as a 40-byte ``uint8`` tensor (checkpoints; secret)."""

@@ -4,8 +4,9 @@ attacks on the fixes of the first review (``test_attack_ldp.py``).
 Threat model: a malicious server that knows the public seed and settings, deviates
 from the protocol, and runs the in-process harness (it picks ``checkpoint=`` and
 ``resume=``, may crash runs and resume them) but cannot read or write a user's own files
-or memory. Each test asserts the *safe* behaviour and is ``xfail(strict=True)`` while
-the attack works.
+or memory. Each test asserts the *safe* behaviour; each failed (the attack worked)
+before the release log became the user's own (bound to its key, named in its state,
+locked around every release) and before the key stream's fixes.
 """
 
 from __future__ import annotations
@@ -72,13 +73,6 @@ def _exact(x_a, x_b):
 # ----------------------------------------------------------------------------------
 # 1. The write-ahead log lives in the folder the *server* names: resume into a new one
 # ----------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="resume=A, checkpoint=B (a fresh folder): the user's release log is looked "
-    "up in B, finds nothing, and a user with 0 releases in A's checkpoint accepts it; "
-    "its key stream restarts at A's position and the answer of the crashed round is "
-    "replayed at another point (exact reward difference)",
-)
 def test_resuming_into_a_fresh_folder_does_not_replay_noise(tmp_path, monkeypatch):
     settings = LDPBOSettings(num_rounds=2, epsilon=1.0, beta_scale=0.05)
     seen, target = [], {"round": 1, "x": GRID[2]}
@@ -98,15 +92,7 @@ def test_resuming_into_a_fresh_folder_does_not_replay_noise(tmp_path, monkeypatc
     assert abs((y_a - y_b) - _exact(GRID[2], GRID[9])) > 1e-9
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fork: one round-0 checkpoint resumed into two fresh folders gives two "
-    "users with the same key at position 0 and an empty ledger each: the user answers "
-    "its whole budget once per fork (and with the same noise in every fork)",
-)
-def test_a_checkpoint_forked_into_two_folders_does_not_double_the_budget(
-    tmp_path, monkeypatch
-):
+def test_a_checkpoint_forked_into_two_folders_does_not_double_the_budget(tmp_path, monkeypatch):
     # a budget of exactly one answer
     settings = LDPBOSettings(num_rounds=1, epsilon=1.0, beta_scale=0.05, user_budget=1.0)
     seen, target = [], {"round": 1, "x": GRID[2]}
@@ -133,12 +119,6 @@ def test_a_checkpoint_forked_into_two_folders_does_not_double_the_budget(
 # ----------------------------------------------------------------------------------
 # 2. A torn last line is skipped but not cut off: the next record is glued to it
 # ----------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a torn write the log is not truncated; the next release's record is "
-    "appended to the torn line, which the next resume again treats as a torn last line "
-    "and ignores: that release is forgotten and its noise replayed",
-)
 def test_a_release_logged_after_a_torn_write_is_not_forgotten(tmp_path, monkeypatch):
     settings = LDPBOSettings(num_rounds=3, epsilon=1.0, beta_scale=0.05)
     folder, seen = tmp_path / "A", []
@@ -173,12 +153,6 @@ def test_a_release_logged_after_a_torn_write_is_not_forgotten(tmp_path, monkeypa
 # ----------------------------------------------------------------------------------
 # 3. KeyStream correctness
 # ----------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="KeyStream.uniform maps k = 2^53 - 1 to (k + 1/2) / 2^53, which rounds to "
-    "exactly 1.0 (k + 1/2 needs 54 bits): not in (0, 1); the Laplace noise is then "
-    "+inf and the release raises",
-)
 def test_keystream_uniforms_are_in_the_open_unit_interval(monkeypatch):
     stream = KeyStream(bytes(32))
     monkeypatch.setattr(stream, "_bytes", lambda n: b"\xff" * n)  # the all-ones word
@@ -189,11 +163,6 @@ def test_keystream_uniforms_are_in_the_open_unit_interval(monkeypatch):
     assert torch.isfinite(mech(torch.zeros(1))).all()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the stream is addressable by any position, but a read that crosses ChaCha20 "
-    "block 2^32 raises (cryptography refuses to carry the 32-bit counter into the nonce)",
-)
 def test_keystream_reads_across_the_32_bit_block_counter():
     key = bytes(range(32))
     position = (2**32 - 1) * 64 + 32  # 32 bytes before block 2^32

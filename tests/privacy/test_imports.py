@@ -33,5 +33,7 @@ def test_public_api():
         "KeyStream",
         "LaplaceMechanism",
         "PrivacyLedger",
+        "ReleaseLog",
+        "ReleaseLogError",
         "sub_weibull_radius",
     }
