@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 from botorch_fed.cli import main
-from botorch_fed.federation import LDPBOSettings, available_algorithms, get_algorithm
+from botorch_fed.federation import (
+    FedZeroSettings,
+    LDPBOSettings,
+    available_algorithms,
+    get_algorithm,
+)
 
 TINY = ["--clients", "3", "--init", "3", "--rounds", "2"]
 _counter = itertools.count()
@@ -103,6 +108,10 @@ def test_objective_runs_with_every_algorithm(algorithm, mod, tmp_path, capsys):
     out = tmp_path / "r.json"
     extra = ["--support", "4"] if algorithm == "fbo-fedgp" else []
     tiny = TINY
+    if get_algorithm(algorithm).settings_class is FedZeroSettings:
+        # no initial design; no declared Lipschitz constant: the step and radius are given
+        tiny = ["--clients", "3", "--rounds", "2"]
+        extra = ["--eta", "0.01", "--h", "0.01", "--record-points"]
     if get_algorithm(algorithm).settings_class is LDPBOSettings:
         # no initial design; a user's own black box declares B and R on the command line
         tiny = ["--clients", "3", "--rounds", "2"]

@@ -121,8 +121,12 @@ def _number(value: float | None, empty: str = "none") -> str:
     return empty if value is None else f"{value:.6g}"
 
 
-def _point(x: Sequence[float] | None) -> str:
-    return "-" if x is None else "[" + ", ".join(f"{v:.4g}" for v in x) + "]"
+def _point(x: Sequence[float] | None, shown: int = 8) -> str:
+    if x is None:
+        return "-"
+    head = ", ".join(f"{v:.4g}" for v in list(x)[:shown])
+    more = f", ... ({len(x)} coordinates; all in --out)" if len(x) > shown else ""
+    return f"[{head}{more}]"
 
 
 def _releases(privacy: dict) -> str:
@@ -151,10 +155,11 @@ def print_run(result, console: Console, label: str | None = None) -> None:
     recommendation = getattr(result, "recommendation", None)
     if recommendation is not None:
         head.add_row("recommended point (x^)", _point(recommendation["x"]))
-        predicted = _number(recommendation["predicted_value"])
-        if recommendation.get("predicted_std") is not None:
-            predicted += f" +- {recommendation['predicted_std']:.3g} (posterior std)"
-        head.add_row("x^: predicted value", predicted)
+        if recommendation.get("predicted_value") is not None:
+            predicted = _number(recommendation["predicted_value"])
+            if recommendation.get("predicted_std") is not None:
+                predicted += f" +- {recommendation['predicted_std']:.3g} (posterior std)"
+            head.add_row("x^: predicted value", predicted)
         if recommendation.get("value") is not None:
             head.add_row("x^: true value", _number(recommendation["value"]))
             if result.optimal_value is not None:
@@ -171,6 +176,9 @@ def print_run(result, console: Console, label: str | None = None) -> None:
         if cumulative and rounds > 0:
             head.add_row("cumulative regret R_T", f"{cumulative[-1]:.6g}")
             head.add_row("R_T / T", f"{cumulative[-1] / rounds:.6g}")
+    iterates = getattr(result, "iterate_values_per_round", None)
+    if iterates:
+        head.add_row("value at the last iterate x_n", _number(iterates[-1]))
     privacy = getattr(result, "privacy", None)
     if privacy is not None:
         head.add_row(

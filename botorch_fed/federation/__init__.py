@@ -11,6 +11,8 @@ r"""The federation protocol and the federated algorithms as round-based programs
 - :mod:`~botorch_fed.federation.ldp_bo`: LDP-BO (``ldp-tgp``, ``ldp-ata``,
   ``ldp-moma`` and their non-private heavy-tailed versions, ``gp-ucb``): a learner
   queries one user per round and users privatise their reward before it leaves them.
+- :mod:`~botorch_fed.federation.fedzero`: FedZero (paper 004, Alg. 1): workers send
+  two-point l1-sphere gradient estimates, the server averages and takes a projected step.
 - Baselines: independent local BO and random search
   (:mod:`~botorch_fed.federation.independent`), centralised BO on pooled data
   (:mod:`~botorch_fed.federation.central_bo`), FTS-style federated Thompson sampling
@@ -29,6 +31,7 @@ from botorch_fed.federation import (  # noqa: F401
     central_bo,
     co_kg,
     fbo_fedgp,
+    fedzero,
     fts,
     independent,
     ldp_bo,
@@ -43,6 +46,7 @@ from botorch_fed.federation.co_kg import (
     CoKGSettings,
 )
 from botorch_fed.federation.fbo_fedgp import FBOFedGPClient, FBOFedGPConfig, FBOFedGPServer
+from botorch_fed.federation.fedzero import FedZeroClient, FedZeroServer, FedZeroSettings
 from botorch_fed.federation.ldp_bo import LDPBOSettings, LDPServer, LDPUserClient
 from botorch_fed.federation.ledger import Ledger
 from botorch_fed.federation.messages import Message
@@ -97,6 +101,9 @@ __all__ = [
     "available_algorithms",
     "build_federation",
     "get_algorithm",
+    "FedZeroClient",
+    "FedZeroServer",
+    "FedZeroSettings",
     "LDPBOSettings",
     "LDPServer",
     "LDPUserClient",

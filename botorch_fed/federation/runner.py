@@ -67,8 +67,12 @@ class RunResult:
         best_point_per_client: Where each client found it.
         cumulative_regret_per_round: ``R_t = sum_{s <= t} |value_s - optimal_value|``
             over every successful evaluation up to round ``t`` (index 0: the
-            initialisation), the regret of the bandit literature (LDP-BO); ``None`` if
-            the optimum is unknown.
+            initialisation), the regret of the bandit literature (LDP-BO); for an
+            algorithm with one iterate per round (FedZero) ``sum_{s <= t} f(x_s) - f*``
+            over its iterates; ``None`` if the optimum is unknown.
+        iterate_values_per_round: The noise-free objective at the algorithm's iterate of
+            each round (FedZero's ``x_t``, which no party evaluates), for built-in test
+            functions; ``None`` otherwise.
         privacy: The users' privacy ledgers merged (algorithms whose clients release
             privatised values: LDP-BO): per user the releases, the epsilon and delta
             spent under basic composition and the clipped values; ``None`` otherwise.
@@ -109,6 +113,7 @@ class RunResult:
     recommendation: dict | None = None
     cumulative_regret_per_round: list[float] | None = None
     privacy: dict | None = None
+    iterate_values_per_round: list[float] | None = None
 
     def to_dict(self) -> dict:
         r"""JSON-friendly dict."""
@@ -532,9 +537,14 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
     best = _best((h for _, c in sorted(clients.items()) for h in c.history), minimize)
     per_client = {cid: _best(c.history, minimize) for cid, c in sorted(clients.items())}
     regret = cumulative = None
+    iterate_values = _iterate_values(server, objectives)
     if optimum is not None:
         regret = [None if b is None else abs(b - optimum) for b in best_per_round]
-        cumulative = _cumulative_regret(evaluations, optimum, len(best_per_round))
+        if iterate_values is not None:  # an iterate per round (FedZero): sum f(x_t) - f*
+            gaps = [0.0] + [abs(v - optimum) for v in iterate_values]
+            cumulative = np.cumsum(gaps).tolist()
+        else:
+            cumulative = _cumulative_regret(evaluations, optimum, len(best_per_round))
     return RunResult(
         algorithm=algorithm,
         problem=_objectives_name(objectives),
@@ -561,7 +571,18 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
         recommendation=_scored_recommendation(server, objectives),
         cumulative_regret_per_round=cumulative,
         privacy=_privacy(clients),
+        iterate_values_per_round=iterate_values,
     )
+
+
+def _iterate_values(server, objectives) -> list[float] | None:
+    r"""The noise-free value at each of the server's iterates (built-in problems)."""
+    iterates = getattr(server, "iterates", None)
+    objective = objectives[0]
+    if not iterates or not isinstance(objective, ClientObjective):
+        return None
+    X = torch.tensor(iterates, dtype=torch.float64).clamp(0.0, 1.0)
+    return [float(v) for v in objective.value(X).reshape(-1)]
 
 
 def _cumulative_regret(evaluations: list[dict], optimum: float, rounds: int) -> list[float]:

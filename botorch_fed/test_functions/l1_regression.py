@@ -92,7 +92,8 @@ class L1Regression(SeededNoiseMixin, SyntheticTestFunction):
     Args:
         dim: ``d >= 1``.
         num_data: ``N >= 1``, the number of data rows (contexts).
-        sparsity: Number of nonzeros of the planted ``x*`` (``1 <= sparsity <= d``).
+        sparsity: Number of nonzeros of the planted ``x*`` (``1 <= sparsity <= d``;
+            ``None``: ``min(10, d)``).
         data_noise: Standard deviation (``>= 0``) of the Gaussian noise in ``b``.
             ``0``: ``x*`` interpolates and ``optimal_value = 0``; ``> 0``: the
             optimum comes from an LP (size limit ``MAX_LP_SIZE`` on ``N * d``).
@@ -129,7 +130,7 @@ class L1Regression(SeededNoiseMixin, SyntheticTestFunction):
         self,
         dim: int = 100,
         num_data: int = 1000,
-        sparsity: int = 10,
+        sparsity: int | None = None,
         data_noise: float = 0.0,
         function_seed: int = 0,
         noise_std: float | None = None,
@@ -143,6 +144,8 @@ class L1Regression(SeededNoiseMixin, SyntheticTestFunction):
             raise ValueError(f"`dim` must be an integer >= 1, got {dim!r}.")
         if not (_is_int(num_data) and num_data >= 1):
             raise ValueError(f"`num_data` must be an integer >= 1, got {num_data!r}.")
+        if sparsity is None and _is_int(dim) and dim >= 1:
+            sparsity = min(10, int(dim))
         if not (_is_int(sparsity) and 1 <= sparsity <= dim):
             raise ValueError(
                 f"`sparsity` must be an integer with 1 <= sparsity <= dim = {dim}, "

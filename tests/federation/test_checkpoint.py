@@ -18,6 +18,7 @@ from botorch_fed.federation import (
     CallableObjective,
     FBOFedGPConfig,
     FederationSetup,
+    FedZeroSettings,
     LDPBOSettings,
     available_algorithms,
     get_algorithm,
@@ -36,6 +37,8 @@ ROUNDS, KILL = 4, 2
 def _settings(algorithm: str, **kwargs):
     small = dict(num_init=3, num_rounds=ROUNDS, num_restarts=2, raw_samples=16, maxiter=15)
     small.update(kwargs)
+    if get_algorithm(algorithm).settings_class is FedZeroSettings:
+        return FedZeroSettings(num_rounds=small["num_rounds"], eta=0.05, h=0.05)
     if get_algorithm(algorithm).settings_class is LDPBOSettings:
         # MoMA: epochs of 2 plays, so the kill falls between epochs and inside one
         return LDPBOSettings(num_rounds=small["num_rounds"], plays_per_epoch=2, q=5.0)
