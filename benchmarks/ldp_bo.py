@@ -662,25 +662,25 @@ def _timing_section(runs, summary) -> list[str]:
             "(all kernels / epsilons / trials of that algorithm and regime). The runs went "
             "two at a time on the 2 cores, beside other users' jobs: indicative.",
             "",
-            "| part | algorithm | regime | "
+            "| part | algorithm | regime | T | "
             + " | ".join(f"t = {c}" for c in CHECKPOINTS)
             + " | whole run (s, mean) |",
-            "|---|---|---|" + "---|" * (len(CHECKPOINTS) + 1),
+            "|---|---|---|---|" + "---|" * (len(CHECKPOINTS) + 1),
         ]
         tg = defaultdict(list)
         for r in ab:
-            tg[(r["part"], r["algo"], r["regime"])].append(r)
+            tg[(r["part"], r["algo"], r["regime"], r["T"])].append(r)
         for key in sorted(tg):
             rs = tg[key]
             cells = []
             for c in CHECKPOINTS:
                 v = [r["round_time_windows"][str(c)] for r in rs if str(c) in r["round_time_windows"]]
                 cells.append(f"{1e3 * np.mean(v):.2f} ms" if v else "-")
-            summary[f"time/{key[0]}/{key[1]}/{key[2]}"] = cells
+            summary[f"time/{key[0]}/{key[1]}/{key[2]}/T{key[3]}"] = cells
             lines.append(
-                f"| {key[0]} | {LABEL[key[1]]} | {key[2]} | "
+                f"| {key[0]} | {LABEL[key[1]]} | {key[2]} | {key[3]} | "
                 + " | ".join(cells)
-                + f" | {np.mean([r['time_s'] for r in rs]):.1f} (T = {rs[0]['T']}) |"
+                + f" | {np.mean([r['time_s'] for r in rs]):.1f} ({len(rs)} runs) |"
             )
         lines.append("")
     return lines
