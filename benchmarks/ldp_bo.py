@@ -811,10 +811,11 @@ def main(argv=None) -> int:
     if args.smoke:
         if args.out == RESULTS:
             raise SystemExit("--smoke writes to --out (not over the committed results)")
-        args.trials, args.T, args.T_ata, args.trials_c, args.T_c = 1, 50, 30, 1, 5
+        # T > MoMA's theory k (~250 at T = 300; the learner refuses k > T), T_c > tuned k
+        args.trials, args.T, args.T_ata, args.trials_c, args.T_c = 1, 300, 30, 1, 12
         args.pilot_seeds, args.raw_samples, args.maxiter = 1, 16, 5
         args.parts = ["pilot", "a", "b", "c", "d", "a10k"]
-        args.T_long = 60
+        args.T_long = 300
         global PILOT_GRID, KERNELS, EPSILONS
         PILOT_GRID = {a: g[:1] for a, g in PILOT_GRID.items()}
         KERNELS, EPSILONS = ("se",), (1.0,)
