@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
 import torch
 from scipy import integrate, special
 from torch import Tensor
@@ -138,7 +139,7 @@ class ObservationNoise:
             draw = 2.0 * self._uniform(shape) - 1.0
         elif self.kind == "student-t":
             u = self._uniform(shape) + 2.0**-54  # cell midpoints: in (0, 1), symmetric
-            draw = torch.from_numpy(special.stdtrit(self.df, u.numpy()))
+            draw = torch.from_numpy(np.asarray(special.stdtrit(self.df, u.numpy())))
             big = torch.finfo(torch.float64).max  # only df < ~0.06 reaches it
             draw = draw.clamp(-big, big)
         else:  # pareto: P = (1 - U)^(-1/shape) with 1 - U in (0, 1]

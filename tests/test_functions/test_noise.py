@@ -239,3 +239,11 @@ def test_both_seed_and_generator_are_refused():
 def test_bad_moment_order(p):
     with pytest.raises(ValueError, match="`p`"):
         ObservationNoise("gaussian", 1.0).moment(p)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "uniform", "student-t", "pareto"])
+def test_a_scalar_sample_works_for_every_kind(kind):
+    r"""A 0-d draw (scipy's stdtrit returns a numpy scalar there, not an array)."""
+    noise = ObservationNoise(kind, 1.0, seed=0)
+    draw = noise.sample(torch.Size([]), torch.zeros(()))
+    assert draw.shape == () and torch.isfinite(draw)
