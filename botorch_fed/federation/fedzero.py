@@ -8,13 +8,13 @@ contexts, e.g. a data row of its own shard for ``l1-regression``) and answers wi
 estimate ``g_j = d / (2h) (y+ - y-) sign(z)``; the server sets
 ``x_{t+1} = Proj_Theta(x_t - eta mean_j g_j)``. Its recommendation is the averaged
 iterate. The estimate travels in one of three forms (``message``), whose bytes the
-ledger counts:
+ledger counts (the payload below plus its field names):
 
 - ``vector``: ``g_j`` itself (``8 d`` bytes);
 - ``seed``: the two values and the seed ``z`` was drawn from (24 bytes; the server
   redraws ``z``) -- the compression the paper notes;
 - ``sign``: ``sign(z)`` packed to bits and the scalar ``d / (2h) (y+ - y-)``
-  (``d / 8 + 8`` bytes; l1 estimator only).
+  (``ceil(d / 8) + 8`` bytes; l1 estimator only).
 
 ``Theta`` is the objective's box, or an l1 / l2 ball around its centre (``domain``,
 ``radius``), shrunk by ``h`` so that every query ``x +- h z`` stays within the bounds
@@ -35,6 +35,7 @@ References:
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -211,7 +212,9 @@ class FedZeroClient(FederatedClient):
         lower, upper = self.objective.bounds
         if not (torch.isfinite(x).all() and math.isfinite(h) and h > 0):
             raise self.violation("the round's point and `h` must be finite (and h > 0)")
-        if ((x - h) < lower).any() or ((x + h) > upper).any():
+        # a few ulps of slack: the server's shrunk box is lower + h, rounded
+        slack = 8 * torch.finfo(torch.float64).eps * (1 + torch.maximum(lower.abs(), upper.abs()))
+        if ((x - h) < lower - slack).any() or ((x + h) > upper + slack).any():
             raise self.violation(f"the queries x +- h z would leave the bounds (h={h:g})")
         return t, x, h
 
@@ -359,9 +362,11 @@ class FedZeroServer(FederatedServer):
                 scale = d / (2 * self.h) * (float(payload["y_plus"]) - float(payload["y_minus"]))
                 g = scale * (l1_sign(z) if self.settings.estimator == "l1" else z)
             else:
-                bits = np.unpackbits(np.frombuffer(payload["signs"], dtype=np.uint8))[:d]
-                if len(bits) != d:
+                raw = np.frombuffer(payload["signs"], dtype=np.uint8)
+                bits = np.unpackbits(raw)
+                if len(raw) != math.ceil(d / 8) or bits[d:].any():  # exact length, zero pad
                     raise ValueError
+                bits = bits[:d]
                 signs = torch.as_tensor(bits.astype(np.float64) * 2 - 1)
                 g = float(payload["scale"]) * signs
         except (TypeError, ValueError, RuntimeError, OverflowError):
@@ -417,8 +422,31 @@ def _shards(objective: Objective, M: int) -> list[Tensor | None]:
 
 
 def _check(ctx) -> None:
-    eta, h = step_parameters(ctx.settings, ctx.objectives[0], len(ctx.objectives))
-    make_domain(ctx.settings, ctx.objectives[0], h)
+    objective = ctx.objectives[0]
+    eta, h = step_parameters(ctx.settings, objective, len(ctx.objectives))
+    domain = make_domain(ctx.settings, objective, h)
+    for obj in ctx.objectives:
+        function = _function(obj)
+        if not hasattr(function, "evaluate_contexts"):
+            continue
+        shifted = bool((getattr(obj, "shift", torch.zeros(1)) != 0).any())
+        noisy = getattr(function, "noise_std", None) is not None or obj.noise_bound != 0.0
+        if shifted or noisy:
+            raise ValueError(
+                f"{obj.name}'s workers evaluate their own data rows (contexts): `shift` and "
+                "`noise_std`/`noise` do not apply to it."
+            )
+    optimizers = getattr(_function(objective), "optimizers", None)
+    if optimizers is not None:
+        inside = domain.contains(optimizers.to(torch.float64).reshape(-1, objective.dim))
+        if not bool(inside.any()):
+            warnings.warn(
+                f"The optimum of {objective.name} lies outside Theta (`domain`="
+                f"{ctx.settings.domain!r} shrunk by h={h:.3g}): its regrets are against the "
+                "unconstrained optimum and cannot reach 0.",
+                UserWarning,
+                stacklevel=2,
+            )
 
 
 def _make_client(ctx, cid: int) -> FedZeroClient:

@@ -38,7 +38,9 @@ def _as_param(value: Any, name: str) -> Tensor:
     if t.is_complex() or t.dtype == torch.bool:
         raise ValueError(f"`{name}` must be real, got dtype {t.dtype}.")
     if not t.is_floating_point():
-        t = t.to(torch.get_default_dtype())
+        t = t.to(torch.float64)  # exact for Python floats; cast to the points' dtype on use
+    elif not isinstance(value, Tensor):
+        t = torch.as_tensor(value, dtype=torch.float64)
     if not torch.isfinite(t).all():
         raise ValueError(f"`{name}` (shape {tuple(t.shape)}) must be finite, got {t.tolist()!r}.")
     return t
@@ -259,7 +261,9 @@ class L2Ball(_Ball):
         x = _points(x, self.dim)
         c, r = self._params(x)
         v = x - c
-        n = torch.linalg.vector_norm(v, dim=-1)
+        # scaled by the largest entry: ||v|| of a finite point must not overflow
+        big = v.abs().amax(-1).clamp_min(torch.finfo(v.dtype).tiny)
+        n = big * torch.linalg.vector_norm(v / big.unsqueeze(-1), dim=-1)
         factor = torch.where(n > r, r / n.clamp_min(torch.finfo(x.dtype).tiny), torch.ones_like(n))
         return c + factor.unsqueeze(-1) * v
 
@@ -296,8 +300,10 @@ class L1Ball(_Ball):
         x = _points(x, self.dim)
         c, r = self._params(x)
         v = x - c
+        batch = torch.broadcast_shapes(v.shape[:-1], r.shape)  # per-run radii, one point
+        v, c, x = (t.expand(*batch, t.shape[-1]) for t in (v, c.expand_as(v), x.expand_as(v)))
         a = v.abs()
-        r = r.expand(v.shape[:-1])
+        r = r.expand(batch)
         inside = a.sum(dim=-1) <= r
         theta = _simplex_threshold(a, r).clamp_min(0)
         w = torch.sign(v) * (a - theta.unsqueeze(-1)).clamp_min(0)

@@ -253,10 +253,10 @@ def test_error_falls_with_rounds_and_workers():
             err[i, k] = f(sim.averages[rec, k * reps : (k + 1) * reps]).mean()
     for i in range(len(ms)):
         s = _slope(ns, err[i].tolist())
-        assert -0.8 <= s <= -0.25, (ms[i], s, err[i])
+        assert -0.7 <= s <= -0.35, (ms[i], s, err[i])  # -1/2; n^-1/4 or n^-1 fail
     for k in range(len(ns)):
         s = _slope(ms, err[:, k].tolist())
-        assert -0.8 <= s <= -0.25, (ns[k], s, err[:, k])
+        assert -0.7 <= s <= -0.35, (ns[k], s, err[:, k])
     # and the rate constant: error <= D L sqrt(d / (n m)) (Cor. 3.2, no log factors needed)
     D = dom.diameter
     bound = torch.tensor([[D * L * math.sqrt(d / (n * m)) for n in ns] for m in ms], dtype=F64)
