@@ -43,6 +43,41 @@ def plot_cumulative_regret(
     plt.close(fig)
 
 
+def plot_iterates(runs: Sequence[dict], path: str | Path, title: str | None = None) -> None:
+    r"""The objective at the iterate ``x_t`` and at the running average of the iterates
+    per round (FedZero: ``average_values_per_round``, ``iterate_values_per_round``),
+    minus the optimum when it is known (log scale then).
+
+    Args:
+        runs: ``RunResult.to_dict()`` dicts.
+        path: Output PNG file.
+        title: Figure title.
+    """
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    known = all(r.get("optimal_value") is not None for r in runs)
+    for r in runs:
+        for key, style, what in (
+            ("iterate_values_per_round", ":", "x_t"),
+            ("average_values_per_round", "-", "average of x_1..x_t"),
+        ):
+            y = r.get(key)
+            if not y:
+                continue
+            if known:
+                y = [abs(v - r["optimal_value"]) for v in y]
+            ax.plot(range(1, len(y) + 1), y, style, label=f"{r['algorithm']}: {what}")
+    if known and all(v > 0 for r in runs for v in (r.get("average_values_per_round") or [1])):
+        ax.set_yscale("log")
+    ax.set_xlabel("round t")
+    ax.set_ylabel("f - f*" if known else "f")
+    ax.set_title(title or f"{runs[0]['problem']} ({runs[0]['dim']}-D)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_convergence(
     runs: Sequence[dict], path: str | Path, title: str | None = None, ylabel: str | None = None
 ) -> None:

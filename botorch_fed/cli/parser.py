@@ -87,7 +87,7 @@ def _algorithm_parser(
     g = p.add_argument_group("black box (one of --problem, --objective, a --config file)")
     add(g, ["--problem"], "problem", str, None,
         f"built-in test function: cec2005-f1 ... cec2005-f20, cokg-f1, cokg-f2, "
-        "ldp-synthetic, ldp-synthetic-matern or a BoTorch "
+        "ldp-synthetic, ldp-synthetic-matern, l1-regression or a BoTorch "
         f"synthetic function by name (hartmann, levy, ...); default {DEFAULT_PROBLEM} when "
         "no --objective is given", metavar="NAME")
     add(g, ["--dim"], "dim", int, None,

@@ -98,6 +98,12 @@ def plot_run(data: dict, path: str, console: Console) -> None:
     if not any(v is not None for v in data["best_per_round"]):
         console.print(f"no plot written to {escape(path)}: every evaluation failed", soft_wrap=True)
         return
+    if data.get("average_values_per_round"):
+        from botorch_fed.plotting import plot_iterates
+
+        plot_iterates([data], path)
+        console.print(f"iterate values written to {escape(path)}", soft_wrap=True)
+        return
     if data.get("cumulative_regret_per_round") and _cumulative(data["algorithm"]):
         plot_cumulative_regret([data], path)
         console.print(f"cumulative regret curve written to {escape(path)}", soft_wrap=True)
@@ -147,14 +153,21 @@ def print_run(result, console: Console, label: str | None = None) -> None:
     head = Table()
     head.add_column("quantity")
     head.add_column("value", justify="right")
+    recommendation = getattr(result, "recommendation", None)
+    averaged = recommendation is not None and recommendation.get("kind") == "averaged iterate"
     head.add_row(
-        "best value (federation)", _number(result.best_value, "none (every evaluation failed)")
+        # FedZero's queries are perturbations x_t +- h z around its iterates, not its output
+        "best queried value (x_t +- h z)" if averaged else "best value (federation)",
+        _number(result.best_value, "none (every evaluation failed)"),
     )
     if result.best_point is not None:
         head.add_row("best point", _point(result.best_point))
-    recommendation = getattr(result, "recommendation", None)
     if recommendation is not None:
-        head.add_row("recommended point (x^)", _point(recommendation["x"]))
+        label = "recommended point (x^, averaged iterate)" if averaged else "recommended point (x^)"
+        head.add_row(label, _point(recommendation["x"]))
+        for key in ("eta", "h"):
+            if recommendation.get(key) is not None:
+                head.add_row(f"step parameter {key}", f"{recommendation[key]:.6g}")
         if recommendation.get("predicted_value") is not None:
             predicted = _number(recommendation["predicted_value"])
             if recommendation.get("predicted_std") is not None:

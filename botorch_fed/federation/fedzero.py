@@ -151,11 +151,18 @@ def make_domain(settings: FedZeroSettings, objective: Objective, h: float):
     r"""``Theta`` shrunk by ``h``: every query ``x +- h z`` lies within the bounds."""
     lower, upper = objective.bounds.to(torch.float64)
     half = float((upper - lower).min()) / 2
+    # a default h too large for the domain: say where it came from and what to change
+    origin = (
+        " (Cor. 3.2's default (1/L) sqrt((d + 1) / n) for `num_rounds`="
+        f"{settings.num_rounds}: raise `num_rounds` or give `h`)"
+        if settings.h is None
+        else ""
+    )
     if settings.domain == "box":
         if h >= half:
             raise ValueError(
-                f"`h`={h:g} must be below half the box's smallest side ({half:g}): the "
-                "queries x +- h z must stay within the bounds."
+                f"`h`={h:g}{origin} must be below half the box's smallest side ({half:g}): "
+                "the queries x +- h z must stay within the bounds."
             )
         return Box(lower, upper).shrink(h)
     radius = half if settings.radius is None else settings.radius
@@ -165,7 +172,7 @@ def make_domain(settings: FedZeroSettings, objective: Objective, h: float):
             "so that the ball lies within the bounds."
         )
     if h >= radius:
-        raise ValueError(f"`h`={h:g} must be below `radius`={radius:g}.")
+        raise ValueError(f"`h`={h:g}{origin} must be below `radius`={radius:g}.")
     ball = L1Ball if settings.domain == "l1-ball" else L2Ball
     return ball((lower + upper) / 2, radius).shrink(h)
 
@@ -306,10 +313,19 @@ class FedZeroServer(FederatedServer):
     r"""Broadcasts ``x_t``, averages the workers' estimates, takes the projected step."""
 
     def __init__(
-        self, transport, settings: FedZeroSettings, domain, x0: Tensor, eta: float, h: float, bounds
+        self,
+        transport,
+        settings: FedZeroSettings,
+        domain,
+        x0: Tensor,
+        eta: float,
+        h: float,
+        bounds,
+        domain_for=None,
     ) -> None:
         super().__init__(transport)
         self.settings = settings
+        self._domain_for = domain_for  # h -> Theta shrunk by h (resumed runs)
         self.domain = domain
         self.eta, self.h = eta, h
         self.bounds = bounds.to(torch.float64)
@@ -385,11 +401,14 @@ class FedZeroServer(FederatedServer):
         mean = self.total / len(self.iterates)
         lower, upper = self.bounds
         return {
+            "kind": "averaged iterate",
             "round": len(self.iterates),
             "client": 0,
             "x": mean.tolist(),
             "x_unit": ((mean - lower) / (upper - lower)).clamp(0, 1).tolist(),
             "predicted_value": None,
+            "eta": self.eta,
+            "h": self.h,
         }
 
     def state_dict(self) -> dict:
@@ -399,16 +418,24 @@ class FedZeroServer(FederatedServer):
             "total": self.total.clone(),
             "iterates": [list(v) for v in self.iterates],
             "failed": self.failed,
+            "eta": self.eta,
+            "h": self.h,
         }
 
     def load_state_dict(self, state: dict) -> None:
-        own, rest = split_state("Server", state, ("x", "total", "iterates", "failed"))
+        own, rest = split_state("Server", state, ("x", "total", "iterates", "failed", "eta", "h"))
         super().load_state_dict(rest)
         d = self.x.numel()
         self.x = check_tensor("Server", "x", own["x"], (d,)).clone()
         self.total = check_tensor("Server", "total", own["total"], (d,)).clone()
         self.iterates = [list(map(float, v)) for v in own["iterates"]]
         self.failed = int(own["failed"])
+        # a resumed run keeps the step sizes it started with (an extended `num_rounds`
+        # would change Cor. 3.2's defaults halfway)
+        eta, h = float(own["eta"]), float(own["h"])
+        if h != self.h:
+            self.domain = self._domain_for(h)
+        self.eta, self.h = eta, h
 
 
 def _shards(objective: Objective, M: int) -> list[Tensor | None]:
@@ -466,7 +493,16 @@ def _make_server(ctx, transport) -> FedZeroServer:
     domain = make_domain(ctx.settings, objective, h)
     lower, upper = objective.bounds.to(torch.float64)
     x0 = domain.project(((lower + upper) / 2).unsqueeze(0)).squeeze(0)
-    return FedZeroServer(transport, ctx.settings, domain, x0, eta, h, objective.bounds)
+    return FedZeroServer(
+        transport,
+        ctx.settings,
+        domain,
+        x0,
+        eta,
+        h,
+        objective.bounds,
+        domain_for=lambda h: make_domain(ctx.settings, objective, h),
+    )
 
 
 register_algorithm(

@@ -73,6 +73,9 @@ class RunResult:
         iterate_values_per_round: The noise-free objective at the algorithm's iterate of
             each round (FedZero's ``x_t``, which no party evaluates), for built-in test
             functions; ``None`` otherwise.
+        average_values_per_round: The noise-free objective at the running average of the
+            iterates after each round (FedZero's output ``x^`` so far), for built-in test
+            functions; ``None`` otherwise.
         privacy: The users' privacy ledgers merged (algorithms whose clients release
             privatised values: LDP-BO): per user the releases, the epsilon and delta
             spent under basic composition and the clipped values; ``None`` otherwise.
@@ -114,6 +117,7 @@ class RunResult:
     cumulative_regret_per_round: list[float] | None = None
     privacy: dict | None = None
     iterate_values_per_round: list[float] | None = None
+    average_values_per_round: list[float] | None = None
 
     def to_dict(self) -> dict:
         r"""JSON-friendly dict."""
@@ -572,6 +576,7 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
         cumulative_regret_per_round=cumulative,
         privacy=_privacy(clients),
         iterate_values_per_round=iterate_values,
+        average_values_per_round=_average_values(server, objectives),
     )
 
 
@@ -583,6 +588,19 @@ def _iterate_values(server, objectives) -> list[float] | None:
         return None
     X = torch.tensor(iterates, dtype=torch.float64).clamp(0.0, 1.0)
     return [float(v) for v in objective.value(X).reshape(-1)]
+
+
+def _average_values(server, objectives) -> list[float] | None:
+    r"""The noise-free value at the running average of the server's iterates (FedZero's
+    output after each round), for built-in test functions."""
+    iterates = getattr(server, "iterates", None)
+    objective = objectives[0]
+    if not iterates or not isinstance(objective, ClientObjective):
+        return None
+    X = torch.tensor(iterates, dtype=torch.float64)
+    counts = torch.arange(1, len(X) + 1, dtype=torch.float64).unsqueeze(-1)
+    running = (torch.cumsum(X, 0) / counts).clamp(0.0, 1.0)
+    return [float(v) for v in objective.value(running).reshape(-1)]
 
 
 def _cumulative_regret(evaluations: list[dict], optimum: float, rounds: int) -> list[float]:

@@ -156,3 +156,15 @@ def test_a_worker_refuses_bad_rounds(payload, match):
     )
     with pytest.raises(ProtocolViolation, match=match):
         clients[0].handle(Message("round", payload))
+
+
+def test_the_averaged_iterates_values_and_a_resumed_run_keeps_its_steps(tmp_path):
+    setup = FederationSetup(problem="l1-regression", dim=10, num_clients=3, seed=1)
+    short = run_federated("fedzero", setup, FedZeroSettings(num_rounds=30), checkpoint=tmp_path)
+    # f at the running average after the last round is the recommendation's value
+    assert short.average_values_per_round[-1] == pytest.approx(short.recommendation["value"])
+    extended = run_federated("fedzero", setup, FedZeroSettings(num_rounds=60), resume=tmp_path)
+    # Cor. 3.2's defaults of the first horizon, not of the extended one
+    assert extended.recommendation["eta"] == short.recommendation["eta"]
+    assert extended.recommendation["h"] == short.recommendation["h"]
+    assert len(extended.iterate_values_per_round) == 60
