@@ -62,6 +62,13 @@ ROOT = Path(__file__).resolve().parent.parent
 A_DIM, A_DATA, A_RUNS = 20, 1000, 20
 A_WORKERS = (1, 4, 16, 64)
 A_HORIZONS = (100, 300, 1000, 3000, 10_000)
+A_PROBLEMS = ("l1norm", "lad")
+A_TITLES = {
+    "l1norm": "f(x) = ||x - x*||_1 (no contexts), x* ~ U[-0.5, 0.5]^d, from the corner x_1 = -1, "
+    "L = sqrt(d) (its l2-Lipschitz constant), f* = 0",
+    "lad": "L1Regression (LAD with contexts), N = 1000 rows a_i ~ N(0, I/d), planted 10-sparse "
+    "x*, f* = 0, x_1 = 0, L = max_i ||a_i||",
+}
 # part b
 B_DIM, B_DATA, B_RUNS, B_WORKERS, B_ROUNDS = 50, 1000, 20, 4, 4000
 B_PROBLEMS = (
@@ -136,16 +143,28 @@ def _run_a(job: dict) -> dict:
     t0 = time.perf_counter()
     load_before = _load()
     d, m, n, R = job["dim"], job["m"], job["n"], job["runs"]
-    prob = _lad_problem(d, min(10, d), 0)
-    L = prob.lipschitz
-    eta, h = fedzero_defaults(L, n, m, d)
     box = Box(-torch.ones(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64))
+    if job["problem"] == "lad":
+        prob = _lad_problem(d, min(10, d), 0)
+        L, f, ctx, pop, f_star = (prob.lipschitz, prob.evaluate_contexts, prob.sample_contexts,
+                                  prob.evaluate_true, prob.optimal_value)
+        x0 = torch.zeros(d, dtype=torch.float64)
+    else:  # f(x) = ||x - x*||_1, x* ~ U[-0.5, 0.5]^d, from the corner -1: L = sqrt(d)
+        x_star = torch.rand(d, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+        x_star = x_star - 0.5
+
+        def f(X):
+            return (X - x_star).abs().sum(-1)
+
+        L, ctx, pop, f_star = math.sqrt(d), None, f, 0.0
+        x0 = -torch.ones(d, dtype=torch.float64)
+    eta, h = fedzero_defaults(L, n, m, d)
     gen = torch.Generator().manual_seed(1000 * m + n)
     every = max(1, n // 50)
     sim = simulate_fedzero(
-        prob.evaluate_contexts,
+        f,
         box,
-        torch.zeros(d, dtype=torch.float64),
+        x0,
         num_runs=R,
         num_workers=m,
         num_rounds=n,
@@ -153,20 +172,19 @@ def _run_a(job: dict) -> dict:
         h=h,
         estimator="l1",
         generator=gen,
-        contexts=prob.sample_contexts,
+        contexts=ctx,
         record_every=every,
     )
-    f_star = prob.optimal_value
     with torch.no_grad():
-        err = (prob.evaluate_true(sim.average) - f_star).tolist()
-        curve = (prob.evaluate_true(sim.averages) - f_star).mean(dim=-1).tolist()
+        err = (pop(sim.average) - f_star).tolist()
+        curve = (pop(sim.averages) - f_star).mean(dim=-1).tolist()
     return {
         **job,
         "L": L,
         "eta": eta,
         "h": h,
         "diameter": box.diameter,
-        "f0": float(prob.evaluate_true(torch.zeros(1, d, dtype=torch.float64))) - f_star,
+        "f0": float(pop(x0.unsqueeze(0))) - f_star,
         "errors": err,
         "curve_rounds": sim.rounds.tolist(),
         "curve_mean_error": curve,
@@ -390,10 +408,11 @@ def _run_protocol(job: dict) -> dict:
 def _jobs(args) -> list[dict]:
     jobs = []
     if "a" in args.parts:
-        for m in args.a_workers:
-            for n in args.a_horizons:
-                jobs.append(dict(key=f"a/m{m}/n{n}", part="a", m=m, n=n, runs=args.a_runs,
-                                 dim=A_DIM))
+        for prob in A_PROBLEMS:
+            for m in args.a_workers:
+                for n in args.a_horizons:
+                    jobs.append(dict(key=f"a/{prob}/m{m}/n{n}", part="a", problem=prob, m=m,
+                                     n=n, runs=args.a_runs, dim=A_DIM))
     if "b" in args.parts:
         for prob in B_PROBLEMS:
             for regime in B_REGIMES:
@@ -436,25 +455,39 @@ def _fmt_ci(m, lo, hi, p=3) -> str:
 
 
 def _part_a(runs, lines, summary, rng):
-    recs = [r for r in runs.values() if r["part"] == "a"]
-    if not recs:
-        lines += ["## (a) Error against n and m", "", "Not run.", ""]
-        return
+    lines += [
+        "## (a) Error of the averaged iterate against n and m (Cor. 3.2)",
+        "",
+        f"d = {A_DIM}, Theta = [-1, 1]^d (D = 2 sqrt(d)); l1 estimator; per (problem, m, n): "
+        "R independent runs in one `simulate_fedzero` call with Cor. 3.2's "
+        "eta = (1/L) sqrt(m/(n d)) and h = (1/L) sqrt((d+1)/n) *for that horizon n*. Error = "
+        "f(x_bar_n) - f* (population f; x_bar_n = mean of x_1..x_n). Cells: mean over runs "
+        "[95% bootstrap CI]; 'ratio' = mean error / (D L sqrt(d/(n m))), the corollary's bound "
+        "without constants and logarithms. Slopes: least squares of log(mean error) on log n "
+        "(or log m), 95% CI by bootstrap (runs resampled within each cell, 2000 times).",
+        "",
+    ]
+    out = {}
+    summary["a"] = {}
+    for prob in A_PROBLEMS:
+        recs = [r for r in runs.values() if r["part"] == "a" and r.get("problem") == prob]
+        if recs:
+            out[prob] = _part_a_one(prob, recs, lines, summary, rng)
+    if not out:
+        lines += ["Not run.", ""]
+    return out
+
+
+def _part_a_one(prob, recs, lines, summary, rng):
     ms = sorted({r["m"] for r in recs})
     ns = sorted({r["n"] for r in recs})
     cell = {(r["m"], r["n"]): r for r in recs}
     r0 = recs[0]
     d, L, D = r0["dim"], r0["L"], r0["diameter"]
     lines += [
-        "## (a) Error of the averaged iterate against n and m (Cor. 3.2)",
+        f"### {prob}: {A_TITLES[prob]}",
         "",
-        f"L1Regression (LAD with contexts), d = {d}, N = {A_DATA} rows, planted 10-sparse x*, "
-        f"f* = 0, Theta = [-1, 1]^d (D = {D:.3g}), x_1 = 0 (f(x_1) - f* = {r0['f0']:.3g}), "
-        f"L = max_i ||a_i|| = {L:.3g}; l1 estimator; per (m, n): {r0['runs']} independent runs "
-        "in one `simulate_fedzero` call with Cor. 3.2's eta = (1/L) sqrt(m/(n d)) and "
-        "h = (1/L) sqrt((d+1)/n) for that horizon n. Error = population f(x_bar_n) - f* "
-        "(x_bar_n = mean of x_1..x_n). Cells: mean over runs [95% bootstrap CI]; 'ratio' = "
-        "mean error / (D L sqrt(d/(n m))), the corollary's bound without constants/logs.",
+        f"L = {L:.3g}, D = {D:.3g}, f(x_1) - f* = {r0['f0']:.3g}, R = {r0['runs']} runs per cell.",
         "",
         "| m \\ n | " + " | ".join(str(n) for n in ns) + " |",
         "|---" * (len(ns) + 1) + "|",
@@ -501,8 +534,8 @@ def _part_a(runs, lines, summary, rng):
                      f"{'yes' if abs(s + 0.5) <= 0.1 else 'no'} |")
     lines.append("")
     t_a = sum(r["time_s"] for r in recs)
-    lines += [f"Compute: {t_a:.0f} s for part (a) ({len(recs)} simulate calls).", ""]
-    summary["a"] = {
+    lines += [f"Compute: {t_a:.0f} s ({len(recs)} simulate calls).", ""]
+    summary["a"][prob] = {
         "cells": {f"m{m}/n{n}": dict(zip(("mean", "lo", "hi", "ratio"), v, strict=True))
                   for (m, n), v in table.items()},
         "slope_n": {str(m): dict(zip(("slope", "lo", "hi"), v, strict=True))
@@ -664,38 +697,37 @@ def _plots(runs, out: Path, a_data, b_data) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    if a_data is not None:
-        cell, table, ms, ns = a_data
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        ax = axes[0]
-        for m in ms:
-            pts = [(n, *table[(m, n)][:3]) for n in ns if (m, n) in table]
-            if not pts:
-                continue
-            x, y, lo, hi = map(np.array, zip(*pts, strict=True))
-            ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="o", capsize=3, label=f"m = {m}")
-            # anytime curve of the longest horizon (its eta/h tuned for that horizon)
-            nmax = max(n for n in ns if (m, n) in cell)
-            c = cell[(m, nmax)]
-            ax.plot(c["curve_rounds"], c["curve_mean_error"], lw=0.6, alpha=0.5,
-                    color=ax.lines[-1].get_color())
-        x0, y0 = ns[0], max(table[(ms[0], ns[0])][0], 1e-12)
-        ax.plot(ns, [y0 * (n / x0) ** -0.5 for n in ns], "k--", lw=1, label="slope -1/2")
-        ax.set(xscale="log", yscale="log", xlabel="horizon n (rounds)",
-               ylabel="f(x_bar_n) - f*", title="(a) error vs n (markers: horizon-tuned runs;\n"
-               "thin: running average of the longest run)")
-        ax.legend(fontsize=7)
-        ax = axes[1]
-        for n in ns:
-            pts = [(m, *table[(m, n)][:3]) for m in ms if (m, n) in table]
-            x, y, lo, hi = map(np.array, zip(*pts, strict=True))
-            ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="s", capsize=3, label=f"n = {n}")
-        n_last = ns[-1]
-        y0 = table[(ms[0], n_last)][0]
-        ax.plot(ms, [y0 * (m / ms[0]) ** -0.5 for m in ms], "k--", lw=1, label="slope -1/2")
-        ax.set(xscale="log", yscale="log", xlabel="workers m", ylabel="f(x_bar_n) - f*",
-               title="(a) error vs m")
-        ax.legend(fontsize=7)
+    if a_data:
+        fig, axs = plt.subplots(len(a_data), 2, figsize=(11, 4.2 * len(a_data)), squeeze=False)
+        for row, (prob, (cell, table, ms, ns)) in zip(axs, a_data.items(), strict=True):
+            ax = row[0]
+            for m in ms:
+                pts = [(n, *table[(m, n)][:3]) for n in ns if (m, n) in table]
+                if not pts:
+                    continue
+                x, y, lo, hi = map(np.array, zip(*pts, strict=True))
+                ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="o", capsize=3, label=f"m = {m}")
+                # running average of the longest horizon's runs (eta/h tuned for that horizon)
+                nmax = max(n for n in ns if (m, n) in cell)
+                c = cell[(m, nmax)]
+                ax.plot(c["curve_rounds"], c["curve_mean_error"], lw=0.6, alpha=0.5,
+                        color=ax.lines[-1].get_color())
+            y0 = table[(ms[-1], ns[0])][0]
+            ax.plot(ns, [y0 * (n / ns[0]) ** -0.5 for n in ns], "k--", lw=1, label="slope -1/2")
+            ax.set(xscale="log", yscale="log", xlabel="horizon n (rounds)",
+                   ylabel="f(x_bar_n) - f*", title=f"(a) {prob}: error vs n (markers: "
+                   "horizon-tuned;\nthin: running average of the longest run)")
+            ax.legend(fontsize=7)
+            ax = row[1]
+            for n in ns:
+                pts = [(m, *table[(m, n)][:3]) for m in ms if (m, n) in table]
+                x, y, lo, hi = map(np.array, zip(*pts, strict=True))
+                ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="s", capsize=3, label=f"n = {n}")
+            y0 = table[(ms[0], ns[-1])][0]
+            ax.plot(ms, [y0 * (m / ms[0]) ** -0.5 for m in ms], "k--", lw=1, label="slope -1/2")
+            ax.set(xscale="log", yscale="log", xlabel="workers m", ylabel="f(x_bar_n) - f*",
+                   title=f"(a) {prob}: error vs m")
+            ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out / f"{STEM}_a.png", dpi=100)
         plt.close(fig)
@@ -738,21 +770,21 @@ def _plots(runs, out: Path, a_data, b_data) -> None:
 
 def _verdicts(summary) -> list[str]:
     lines = ["## Claims", "", "| claim | result | holds? |", "|---|---|---|"]
-    a = summary.get("a")
-    if a and a["slope_n"]:
-        sl = a["slope_n"]
-        ok = all(abs(v["slope"] + 0.5) <= 0.1 for v in sl.values())
-        txt = ", ".join(f"m={m}: {v['slope']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]"
-                        for m, v in sl.items())
-        lines.append(f"| error ~ n^(-1/2) at fixed m (Cor. 3.2) | slopes {txt} | "
-                     f"{'yes (all within 0.1 of -1/2)' if ok else 'not for every m (see table)'} |")
-    if a and a["slope_m"]:
-        n_last = max(a["slope_m"], key=int)
-        v = a["slope_m"][n_last]
-        ok = abs(v["slope"] + 0.5) <= 0.1
-        lines.append(f"| error ~ m^(-1/2) at fixed n (Cor. 3.2) | slope at n = {n_last}: "
-                     f"{v['slope']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}] | "
-                     f"{'yes (within 0.1 of -1/2)' if ok else 'no'} |")
+    for prob, a in summary.get("a", {}).items():
+        if a["slope_n"]:
+            sl = a["slope_n"]
+            ok = all(abs(v["slope"] + 0.5) <= 0.1 for v in sl.values())
+            txt = ", ".join(f"m={m}: {v['slope']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]"
+                            for m, v in sl.items())
+            lines.append(f"| {prob}: error ~ n^(-1/2) at fixed m (Cor. 3.2) | slopes {txt} | "
+                         f"{'yes (all within 0.1 of -1/2)' if ok else 'not for every m'} |")
+        if a["slope_m"]:
+            n_last = max(a["slope_m"], key=int)
+            v = a["slope_m"][n_last]
+            ok = abs(v["slope"] + 0.5) <= 0.1
+            lines.append(f"| {prob}: error ~ m^(-1/2) at fixed n (Cor. 3.2) | slope at n = "
+                         f"{n_last}: {v['slope']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}] | "
+                         f"{'yes (within 0.1 of -1/2)' if ok else 'no'} |")
     b = summary.get("b")
     if b:
         th = {k.split("/")[0]: v["winner"] for k, v in b.items() if k.endswith("/theory")}
