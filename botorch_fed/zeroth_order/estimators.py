@@ -33,7 +33,9 @@ def check_points(x: Any, name: str = "x") -> Tensor:
         raise ValueError(f"`{name}` must be a floating point tensor, got dtype {x.dtype}.")
     if x.dim() < 1 or x.shape[-1] < 1:
         raise ValueError(f"`{name}` must be ``... x d`` with d >= 1, got shape {tuple(x.shape)}.")
-    if not torch.isfinite(x).all():
+    # a finite sum means every entry is finite (NaN and inf propagate); only a sum that
+    # overflowed needs the elementwise check
+    if not bool(torch.isfinite(x.sum())) and not bool(torch.isfinite(x).all()):
         raise ValueError(f"`{name}` (shape {tuple(x.shape)}) must be finite.")
     return x
 
@@ -114,10 +116,13 @@ def _two_point(
     z = sampler(*batch, d=d, generator=generator, device=x.device, dtype=x.dtype)
     hz = h_t.unsqueeze(-1) * z
     y_plus = _evaluate(f, x + hz, context, batch, "+")
-    y_minus = _evaluate(f, x - hz, context, batch, "-")
+    y_minus = _evaluate(f, torch.sub(x, hz, out=hz) if hz.shape == x.shape else x - hz,
+                        context, batch, "-")  # fmt: skip
     scale = (d / (2.0 * h_t)) * (y_plus - y_minus)
-    direction = l1_sign(z) if norm == "l1" else z
-    g = scale.unsqueeze(-1) * direction
+    if norm == "l1":  # scale * sign(z), sign(0) = +1: the sampler never returns +-0
+        g = torch.ones((), dtype=z.dtype, device=z.device).copysign(z).mul_(scale.unsqueeze(-1))
+    else:
+        g = scale.unsqueeze(-1) * z
     if return_values:
         return g, z, y_plus, y_minus
     return g

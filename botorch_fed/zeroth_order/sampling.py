@@ -55,8 +55,10 @@ def sample_l1_sphere(
 
     A standard Laplace vector ``x`` (i.i.d. coordinates with density ``exp(-|x|)/2``)
     divided by its l1 norm is uniform on ``dB_1^d`` ([FedZero]_, Definition 6.1 and the
-    representation used in Sec. 4). The Laplace magnitudes are ``-log(1 - u)`` for
-    ``u`` uniform in ``[0, 1)`` (finite: ``1 - u > 0``), with independent uniform signs.
+    representation used in Sec. 4). The Laplace magnitudes are ``-log(1 - w)`` for
+    ``w`` uniform in ``[0, 1)`` (finite: ``1 - w > 0``), with independent uniform signs;
+    both come from one uniform ``u`` per coordinate (sign: ``u < 1/2``; ``w = 2u mod 1``,
+    which keeps one bit less resolution than ``u``).
     A zero magnitude (``u = 0``) is clamped to the smallest normal number of the dtype,
     so the l1 norm is never 0 and the result never NaN.
 
@@ -72,11 +74,13 @@ def sample_l1_sphere(
     """
     shape = _check_shape(batch_shape, d)
     draw, out, dtype = _resolve(generator, device, dtype)
+    # one uniform per coordinate: its half (u < 1/2) is the sign, 2u mod 1 (uniform on
+    # [0, 1), independent of the half) the magnitude -log(1 - w) (a throughput choice:
+    # the random-number generator is the cost of a large batch)
     u = torch.rand(shape, generator=generator, device=draw, dtype=dtype)
-    s = torch.rand(shape, generator=generator, device=draw, dtype=dtype)
-    mag = (-torch.log1p(-u)).clamp_min(torch.finfo(dtype).tiny)
-    lap = torch.where(s < 0.5, -mag, mag)
-    z = lap / mag.sum(dim=-1, keepdim=True)
+    mag = torch.mul(u, 2).frac_().neg_().log1p_().neg_().clamp_min_(torch.finfo(dtype).tiny)
+    total = mag.sum(dim=-1, keepdim=True)
+    z = mag.copysign_(u.sub_(0.5)).div_(total)  # u = 1/2 gives +0.0: a positive sign
     return z.to(out)
 
 
