@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from botorch_fed.zeroth_order.sampling import l1_sign, sample_l1_sphere, sample_l2_sphere
+from botorch_fed.zeroth_order.sampling import sample_l1_sphere, sample_l2_sphere
 
 
 def check_points(x: Any, name: str = "x") -> Tensor:
