@@ -115,6 +115,10 @@ class FedZeroSettings:
             raise ValueError(f"`message`={self.message!r} must be one of {MESSAGES}.")
         if self.domain not in DOMAINS:
             raise ValueError(f"`domain`={self.domain!r} must be one of {DOMAINS}.")
+        if self.domain == "box" and self.radius is not None:
+            raise ValueError(
+                "`radius` applies to `domain`='l1-ball' or 'l2-ball', not to the box."
+            )
         if self.message == "sign" and self.estimator != "l1":
             raise ValueError(
                 "`message`='sign' sends sign(z), which is the l1 estimator's direction: it "

@@ -194,7 +194,9 @@ class FedZero:
         num_rounds: ``n >= 1``.
         lipschitz: ``L`` for the defaults of Cor. 3.2 (used for ``eta``/``h`` not given).
         eta: Step size ``> 0`` (default: Cor. 3.2).
-        h: Perturbation radius ``> 0`` (default: Cor. 3.2's largest).
+        h: Perturbation radius ``> 0`` (default: Cor. 3.2's largest). The queries
+            ``x_t +- h z`` may leave ``domain`` by up to ``h``: ``f`` must accept them, or
+            pass ``domain.shrink(h)`` (as the federation protocol does).
         estimator: ``"l1"`` (the paper's), ``"l2"``, or a callable with the signature of
             :func:`~botorch_fed.zeroth_order.l1_gradient`.
         generator: Seeded generator for the directions and contexts (default: torch's

@@ -116,6 +116,7 @@ def test_workers_sample_contexts_from_their_own_shard():
         (dict(eta=-1.0, h=0.1), "eta"),
         (dict(eta=0.1, h=0.1, domain="l2-ball", radius=2.0), "radius"),
         (dict(estimator="l3"), "estimator"),
+        (dict(eta=0.1, h=0.1, radius=0.5), "radius"),  # a radius for the box: ignored before
         (dict(), "lipschitz"),  # a user's black box declares no L
     ],
 )
