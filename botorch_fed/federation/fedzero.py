@@ -44,6 +44,7 @@ from torch import Tensor
 
 from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.evaluation import evaluate_point
+from botorch_fed.federation.messages import TIME_PREFIX
 from botorch_fed.federation.objectives import Objective
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedClient, FederatedServer, ProtocolViolation
@@ -116,9 +117,7 @@ class FedZeroSettings:
         if self.domain not in DOMAINS:
             raise ValueError(f"`domain`={self.domain!r} must be one of {DOMAINS}.")
         if self.domain == "box" and self.radius is not None:
-            raise ValueError(
-                "`radius` applies to `domain`='l1-ball' or 'l2-ball', not to the box."
-            )
+            raise ValueError("`radius` applies to `domain`='l1-ball' or 'l2-ball', not to the box.")
         if self.message == "sign" and self.estimator != "l1":
             raise ValueError(
                 "`message`='sign' sends sign(z), which is the l1 estimator's direction: it "
@@ -359,7 +358,7 @@ class FedZeroServer(FederatedServer):
             self.x = self.domain.project(self.x - self.eta * g)
 
     def _estimate(self, cid: int, t: int, payload: dict) -> Tensor | None:
-        payload = {k: v for k, v in payload.items() if not k.startswith("time:")}
+        payload = {k: v for k, v in payload.items() if not k.startswith(TIME_PREFIX)}
         d, mode = self.x.numel(), self.settings.message
         expected = {
             "vector": {"g"},

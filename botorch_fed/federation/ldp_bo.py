@@ -175,10 +175,8 @@ def _noise_moment(objective: Objective) -> float | None:
     noise = getattr(objective, "noise", None)
     if noise is None:
         return None
-    try:
-        return float(noise.moment(2))
-    except (NotImplementedError, AttributeError):
-        return None
+    moment = float(noise.moment(2))
+    return moment if math.isfinite(moment) else None  # infinite variance: none to give
 
 
 def reward_model(name: str, settings: LDPBOSettings, objective: Objective) -> RewardModel:

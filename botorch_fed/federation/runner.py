@@ -541,7 +541,7 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
     best = _best((h for _, c in sorted(clients.items()) for h in c.history), minimize)
     per_client = {cid: _best(c.history, minimize) for cid, c in sorted(clients.items())}
     regret = cumulative = None
-    iterate_values = _iterate_values(server, objectives)
+    iterate_values, average_values = _iterate_scores(server, objectives)
     if optimum is not None:
         regret = [None if b is None else abs(b - optimum) for b in best_per_round]
         if iterate_values is not None:  # an iterate per round (FedZero): sum f(x_t) - f*
@@ -576,31 +576,23 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
         cumulative_regret_per_round=cumulative,
         privacy=_privacy(clients),
         iterate_values_per_round=iterate_values,
-        average_values_per_round=_average_values(server, objectives),
+        average_values_per_round=average_values,
     )
 
 
-def _iterate_values(server, objectives) -> list[float] | None:
-    r"""The noise-free value at each of the server's iterates (built-in problems)."""
+def _iterate_scores(server, objectives) -> tuple[list[float] | None, list[float] | None]:
+    r"""The noise-free value at each of the server's iterates and at their running
+    average (FedZero's output so far), for built-in test functions; ``(None, None)``
+    otherwise. The harness scores them; no party evaluates them."""
     iterates = getattr(server, "iterates", None)
     objective = objectives[0]
     if not iterates or not isinstance(objective, ClientObjective):
-        return None
-    X = torch.tensor(iterates, dtype=torch.float64).clamp(0.0, 1.0)
-    return [float(v) for v in objective.value(X).reshape(-1)]
-
-
-def _average_values(server, objectives) -> list[float] | None:
-    r"""The noise-free value at the running average of the server's iterates (FedZero's
-    output after each round), for built-in test functions."""
-    iterates = getattr(server, "iterates", None)
-    objective = objectives[0]
-    if not iterates or not isinstance(objective, ClientObjective):
-        return None
+        return None, None
     X = torch.tensor(iterates, dtype=torch.float64)
     counts = torch.arange(1, len(X) + 1, dtype=torch.float64).unsqueeze(-1)
-    running = (torch.cumsum(X, 0) / counts).clamp(0.0, 1.0)
-    return [float(v) for v in objective.value(running).reshape(-1)]
+    running = torch.cumsum(X, 0) / counts
+    values = objective.value(torch.cat([X, running]).clamp(0.0, 1.0)).reshape(-1)
+    return [float(v) for v in values[: len(X)]], [float(v) for v in values[len(X) :]]
 
 
 def _cumulative_regret(evaluations: list[dict], optimum: float, rounds: int) -> list[float]:

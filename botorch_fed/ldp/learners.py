@@ -44,6 +44,7 @@ References:
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -148,7 +149,7 @@ class RewardModel:
         return self.B**2 + self.noise_second_moment
 
 
-class UCBLearner:
+class UCBLearner(ABC):
     r"""Base class: the UCB step on a surrogate, the history, checkpoints.
 
     Args:
@@ -273,9 +274,9 @@ class UCBLearner:
         r"""Plays so far."""
         return len(self.y)
 
+    @abstractmethod
     def beta_formula(self) -> float:
-        r"""The paper's ``beta`` for the next play (subclasses)."""
-        raise NotImplementedError
+        r"""The paper's ``beta`` for the next play."""
 
     def beta(self) -> float:
         r"""``beta`` of the next play: the override, or ``beta_scale`` times the formula."""
@@ -336,8 +337,9 @@ class UCBLearner:
         self._record_point(x)
         self._update()
 
+    @abstractmethod
     def _update(self) -> None:
-        raise NotImplementedError
+        r"""Update the surrogate after the last play was recorded."""
 
     def _variance(self, X: Tensor) -> Tensor:
         r"""The exact GP posterior variance of the plays so far (for ``gamma``): the
@@ -399,9 +401,9 @@ class UCBLearner:
         self._rebuild()
         self.generator.set_state(state["generator"])
 
+    @abstractmethod
     def _rebuild(self) -> None:
         r"""Rebuild the surrogate from ``X`` and ``y`` (after loading a state)."""
-        raise NotImplementedError
 
 
 class GPUCB(UCBLearner):

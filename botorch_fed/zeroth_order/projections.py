@@ -22,6 +22,7 @@ the batch: ``O(d log d)`` per row, no Python loops.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Any
 
 import torch
@@ -73,28 +74,33 @@ def _shrink_amount(h: Any) -> Tensor:
     return _positive(h, "h")
 
 
-class ConvexSet:
+class ConvexSet(ABC):
     r"""Base class of the constraint sets (Assumption 2.3 of [FedZero]_)."""
 
-    def project(self, x: Tensor) -> Tensor:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def project(self, x: Tensor) -> Tensor:
+        r"""The Euclidean projection of ``x`` (``... x d``) onto the set."""
 
-    def contains(self, x: Tensor, atol: float | Tensor | None = None) -> Tensor:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def contains(self, x: Tensor, atol: float | Tensor | None = None) -> Tensor:
+        r"""Whether each row of ``x`` lies in the set (up to ``atol``)."""
 
     @property
-    def diameter(self) -> float:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def diameter(self) -> float:
+        r"""``D``: the largest distance between two points of the set."""
 
     @property
     def dim(self) -> int | None:
         return None
 
-    def shrink(self, h: float | Tensor) -> ConvexSet:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def shrink(self, h: float | Tensor) -> ConvexSet:
+        r"""The points whose l1-sphere perturbations of radius ``h`` stay in the set."""
 
-    def describe(self) -> dict:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def describe(self) -> dict:
+        r"""A JSON-friendly description."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.describe()})"
