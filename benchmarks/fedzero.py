@@ -91,7 +91,7 @@ C_BATCHES = (100, 1000, 10_000, 100_000, 1_000_000)
 C_DIMS = (10, 100, 1000, 10_000)
 C_MAX_ELEMENTS = 100_000_000  # batch * d: ~10 temporaries of 0.4 / 0.8 GB (f32 / f64)
 C_KEY = (1000, 1000)
-C_REPS = 3
+C_REPS = 7
 P_ROUNDS, P_DIM, P_CLIENTS = 2000, 100, 16
 MESSAGES = ("vector", "seed", "sign")
 
@@ -380,7 +380,8 @@ def _run_protocol(job: dict) -> dict:
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-1000:]}\n{proc.stderr[-2000:]}")
+            tail = f"{proc.stdout[-1000:]}\n{proc.stderr[-2000:]}"
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{tail}")
         res = json.loads(out.read_text())
     led = res["ledger"]
     M, n = job["clients"], job["rounds"]
@@ -565,7 +566,8 @@ def _part_b(runs, lines, summary, rng):
         "of the mean errors [bootstrap CI]; winner = the lower mean when the ratio's CI "
         "excludes 1, else 'tie'.",
         "",
-        "| problem (Theta, x*) | geometry favours | regime | l1 error | l2 error | l1/l2 | winner |",
+        "| problem (Theta, x*) | geometry favours | regime | l1 error | l2 error | l1/l2 "
+        "| winner |",
         "|---|---|---|---|---|---|---|",
     ]
     out = {}
@@ -592,7 +594,8 @@ def _part_b(runs, lines, summary, rng):
                                        "f0": cell[(prob, regime, "l1")]["f0"]}
     lines.append("")
     lines += ["Starting errors f(x_1) - f* and steps: " + "; ".join(
-        f"{p}: f0 {cell[(p, 'theory', 'l1')]['f0']:.3g}, eta {cell[(p, 'theory', 'l1')]['eta']:.3g}, "
+        f"{p}: f0 {cell[(p, 'theory', 'l1')]['f0']:.3g}, "
+        f"eta {cell[(p, 'theory', 'l1')]['eta']:.3g}, "
         f"h {cell[(p, 'theory', 'l1')]['h']:.3g}"
         for p in B_PROBLEMS if (p, "theory", "l1") in cell) + ".", ""]
     summary["b"] = out

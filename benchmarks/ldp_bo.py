@@ -276,7 +276,8 @@ def _jobs(args) -> list[dict]:
     if "d" in args.parts:  # timing first: it wants the machine as quiet as possible
         for how in ("run_learner", "run_federated"):
             add(
-                key=f"d/moma/{how}/seed0/T{args.T_long}" + (f"/rep{args.d_rep}" if args.d_rep else ""),
+                key=f"d/moma/{how}/seed0/T{args.T_long}"
+                + (f"/rep{args.d_rep}" if args.d_rep else ""),
                 part="d",
                 how=how,
                 kernel="se",
@@ -501,7 +502,8 @@ def report(runs: dict[str, dict], out: Path, meta: dict, planned: dict) -> str:
         lines += [conclusions.read_text().strip(), ""]
 
     # completeness
-    lines += ["## Completeness", "", "| part | group | runs stored | planned |", "|---|---|---|---|"]
+    lines += ["## Completeness", "", "| part | group | runs stored | planned |"]
+    lines += ["|---|---|---|---|"]
     for (part, group), n_planned in sorted(planned.items()):
         n = sum(1 for r in runs.values() if r["part"] == part and _group(r) == group)
         lines.append(f"| {part} | {group} | {n} | {n_planned} |")
@@ -674,7 +676,8 @@ def _timing_section(runs, summary) -> list[str]:
             rs = tg[key]
             cells = []
             for c in CHECKPOINTS:
-                v = [r["round_time_windows"][str(c)] for r in rs if str(c) in r["round_time_windows"]]
+                windows = [r["round_time_windows"] for r in rs]
+                v = [w[str(c)] for w in windows if str(c) in w]
                 cells.append(f"{1e3 * np.mean(v):.2f} ms" if v else "-")
             summary[f"time/{key[0]}/{key[1]}/{key[2]}/T{key[3]}"] = cells
             lines.append(
@@ -704,15 +707,20 @@ def _plots(groups, cr, runs, out: Path) -> None:
         ax.fill_between(ts, m - se, m + se, color=colors[algo], alpha=0.2)
 
     if any(k[0] == "a" for k in groups):
-        fig, axes = plt.subplots(len(KERNELS), len(EPSILONS), squeeze=False, figsize=(4.4 * len(EPSILONS), 3.8 * len(KERNELS)))
+        fig, axes = plt.subplots(
+            len(KERNELS), len(EPSILONS), squeeze=False,
+            figsize=(4.4 * len(EPSILONS), 3.8 * len(KERNELS)),
+        )
         for i, kernel in enumerate(KERNELS):
             for j, eps in enumerate(EPSILONS):
                 ax = axes[i, j]
                 for algo in ALGOS_A:
                     for regime, style in (("theory", "--"), ("tuned", "-")):
-                        for key in sorted(k for k in groups if k[:5] == ("a", kernel, eps, algo, regime)):
+                        cell = ("a", kernel, eps, algo, regime)
+                        for key in sorted(k for k in groups if k[:5] == cell):
                             draw(ax, groups[key], algo, style if key[5] <= 2000 else style[0] + ".")
-                            ax.lines[-1].set_label(f"{ax.lines[-1].get_label()} {regime} T={key[5]}")
+                            line = ax.lines[-1]
+                            line.set_label(f"{line.get_label()} {regime} T={key[5]}")
                 ax.set_xscale("log")
                 ax.set_title(f"(a) {kernel}, epsilon = {eps}", fontsize=9)
                 ax.set_xlabel("t")
@@ -838,7 +846,8 @@ def main(argv=None) -> int:
                 runs[rec["key"]] = rec
                 print(f"{rec['key']}: R_T {rec['R_T']:.4g} ({rec['time_s']:.1f} s)", flush=True)
         with (out / f"{STEM}_commands.txt").open("a") as fh:
-            fh.write(f"# {time.perf_counter() - t0:.0f} s for {len(jobs)} runs, --jobs {args.jobs}\n")
+            took = time.perf_counter() - t0
+            fh.write(f"# {took:.0f} s for {len(jobs)} runs, --jobs {args.jobs}\n")
     # the planned runs of the full benchmark (defaults), for the completeness table
     full = parser.parse_args(["--trials", "10"]) if not args.smoke else args
     text = report(runs, out, _meta(command.strip()), _planned(full))

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from botorch_fed.zeroth_order.sampling import sample_l1_sphere, sample_l2_sphere
+from botorch_fed.zeroth_order.sampling import _laplace_and_norm, _resolve, sample_l2_sphere
 
 
 def check_points(x: Any, name: str = "x") -> Tensor:
@@ -112,17 +112,28 @@ def _two_point(
             f"`context` must hold one context per row: leading shape {tuple(batch)}, got "
             f"{tuple(context.shape)}."
         )
-    sampler = sample_l1_sphere if norm == "l1" else sample_l2_sphere
-    z = sampler(*batch, d=d, generator=generator, device=x.device, dtype=x.dtype)
-    hz = h_t.unsqueeze(-1) * z
-    y_plus = _evaluate(f, x + hz, context, batch, "+")
-    y_minus = _evaluate(f, torch.sub(x, hz, out=hz) if hz.shape == x.shape else x - hz,
-                        context, batch, "-")  # fmt: skip
-    scale = (d / (2.0 * h_t)) * (y_plus - y_minus)
-    if norm == "l1":  # scale * sign(z), sign(0) = +1: the sampler never returns +-0
-        g = torch.ones((), dtype=z.dtype, device=z.device).copysign(z).mul_(scale.unsqueeze(-1))
+    spare = None
+    if norm == "l1":
+        # the Laplace vector ``lap`` and its norm, never z = lap / norm itself (one pass less)
+        draw, _, _ = _resolve(generator, x.device, x.dtype)
+        lap, total, spare = _laplace_and_norm(batch + (d,), generator, draw, x.dtype)
+        if lap.device != x.device:
+            lap, total, spare = lap.to(x.device), total.to(x.device), None
+        step = (h_t.unsqueeze(-1) / total).expand(*batch, 1)
     else:
-        g = scale.unsqueeze(-1) * z
+        lap = sample_l2_sphere(*batch, d=d, generator=generator, device=x.device, dtype=x.dtype)
+        step = h_t.unsqueeze(-1).expand(*batch, 1)
+    # x +- h z, one fused pass each (x + h z into the sampler's spare buffer); f never gets
+    # a tensor that is written afterwards
+    x_plus = torch.addcmul(x, lap, step, out=spare) if spare is not None else x + lap * step
+    y_plus = _evaluate(f, x_plus, context, batch, "+")
+    y_minus = _evaluate(f, torch.addcmul(x, lap, step, value=-1), context, batch, "-")
+    scale = (d / (2.0 * h_t)) * (y_plus - y_minus)
+    z = lap / total if (return_values and norm == "l1") else lap
+    if norm == "l1":  # scale * sign(z), sign(0) = +1: the sampler never returns +-0
+        g = lap.sign_().mul_(scale.unsqueeze(-1))
+    else:
+        g = scale.unsqueeze(-1) * lap
     if return_values:
         return g, z, y_plus, y_minus
     return g

@@ -37,7 +37,7 @@ def _linear_setup(M: int = 3) -> FederationSetup:
 
 def test_the_server_step_is_alg1_recomputed_independently():
     eta, h, M = 0.05, 0.1, 3
-    replies, sent = [], []
+    replies = []
     server, clients, _ = build_federation(
         "fedzero",
         _linear_setup(M),

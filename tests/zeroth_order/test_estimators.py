@@ -33,7 +33,7 @@ def _assert_mc_differs(g: torch.Tensor, other: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("name", ["l1", "l2"])
-def test_linear_exactly_unbiased(name):
+def test_linear_exactly_unbiased(name, l1_path):
     d, N = 6, 100000
     a = torch.tensor([1.0, -2.0, 0.5, 0.0, 3.0, -0.25], dtype=torch.float64)
     x = torch.randn(d, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
@@ -42,7 +42,7 @@ def test_linear_exactly_unbiased(name):
     _assert_mc_mean(g, a, name)
 
 
-def test_l1_linear_is_d_inner_sign_exact():
+def test_l1_linear_is_d_inner_sign_exact(l1_path):
     d = 4
     a = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
     x = torch.zeros(10, d, dtype=torch.float64)
@@ -56,7 +56,7 @@ def test_l1_linear_is_d_inner_sign_exact():
 
 
 @pytest.mark.parametrize("name", ["l1", "l2"])
-def test_quadratic_unbiased_for_smoothed_gradient(name):
+def test_quadratic_unbiased_for_smoothed_gradient(name, l1_path):
     # f = ||x||^2 / 2: grad f_h(x) = x exactly for any symmetric U
     d, N = 5, 100000
     x = torch.tensor([0.3, -1.0, 0.0, 2.0, 0.5], dtype=torch.float64)
@@ -70,7 +70,7 @@ def test_quadratic_unbiased_for_smoothed_gradient(name):
 
 
 @pytest.mark.parametrize("name", ["l1", "l2"])
-def test_cubic_unbiased_for_smoothed_not_true_gradient(name):
+def test_cubic_unbiased_for_smoothed_not_true_gradient(name, l1_path):
     # f(x) = sum x_j^3 / 3: grad_j f_h(x) = x_j^2 + h^2 E[U_j^2], with
     # E[U_j^2] = 2 / ((d+1)(d+2)) for U uniform in the l1 ball (radius ~ Beta(d, 1),
     # |z_j| ~ Beta(1, d-1) on the sphere) and 1 / (d+2) in the l2 ball.
@@ -86,12 +86,13 @@ def test_cubic_unbiased_for_smoothed_not_true_gradient(name):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("batch", [(), (4,), (2, 3)])
-def test_shapes_and_one_call_per_side(dtype, batch):
+def test_shapes_and_one_call_per_side(dtype, batch, l1_path):
     d = 3
-    calls = []
+    calls, kept = [], []
 
     def f(Z):
         calls.append(Z.clone())
+        kept.append(Z)  # an objective may keep its inputs: they must not change afterwards
         return Z.sum(-1, keepdim=True)  # ``... x 1`` accepted
 
     x = torch.rand(*batch, d, dtype=dtype)
@@ -102,9 +103,10 @@ def test_shapes_and_one_call_per_side(dtype, batch):
     assert yp.shape == ym.shape == batch
     assert_close(calls[0], x + 0.1 * z, dtype=dtype, factor=4)
     assert_close(calls[1], x - 0.1 * z, dtype=dtype, factor=4)
+    assert all(torch.equal(a, b) for a, b in zip(calls, kept, strict=True))
 
 
-def test_per_row_h_and_contexts():
+def test_per_row_h_and_contexts(l1_path):
     R, m, d = 3, 4, 2
     h = torch.tensor([0.1, 0.2, 0.4], dtype=torch.float64).unsqueeze(-1)  # R x 1
     x = torch.zeros(R, m, d, dtype=torch.float64)

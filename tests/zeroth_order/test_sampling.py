@@ -16,7 +16,7 @@ DTYPES = [torch.float32, torch.float64]
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("batch", [(), (3,), (2, 4)])
 @pytest.mark.parametrize("d", [1, 2, 7])
-def test_unit_norms_shapes_dtypes(dtype, batch, d):
+def test_unit_norms_shapes_dtypes(dtype, batch, d, l1_path):
     g = torch.Generator().manual_seed(0)
     z1 = sample_l1_sphere(*batch, d=d, generator=g, dtype=dtype)
     z2 = sample_l2_sphere(*batch, d=d, generator=g, dtype=dtype)
@@ -37,18 +37,19 @@ def test_default_dtype_and_device():
     assert z.shape == (3,) and z.dtype == torch.float64
 
 
-def test_seeded_reproducible():
+def test_seeded_reproducible(l1_path):
     a = sample_l1_sphere(5, d=4, generator=torch.Generator().manual_seed(3))
     b = sample_l1_sphere(5, d=4, generator=torch.Generator().manual_seed(3))
     c = sample_l1_sphere(5, d=4, generator=torch.Generator().manual_seed(4))
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("d", [2, 5, 20])
-def test_l1_marginal_is_beta_and_signs_symmetric(d):
+def test_l1_marginal_is_beta_and_signs_symmetric(d, dtype, l1_path):
     # |z| is Dirichlet(1, ..., 1), so each |z_j| ~ Beta(1, d - 1)
     N = 20000
-    z = sample_l1_sphere(N, d=d, generator=torch.Generator().manual_seed(d), dtype=torch.float64)
+    z = sample_l1_sphere(N, d=d, generator=torch.Generator().manual_seed(d), dtype=dtype).double()
     for j in (0, d - 1):
         p = stats.kstest(z[:, j].abs().numpy(), stats.beta(1, d - 1).cdf).pvalue
         assert p > 1e-3, (d, j, p)
@@ -66,8 +67,24 @@ def test_l2_marginal_is_beta():
     assert p > 1e-3
 
 
-def test_l1_no_nan_at_u_zero(monkeypatch):
-    # all uniforms exactly 0: the magnitudes -log(1 - 0) = 0 are clamped, no 0 / 0
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_l1_no_nan_at_zero_words(monkeypatch, dtype):
+    monkeypatch.setattr(sampling, "WORDS_MIN_NUMEL", 0)
+    # every random word 0: each magnitude -log(1 - 2^-(p+1)) > 0, no 0 / 0
+    calls = []
+
+    def zeros(n, generator, dtype):
+        calls.append(n)
+        return torch.zeros(n, dtype=sampling._WORDS[dtype])
+
+    monkeypatch.setattr(sampling, "_random_words", zeros)
+    z = sample_l1_sphere(3, d=4, dtype=dtype)
+    assert calls == [12]
+    torch.testing.assert_close(z, torch.full((3, 4), 0.25, dtype=dtype))
+
+
+def test_l1_no_nan_at_u_zero_torch_path(monkeypatch):
+    # the torch.rand path (small batches, other dtypes and devices): u = 0 clamps too
     real = torch.rand
 
     def zeros(*args, **kwargs):
@@ -76,8 +93,30 @@ def test_l1_no_nan_at_u_zero(monkeypatch):
     monkeypatch.setattr(sampling.torch, "rand", zeros)
     z = sample_l1_sphere(3, d=4, dtype=torch.float32)
     monkeypatch.setattr(sampling.torch, "rand", real)
-    assert torch.isfinite(z).all()
-    assert torch.allclose(z.abs().sum(-1), torch.ones(3))
+    torch.testing.assert_close(z, torch.full((3, 4), -0.25))  # u = 0 < 1/2: negative
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_words_give_sign_and_exponential_magnitude(dtype, monkeypatch):
+    monkeypatch.setattr(sampling, "WORDS_MIN_NUMEL", 0)
+    # the bit layout: sign bit -> sign, mantissa bits -> w, magnitude -log(1 - w);
+    # checked against the closed form on hand-made words
+    bits = 32 if dtype == torch.float32 else 64
+    mant = 23 if dtype == torch.float32 else 52
+    w = torch.tensor([0.0, 0.5, 0.75, 1 - 2.0**-mant], dtype=torch.float64)
+    sign = [0, 1, 0, 1]
+    raw = []
+    for wi, si in zip(w.tolist(), sign, strict=True):  # exponent bits ignored: set some
+        word = int(wi * 2**mant) | (si << (bits - 1)) | (0x55 << (mant + 1))
+        raw.append(word - (1 << bits) if word >= 1 << (bits - 1) else word)
+    words = torch.tensor(raw, dtype=sampling._WORDS[dtype])
+    sign = torch.tensor(sign)
+    monkeypatch.setattr(sampling, "_random_words", lambda n, g, dt: words[:n].clone())
+    lap, total, _ = sampling._laplace_and_norm((4,), None, torch.device("cpu"), dtype)
+    mag = -torch.log1p(-(w + 2.0 ** -(mant + 1)))  # the middle of w's bin
+    expected = torch.where(sign == 1, -mag, mag)
+    torch.testing.assert_close(lap.double(), expected, rtol=tol(dtype, 4), atol=0)
+    torch.testing.assert_close(total.double(), mag.sum().reshape(1), rtol=tol(dtype, 8), atol=0)
 
 
 def test_l2_no_nan_at_zero_gaussian(monkeypatch):
