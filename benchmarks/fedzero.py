@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import platform
 import subprocess
@@ -450,6 +451,14 @@ def _jobs(args) -> list[dict]:
 RUNNERS = {"a": _run_a, "b": _run_b, "c": _run_c, "ckey": _run_c, "protocol": _run_protocol}
 
 
+def _run_isolated(job: dict) -> dict:
+    r"""Run a timing job in a fresh process: the allocator's state left by an earlier job
+    (a heap grown by a 10^8-element batch, trimmed or not) moved a cell's time by 2x when
+    the grid ran in one process."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(RUNNERS[job["part"]], (job,))
+
+
 # --- report ------------------------------------------------------------------------------
 def _fmt_ci(m, lo, hi, p=3) -> str:
     return f"{m:.{p}g} [{lo:.{p}g}, {hi:.{p}g}]"
@@ -614,9 +623,10 @@ def _part_c(runs, lines, summary):
             "`torch.set_num_threads(2)`) and of the per-worker NumPy loop (`rng.laplace`, "
             "normalise, f at two single points, the estimate; timed on min(batch, 2000, "
             "max(20, 2e6/d)) workers: its cost is linear in the workers). Grid: batch in "
-            "{1e2..1e6} x d in {10..1e4} with batch * d <= 1e8 (the estimator holds ~10 "
-            "`batch x d` temporaries: <= 4 GB in float32, <= 8 GB in float64). Median of "
-            "repeated calls after a warm-up.",
+            "{1e2..1e6} x d in {10..1e4} with batch * d <= 1e8 (the estimator holds 3 "
+            "`batch x d` buffers besides f's own: <= 1.2 GB in float32, <= 2.4 GB in float64). "
+            "Median of repeated calls after a warm-up; every cell in a fresh process (the heap "
+            "left by an earlier 1e8-element batch moved a cell's time by up to 2x).",
             "",
         ]
         for dtype in ("float32", "float64"):
@@ -885,7 +895,8 @@ def main(argv=None) -> int:
         with store.open("a") as fh:
             for job in jobs:
                 t = time.perf_counter()
-                rec = RUNNERS[job["part"]](job)
+                timing = job["part"] in ("c", "ckey")
+                rec = _run_isolated(job) if timing else RUNNERS[job["part"]](job)
                 fh.write(json.dumps(rec) + "\n")
                 fh.flush()
                 runs[rec["key"]] = rec
