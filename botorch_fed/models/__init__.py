@@ -6,6 +6,8 @@ r"""BoTorch models of botorch-fed.
 - :func:`fit_federated_pitc` / :func:`fit_local_average`: federated hyperparameters;
   :class:`PITCMarginalLogLikelihood` fits the same objective with ``fit_gpytorch_mll``
   when all clients' data are in one process.
+- :class:`FederatedPICGP`: the client-side distributed PIC sparse GP (pPIC): dPITC plus the
+  client's own data block, exact covariance with that block (:meth:`FederatedPICGP.from_pitc`).
 - :func:`fit_exact_gp` / :class:`ExactGPRefitter`: the one exact ``SingleTaskGP`` fit
   (a party's own data: local GPs, pooled-data GPs).
 - :func:`bures_wasserstein_barycenter`: the Wasserstein barycenter of Gaussians
@@ -38,6 +40,7 @@ from botorch_fed.models.federated_standardize import (
     standardize_outcomes,
 )
 from botorch_fed.models.nystrom import NystromEmbedding, nystrom_embedding, sample_dictionary
+from botorch_fed.models.pic import FederatedPICGP
 from botorch_fed.models.pitc import FederatedPITCGP, HyperparametersChangedError, sum_arrays
 from botorch_fed.models.pitc_fit import (
     FederatedFitResult,
@@ -73,6 +76,7 @@ __all__ = [
     "exact_gp_state",
     "fit_exact_gp",
     "FederatedFitResult",
+    "FederatedPICGP",
     "FederatedPITCGP",
     "HyperparametersChangedError",
     "PITCMarginalLogLikelihood",
