@@ -227,7 +227,8 @@ def test_algorithm_help_lists_only_its_options_with_defaults(capsys):
                  "--aggregator {plaintext,ckks,masking}", "--objective", "--bounds", "--config",
                  "--checkpoint", "--resume"):  # fmt: skip
         assert flag in text, flag
-    assert "(default: 16)" in text and "(default: 50)" in text and "(default: sample)" in text
+    assert "(default: 16)" in text and "(default: 50)" in text and "(default: default)" in text
+    assert "--preset {default,paper}" in text and "--mixing {sample,expected,global}" in text
     assert "[settings]" in text  # the config file's schema
     assert main(["run", "local", "--help"]) == 0
     text = capsys.readouterr().out
@@ -306,6 +307,22 @@ def test_run_uses_the_library_defaults_of_fbo_fedgp(tmp_path):
     defaults = FBOFedGPConfig()
     for name in ("support_every", "support_growth", "schedule", "hyperparameters", "mixing"):
         assert settings[name] == getattr(defaults, name), name
+
+
+def test_preset_paper_on_the_command_line_gives_the_papers_algorithm(tmp_path):
+    from botorch_fed.federation import FBOFedGPConfig
+
+    out = tmp_path / "r.json"
+    assert main(["run", "fbo-fedgp", *RUN_SMALL, "--preset", "paper", "--out", str(out)]) == 0
+    settings = json.loads(out.read_text())["config"]["settings"]
+    paper = FBOFedGPConfig.paper()
+    for name in ("preset", "mixing", "global_model", "global_batch"):
+        assert settings[name] == getattr(paper, name), name
+    # an explicit flag wins over the preset
+    assert main(["run", "fbo-fedgp", *RUN_SMALL, "--preset", "paper", "--mixing", "global",
+                 "--out", str(out)]) == 0  # fmt: skip
+    settings = json.loads(out.read_text())["config"]["settings"]
+    assert (settings["mixing"], settings["global_model"]) == ("global", "pitc")
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ is offered only to algorithms that aggregate securely.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import textwrap
 
 from botorch_fed import __version__
@@ -135,7 +136,16 @@ def _algorithm_parser(
 
     g = p.add_argument_group(f"{spec.name} settings ({settings_name})")
     docs = attribute_docs(spec.settings_class)
-    defaults = spec.settings_class()
+    # the declared defaults, not an instance's: a field left at None may be resolved by
+    # another (FBO-FedGP's `preset`), which must still see None from the command line
+    defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(spec.settings_class)
+        if f.default is not dataclasses.MISSING
+    }
+    instance = spec.settings_class()
+    for f in dataclasses.fields(spec.settings_class):
+        defaults.setdefault(f.name, getattr(instance, f.name))
     taken = {f for o in options for f in o.flags} | {"--help", "-h"}
     for option in setting_options(spec.settings_class):
         clash = taken.intersection(option.flags)
@@ -146,9 +156,9 @@ def _algorithm_parser(
             )
         taken.update(option.flags)
         text = docs.get(option.field) or option.field.replace("_", " ")
-        if option.nullable and getattr(defaults, option.field) is None:
+        if option.nullable and defaults[option.field] is None:
             text += " (default: none)"
-        add_option(g, options, option, getattr(defaults, option.field), text.replace("%", "%%"))
+        add_option(g, options, option, defaults[option.field], text.replace("%", "%%"))
 
     # fmt: off
     g = p.add_argument_group("run")

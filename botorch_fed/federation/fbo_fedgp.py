@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from botorch.acquisition import qLogExpectedImprovement, qUpperConfidenceBound
 from botorch.models.transforms.outcome import Standardize
 from botorch.models.utils.gpytorch_modules import (
     get_covar_module_with_dim_scaled_prior,
@@ -67,7 +68,11 @@ from botorch.models.utils.gpytorch_modules import (
 from gpytorch.means import ConstantMean
 from torch import Tensor
 
-from botorch_fed.acquisition import MixedLocalGlobalUCB, MixingSchedule
+from botorch_fed.acquisition import (
+    MixedLocalGlobalUCB,
+    MixingSchedule,
+    maximize_step_acquisition,
+)
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.messages import Message
@@ -78,6 +83,7 @@ from botorch_fed.inducing import global_support, local_centers, random_support
 from botorch_fed.models import (
     CENTRED_MOMENTS_LENGTH,
     OUTCOME_MOMENTS_LENGTH,
+    FederatedPICGP,
     FederatedPITCGP,
     PITCFitClient,
     PITCHyperparameters,
@@ -93,8 +99,20 @@ from botorch_fed.models import (
 SUPPORTS = ("clustered", "random")
 MAX_SUPPORT_SIZE = 4096  # a client refuses a larger support set or k from the server
 HYPERPARAMETERS = ("average", "federated")
-MIXINGS = ("sample", "expected")
-GLOBAL_BATCHES = ("distinct", "independent")
+MIXINGS = ("sample", "expected", "global")
+GLOBAL_BATCHES = ("distinct", "independent", "batch")
+GLOBAL_MODELS = ("pitc", "pic")
+PRESETS = ("default", "paper")
+# The settings a preset decides when they are left at None. "paper" is Alg. 2 as
+# published (with this implementation's documented choices where the paper is silent);
+# "default" is what benchmarks/fbo_fedgp_pays.py measured to work best. With the
+# "default" preset, an explicit shared-model batch rule (global_batch "distinct" or
+# "batch") or acquisition "kg" selects the dPITC model (PIC has no shared model and no
+# fantasies).
+PRESET_VALUES = {
+    "paper": {"mixing": "sample", "global_model": "pitc", "global_batch": "distinct"},
+    "default": {"mixing": "global", "global_model": "pic", "global_batch": "independent"},
+}
 
 
 @dataclass
@@ -112,15 +130,28 @@ class FBOFedGPConfig(BOSettings):
         min_cluster_size: Clients only send centres of clusters with at least this
             many points (a singleton's centre is a raw data point).
         schedule: ``c`` of ``p_t = 1 - t^-c`` (eq. 3), in ``(0, 1]``.
-        mixing: ``"sample"`` (Alg. 2) or ``"expected"`` (p_t-weighted UCB).
+        preset: ``"default"`` or ``"paper"``: the values of the settings below left at
+            ``None`` (see :data:`PRESET_VALUES`).
+        mixing: ``"sample"`` (Alg. 2: a local step with probability ``p_t``),
+            ``"expected"`` (p_t-weighted UCB) or ``"global"`` (every step on the global
+            model); ``None``: the preset's.
+        global_model: The model of a global step: ``"pitc"`` (the dPITC model of the
+            summed summaries, Alg. 2) or ``"pic"`` (the client's distributed PIC model:
+            the same summaries plus its own data block treated exactly, so it predicts
+            its own neighbourhood as its local GP does and the rest as dPITC);
+            ``None``: the preset's.
         hyperparameters: ``"average"`` or ``"federated"`` (see module docstring).
         hyper_every: Refresh the global hyperparameters every ``K`` rounds.
         federated_maxiter: L-BFGS-B iterations of a ``"federated"`` refresh.
         global_batch: How clients taking a global step in the same round choose:
-            ``"independent"`` (Alg. 2 literally: each maximises the same acquisition
-            on the same model, so they usually evaluate the same point) or
-            ``"distinct"`` (they run the same seeded multi-start search and take
-            distinct local optima by rank; no private data is exchanged).
+            ``"independent"`` (Alg. 2 literally: each maximises its acquisition on its
+            global model -- with ``"pitc"`` the same model, so they usually evaluate the
+            same point), ``"distinct"`` (they run the same seeded multi-start search on
+            the shared dPITC model and take distinct local optima by rank) or
+            ``"batch"`` (they compute the same sequential-greedy ``q``-batch of the
+            shared dPITC model -- each point conditioned on the earlier ones, as
+            BoTorch's ``q``-acquisitions -- and take the point of their rank). No
+            private data is exchanged for any of them. ``None``: the preset's.
     """
 
     support_size: int = 16
@@ -130,11 +161,31 @@ class FBOFedGPConfig(BOSettings):
     centers_per_client: int = 4
     min_cluster_size: int = 2
     schedule: float = 0.5
-    mixing: str = field(default="sample", metadata={"choices": MIXINGS})
+    preset: str = field(default="default", metadata={"choices": PRESETS})
+    mixing: str | None = field(default=None, metadata={"choices": MIXINGS})
+    global_model: str | None = field(default=None, metadata={"choices": GLOBAL_MODELS})
     hyperparameters: str = field(default="average", metadata={"choices": HYPERPARAMETERS})
     hyper_every: int = 10
     federated_maxiter: int = 30
-    global_batch: str = field(default="distinct", metadata={"choices": GLOBAL_BATCHES})
+    global_batch: str | None = field(default=None, metadata={"choices": GLOBAL_BATCHES})
+
+    def __post_init__(self) -> None:
+        if self.preset not in PRESETS:
+            raise ValueError(f"`preset`={self.preset!r} must be one of {PRESETS}.")
+        values = dict(PRESET_VALUES[self.preset])
+        if values["global_model"] == "pic" and (
+            self.global_batch in ("distinct", "batch") or self.acquisition == "kg"
+        ):
+            # a shared-model batch rule or KG's fantasies need the dPITC model
+            values["global_model"], values["global_batch"] = "pitc", "distinct"
+        for name, value in values.items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
+
+    @classmethod
+    def paper(cls, **overrides) -> FBOFedGPConfig:
+        r"""The paper's algorithm (Alg. 2 of [FBO-FedGP]): ``preset="paper"``."""
+        return cls(preset="paper", **overrides)
 
     def validate(self) -> None:
         r"""Raise ``ValueError`` naming the first invalid setting."""
@@ -155,7 +206,9 @@ class FBOFedGPConfig(BOSettings):
                 raise ValueError(f"`{name}` must be a non-negative integer, got {value!r}.")
         choices = {
             "support": SUPPORTS,
+            "preset": PRESETS,
             "mixing": MIXINGS,
+            "global_model": GLOBAL_MODELS,
             "hyperparameters": HYPERPARAMETERS,
             "global_batch": GLOBAL_BATCHES,
         }
@@ -176,6 +229,17 @@ class FBOFedGPConfig(BOSettings):
             )
         if self.mixing == "expected" and self.acquisition != "ucb":
             raise ValueError("`mixing`='expected' is defined for `acquisition`='ucb' only.")
+        if self.global_batch in ("distinct", "batch") and self.global_model == "pic":
+            raise ValueError(
+                f"`global_batch`={self.global_batch!r} needs the shared dPITC model "
+                "(`global_model`='pitc'): every client's PIC model is its own."
+            )
+        if self.global_batch == "batch" and self.acquisition not in ("ucb", "ei"):
+            raise ValueError("`global_batch`='batch' is defined for `acquisition` 'ucb' or 'ei'.")
+        if self.global_model == "pic" and self.acquisition == "kg":
+            raise ValueError(
+                "`global_model`='pic' does not support `acquisition`='kg' (no fantasies)."
+            )
 
 
 def global_modules(dim: int) -> tuple:
@@ -333,7 +397,7 @@ class FBOFedGPClient(BOClient):
         if len(self.X) == 0:  # every evaluation failed so far: a random step, no model
             self.evaluate(self.propose_local(t), t, "local")
             return {"global": False}
-        if self.config.mixing == "expected":
+        if self.config.mixing in ("expected", "global"):
             self._global_round = t
             return {"global": True}
         local = bool(self.schedule.sample(t, seed=self.rng))  # Alg. 2 lines 14-15
@@ -357,6 +421,9 @@ class FBOFedGPClient(BOClient):
             )
         self._global_round = None  # one global step per draw
         model = self.global_model()
+        if self.config.global_model == "pic" and len(self.X) > 0:
+            with self.timed("global_model"):
+                model = FederatedPICGP.from_pitc(model, self.X, self._transformed_Y())
         if self.config.mixing == "expected" and len(self.X) > 0:
             acqf = MixedLocalGlobalUCB(
                 self.local_model(),
@@ -366,6 +433,8 @@ class FBOFedGPClient(BOClient):
                 mode="expected",
             )
             x = self.acquire(model, t, acqf=acqf)
+        elif self.config.global_batch == "batch" and int(payload["count"]) > 1:
+            x = self._batch_point(model, t, payload)
         elif self.config.global_batch == "distinct" and self.config.acquisition != "ts":
             # every global client of round t holds the same model: same seeded search,
             # then one distinct optimum each (see BOClient.acquire). The acquisition must
@@ -388,6 +457,32 @@ class FBOFedGPClient(BOClient):
             x = self.acquire(model, t)
         self.evaluate(x, t, "global")
         return {}
+
+    def _batch_point(self, model: FederatedPITCGP, t: int, payload: dict) -> Tensor:
+        r"""This client's point of the round's shared sequential-greedy ``q``-batch on
+        the shared dPITC model (every global client computes the same batch from the
+        same model and seed, and takes the point of its rank)."""
+        count, rank, seed = int(payload["count"]), int(payload["rank"]), int(payload["seed"])
+        s = self.config
+        if s.acquisition == "ucb":
+            acqf = qUpperConfidenceBound(model, beta=s.beta_at(t, self.dim))
+        else:  # EI's incumbent from the shared model, as for "distinct"
+            with torch.no_grad():
+                best_f = model.posterior(self.support).mean.max()
+            acqf = qLogExpectedImprovement(model, best_f=best_f)
+        with self.timed("acquisition"):
+            X = maximize_step_acquisition(
+                acqf,
+                self.bounds,
+                seed=seed,
+                q=count,
+                num_restarts=s.num_restarts,
+                raw_samples=s.raw_samples,
+                maxiter=s.maxiter,
+                sequential=True,
+            )
+        x = X[rank].reshape(1, self.dim).clamp(0.0, 1.0)
+        return self.avoid_failures(x)
 
     def on_apply_theta(self, payload: dict) -> dict:
         hyper = PITCHyperparameters(*self.modules)
@@ -581,7 +676,9 @@ class FBOFedGPServer(FederatedServer):
                 else:  # no client holds enough data yet
                     bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
                     support = random_support(bounds, self.support_size, seed=self.seed + t)
-        self.support = support
+        # k-means centres are means of points of the unit cube: rounding can leave one
+        # a few ulps outside, which the clients would refuse
+        self.support = support = support.clamp(0.0, 1.0)
         self.broadcast("support", {"support": support.numpy()})
 
     def refresh_hyperparameters(self, t: int) -> None:

@@ -542,3 +542,110 @@ def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregato
     # ... and nothing else the server received
     assert len(a) == len(b) > 50
     assert a == b
+
+
+# --- presets and the options of issue 13 ---------------------------------------------------
+def test_presets_fill_what_is_left_unset():
+    from botorch_fed.federation.fbo_fedgp import PRESET_VALUES
+
+    default, paper = FBOFedGPConfig(), FBOFedGPConfig.paper()
+    for cfg, preset in ((default, "default"), (paper, "paper")):
+        for name, value in PRESET_VALUES[preset].items():
+            assert getattr(cfg, name) == value, (preset, name)
+    assert (paper.mixing, paper.global_model, paper.global_batch) == ("sample", "pitc", "distinct")
+    # an explicit value wins over the preset
+    assert FBOFedGPConfig.paper(mixing="global").mixing == "global"
+    assert FBOFedGPConfig(mixing="sample").global_model == PRESET_VALUES["default"]["global_model"]
+    # a shared-model batch rule or KG's fantasies select the dPITC model
+    for kwargs in ({"global_batch": "distinct"}, {"global_batch": "batch"}, {"acquisition": "kg"}):
+        cfg = FBOFedGPConfig(**kwargs)
+        assert cfg.global_model == "pitc", kwargs
+        cfg.validate()
+    with pytest.raises(ValueError, match="`global_batch`='distinct' needs the shared dPITC"):
+        FBOFedGPConfig(global_model="pic", global_batch="distinct").validate()
+    with pytest.raises(ValueError, match="`global_model`='pic' does not support"):
+        FBOFedGPConfig(global_model="pic", global_batch="independent", acquisition="kg").validate()
+    with pytest.raises(ValueError, match="`preset`"):
+        FBOFedGPConfig(preset="fast")
+
+
+def test_default_global_steps_use_each_clients_pic_model(monkeypatch):
+    from botorch_fed.models import FederatedPICGP
+
+    built = []
+    original = FederatedPICGP.from_pitc.__func__
+
+    def recording(cls, model, block_X, block_Y):
+        built.append((block_X.clone(), block_Y.clone()))
+        return original(cls, model, block_X, block_Y)
+
+    monkeypatch.setattr(FederatedPICGP, "from_pitc", classmethod(recording))
+    server, clients, _ = build_federation("fbo-fedgp", _setup(num_clients=3), _config())
+    server.run()
+    steps = [h["step"] for c in clients.values() for h in c.history]
+    assert steps.count("global") == 3 * 3 and "local" not in steps  # mixing "global"
+    assert len(built) == 9
+    # every client's model holds its own data block as of its step: round t's block is
+    # the client's first 4 + t - 1 points, in the order the clients run
+    for i, (X, _) in enumerate(built):
+        client = clients[sorted(clients)[i % 3]]
+        t = 1 + i // 3
+        torch.testing.assert_close(X, client.X[: 4 + t - 1], rtol=0, atol=0)
+
+
+def test_batch_rule_takes_the_shared_sequential_greedy_batch():
+    # the clients of a round compute the same q-batch on the same dPITC model and take
+    # the point of their rank: recompute the batch independently from client 0's model
+    from botorch.acquisition import qUpperConfidenceBound
+
+    from botorch_fed.acquisition import maximize_step_acquisition
+
+    cfg = _config(num_rounds=1, mixing="global", global_batch="batch")
+    assert cfg.global_model == "pitc"
+    server, clients, _ = build_federation("fbo-fedgp", _setup(num_clients=3), cfg)
+    seeds = []
+    for c in clients.values():
+        original = c.on_global_step
+
+        def recording(payload, original=original, c=c):
+            seeds.append((int(payload["seed"]), c.global_model()))
+            return original(payload)
+
+        c.on_global_step = recording
+    server.run()
+    seed, model = seeds[0]
+    assert all(s == seed for s, _ in seeds)
+    c0 = clients[sorted(clients)[0]]
+    batch = maximize_step_acquisition(
+        qUpperConfidenceBound(model, beta=cfg.beta_at(1, 2)),
+        c0.bounds,
+        seed=seed,
+        q=3,
+        num_restarts=cfg.num_restarts,
+        raw_samples=cfg.raw_samples,
+        maxiter=cfg.maxiter,
+        sequential=True,
+    ).clamp(0.0, 1.0)
+    X = torch.stack([c.X[-1] for c in clients.values()])
+    torch.testing.assert_close(X, batch, rtol=0, atol=1e-12)
+    assert torch.cdist(X, X).add(torch.eye(3)).min() > 1e-6  # three different points
+
+
+def test_support_is_clamped_into_the_unit_cube(monkeypatch):
+    # k-means centres are means of unit-cube points; rounding may leave one a few ulps
+    # outside, which every client would refuse as a protocol violation
+    import botorch_fed.federation.fbo_fedgp as fbo
+
+    real = fbo.global_support
+
+    def rounding(centers, size, seed=None):
+        S = real(centers, size, seed=seed)
+        S[0, 0] = -5.551115123125783e-17
+        S[-1, -1] = 1 + 2.220446049250313e-16
+        return S
+
+    monkeypatch.setattr(fbo, "global_support", rounding)
+    server, clients, _ = build_federation("fbo-fedgp", _setup(), _config(num_rounds=1))
+    server.run()
+    for c in clients.values():
+        assert ((c.support >= 0) & (c.support <= 1)).all()
