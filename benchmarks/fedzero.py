@@ -147,8 +147,13 @@ def _run_a(job: dict) -> dict:
     box = Box(-torch.ones(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64))
     if job["problem"] == "lad":
         prob = _lad_problem(d, min(10, d), 0)
-        L, f, ctx, pop, f_star = (prob.lipschitz, prob.evaluate_contexts, prob.sample_contexts,
-                                  prob.evaluate_true, prob.optimal_value)
+        L, f, ctx, pop, f_star = (
+            prob.lipschitz,
+            prob.evaluate_contexts,
+            prob.sample_contexts,
+            prob.evaluate_true,
+            prob.optimal_value,
+        )
         x0 = torch.zeros(d, dtype=torch.float64)
     else:  # f(x) = ||x - x*||_1, x* ~ U[-0.5, 0.5]^d, from the corner -1: L = sqrt(d)
         x_star = torch.rand(d, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
@@ -246,8 +251,16 @@ def _b_problem(name: str):
         p = _LAD(A, x_star)
         x0 = torch.full((d,), 1.0 / d, dtype=torch.float64)
         note = "Simplex(1), x* = (0.5, 0.3, 0.2) on 3 random coordinates"
-        return (p.evaluate_contexts, p.sample_contexts, p.population, 0.0, Simplex(1.0), x0,
-                p.lipschitz, note)
+        return (
+            p.evaluate_contexts,
+            p.sample_contexts,
+            p.population,
+            0.0,
+            Simplex(1.0),
+            x0,
+            p.lipschitz,
+            note,
+        )
     # linear on the simplex: f(x) = c'x, f* = min_j c_j (a vertex)
     c = torch.randn(d, generator=g, dtype=torch.float64)
     x0 = torch.full((d,), 1.0 / d, dtype=torch.float64)
@@ -271,8 +284,18 @@ def _run_b(job: dict) -> dict:
     seed = 7919 * (B_PROBLEMS.index(job["problem"]) + 1) + (job["estimator"] == "l2")
     gen = torch.Generator().manual_seed(seed + 100 * list(B_REGIMES).index(job["regime"]))
     sim = simulate_fedzero(
-        f, dom, x0, num_runs=R, num_workers=m, num_rounds=n, eta=eta, h=h,
-        estimator=job["estimator"], generator=gen, contexts=ctx, record_every=None,
+        f,
+        dom,
+        x0,
+        num_runs=R,
+        num_workers=m,
+        num_rounds=n,
+        eta=eta,
+        h=h,
+        estimator=job["estimator"],
+        generator=gen,
+        contexts=ctx,
+        record_every=None,
     )
     with torch.no_grad():
         err = (pop(sim.average) - f_star).tolist()
@@ -372,9 +395,23 @@ def _run_protocol(job: dict) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
         cmd = [
-            str(exe), "run", "fedzero", "--problem", "l1-regression", "--dim", str(job["dim"]),
-            "--clients", str(job["clients"]), "--rounds", str(job["rounds"]), "--seed", "0",
-            "--message", job["message"], "--out", str(out),
+            str(exe),
+            "run",
+            "fedzero",
+            "--problem",
+            "l1-regression",
+            "--dim",
+            str(job["dim"]),
+            "--clients",
+            str(job["clients"]),
+            "--rounds",
+            str(job["rounds"]),
+            "--seed",
+            "0",
+            "--message",
+            job["message"],
+            "--out",
+            str(out),
         ]
         load_before = _load()
         t0 = time.perf_counter()
@@ -413,15 +450,33 @@ def _jobs(args) -> list[dict]:
         for prob in A_PROBLEMS:
             for m in args.a_workers:
                 for n in args.a_horizons:
-                    jobs.append(dict(key=f"a/{prob}/m{m}/n{n}", part="a", problem=prob, m=m,
-                                     n=n, runs=args.a_runs, dim=A_DIM))
+                    jobs.append(
+                        dict(
+                            key=f"a/{prob}/m{m}/n{n}",
+                            part="a",
+                            problem=prob,
+                            m=m,
+                            n=n,
+                            runs=args.a_runs,
+                            dim=A_DIM,
+                        )
+                    )
     if "b" in args.parts:
         for prob in B_PROBLEMS:
             for regime in B_REGIMES:
                 for est in ("l1", "l2"):
-                    jobs.append(dict(key=f"b/{prob}/{regime}/{est}", part="b", problem=prob,
-                                     regime=regime, estimator=est, n=args.b_rounds,
-                                     m=B_WORKERS, runs=args.b_runs))
+                    jobs.append(
+                        dict(
+                            key=f"b/{prob}/{regime}/{est}",
+                            part="b",
+                            problem=prob,
+                            regime=regime,
+                            estimator=est,
+                            n=args.b_rounds,
+                            m=B_WORKERS,
+                            runs=args.b_runs,
+                        )
+                    )
     if "c" in args.parts:
         for dtype in ("float32", "float64"):
             for d in args.c_dims:
@@ -429,8 +484,17 @@ def _jobs(args) -> list[dict]:
                     if batch * d > C_MAX_ELEMENTS:
                         continue
                     for impl in ("torch", "numpy-loop"):
-                        jobs.append(dict(key=f"c/{dtype}/{impl}/B{batch}/d{d}", part="c",
-                                         impl=impl, dtype=dtype, batch=batch, d=d, threads=2))
+                        jobs.append(
+                            dict(
+                                key=f"c/{dtype}/{impl}/B{batch}/d{d}",
+                                part="c",
+                                impl=impl,
+                                dtype=dtype,
+                                batch=batch,
+                                d=d,
+                                threads=2,
+                            )
+                        )
         key_b, key_d = args.c_key
         for rep in range(C_REPS):
             for threads in (2, 1):
@@ -438,13 +502,30 @@ def _jobs(args) -> list[dict]:
                     for impl in ("torch", "numpy-loop"):
                         if impl == "numpy-loop" and threads == 1:
                             continue  # the loop is single-threaded either way
-                        jobs.append(dict(key=f"ckey/{dtype}/{impl}/t{threads}/rep{rep}",
-                                         part="ckey", impl=impl, dtype=dtype, batch=key_b,
-                                         d=key_d, threads=threads, rep=rep))
+                        jobs.append(
+                            dict(
+                                key=f"ckey/{dtype}/{impl}/t{threads}/rep{rep}",
+                                part="ckey",
+                                impl=impl,
+                                dtype=dtype,
+                                batch=key_b,
+                                d=key_d,
+                                threads=threads,
+                                rep=rep,
+                            )
+                        )
     if "protocol" in args.parts:
         for msg in MESSAGES:
-            jobs.append(dict(key=f"protocol/{msg}/n{args.p_rounds}", part="protocol",
-                             message=msg, rounds=args.p_rounds, dim=P_DIM, clients=P_CLIENTS))
+            jobs.append(
+                dict(
+                    key=f"protocol/{msg}/n{args.p_rounds}",
+                    part="protocol",
+                    message=msg,
+                    rounds=args.p_rounds,
+                    dim=P_DIM,
+                    clients=P_CLIENTS,
+                )
+            )
     return jobs
 
 
@@ -518,40 +599,54 @@ def _part_a_one(prob, recs, lines, summary, rng):
     lines.append("")
     # slopes in n per m
     slopes_n = {}
-    lines += ["Fitted slope of log(mean error) on log n, per m (theory: -1/2):", "",
-              "| m | slope in n [95% CI] | CI contains -1/2 | within 0.1 of -1/2 |",
-              "|---|---|---|---|"]
+    lines += [
+        "Fitted slope of log(mean error) on log n, per m (theory: -1/2):",
+        "",
+        "| m | slope in n [95% CI] | CI contains -1/2 | within 0.1 of -1/2 |",
+        "|---|---|---|---|",
+    ]
     for m in ms:
         have = [n for n in ns if (m, n) in cell]
         if len(have) < 2:
             continue
         s, (lo, hi) = _slope_with_ci(have, [np.array(cell[(m, n)]["errors"]) for n in have], rng)
         slopes_n[m] = (s, lo, hi)
-        lines.append(f"| {m} | {_fmt_ci(s, lo, hi)} | {'yes' if lo <= -0.5 <= hi else 'no'} | "
-                     f"{'yes' if abs(s + 0.5) <= 0.1 else 'no'} |")
+        lines.append(
+            f"| {m} | {_fmt_ci(s, lo, hi)} | {'yes' if lo <= -0.5 <= hi else 'no'} | "
+            f"{'yes' if abs(s + 0.5) <= 0.1 else 'no'} |"
+        )
     lines.append("")
     slopes_m = {}
-    lines += ["Fitted slope of log(mean error) on log m, per n (theory: -1/2):", "",
-              "| n | slope in m [95% CI] | CI contains -1/2 | within 0.1 of -1/2 |",
-              "|---|---|---|---|"]
+    lines += [
+        "Fitted slope of log(mean error) on log m, per n (theory: -1/2):",
+        "",
+        "| n | slope in m [95% CI] | CI contains -1/2 | within 0.1 of -1/2 |",
+        "|---|---|---|---|",
+    ]
     for n in ns:
         have = [m for m in ms if (m, n) in cell]
         if len(have) < 2:
             continue
         s, (lo, hi) = _slope_with_ci(have, [np.array(cell[(m, n)]["errors"]) for m in have], rng)
         slopes_m[n] = (s, lo, hi)
-        lines.append(f"| {n} | {_fmt_ci(s, lo, hi)} | {'yes' if lo <= -0.5 <= hi else 'no'} | "
-                     f"{'yes' if abs(s + 0.5) <= 0.1 else 'no'} |")
+        lines.append(
+            f"| {n} | {_fmt_ci(s, lo, hi)} | {'yes' if lo <= -0.5 <= hi else 'no'} | "
+            f"{'yes' if abs(s + 0.5) <= 0.1 else 'no'} |"
+        )
     lines.append("")
     t_a = sum(r["time_s"] for r in recs)
     lines += [f"Compute: {t_a:.0f} s ({len(recs)} simulate calls).", ""]
     summary["a"][prob] = {
-        "cells": {f"m{m}/n{n}": dict(zip(("mean", "lo", "hi", "ratio"), v, strict=True))
-                  for (m, n), v in table.items()},
-        "slope_n": {str(m): dict(zip(("slope", "lo", "hi"), v, strict=True))
-                    for m, v in slopes_n.items()},
-        "slope_m": {str(n): dict(zip(("slope", "lo", "hi"), v, strict=True))
-                    for n, v in slopes_m.items()},
+        "cells": {
+            f"m{m}/n{n}": dict(zip(("mean", "lo", "hi", "ratio"), v, strict=True))
+            for (m, n), v in table.items()
+        },
+        "slope_n": {
+            str(m): dict(zip(("slope", "lo", "hi"), v, strict=True)) for m, v in slopes_n.items()
+        },
+        "slope_m": {
+            str(n): dict(zip(("slope", "lo", "hi"), v, strict=True)) for n, v in slopes_m.items()
+        },
         "time_s": t_a,
     }
     return cell, table, ms, ns
@@ -594,19 +689,33 @@ def _part_b(runs, lines, summary, rng):
             rlo, rhi = _bootstrap_ci(r1 / r2)
             win = "tie" if rlo <= 1 <= rhi else ("l1" if ratio < 1 else "l2")
             note = cell[(prob, regime, "l1")]["domain"]
-            lines.append(f"| {prob} ({note}) | {B_FAVOURS[prob]} | {regime} | {_fmt_ci(*m1)} | "
-                         f"{_fmt_ci(*m2)} | {_fmt_ci(ratio, rlo, rhi)} | **{win}** |")
-            out[f"{prob}/{regime}"] = {"l1": m1, "l2": m2, "ratio": (ratio, rlo, rhi),
-                                       "winner": win, "favours": B_FAVOURS[prob],
-                                       "h": cell[(prob, regime, "l1")]["h"],
-                                       "eta": cell[(prob, regime, "l1")]["eta"],
-                                       "f0": cell[(prob, regime, "l1")]["f0"]}
+            lines.append(
+                f"| {prob} ({note}) | {B_FAVOURS[prob]} | {regime} | {_fmt_ci(*m1)} | "
+                f"{_fmt_ci(*m2)} | {_fmt_ci(ratio, rlo, rhi)} | **{win}** |"
+            )
+            out[f"{prob}/{regime}"] = {
+                "l1": m1,
+                "l2": m2,
+                "ratio": (ratio, rlo, rhi),
+                "winner": win,
+                "favours": B_FAVOURS[prob],
+                "h": cell[(prob, regime, "l1")]["h"],
+                "eta": cell[(prob, regime, "l1")]["eta"],
+                "f0": cell[(prob, regime, "l1")]["f0"],
+            }
     lines.append("")
-    lines += ["Starting errors f(x_1) - f* and steps: " + "; ".join(
-        f"{p}: f0 {cell[(p, 'theory', 'l1')]['f0']:.3g}, "
-        f"eta {cell[(p, 'theory', 'l1')]['eta']:.3g}, "
-        f"h {cell[(p, 'theory', 'l1')]['h']:.3g}"
-        for p in B_PROBLEMS if (p, "theory", "l1") in cell) + ".", ""]
+    lines += [
+        "Starting errors f(x_1) - f* and steps: "
+        + "; ".join(
+            f"{p}: f0 {cell[(p, 'theory', 'l1')]['f0']:.3g}, "
+            f"eta {cell[(p, 'theory', 'l1')]['eta']:.3g}, "
+            f"h {cell[(p, 'theory', 'l1')]['h']:.3g}"
+            for p in B_PROBLEMS
+            if (p, "theory", "l1") in cell
+        )
+        + ".",
+        "",
+    ]
     summary["b"] = out
     return out
 
@@ -636,9 +745,12 @@ def _part_c(runs, lines, summary):
             ds = sorted({r["d"] for r in sub})
             bs = sorted({r["batch"] for r in sub})
             cell = {(r["impl"], r["batch"], r["d"]): r for r in sub}
-            lines += [f"{dtype}: queries/s torch batched / NumPy loop (speed-up)", "",
-                      "| batch \\ d | " + " | ".join(str(d) for d in ds) + " |",
-                      "|---" * (len(ds) + 1) + "|"]
+            lines += [
+                f"{dtype}: queries/s torch batched / NumPy loop (speed-up)",
+                "",
+                "| batch \\ d | " + " | ".join(str(d) for d in ds) + " |",
+                "|---" * (len(ds) + 1) + "|",
+            ]
             for b in bs:
                 row = []
                 for d in ds:
@@ -646,61 +758,97 @@ def _part_c(runs, lines, summary):
                     if t is None or nl is None:
                         row.append("-")
                         continue
-                    row.append(f"{t['queries_per_s']:.3g} / {nl['queries_per_s']:.3g} "
-                               f"({t['queries_per_s'] / nl['queries_per_s']:.2g}x)")
+                    row.append(
+                        f"{t['queries_per_s']:.3g} / {nl['queries_per_s']:.3g} "
+                        f"({t['queries_per_s'] / nl['queries_per_s']:.2g}x)"
+                    )
                 lines.append(f"| {b} | " + " | ".join(row) + " |")
             lines.append("")
         loads = [x for r in recs for x in (r["load_before"][0], r["load_after"][0])]
-        lines += [f"1-minute load average during the grid: {min(loads):.2f} to {max(loads):.2f} "
-                  "(2 cores; other engineers' jobs were running).", ""]
+        lines += [
+            f"1-minute load average during the grid: {min(loads):.2f} to {max(loads):.2f} "
+            "(2 cores; other engineers' jobs were running).",
+            "",
+        ]
     summary_c = {}
     if keyrecs:
         kb, kd = keyrecs[0]["batch"], keyrecs[0]["d"]
-        lines += [f"**Key cell m = {kb}, d = {kd}** ({C_REPS} repetitions, median; each "
-                  "repetition itself the median of several calls):", "",
-                  "| dtype | torch threads | torch s/call (reps) | NumPy loop s/call (reps) | "
-                  "speed-up (median) | >= 10x |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"**Key cell m = {kb}, d = {kd}** ({C_REPS} repetitions, median; each "
+            "repetition itself the median of several calls):",
+            "",
+            "| dtype | torch threads | torch s/call (reps) | NumPy loop s/call (reps) | "
+            "speed-up (median) | >= 10x |",
+            "|---|---|---|---|---|---|",
+        ]
         for dtype in ("float32", "float64"):
-            nl = sorted(r["sec_per_call"] * kb / r["workers_timed"] for r in keyrecs
-                        if r["dtype"] == dtype and r["impl"] == "numpy-loop")
+            nl = sorted(
+                r["sec_per_call"] * kb / r["workers_timed"]
+                for r in keyrecs
+                if r["dtype"] == dtype and r["impl"] == "numpy-loop"
+            )
             for threads in (2, 1):
-                tt = sorted(r["sec_per_call"] for r in keyrecs if r["dtype"] == dtype
-                            and r["impl"] == "torch" and r["threads"] == threads)
+                tt = sorted(
+                    r["sec_per_call"]
+                    for r in keyrecs
+                    if r["dtype"] == dtype and r["impl"] == "torch" and r["threads"] == threads
+                )
                 if not tt or not nl:
                     continue
                 sp = float(np.median(nl) / np.median(tt))
                 summary_c[f"{dtype}/t{threads}"] = {"torch_s": tt, "numpy_s": nl, "speedup": sp}
-                lines.append(f"| {dtype} | {threads} | {np.median(tt):.4f} "
-                             f"({', '.join(f'{x:.4f}' for x in tt)}) | {np.median(nl):.4f} "
-                             f"({', '.join(f'{x:.4f}' for x in nl)}) | {sp:.2f}x | "
-                             f"{'yes' if sp >= 10 else 'no'} |")
+                lines.append(
+                    f"| {dtype} | {threads} | {np.median(tt):.4f} "
+                    f"({', '.join(f'{x:.4f}' for x in tt)}) | {np.median(nl):.4f} "
+                    f"({', '.join(f'{x:.4f}' for x in nl)}) | {sp:.2f}x | "
+                    f"{'yes' if sp >= 10 else 'no'} |"
+                )
         loads = [x for r in keyrecs for x in (r["load_before"][0], r["load_after"][0])]
-        lines += ["", f"1-minute load average around the key measurements: {min(loads):.2f} "
-                  f"to {max(loads):.2f}.", ""]
+        lines += [
+            "",
+            f"1-minute load average around the key measurements: {min(loads):.2f} "
+            f"to {max(loads):.2f}.",
+            "",
+        ]
     prot = [r for r in runs.values() if r["part"] == "protocol"]
     if prot:
         p0 = prot[0]
-        lines += [f"**Protocol**: `{p0['command'].replace(' --message ' + p0['message'], '')} "
-                  "--message {vector,seed,sign}` (CLI default `--threads 1`; `--out` to a "
-                  "temporary file). Bytes from the run's ledger; per message = per client per "
-                  "round.", "",
-                  "| message | wall s (CLI, incl. start-up) | run time_s | bytes up / message | "
-                  "bytes down / message | total up | f(x_bar) - f* | load before |",
-                  "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"**Protocol**: `{p0['command'].replace(' --message ' + p0['message'], '')} "
+            "--message {vector,seed,sign}` (CLI default `--threads 1`; `--out` to a "
+            "temporary file). Bytes from the run's ledger; per message = per client per "
+            "round.",
+            "",
+            "| message | wall s (CLI, incl. start-up) | run time_s | bytes up / message | "
+            "bytes down / message | total up | f(x_bar) - f* | load before |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for msg in MESSAGES:
             r = next((x for x in prot if x["message"] == msg), None)
             if r is None:
                 continue
             val = r["recommendation_value"]
             opt = r["optimal_value"] or 0.0
-            lines.append(f"| {msg} | {r['wall_s']:.1f} | {r['run_time_s']:.1f} | "
-                         f"{r['bytes_up_per_message']:.0f} | {r['bytes_down_per_message']:.0f} | "
-                         f"{r['bytes_up_total']} | "
-                         f"{'-' if val is None else f'{val - opt:.4g}'} | {r['load_before'][0]} |")
+            lines.append(
+                f"| {msg} | {r['wall_s']:.1f} | {r['run_time_s']:.1f} | "
+                f"{r['bytes_up_per_message']:.0f} | {r['bytes_down_per_message']:.0f} | "
+                f"{r['bytes_up_total']} | "
+                f"{'-' if val is None else f'{val - opt:.4g}'} | {r['load_before'][0]} |"
+            )
         lines.append("")
-        summary_c["protocol"] = {r["message"]: {k: r[k] for k in (
-            "wall_s", "run_time_s", "bytes_up_per_message", "bytes_down_per_message",
-            "recommendation_value")} for r in prot}
+        summary_c["protocol"] = {
+            r["message"]: {
+                k: r[k]
+                for k in (
+                    "wall_s",
+                    "run_time_s",
+                    "bytes_up_per_message",
+                    "bytes_down_per_message",
+                    "recommendation_value",
+                )
+            }
+            for r in prot
+        }
     summary["c"] = summary_c
 
 
@@ -723,13 +871,23 @@ def _plots(runs, out: Path, a_data, b_data) -> None:
                 # running average of the longest horizon's runs (eta/h tuned for that horizon)
                 nmax = max(n for n in ns if (m, n) in cell)
                 c = cell[(m, nmax)]
-                ax.plot(c["curve_rounds"], c["curve_mean_error"], lw=0.6, alpha=0.5,
-                        color=ax.lines[-1].get_color())
+                ax.plot(
+                    c["curve_rounds"],
+                    c["curve_mean_error"],
+                    lw=0.6,
+                    alpha=0.5,
+                    color=ax.lines[-1].get_color(),
+                )
             y0 = table[(ms[-1], ns[0])][0]
             ax.plot(ns, [y0 * (n / ns[0]) ** -0.5 for n in ns], "k--", lw=1, label="slope -1/2")
-            ax.set(xscale="log", yscale="log", xlabel="horizon n (rounds)",
-                   ylabel="f(x_bar_n) - f*", title=f"(a) {prob}: error vs n (markers: "
-                   "horizon-tuned;\nthin: running average of the longest run)")
+            ax.set(
+                xscale="log",
+                yscale="log",
+                xlabel="horizon n (rounds)",
+                ylabel="f(x_bar_n) - f*",
+                title=f"(a) {prob}: error vs n (markers: "
+                "horizon-tuned;\nthin: running average of the longest run)",
+            )
             ax.legend(fontsize=7)
             ax = row[1]
             for n in ns:
@@ -738,8 +896,13 @@ def _plots(runs, out: Path, a_data, b_data) -> None:
                 ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="s", capsize=3, label=f"n = {n}")
             y0 = table[(ms[0], ns[-1])][0]
             ax.plot(ms, [y0 * (m / ms[0]) ** -0.5 for m in ms], "k--", lw=1, label="slope -1/2")
-            ax.set(xscale="log", yscale="log", xlabel="workers m", ylabel="f(x_bar_n) - f*",
-                   title=f"(a) {prob}: error vs m")
+            ax.set(
+                xscale="log",
+                yscale="log",
+                xlabel="workers m",
+                ylabel="f(x_bar_n) - f*",
+                title=f"(a) {prob}: error vs m",
+            )
             ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out / f"{STEM}_a.png", dpi=100)
@@ -754,8 +917,14 @@ def _plots(runs, out: Path, a_data, b_data) -> None:
                 y = np.array([v[0] for v in vals])
                 lo = np.array([v[1] for v in vals])
                 hi = np.array([v[2] for v in vals])
-                ax.bar(x + (k - 0.5) * 0.38, y, 0.38, yerr=[y - lo, hi - y], capsize=3,
-                       label=f"{est} sphere")
+                ax.bar(
+                    x + (k - 0.5) * 0.38,
+                    y,
+                    0.38,
+                    yerr=[y - lo, hi - y],
+                    capsize=3,
+                    label=f"{est} sphere",
+                )
             ax.set_xticks(x, [p.replace(", ", "\n") for p in probs], fontsize=7)
             ax.set(yscale="log", title=f"(b) regime: {regime}", ylabel="f(x_bar_n) - f*")
             ax.legend(fontsize=7)
@@ -768,13 +937,21 @@ def _plots(runs, out: Path, a_data, b_data) -> None:
         for ax, dtype in zip(axes, ("float32", "float64"), strict=True):
             for d in sorted({r["d"] for r in recs}):
                 for impl, style in (("torch", "-o"), ("numpy-loop", ":x")):
-                    pts = sorted((r["batch"], r["queries_per_s"]) for r in recs
-                                 if r["dtype"] == dtype and r["d"] == d and r["impl"] == impl)
+                    pts = sorted(
+                        (r["batch"], r["queries_per_s"])
+                        for r in recs
+                        if r["dtype"] == dtype and r["d"] == d and r["impl"] == impl
+                    )
                     if pts:
                         x, y = zip(*pts, strict=True)
                         ax.plot(x, y, style, label=f"{impl}, d = {d}")
-            ax.set(xscale="log", yscale="log", xlabel="batch (worker-queries per call)",
-                   ylabel="worker-queries / s", title=f"(c) l1_gradient throughput, {dtype}")
+            ax.set(
+                xscale="log",
+                yscale="log",
+                xlabel="batch (worker-queries per call)",
+                ylabel="worker-queries / s",
+                title=f"(c) l1_gradient throughput, {dtype}",
+            )
             ax.legend(fontsize=6, ncol=2)
         fig.tight_layout()
         fig.savefig(out / f"{STEM}_c.png", dpi=100)
@@ -787,32 +964,43 @@ def _verdicts(summary) -> list[str]:
         if a["slope_n"]:
             sl = a["slope_n"]
             ok = all(abs(v["slope"] + 0.5) <= 0.1 for v in sl.values())
-            txt = ", ".join(f"m={m}: {v['slope']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]"
-                            for m, v in sl.items())
-            lines.append(f"| {prob}: error ~ n^(-1/2) at fixed m (Cor. 3.2) | slopes {txt} | "
-                         f"{'yes (all within 0.1 of -1/2)' if ok else 'not for every m'} |")
+            txt = ", ".join(
+                f"m={m}: {v['slope']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]" for m, v in sl.items()
+            )
+            lines.append(
+                f"| {prob}: error ~ n^(-1/2) at fixed m (Cor. 3.2) | slopes {txt} | "
+                f"{'yes (all within 0.1 of -1/2)' if ok else 'not for every m'} |"
+            )
         if a["slope_m"]:
             n_last = max(a["slope_m"], key=int)
             v = a["slope_m"][n_last]
             ok = abs(v["slope"] + 0.5) <= 0.1
-            lines.append(f"| {prob}: error ~ m^(-1/2) at fixed n (Cor. 3.2) | slope at n = "
-                         f"{n_last}: {v['slope']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}] | "
-                         f"{'yes (within 0.1 of -1/2)' if ok else 'no'} |")
+            lines.append(
+                f"| {prob}: error ~ m^(-1/2) at fixed n (Cor. 3.2) | slope at n = "
+                f"{n_last}: {v['slope']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}] | "
+                f"{'yes (within 0.1 of -1/2)' if ok else 'no'} |"
+            )
     b = summary.get("b")
     if b:
         th = {k.split("/")[0]: v["winner"] for k, v in b.items() if k.endswith("/theory")}
         sm = {k.split("/")[0]: v["winner"] for k, v in b.items() if k.endswith("/h/100")}
-        lines.append("| l1 randomisation helps where the geometry is l1 (sparse x*, l1 ball / "
-                     "simplex), not elsewhere | winners with Cor. 3.2 steps: " + "; ".join(
-                         f"{p}: {w}" for p, w in th.items()) + " -- with h/100: " + "; ".join(
-                         f"{p}: {w}" for p, w in sm.items()) + " | see (b) |")
+        lines.append(
+            "| l1 randomisation helps where the geometry is l1 (sparse x*, l1 ball / "
+            "simplex), not elsewhere | winners with Cor. 3.2 steps: "
+            + "; ".join(f"{p}: {w}" for p, w in th.items())
+            + " -- with h/100: "
+            + "; ".join(f"{p}: {w}" for p, w in sm.items())
+            + " | see (b) |"
+        )
     c = summary.get("c", {})
     for dtype in ("float32", "float64"):
         v = c.get(f"{dtype}/t2")
         if v:
-            lines.append(f"| batched CPU >= 10x the NumPy loop at m = 1000, d = 1000 ({dtype}, "
-                         f"2 threads) | {v['speedup']:.2f}x (median of {len(v['torch_s'])}) | "
-                         f"{'yes' if v['speedup'] >= 10 else 'no'} |")
+            lines.append(
+                f"| batched CPU >= 10x the NumPy loop at m = 1000, d = 1000 ({dtype}, "
+                f"2 threads) | {v['speedup']:.2f}x (median of {len(v['torch_s'])}) | "
+                f"{'yes' if v['speedup'] >= 10 else 'no'} |"
+            )
     lines.append("")
     return lines
 
@@ -889,8 +1077,10 @@ def main(argv=None) -> int:
         jobs = [j for j in _jobs(args) if j["key"] not in runs]
         print(f"{len(jobs)} jobs to do ({len(runs)} stored); load {_load()}", flush=True)
         with (out / f"{STEM}_commands.txt").open("a") as fh:
-            fh.write(f"{command.strip()}  # started {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
-                     f"load {_load()}\n")
+            fh.write(
+                f"{command.strip()}  # started {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
+                f"load {_load()}\n"
+            )
         t0 = time.perf_counter()
         with store.open("a") as fh:
             for job in jobs:

@@ -708,7 +708,9 @@ def _plots(groups, cr, runs, out: Path) -> None:
 
     if any(k[0] == "a" for k in groups):
         fig, axes = plt.subplots(
-            len(KERNELS), len(EPSILONS), squeeze=False,
+            len(KERNELS),
+            len(EPSILONS),
+            squeeze=False,
             figsize=(4.4 * len(EPSILONS), 3.8 * len(KERNELS)),
         )
         for i, kernel in enumerate(KERNELS):
@@ -759,8 +761,13 @@ def _plots(groups, cr, runs, out: Path) -> None:
             if not cs:
                 continue
             v = [1e3 * np.mean([r["round_time_windows"][str(c)] for r in rs]) for c in cs]
-            ax.plot(cs, v, "o-" if regime == "tuned" else "s--", color=colors[algo],
-                    label=f"{LABEL[algo]} {regime}")
+            ax.plot(
+                cs,
+                v,
+                "o-" if regime == "tuned" else "s--",
+                color=colors[algo],
+                label=f"{LABEL[algo]} {regime}",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("t")
