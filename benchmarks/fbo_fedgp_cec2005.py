@@ -96,7 +96,8 @@ def _one_run(job: dict) -> dict:
     )
     common = dict(num_init=job["init"], num_rounds=job["rounds"])
     if job["algorithm"] == "fbo-fedgp":
-        settings = FBOFedGPConfig(**common, **job["options"])
+        # the stored runs are the paper's algorithm (issue 13 changed the library's default)
+        settings = FBOFedGPConfig.paper(**common, **job["options"])
     else:
         settings = BOSettings(**common)
     t0 = time.perf_counter()

@@ -126,7 +126,8 @@ def _one_run(job: dict) -> dict:
     )
     common = dict(num_init=job["init"], num_rounds=job["rounds"])
     if job["algorithm"] == "fbo-fedgp":
-        settings = FBOFedGPConfig(**common, support_size=job["support_size"])
+        # the stored runs are the paper's algorithm (issue 13 changed the library's default)
+        settings = FBOFedGPConfig.paper(**common, support_size=job["support_size"])
     else:
         settings = BOSettings(**common)
     client_best: list[list[float | None]] = []
