@@ -63,16 +63,22 @@ SUITE = {
     "levy4-shift": ("levy", 4, 5, 4, 20, {"shift": 0.1, "init_regions": True}),
 }
 BASELINES = ("local", "central", "fts")
+_AVERAGE = {"hyperparameters": "average", "hyper_every": 10}  # the paper's
 VARIANTS = {
-    "pitc-global": {"mixing": "global", "global_model": "pitc", "global_batch": "distinct"},
-    "pitc-global-batch": {"mixing": "global", "global_model": "pitc", "global_batch": "batch"},
-    "pic-sample": {"mixing": "sample", "global_model": "pic", "global_batch": "independent"},
-    "pic-global": {"mixing": "global", "global_model": "pic", "global_batch": "independent"},
-    "pic-global-federated": {
+    "pitc-global": {"mixing": "global", "global_model": "pitc", **_AVERAGE},
+    "pitc-global-batch": {"mixing": "global", "global_batch": "batch", **_AVERAGE},
+    "pic-sample": {"mixing": "sample", "global_model": "pic", **_AVERAGE},
+    "pic-global": {"mixing": "global", "global_model": "pic", **_AVERAGE},
+    "pic-global-average-every-round": {
         "mixing": "global",
         "global_model": "pic",
-        "global_batch": "independent",
+        "hyperparameters": "average",
+        "hyper_every": 1,
+    },
+    "paper-federated": {
+        "preset": "paper",
         "hyperparameters": "federated",
+        "hyper_every": 5,
     },
 }
 DEFAULT_ALGORITHMS = ("default", "paper", "local", "central", "fts")

@@ -156,6 +156,13 @@ def converter(kind: type, nullable: bool):
     return convert
 
 
+class _ChoicesOrNone(tuple):
+    r"""argparse ``choices`` of a nullable option: ``none`` (converted to None) is one."""
+
+    def __contains__(self, value: object) -> bool:
+        return value is None or tuple.__contains__(self, value)
+
+
 def add_option(
     group,
     options: list[Option],
@@ -171,7 +178,11 @@ def add_option(
     else:
         kwargs["type"] = converter(option.kind, option.nullable)
         if option.choices is not None:
-            kwargs["choices"] = option.choices
+            kwargs["choices"] = (
+                _ChoicesOrNone(option.choices) if option.nullable else option.choices
+            )
+            if option.nullable:
+                kwargs["metavar"] = "{" + ",".join(map(str, option.choices)) + ",none}"
         else:
             name = _METAVARS[option.kind]
             kwargs["metavar"] = metavar or (f"{name}|none" if option.nullable else name)

@@ -55,7 +55,7 @@ References:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -103,16 +103,18 @@ MIXINGS = ("sample", "expected", "global")
 GLOBAL_BATCHES = ("distinct", "independent", "batch")
 GLOBAL_MODELS = ("pitc", "pic")
 PRESETS = ("default", "paper")
-# The settings a preset decides when they are left at None. "paper" is Alg. 2 as
-# published (with this implementation's documented choices where the paper is silent);
-# "default" is what benchmarks/fbo_fedgp_pays.py measured to work best. With the
-# "default" preset, an explicit shared-model batch rule (global_batch "distinct" or
-# "batch") or acquisition "kg" selects the dPITC model (PIC has no shared model and no
-# fantasies).
+# What a preset decides for the settings left at None. "paper" is Alg. 2 as published
+# (with this implementation's documented choices where the paper is silent); "default"
+# is what benchmarks/fbo_fedgp_pays.py measured to work best. `global_batch` follows the
+# global model ("distinct" on the shared dPITC model, "independent" on each client's own
+# PIC model, and "independent" with mixing "expected"); an explicit shared-model batch
+# rule ("distinct", "batch") or acquisition "kg" selects the dPITC model.
 PRESET_VALUES = {
-    "paper": {"mixing": "sample", "global_model": "pitc", "global_batch": "distinct"},
-    "default": {"mixing": "global", "global_model": "pic", "global_batch": "independent"},
-}
+    "paper": {"mixing": "sample", "global_model": "pitc", "hyperparameters": "average",
+              "hyper_every": 10},
+    "default": {"mixing": "global", "global_model": "pic", "hyperparameters": "federated",
+                "hyper_every": 5},
+}  # fmt: skip
 
 
 @dataclass
@@ -140,8 +142,10 @@ class FBOFedGPConfig(BOSettings):
             the same summaries plus its own data block treated exactly, so it predicts
             its own neighbourhood as its local GP does and the rest as dPITC);
             ``None``: the preset's.
-        hyperparameters: ``"average"`` or ``"federated"`` (see module docstring).
-        hyper_every: Refresh the global hyperparameters every ``K`` rounds.
+        hyperparameters: ``"average"`` or ``"federated"`` (see module docstring);
+            ``None``: the preset's.
+        hyper_every: Refresh the global hyperparameters every ``K`` rounds; ``None``:
+            the preset's.
         federated_maxiter: L-BFGS-B iterations of a ``"federated"`` refresh.
         global_batch: How clients taking a global step in the same round choose:
             ``"independent"`` (Alg. 2 literally: each maximises its acquisition on its
@@ -164,23 +168,32 @@ class FBOFedGPConfig(BOSettings):
     preset: str = field(default="default", metadata={"choices": PRESETS})
     mixing: str | None = field(default=None, metadata={"choices": MIXINGS})
     global_model: str | None = field(default=None, metadata={"choices": GLOBAL_MODELS})
-    hyperparameters: str = field(default="average", metadata={"choices": HYPERPARAMETERS})
-    hyper_every: int = 10
+    hyperparameters: str | None = field(default=None, metadata={"choices": HYPERPARAMETERS})
+    hyper_every: int | None = None
     federated_maxiter: int = 30
     global_batch: str | None = field(default=None, metadata={"choices": GLOBAL_BATCHES})
 
-    def __post_init__(self) -> None:
+    def resolved(self) -> FBOFedGPConfig:
+        r"""A copy with the settings left at ``None`` decided by the preset (see
+        :data:`PRESET_VALUES`); the algorithm runs on it. Resolution happens here, not
+        at construction, so ``dataclasses.replace(config, preset="paper")`` changes the
+        algorithm as it says."""
         if self.preset not in PRESETS:
             raise ValueError(f"`preset`={self.preset!r} must be one of {PRESETS}.")
-        values = dict(PRESET_VALUES[self.preset])
-        if values["global_model"] == "pic" and (
-            self.global_batch in ("distinct", "batch") or self.acquisition == "kg"
-        ):
-            # a shared-model batch rule or KG's fantasies need the dPITC model
-            values["global_model"], values["global_batch"] = "pitc", "distinct"
-        for name, value in values.items():
-            if getattr(self, name) is None:
-                setattr(self, name, value)
+        preset = PRESET_VALUES[self.preset]
+        mixing = preset["mixing"] if self.mixing is None else self.mixing
+        model = self.global_model
+        if model is None:
+            shared = self.global_batch in ("distinct", "batch") or self.acquisition == "kg"
+            model = "pitc" if shared else preset["global_model"]
+        batch = self.global_batch
+        if batch is None:
+            batch = "distinct" if model == "pitc" and mixing != "expected" else "independent"
+        hyper = {
+            name: preset[name] if getattr(self, name) is None else getattr(self, name)
+            for name in ("hyperparameters", "hyper_every")
+        }
+        return replace(self, mixing=mixing, global_model=model, global_batch=batch, **hyper)
 
     @classmethod
     def paper(cls, **overrides) -> FBOFedGPConfig:
@@ -188,8 +201,20 @@ class FBOFedGPConfig(BOSettings):
         return cls(preset="paper", **overrides)
 
     def validate(self) -> None:
-        r"""Raise ``ValueError`` naming the first invalid setting."""
+        r"""Raise ``ValueError`` naming the first invalid setting (of the resolved
+        settings, :meth:`resolved`)."""
         super().validate()
+        if self.preset not in PRESETS:
+            raise ValueError(f"`preset`={self.preset!r} must be one of {PRESETS}.")
+        if None in (
+            self.mixing,
+            self.global_model,
+            self.global_batch,
+            self.hyperparameters,
+            self.hyper_every,
+        ):
+            self.resolved().validate()
+            return
         for name in (
             "support_size",
             "centers_per_client",
@@ -229,6 +254,12 @@ class FBOFedGPConfig(BOSettings):
             )
         if self.mixing == "expected" and self.acquisition != "ucb":
             raise ValueError("`mixing`='expected' is defined for `acquisition`='ucb' only.")
+        if self.mixing == "expected" and self.global_batch != "independent":
+            raise ValueError(
+                f"`mixing`='expected' takes every global step on the p_t-weighted UCB of one "
+                f"client; `global_batch`={self.global_batch!r} would be ignored (use "
+                "'independent')."
+            )
         if self.global_batch in ("distinct", "batch") and self.global_model == "pic":
             raise ValueError(
                 f"`global_batch`={self.global_batch!r} needs the shared dPITC model "
@@ -284,7 +315,7 @@ class FBOFedGPClient(BOClient):
             evaluation_errors,
             private_seed,
         )
-        self.config = settings
+        self.config = settings.resolved()  # the preset's choices filled in
         self.schedule = MixingSchedule(c=settings.schedule)
         self.support: Tensor | None = None
         self.modules = global_modules(self.dim)
@@ -622,7 +653,7 @@ class FBOFedGPServer(FederatedServer):
     def __init__(self, transport, config: FBOFedGPConfig, dim: int, secagg, seed: int) -> None:
         super().__init__(transport, secagg)
         config.validate()
-        self.config = self.settings = config
+        self.config = self.settings = config.resolved()
         self.dim = dim
         self.seed = int(seed)
         self.support_size = config.support_size

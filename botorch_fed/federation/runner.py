@@ -288,8 +288,15 @@ def build_federation(
 def _run_info(algorithm: str, setup: FederationSetup, settings) -> dict:
     r"""What identifies a run in its checkpoint (JSON-normalised)."""
     return json_normalised(
-        {"algorithm": algorithm, "setup": setup.describe(), "settings": asdict(settings)}
+        {"algorithm": algorithm, "setup": setup.describe(), "settings": asdict(_resolved(settings))}
     )
+
+
+def _resolved(settings):
+    r"""The settings as the algorithm runs them: a settings class whose fields may be left
+    to a preset (FBO-FedGP's) resolves them with ``resolved()``."""
+    resolve = getattr(settings, "resolved", None)
+    return settings if resolve is None else resolve()
 
 
 def _check_resumable(manifest: dict, info: dict, folder) -> None:

@@ -155,6 +155,13 @@ class FederatedPICGP(FederatedPITCGP):
             input_transform,
             jitter,
         )
+        if self._reads_are_free() and (self.summary_num_data < block_X.shape[0]).any():
+            # the summary must include this block (its client summarised its own data too)
+            raise ValueError(
+                f"`summary` counts {self.summary_num_data.min().item():g} data points, fewer "
+                f"than the {block_X.shape[0]} of `block_X`: it cannot include the client's "
+                "own block."
+            )
         device = self.support.device
         self.register_buffer("_block_X", block_X.detach().to(device, torch.float64).clone())
         self.register_buffer("_block_Y", block_Y.detach().to(device, torch.float64).clone())

@@ -548,25 +548,42 @@ def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregato
 def test_presets_fill_what_is_left_unset():
     from botorch_fed.federation.fbo_fedgp import PRESET_VALUES
 
-    default, paper = FBOFedGPConfig(), FBOFedGPConfig.paper()
+    default, paper = FBOFedGPConfig().resolved(), FBOFedGPConfig.paper().resolved()
     for cfg, preset in ((default, "default"), (paper, "paper")):
         for name, value in PRESET_VALUES[preset].items():
             assert getattr(cfg, name) == value, (preset, name)
     assert (paper.mixing, paper.global_model, paper.global_batch) == ("sample", "pitc", "distinct")
+    assert (default.mixing, default.global_model, default.global_batch) == (
+        "global",
+        "pic",
+        "independent",
+    )
+    # the fields themselves stay None: replace() and later assignments re-resolve
+    assert FBOFedGPConfig().mixing is None
     # an explicit value wins over the preset
-    assert FBOFedGPConfig.paper(mixing="global").mixing == "global"
-    assert FBOFedGPConfig(mixing="sample").global_model == PRESET_VALUES["default"]["global_model"]
-    # a shared-model batch rule or KG's fantasies select the dPITC model
-    for kwargs in ({"global_batch": "distinct"}, {"global_batch": "batch"}, {"acquisition": "kg"}):
+    assert FBOFedGPConfig.paper(mixing="global").resolved().mixing == "global"
+    assert FBOFedGPConfig(mixing="sample").resolved().global_model == "pic"
+    # a shared-model batch rule or KG's fantasies select the dPITC model; a dPITC model
+    # gets the distinct-optima rule, PIC models (each client its own) independent steps
+    for kwargs, model, batch in (
+        ({"global_batch": "distinct"}, "pitc", "distinct"),
+        ({"global_batch": "batch"}, "pitc", "batch"),
+        ({"acquisition": "kg"}, "pitc", "distinct"),
+        ({"global_model": "pitc"}, "pitc", "distinct"),
+        ({"preset": "paper", "global_model": "pic"}, "pic", "independent"),
+        ({"preset": "paper", "mixing": "expected"}, "pitc", "independent"),
+    ):
         cfg = FBOFedGPConfig(**kwargs)
-        assert cfg.global_model == "pitc", kwargs
         cfg.validate()
+        assert (cfg.resolved().global_model, cfg.resolved().global_batch) == (model, batch)
     with pytest.raises(ValueError, match="`global_batch`='distinct' needs the shared dPITC"):
         FBOFedGPConfig(global_model="pic", global_batch="distinct").validate()
     with pytest.raises(ValueError, match="`global_model`='pic' does not support"):
         FBOFedGPConfig(global_model="pic", global_batch="independent", acquisition="kg").validate()
+    with pytest.raises(ValueError, match="`mixing`='expected' takes every global step"):
+        FBOFedGPConfig(mixing="expected", global_batch="distinct").validate()
     with pytest.raises(ValueError, match="`preset`"):
-        FBOFedGPConfig(preset="fast")
+        FBOFedGPConfig(preset="fast").validate()
 
 
 def test_default_global_steps_use_each_clients_pic_model(monkeypatch):
@@ -601,7 +618,7 @@ def test_batch_rule_takes_the_shared_sequential_greedy_batch():
     from botorch_fed.acquisition import maximize_step_acquisition
 
     cfg = _config(num_rounds=1, mixing="global", global_batch="batch")
-    assert cfg.global_model == "pitc"
+    assert cfg.resolved().global_model == "pitc"
     server, clients, _ = build_federation("fbo-fedgp", _setup(num_clients=3), cfg)
     seeds = []
     for c in clients.values():

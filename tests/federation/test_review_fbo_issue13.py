@@ -1,7 +1,8 @@
 r"""Review of the FBO-FedGP presets / options of issue 13 and the CLI defaults.
 
-Each test is a defect found in review, marked ``xfail(strict=True)``: it fails now and
-passes once the defect is fixed.
+Each test is a defect found in review (fixed since): presets that did not follow
+``dataclasses.replace`` or explicit settings, a batch rule silently ignored, and nullable
+choice options that refused ``none``.
 """
 
 from __future__ import annotations
@@ -41,15 +42,9 @@ def _global_points(clients) -> torch.Tensor:
     return torch.stack(rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="default preset + explicit global_model='pitc' resolves global_batch to "
-    "'independent': with mixing 'global' every client takes a global step on the same "
-    "shared dPITC model and all of them evaluate the same point every round",
-)
 def test_default_preset_with_pitc_model_does_not_make_all_clients_evaluate_one_point():
     cfg = _config(global_model="pitc")
-    assert cfg.mixing == "global"  # every client steps on the shared model each round
+    assert cfg.resolved().mixing == "global"  # every client steps on the shared model
     server, clients, _ = build_federation("fbo-fedgp", _setup(), cfg)
     server.run()
     X = _global_points(clients)
@@ -58,42 +53,22 @@ def test_default_preset_with_pitc_model_does_not_make_all_clients_evaluate_one_p
     assert (torch.cdist(X, X) + torch.eye(3)).min() > 1e-6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the preset is resolved once in __post_init__ by overwriting the None fields: "
-    "dataclasses.replace (or setting `preset` afterwards) keeps the old preset's "
-    "values, so replace(cfg, preset='paper') still runs the default algorithm while "
-    "its settings (and results JSON) say preset='paper'",
-)
 def test_dataclasses_replace_of_preset_gives_the_new_presets_algorithm():
     paper = dataclasses.replace(FBOFedGPConfig(), preset="paper")
     assert paper.preset == "paper"
     for name, value in PRESET_VALUES["paper"].items():
-        assert getattr(paper, name) == value, name
+        assert getattr(paper.resolved(), name) == value, name
     # the same root cause: a KG config derived from the default one is refused, while
     # FBOFedGPConfig(acquisition="kg") is valid
     dataclasses.replace(FBOFedGPConfig(), acquisition="kg").validate()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="preset 'paper' + explicit global_model='pic' (e.g. `--preset paper "
-    "--global-model pic`) fills global_batch='distinct' and is then refused, blaming a "
-    "`global_batch` the user never set; the default preset adapts its batch rule to "
-    "the explicit settings, the paper preset does not",
-)
 def test_paper_preset_with_pic_model_is_accepted():
     cfg = FBOFedGPConfig.paper(global_model="pic")
     cfg.validate()
-    assert cfg.global_batch == "independent"
+    assert cfg.resolved().global_batch == "independent"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="mixing='expected' with global_batch='batch' validates, but on_global_step "
-    "takes the 'expected' branch first: the requested shared q-batch rule is silently "
-    "ignored",
-)
 def test_expected_mixing_with_batch_rule_is_refused_or_honoured(monkeypatch):
     cfg = _config(mixing="expected", global_batch="batch")
     try:
@@ -113,13 +88,6 @@ def test_expected_mixing_with_batch_rule_is_refused_or_honoured(monkeypatch):
     assert len(calls) == 3, "the 'batch' rule was not used by the global clients"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the nullable choice options (--mixing, --global-model, --global-batch) "
-    "cannot be given as `none` (argparse checks the converted None against the "
-    "choices), although nullable options read `none` and the help says 'None: the "
-    "preset's'; a --config value of these can thus not be reset to the preset's",
-)
 def test_nullable_preset_options_accept_none_on_the_command_line():
     parser = build_parser()
     args = parser.parse_args(

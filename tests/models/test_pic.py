@@ -358,3 +358,23 @@ def test_dtype_moves_and_load_state_dict():
     torch.testing.assert_close(
         p.distribution.covariance_matrix, q.distribution.covariance_matrix, atol=1e-12, rtol=0
     )
+
+
+def test_a_summary_without_the_own_block_is_refused():
+    # the summary sums every client's block, the own one included: a summary with fewer
+    # points than the block cannot be the federation's
+    torch.manual_seed(0)
+    X = torch.rand(6, 2, dtype=torch.float64)
+    Y = torch.sin(3 * X).sum(-1, keepdim=True)
+    support = torch.rand(4, 2, dtype=torch.float64)
+    from botorch.models.utils.gpytorch_modules import (
+        get_covar_module_with_dim_scaled_prior,
+        get_gaussian_likelihood_with_lognormal_prior,
+    )
+
+    covar = get_covar_module_with_dim_scaled_prior(2).double()
+    lik = get_gaussian_likelihood_with_lognormal_prior().double()
+    with torch.no_grad():
+        other = compute_local_summary(X[:3], Y[:3], support, covar, lik)
+    with pytest.raises(ValueError, match="cannot include the client's own block"):
+        FederatedPICGP(support, other, covar, lik, block_X=X, block_Y=Y)
