@@ -19,6 +19,14 @@ evaluates its point and adds it to its private data.
 ``mixing="expected"`` replaces the draw by the ``p_t``-weighted combination of the
 local and global UCB (every round is then a global round).
 
+Presets (``FBOFedGPConfig.preset``; :data:`PRESET_VALUES`): ``"paper"`` is Alg. 2 as
+above, with hyperparameters averaged from the clients' local fits every 10 rounds.
+``"default"`` (what ``benchmarks/fbo_fedgp_pays.py`` measured to pay) takes every step
+as a global step (``mixing="global"``) on the client's own distributed PIC model
+(``global_model="pic"``, :class:`~botorch_fed.models.FederatedPICGP`: the summed
+summaries plus the client's own data block, exact), with federated hyperparameters
+every 5 rounds.
+
 Choices of this implementation where the paper is silent (all configurable):
 
 - clients taking a global step in the same round share one model, so Alg. 2 read
@@ -132,8 +140,8 @@ class FBOFedGPConfig(BOSettings):
         min_cluster_size: Clients only send centres of clusters with at least this
             many points (a singleton's centre is a raw data point).
         schedule: ``c`` of ``p_t = 1 - t^-c`` (eq. 3), in ``(0, 1]``.
-        preset: ``"default"`` or ``"paper"``: the values of the settings below left at
-            ``None`` (see :data:`PRESET_VALUES`).
+        preset: ``"default"`` or ``"paper"``: decides the settings below that are left
+            at ``None`` (``PRESET_VALUES``; the paper's Alg. 2, or the measured default).
         mixing: ``"sample"`` (Alg. 2: a local step with probability ``p_t``),
             ``"expected"`` (p_t-weighted UCB) or ``"global"`` (every step on the global
             model); ``None``: the preset's.
