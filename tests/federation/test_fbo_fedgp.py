@@ -500,27 +500,36 @@ def test_a_server_sum_must_agree_with_the_clients_own_decryption(monkeypatch):
     np.testing.assert_array_equal(clients[1].last_sum, honest)
 
 
+@pytest.mark.parametrize("preset", ["paper", "default"])
 @pytest.mark.parametrize("aggregator", ["masking", "ckks"])
-def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregator):
+def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregator, preset):
     # Differential privacy check: the same federation twice, once with client 1's
     # outcomes perturbed slightly. Everything the server receives outside the
     # secure-aggregation blobs (and timings) must be identical: no reply payload
-    # depends on a client's private outcomes.
+    # depends on a client's private outcomes -- except, with federated hyperparameters
+    # (the default preset), the coordinator's L-BFGS iterates, which are a function of
+    # the aggregate and documented as disclosed (docs/security.md, "Hyperparameters").
     def observe(perturb: bool):
-        seen = []
+        seen, iterates = [], []
 
         def record(cid, reply):
             items = []
             for key, value in sorted(reply.payload.items()):
                 if key.startswith(TIME_PREFIX) or (reply.type == "secagg" and key == "data"):
                     continue
+                if reply.type in ("hyper_start", "hyper_feed") and key == "theta":
+                    iterates.append(np.asarray(value).copy())
+                    value = "<hyperparameter iterate: disclosed>"
                 if isinstance(value, np.ndarray):
                     value = (value.dtype.str, value.shape, value.tobytes())
                 items.append((key, repr(value) if not isinstance(value, tuple) else value))
             seen.append((cid, reply.type, tuple(items)))
 
         server, clients, _ = build_federation(
-            "fbo-fedgp", _setup(aggregator=aggregator), _config(num_rounds=3), on_receive=record
+            "fbo-fedgp",
+            _setup(aggregator=aggregator),
+            _config(num_rounds=3, preset=preset),
+            on_receive=record,
         )
         if perturb:
             init = clients[1].on_init
@@ -532,16 +541,21 @@ def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregato
 
             clients[1].on_init = perturbed_init
         server.run()
-        return seen, clients
+        return seen, iterates, clients
 
-    a, clients_a = observe(False)
-    b, clients_b = observe(True)
+    a, iterates_a, clients_a = observe(False)
+    b, iterates_b, clients_b = observe(True)
     # the perturbation reached the federation's model (through the secure sums) ...
     assert not torch.equal(clients_a[1].Y[:4], clients_b[1].Y[:4])
     assert clients_a[0].standardize.means.item() != clients_b[0].standardize.means.item()
     # ... and nothing else the server received
     assert len(a) == len(b) > 50
     assert a == b
+    if preset == "paper":  # averaged hyperparameters: no iterate reaches the server
+        assert not iterates_a
+    else:  # the disclosed iterates do depend on the outcomes: the exception is real
+        assert iterates_a and len(iterates_a) == len(iterates_b)
+        assert any(not np.array_equal(x, y) for x, y in zip(iterates_a, iterates_b, strict=True))
 
 
 # --- presets and the options of issue 13 ---------------------------------------------------
