@@ -21,7 +21,8 @@ local and global UCB (every round is then a global round).
 
 Presets (``FBOFedGPConfig.preset``; :data:`PRESET_VALUES`): ``"paper"`` is Alg. 2 as
 above, with hyperparameters averaged from the clients' local fits every 10 rounds.
-``"default"`` (what ``benchmarks/fbo_fedgp_pays.py`` measured to pay) takes every step
+``"default"`` (the best configuration ``benchmarks/fbo_fedgp_pays.py`` has measured so
+far; see its results for where it beats local BO) takes every step
 as a global step (``mixing="global"``) on the client's own distributed PIC model
 (``global_model="pic"``, :class:`~botorch_fed.models.FederatedPICGP`: the summed
 summaries plus the client's own data block, exact), with federated hyperparameters
@@ -113,10 +114,12 @@ GLOBAL_MODELS = ("pitc", "pic")
 PRESETS = ("default", "paper")
 # What a preset decides for the settings left at None. "paper" is Alg. 2 as published
 # (with this implementation's documented choices where the paper is silent); "default"
-# is what benchmarks/fbo_fedgp_pays.py measured to work best. `global_batch` follows the
-# global model ("distinct" on the shared dPITC model, "independent" on each client's own
-# PIC model, and "independent" with mixing "expected"); an explicit shared-model batch
-# rule ("distinct", "batch") or acquisition "kg" selects the dPITC model.
+# is the best configuration benchmarks/fbo_fedgp_pays.py has measured so far
+# (plaintext aggregation, 5 clients, 20 rounds; see its results for where it wins).
+# `global_batch` follows the global model ("distinct" on the shared dPITC model,
+# "independent" on each client's own PIC model, and "independent" with mixing
+# "expected"); an explicit shared-model batch rule ("distinct", "batch") or acquisition
+# "kg" selects the dPITC model.
 PRESET_VALUES = {
     "paper": {"mixing": "sample", "global_model": "pitc", "hyperparameters": "average",
               "hyper_every": 10},
@@ -127,7 +130,8 @@ PRESET_VALUES = {
 
 @dataclass
 class FBOFedGPConfig(BOSettings):
-    r"""Settings of FBO-FedGP (defaults: the paper's synthetic setting, Sec. 5.1).
+    r"""Settings of FBO-FedGP (sizes default to the paper's synthetic setting, Sec. 5.1;
+    the algorithm's choices to the ``preset``).
 
     Adds to :class:`~botorch_fed.federation.bo_client.BOSettings`:
 
@@ -139,7 +143,8 @@ class FBOFedGPConfig(BOSettings):
         centers_per_client: k of each client's local k-means.
         min_cluster_size: Clients only send centres of clusters with at least this
             many points (a singleton's centre is a raw data point).
-        schedule: ``c`` of ``p_t = 1 - t^-c`` (eq. 3), in ``(0, 1]``.
+        schedule: ``c`` of ``p_t = 1 - t^-c`` (eq. 3), in ``(0, 1]``; used by
+            ``mixing`` "sample" and "expected" only.
         preset: ``"default"`` or ``"paper"``: decides the settings below that are left
             at ``None`` (``PRESET_VALUES``; the paper's Alg. 2, or the measured default).
         mixing: ``"sample"`` (Alg. 2: a local step with probability ``p_t``),
@@ -150,8 +155,10 @@ class FBOFedGPConfig(BOSettings):
             the same summaries plus its own data block treated exactly, so it predicts
             its own neighbourhood as its local GP does and the rest as dPITC);
             ``None``: the preset's.
-        hyperparameters: ``"average"`` or ``"federated"`` (see module docstring);
-            ``None``: the preset's.
+        hyperparameters: Of the global model: ``"average"`` (the clients' local GP fits,
+            averaged by one secure sum) or ``"federated"`` (type-II maximum likelihood on
+            the PITC objective, two secure sums per L-BFGS-B step; the iterates reach the
+            server in clear); ``None``: the preset's.
         hyper_every: Refresh the global hyperparameters every ``K`` rounds; ``None``:
             the preset's.
         federated_maxiter: L-BFGS-B iterations of a ``"federated"`` refresh.
@@ -163,7 +170,8 @@ class FBOFedGPConfig(BOSettings):
             ``"batch"`` (they compute the same sequential-greedy ``q``-batch of the
             shared dPITC model -- each point conditioned on the earlier ones, as
             BoTorch's ``q``-acquisitions -- and take the point of their rank). No
-            private data is exchanged for any of them. ``None``: the preset's.
+            private data is exchanged for any of them. ``None``: the preset's (a given
+            "distinct" or "batch" selects the dPITC model when ``global_model`` is None).
     """
 
     support_size: int = 16
@@ -792,8 +800,9 @@ register_algorithm(
     AlgorithmSpec(
         name="fbo-fedgp",
         summary=(
-            "FBO-FedGP: clients mix local GP-UCB steps with steps on a global dPITC "
-            "sparse GP aggregated under secure aggregation (paper 000)"
+            "FBO-FedGP: GP-UCB on each client's distributed PIC model, built from dPITC "
+            "summaries under secure aggregation (paper 000; --preset paper: Alg. 2's mix of "
+            "local and global dPITC steps)"
         ),
         settings_class=FBOFedGPConfig,
         make_client=lambda ctx, cid: FBOFedGPClient(
