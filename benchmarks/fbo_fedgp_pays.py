@@ -258,7 +258,7 @@ def report(runs: dict[str, dict], out: Path, meta: dict) -> str:
             rows = []
             for p in ps:
                 fed, loc, cen = by.get((p, a)), by.get((p, "local")), by.get((p, "central"))
-                if not fed or not loc:
+                if not fed or not loc or len(fed) < 5:  # an unfinished configuration
                     continue
                 pv, n = _paired_p(fed, loc)
                 r_f, r_l = np.mean(list(fed.values())), np.mean(list(loc.values()))
