@@ -569,6 +569,31 @@ def _part_a(runs, lines, summary, rng):
     return out
 
 
+def _slope_table(lines, cell, outer, inner, var, fixed, rng) -> dict:
+    r"""Fitted log-log slope of the mean error on ``var`` for each ``fixed`` value,
+    appended to ``lines`` as a table; ``cell`` is keyed by ``(m, n)``."""
+    lines += [
+        f"Fitted slope of log(mean error) on log {var}, per {fixed} (theory: -1/2):",
+        "",
+        f"| {fixed} | slope in {var} [95% CI] | CI contains -1/2 | within 0.1 of -1/2 |",
+        "|---|---|---|---|",
+    ]
+    slopes = {}
+    for o in outer:
+        keys = {i: (o, i) if fixed == "m" else (i, o) for i in inner}
+        have = [i for i in inner if keys[i] in cell]
+        if len(have) < 2:
+            continue
+        s, (lo, hi) = _slope_with_ci(have, [np.array(cell[keys[i]]["errors"]) for i in have], rng)
+        slopes[o] = (s, lo, hi)
+        lines.append(
+            f"| {o} | {_fmt_ci(s, lo, hi)} | {'yes' if lo <= -0.5 <= hi else 'no'} | "
+            f"{'yes' if abs(s + 0.5) <= 0.1 else 'no'} |"
+        )
+    lines.append("")
+    return slopes
+
+
 def _part_a_one(prob, recs, lines, summary, rng):
     ms = sorted({r["m"] for r in recs})
     ns = sorted({r["n"] for r in recs})
@@ -597,43 +622,9 @@ def _part_a_one(prob, recs, lines, summary, rng):
             row.append(f"{_fmt_ci(mean, lo, hi)} (ratio {ratio:.2g})")
         lines.append(f"| {m} | " + " | ".join(row) + " |")
     lines.append("")
-    # slopes in n per m
-    slopes_n = {}
-    lines += [
-        "Fitted slope of log(mean error) on log n, per m (theory: -1/2):",
-        "",
-        "| m | slope in n [95% CI] | CI contains -1/2 | within 0.1 of -1/2 |",
-        "|---|---|---|---|",
-    ]
-    for m in ms:
-        have = [n for n in ns if (m, n) in cell]
-        if len(have) < 2:
-            continue
-        s, (lo, hi) = _slope_with_ci(have, [np.array(cell[(m, n)]["errors"]) for n in have], rng)
-        slopes_n[m] = (s, lo, hi)
-        lines.append(
-            f"| {m} | {_fmt_ci(s, lo, hi)} | {'yes' if lo <= -0.5 <= hi else 'no'} | "
-            f"{'yes' if abs(s + 0.5) <= 0.1 else 'no'} |"
-        )
-    lines.append("")
-    slopes_m = {}
-    lines += [
-        "Fitted slope of log(mean error) on log m, per n (theory: -1/2):",
-        "",
-        "| n | slope in m [95% CI] | CI contains -1/2 | within 0.1 of -1/2 |",
-        "|---|---|---|---|",
-    ]
-    for n in ns:
-        have = [m for m in ms if (m, n) in cell]
-        if len(have) < 2:
-            continue
-        s, (lo, hi) = _slope_with_ci(have, [np.array(cell[(m, n)]["errors"]) for m in have], rng)
-        slopes_m[n] = (s, lo, hi)
-        lines.append(
-            f"| {n} | {_fmt_ci(s, lo, hi)} | {'yes' if lo <= -0.5 <= hi else 'no'} | "
-            f"{'yes' if abs(s + 0.5) <= 0.1 else 'no'} |"
-        )
-    lines.append("")
+    # slopes in n per m, and in m per n
+    slopes_n = _slope_table(lines, cell, ms, ns, "n", "m", rng)
+    slopes_m = _slope_table(lines, cell, ns, ms, "m", "n", rng)
     t_a = sum(r["time_s"] for r in recs)
     lines += [f"Compute: {t_a:.0f} s ({len(recs)} simulate calls).", ""]
     summary["a"][prob] = {
