@@ -77,6 +77,7 @@ from botorch_fed.models.pitc_summary import (
     support_factor,
     validate_support,
 )
+from botorch_fed.models.predictive_form import PredictiveForm, triangular_inverse
 
 _SUMMARY_FIELDS = ("b", "A", "quad", "logdet", "num_data")
 
@@ -185,6 +186,12 @@ def _state_tensors(modules: list[tuple[str, torch.nn.Module | None]]) -> list[Te
                 seen.add(id(t))
                 out.append(t)
     return out
+
+
+def _fingerprint(tensors: Sequence[Tensor]) -> tuple:
+    r"""Identity, storage, version, dtype and device of each tensor: changes whenever a
+    tensor is replaced, moved, converted or modified in place (not on ``.data`` writes)."""
+    return tuple((id(t), t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
 
 
 _SCALARS = (bool, int, float, str, type(None))
@@ -531,12 +538,11 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         names += ["summary_hyperparameters", "summary_jitter", "support"]
         if any(self._buffers.get(n) is None for n in names):  # during construction
             return super()._apply(fn, recurse)
-        try:
-            self.check_hyperparameters()
-            current = True
-        except HyperparametersChangedError:
-            current = False
         kept = {n: self._buffers[n] for n in names}
+        tensors = _state_tensors(self._summary_modules())
+        before = _fingerprint((*tensors, *kept.values()))
+        # the values before the conversion, to tell whether they matched the summary
+        values = self._hyperparameter_values(kept["summary_hyperparameters"].device, tensors)
         for n in names:
             self._buffers[n] = None  # nn.Module._apply skips None buffers
         try:
@@ -545,6 +551,18 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
             device = fn(torch.zeros((), dtype=torch.float64, device=kept[names[0]].device)).device
             for n, t in kept.items():
                 self._buffers[n] = t.to(device=device)
+        modules = self._summary_modules()
+        own = [self._buffers[n] for n in names]
+        if _fingerprint((*_state_tensors(modules), *own)) == before:
+            # nothing moved or converted (e.g. the ``.to(X)`` every BoTorch analytic
+            # acquisition runs on each call): the caches stay valid
+            return self
+        snapshot = kept["summary_hyperparameters"]
+        current = (
+            values.shape == snapshot.shape
+            and bool(torch.equal(values, snapshot))
+            and _structure_key(modules) == int(self.summary_structure)
+        )
         if current:
             self.summary_hyperparameters = self._hyperparameter_values(device)
         self._cache = {}
@@ -674,9 +692,44 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         if X.device.type == "cpu" and not torch.isfinite(X).all():
             raise InputDataError(f"`{name}` contains NaN or infinite values.")
 
+    def _live(self) -> bool:
+        r"""Whether predictions must carry gradients to the hyperparameters
+        (``detach_test_caches`` off) or to the conditioning data (``propagate_grads``):
+        then nothing is read from the caches."""
+        return botorch_settings.propagate_grads.on() or gpytorch_settings.detach_test_caches.off()
+
+    def _predictive_form(self) -> PredictiveForm:
+        r"""The cached :class:`PredictiveForm` of the dPITC posterior.
+
+        With ``L = chol(K_SS)``, ``L_B = chol(I + A~)`` and ``v = L_B^-1 b~``, the
+        anchors are the (transformed) support, ``W = L^-1 K_S*`` and
+        ``C = L_B^-1 W``: ``mean = mu_* + C'v`` and ``cov = K_** - W'W + C'C``, so
+        ``roots = [L^-1; L_B^-1 L^-1]`` with signs ``[+1, -1]``. Rebuilt whenever the
+        support or summary factors are (their cache entries are compared by identity).
+        """
+        support, summary = self._support_factor(), self._summary_factor()
+        entry = self._cache.get("form")
+        if entry is not None and entry[0] is support and entry[1] is summary:
+            return entry[2]
+        (S, L_S), (L_B, v) = support, summary
+        with torch.no_grad():
+            L_inv = triangular_inverse(L_S)  # m x m
+            C_op = torch.linalg.solve_triangular(L_B, L_inv.expand_as(L_B), upper=False)
+            form = PredictiveForm.build(
+                anchors=S,
+                weights=(C_op.mT @ v.unsqueeze(-1)).squeeze(-1),
+                parts=[(L_inv, 1.0), (C_op, -1.0)],
+            )
+        self._cache["form"] = (support, summary, form)
+        return form
+
     def _predict(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""Latent float64 mean (``batch x q``) and covariance (``batch x q x q``) at
-        transformed inputs ``X``."""
+        transformed inputs ``X``: from the cached :class:`PredictiveForm` (one kernel
+        evaluation against its anchors), or -- with gradients to the hyperparameters
+        or conditioning data -- recomputed from the factors."""
+        if not self._live():
+            return self._predictive_form().predict(self.covar_module, self.mean_module, X)
         S, L_S = self._support_factor()
         L_B, v = self._summary_factor()
         X64 = X.to(torch.float64)
