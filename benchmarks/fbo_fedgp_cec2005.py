@@ -95,8 +95,11 @@ def _one_run(job: dict) -> dict:
         aggregator=job["aggregator"],
     )
     common = dict(num_init=job["init"], num_rounds=job["rounds"])
-    if job["algorithm"] == "fbo-fedgp":
-        # the stored runs are the paper's algorithm (issue 13 changed the library's default)
+    if job["algorithm"] == "fbo-fedgp" and job["variant"] == "default":
+        # the library's default (issue 13), beside the paper's algorithm
+        settings = FBOFedGPConfig(**common, **job["options"])
+    elif job["algorithm"] == "fbo-fedgp":
+        # the "main" runs are the paper's algorithm (issue 13 changed the library's default)
         settings = FBOFedGPConfig.paper(**common, **job["options"])
     else:
         settings = BOSettings(**common)
@@ -146,6 +149,10 @@ def _jobs(args) -> list[dict]:
             for s in seeds:
                 for a in args.algorithms:
                     add(f, s, a)
+    if args.part in ("default", "all"):
+        for f in args.functions:
+            for s in seeds:
+                add(f, s, "fbo-fedgp", "default")
     if args.part in ("timing", "all"):
         for f in args.functions:
             for s in range(min(3, args.seeds)):
@@ -358,7 +365,9 @@ def report(runs: dict[str, dict], out: Path, meta: dict) -> str:
             f"{np.mean([r['bytes_down'] for r in fbo_main]):.3g}.",
         ]
     # ablations
-    abl = sorted({v for (f, a, v) in by if a == "fbo-fedgp" and v not in ("main", "plaintext")})
+    abl = sorted(
+        {v for (f, a, v) in by if a == "fbo-fedgp" and v not in ("main", "plaintext", "default")}
+    )
     if abl:
         fs = [f for f in ABLATION_FUNCTIONS if (f, "fbo-fedgp", "main") in by]
         lines += [
@@ -454,7 +463,9 @@ def main(argv=None) -> int:
     parser.add_argument("--functions", nargs="+", type=int, default=list(range(1, 21)))
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS))
-    parser.add_argument("--part", choices=("main", "timing", "ablation", "all"), default="main")
+    parser.add_argument(
+        "--part", choices=("main", "default", "timing", "ablation", "all"), default="main"
+    )
     parser.add_argument("--aggregator", default="ckks")
     parser.add_argument("--dim", type=int, default=10)
     parser.add_argument("--clients", type=int, default=10)

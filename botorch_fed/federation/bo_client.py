@@ -37,6 +37,7 @@ from botorch_fed.federation.evaluation import evaluate_point
 from botorch_fed.federation.objectives import Objective
 from botorch_fed.federation.problem import initial_design
 from botorch_fed.federation.roles import FederatedClient
+from botorch_fed.federation.shared_search import SHARED_SEARCHES
 from botorch_fed.models import (
     ExactGPRefitter,
     check_exact_gp_state,
@@ -435,8 +436,15 @@ class BOClient(FederatedClient):
                 X = maximize_step_acquisition(acqf, self.bounds, seed=seed, **search)
             else:
                 acqf = self.make_acquisition(model, t, kind=kind) if acqf is None else acqf
-                ranked = ranked_step_candidates(
-                    acqf, self.bounds, seed=seed, min_distance=MIN_DISTANCE, **search
+                # every client of the round runs this same search: in one process it
+                # runs once (keyed by the digest of all its inputs, see shared_search)
+                ranked = SHARED_SEARCHES(
+                    acqf,
+                    self.bounds,
+                    {"seed": seed, "min_distance": MIN_DISTANCE, **search},
+                    lambda: ranked_step_candidates(
+                        acqf, self.bounds, seed=seed, min_distance=MIN_DISTANCE, **search
+                    ),
                 )
                 X = ranked[min(rank, len(ranked) - 1)]
         return self.avoid_failures(X.detach().reshape(1, self.dim).clamp(0.0, 1.0))

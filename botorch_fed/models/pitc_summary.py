@@ -391,7 +391,8 @@ def call64(module: torch.nn.Module, fn: Callable, *inputs: Tensor) -> Tensor:
     inputs = tuple(_to64(x) for x in inputs)
     named = [*module.named_parameters(), *module.named_buffers()]
     if all(t.dtype == torch.float64 or not t.is_floating_point() for _, t in named):
-        return _dense(fn(module, *inputs))
+        with gpytorch_settings.lazily_evaluate_kernels(False):  # dense anyway: no lazy wrapper
+            return _dense(fn(module, *inputs))
     state = {f"module.{n}": _to64(t) if t.is_floating_point() else t for n, t in named}
     with gpytorch_settings.lazily_evaluate_kernels(False):
         # evaluated inside the call, while the float64 values are in place
