@@ -315,12 +315,14 @@ def report(runs: dict[str, dict], out: Path, meta: dict) -> str:
             f"| {r['baseline']} | {r['n']} | {r['W']:.1f} | {r['p']:.3g} | {r['p_holm']:.3g} | "
             f"{r['rb']:+.2f} | {'**' if r['significant'] else ''} |"
         )
+    lines += default_section(by)
     # wall time
     lines += ["", "## Wall time per run (seconds, mean over runs; 2 cores, 1 thread per run)", ""]
     lines += ["| algorithm | aggregation | runs | mean | max |", "|---|---|---:|---:|---:|"]
     for (a, v), label in [
         (("fbo-fedgp", "main"), "ckks"),
         (("fbo-fedgp", "plaintext"), "plaintext"),
+        (("fbo-fedgp", "default"), "plaintext, default preset"),
         *[((a, "main"), "-") for a in ALGORITHMS[1:]],
     ]:
         t = [r["time_s"] for (f, aa, vv), recs in by.items() if (aa, vv) == (a, v) for r in recs]
@@ -409,6 +411,93 @@ def report(runs: dict[str, dict], out: Path, meta: dict) -> str:
     return text
 
 
+def default_section(by: dict) -> list[str]:
+    r"""The library default (issue 13) beside the paper preset, local and central BO, on
+    the seeds every one of them has (per-function Mann-Whitney marks; Wilcoxon over the
+    functions of the per-function means; the gap to central BO closed)."""
+    from scipy.stats import wilcoxon
+
+    functions = sorted(f for f, a, v in by if (a, v) == ("fbo-fedgp", "default"))
+    if not functions:
+        return []
+    cols = [("paper", ("fbo-fedgp", "main")), ("local", ("local", "main"))]
+    cols += [("central", ("central", "main"))]
+    lines = [
+        "",
+        "## The library default beside the paper preset (issue 13)",
+        "",
+        "FBO-FedGP's default (PIC global steps every round, federated hyperparameters every 5 "
+        "rounds; plaintext aggregation, which makes the same decisions as ckks) against the "
+        "paper preset (ckks) and the baselines, on the seeds the default has run. `+`/`~`/`-`: "
+        "the column is better / tied / worse than the default (two-sided Mann-Whitney U, "
+        "alpha 0.05). Gap closed: (local - default) / (local - central), where central beats "
+        "local.",
+        "",
+        "| F | seeds | default | paper | local | central | gap closed |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    means: dict[str, dict[int, float]] = defaultdict(dict)
+    wtl = {name: [0, 0, 0] for name, _ in cols}
+    gaps = []
+    for f in functions:
+        seeds = {r["seed"] for r in by[(f, "fbo-fedgp", "default")]}
+        for _, key in cols:
+            seeds &= {r["seed"] for r in by.get((f, *key), [])}
+        if not seeds:
+            continue
+        vals = {}
+        for name, key in cols:
+            vals[name] = [r["best_value"] for r in by[(f, *key)] if r["seed"] in seeds]
+        vals["default"] = [
+            r["best_value"] for r in by[(f, "fbo-fedgp", "default")] if r["seed"] in seeds
+        ]
+        for name in vals:
+            means[name][f] = float(np.mean(vals[name]))
+        cells = []
+        for name, _ in cols:
+            mark = compare_per_function(vals["default"], vals[name])
+            if mark in "+~-":
+                wtl[name]["+~-".index(mark)] += 1
+            cells.append(f"{_fmt(means[name][f])} {mark}")
+        loc, cen, dfl = means["local"][f], means["central"][f], means["default"][f]
+        gap = (loc - dfl) / (loc - cen) if cen < loc else None
+        if gap is not None:
+            gaps.append(gap)
+        lines.append(
+            f"| F{f} | {len(seeds)} | {_fmt(dfl)} | "
+            + " | ".join(cells)
+            + f" | {'-' if gap is None else f'{gap:.2f}'} |"
+        )
+    lines.append(
+        "| +/~/- | | | "
+        + " | ".join("/".join(str(x) for x in wtl[name]) for name, _ in cols)
+        + " | |"
+    )
+    fs = sorted(means["default"])
+    lines += [
+        "",
+        f"Gap closed, mean over the {len(gaps)} functions where central beats local: "
+        f"{np.mean(gaps):.2f} (median {np.median(gaps):.2f})."
+        if gaps
+        else "",
+        "",
+        "Paired Wilcoxon signed-rank tests over the functions (per-function means; "
+        "two-sided; n- counts functions where the default is better):",
+        "",
+        "| default vs | n | n- / n+ | p |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, _ in cols:
+        a = np.array([means["default"][f] for f in fs])
+        b = np.array([means[name][f] for f in fs])
+        if len(fs) >= 2 and (a != b).any():
+            p = float(wilcoxon(a, b, alternative="two-sided").pvalue)
+            lines.append(
+                f"| {name} | {len(fs)} | {int((a < b).sum())} / {int((a > b).sum())} | {p:.3g} |"
+            )
+    return lines
+
+
 def _plots(by, out: Path) -> None:
     import matplotlib
 
@@ -421,12 +510,13 @@ def _plots(by, out: Path) -> None:
             continue
         fig, axes = plt.subplots(1, len(fs), figsize=(3.2 * len(fs), 3.0), squeeze=False)
         for ax, f in zip(axes[0], fs, strict=True):
-            for a in ALGORITHMS:
-                recs = by.get((f, a, "main"), [])
+            for a, v in [*((a, "main") for a in ALGORITHMS), ("fbo-fedgp", "default")]:
+                recs = by.get((f, a, v), [])
                 if not recs:
                     continue
                 curves = np.array([r["best_per_round"] for r in recs])
-                ax.plot(curves.mean(axis=0), label=a)
+                label = "fbo-fedgp (paper)" if (a, v) == ("fbo-fedgp", "main") else a
+                ax.plot(curves.mean(axis=0), label=label if v == "main" else f"{a} (default)")
             ax.axhline(PAPER_FBO[f], color="red", ls=":", lw=1, label="paper FBO-FedGP")
             ax.set_title(f"F{f}")
             ax.set_xlabel("round")
