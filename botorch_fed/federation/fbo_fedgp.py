@@ -289,6 +289,12 @@ class FBOFedGPConfig(BOSettings):
             )
 
 
+def global_step_seed(run_seed: int, t: int) -> int:
+    r"""The seed of round ``t``'s shared global search, from the run's public seed: the
+    server sends it and every global client checks it (the server does not choose it)."""
+    return (int(run_seed) * 10_007 + int(t)) % (2**31)
+
+
 def global_modules(dim: int) -> tuple:
     r"""Kernel, likelihood and mean of the global dPITC model: BoTorch's defaults."""
     covar = get_covar_module_with_dim_scaled_prior(dim).to(torch.float64)
@@ -308,6 +314,12 @@ class FBOFedGPClient(BOClient):
         init_region: Optional ``2 x d`` sub-box for the initial design.
         evaluation_errors: ``"record"`` or ``"raise"`` (see :class:`BOClient`).
         private_seed: Seed of the private generator (see :class:`BOClient`).
+        num_clients: The federation's size: a global step's ``count`` may not exceed
+            it (``None``: not checked; the registry always passes it).
+        run_seed: The run's public seed, from which every client derives the seed of a
+            round's shared global search itself (:func:`global_step_seed`) and refuses
+            any other the server sends (``None``: the server's seed is taken; the
+            registry always passes it).
     """
 
     def __init__(
@@ -320,6 +332,9 @@ class FBOFedGPClient(BOClient):
         init_region: Tensor | None = None,
         evaluation_errors: str = "record",
         private_seed: int | None = None,
+        *,
+        num_clients: int | None = None,
+        run_seed: int | None = None,
     ) -> None:
         super().__init__(
             client_id,
@@ -332,6 +347,8 @@ class FBOFedGPClient(BOClient):
             private_seed,
         )
         self.config = settings.resolved()  # the preset's choices filled in
+        self.num_clients = num_clients
+        self.run_seed = run_seed
         self.schedule = MixingSchedule(c=settings.schedule)
         self.support: Tensor | None = None
         self.modules = global_modules(self.dim)
@@ -467,6 +484,7 @@ class FBOFedGPClient(BOClient):
                 "global_step",
             )
         self._global_round = None  # one global step per draw
+        rank, count, seed = self._check_global_step(payload, t)
         model = self.global_model()
         if self.config.global_model == "pic" and len(self.X) > 0:
             with self.timed("global_model"):
@@ -480,8 +498,8 @@ class FBOFedGPClient(BOClient):
                 mode="expected",
             )
             x = self.acquire(model, t, acqf=acqf)
-        elif self.config.global_batch == "batch" and int(payload["count"]) > 1:
-            x = self._batch_point(model, t, payload)
+        elif self.config.global_batch == "batch" and count > 1:
+            x = self._batch_point(model, t, rank, count, seed)
         elif self.config.global_batch == "distinct" and self.config.acquisition != "ts":
             # every global client of round t holds the same model: same seeded search,
             # then one distinct optimum each (see BOClient.acquire). The acquisition must
@@ -492,24 +510,44 @@ class FBOFedGPClient(BOClient):
                 with torch.no_grad():
                     best_f = model.posterior(self.support).mean.max()
                 acqf = self.make_acquisition(model, t, best_f=best_f)
-            x = self.acquire(
-                model,
-                t,
-                acqf=acqf,
-                rank=int(payload["rank"]),
-                count=int(payload["count"]),
-                seed=int(payload["seed"]),
-            )
+            x = self.acquire(model, t, acqf=acqf, rank=rank, count=count, seed=seed)
         else:
             x = self.acquire(model, t)
         self.evaluate(x, t, "global")
         return {}
 
-    def _batch_point(self, model: FederatedPITCGP, t: int, payload: dict) -> Tensor:
+    def _check_global_step(self, payload: dict, t: int) -> tuple[int, int, int]:
+        r"""``(rank, count, seed)`` of a global step, refused unless
+        ``0 <= rank < count <= num_clients`` and the seed is the round's public one
+        (a server that picked ranks or seeds freely could steer a client to a point of
+        its choosing, or ask for ``2 count`` restarts without bound)."""
+        rank, count, seed = payload.get("rank"), payload.get("count"), payload.get("seed")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, count, seed)):
+            raise self.violation(
+                f"`rank`, `count` and `seed` must be ints, got {rank!r}, {count!r}, {seed!r}",
+                "global_step",
+            )
+        limit = self.num_clients if self.num_clients is not None else count
+        if not (1 <= count <= limit and 0 <= rank < count):
+            raise self.violation(
+                f"a global step of rank {rank} among {count} clients (the federation has "
+                f"{self.num_clients}): needs 0 <= rank < count <= the number of clients",
+                "global_step",
+            )
+        if self.run_seed is not None and seed != global_step_seed(self.run_seed, t):
+            raise self.violation(
+                f"seed {seed} for the round's shared search, not the round's public seed "
+                f"{global_step_seed(self.run_seed, t)}",
+                "global_step",
+            )
+        return rank, count, seed
+
+    def _batch_point(
+        self, model: FederatedPITCGP, t: int, rank: int, count: int, seed: int
+    ) -> Tensor:
         r"""This client's point of the round's shared sequential-greedy ``q``-batch on
         the shared dPITC model (every global client computes the same batch from the
         same model and seed, and takes the point of its rank)."""
-        count, rank, seed = int(payload["count"]), int(payload["rank"]), int(payload["seed"])
         s = self.config
         if s.acquisition == "ucb":
             acqf = qUpperConfidenceBound(model, beta=s.beta_at(t, self.dim))
@@ -768,7 +806,7 @@ class FBOFedGPServer(FederatedServer):
         if self._hyper_round is None or t - self._hyper_round >= cfg.hyper_every:
             self.refresh_hyperparameters(t)
         self.secure_sum("summary", SparseSummary.packed_length(len(self.support)))
-        seed = (self.seed * 10_007 + t) % (2**31)
+        seed = global_step_seed(self.seed, t)
         self.send(
             {
                 cid: Message(
@@ -806,7 +844,10 @@ register_algorithm(
         ),
         settings_class=FBOFedGPConfig,
         make_client=lambda ctx, cid: FBOFedGPClient(
-            secagg=ctx.secagg_clients[cid], **ctx.client_arguments(cid)
+            secagg=ctx.secagg_clients[cid],
+            num_clients=ctx.setup.num_clients,
+            run_seed=ctx.setup.seed,
+            **ctx.client_arguments(cid),
         ),
         make_server=lambda ctx, transport: FBOFedGPServer(
             transport, ctx.settings, ctx.dim, ctx.secagg_server, seed=ctx.setup.seed

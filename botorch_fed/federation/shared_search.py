@@ -10,9 +10,11 @@ clients run one after the other, so the same search ran ``count`` times.
 everything it depends on -- the acquisition's class, its and its model's complete
 state (every parameter and buffer: for a :class:`~botorch_fed.models.FederatedPITCGP`
 the support, the summed summary, the hyperparameters and the record of the state
-the summary was computed with), the bounds, the seed and the search options -- so a
-hit returns exactly what the search would have computed, and a client whose model
-differs in a single bit computes its own.
+the summary was computed with), its plain settings (``maximize``), the bounds, the
+seed and the search options. The model's hyperparameters are checked against its
+summary first, as the search would (a kernel's ``nu`` changed since the summary is
+not state, but raises there). So a hit returns what the search would have computed,
+and a client whose model differs in a single bit computes its own.
 
 Only acquisitions whose state determines them completely are memoised: the analytic
 ``UpperConfidenceBound`` and ``LogExpectedImprovement`` on a ``FederatedPITCGP``
@@ -34,6 +36,7 @@ from torch import Tensor
 from botorch_fed.models import FederatedPICGP, FederatedPITCGP
 
 _MEMOISED = (UpperConfidenceBound, LogExpectedImprovement)
+_SCALARS = (bool, int, float, str, type(None))
 
 
 class SharedSearchMemo:
@@ -71,6 +74,11 @@ class SharedSearchMemo:
         h.update(f"{type(acqf).__module__}.{type(acqf).__qualname__}".encode())
         h.update(f"{type(acqf.model).__module__}.{type(acqf.model).__qualname__}".encode())
         h.update(repr(sorted(options.items())).encode())
+        # the acquisition's plain settings (e.g. ``maximize``), which are not state
+        settings = sorted(
+            (k, v) for k, v in vars(acqf).items() if k != "training" and isinstance(v, _SCALARS)
+        )
+        h.update(repr(settings).encode())
         items = sorted(acqf.state_dict().items())
         for name, t in [*items, ("bounds", bounds)]:
             t = t.detach().cpu().contiguous()
@@ -98,6 +106,9 @@ class SharedSearchMemo:
         """
         if not self.supports(acqf):
             return compute()
+        # what the search itself would raise first (modules changed since the summary,
+        # including settings that are not state, such as a kernel's ``nu``)
+        acqf.model.check_hyperparameters()
         key = self.key(acqf, bounds, options)
         with self._lock:
             cached = self._entries.get(key)

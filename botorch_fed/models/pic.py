@@ -70,7 +70,6 @@ from botorch_fed.models.pitc_summary import (
     noise64,
     transform_support_inputs,
 )
-from botorch_fed.models.predictive_form import PredictiveForm, triangular_inverse
 
 _BLOCK_BUFFERS = ("_block_X", "_block_Y")
 
@@ -299,52 +298,9 @@ class FederatedPICGP(FederatedPITCGP):
         return X_B, Phi, L_Lam, z, H
 
     # --- prediction --------------------------------------------------------------
-    def _predictive_form(self) -> PredictiveForm:
-        r"""The cached :class:`PredictiveForm` of the PIC posterior.
-
-        Anchors ``[S; X_B]``; in the notation of the module docstring, with
-        ``k = [K_S*; K_B*]``: ``W = [L^-1, 0] k``, ``T = L_Lam^-1 R' =
-        L_Lam^-1 [-Phi_B' L^-1, I] k`` and ``E = C - D = (L_B^-1 [L^-1, 0] - H
-        L_Lam^-1 [-Phi_B' L^-1, I]) k``; ``mean = mu_* + E'v + T'z`` and
-        ``cov = K_** - W'W - T'T + E'E``. Rebuilt whenever the block factors are (the
-        cache entry is compared by identity).
-        """
-        S, L_S = self._support_factor()
-        L_B, v = self._summary_factor()
-        factors = self._block_factor(S, L_S, L_B)
-        entry = self._cache.get("pic_form")
-        if entry is not None and entry[0] is factors:
-            return entry[1]
-        X_B, Phi, L_Lam, z, H = factors
-        m, n_B = S.shape[-2], X_B.shape[-2]
-        with torch.no_grad():
-            L_inv = triangular_inverse(L_S)
-            zeros = L_inv.new_zeros(m, n_B)
-            eye = torch.eye(n_B, dtype=L_inv.dtype, device=L_inv.device)
-            W_op = torch.cat([L_inv, zeros], dim=-1)  # m x (m + n_B)
-            T_op = torch.linalg.solve_triangular(
-                L_Lam, torch.cat([-Phi.mT @ L_inv, eye], dim=-1), upper=False
-            )  # n_B x (m + n_B)
-            C_op = torch.linalg.solve_triangular(
-                L_B, W_op.expand(*L_B.shape[:-2], *W_op.shape), upper=False
-            )
-            E_op = C_op - H @ T_op  # batch x m x (m + n_B)
-            weights = (E_op.mT @ v.unsqueeze(-1)).squeeze(-1) + T_op.mT @ z
-            form = PredictiveForm.build(
-                anchors=torch.cat([S, X_B], dim=-2),
-                weights=weights,
-                parts=[(W_op, 1.0), (T_op, 1.0), (E_op, -1.0)],
-            )
-        self._cache["pic_form"] = (factors, form)
-        return form
-
     def _predict(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""Latent float64 PIC mean (``batch x q``) and covariance (``batch x q x q``)
-        at transformed inputs ``X``, all treated as members of the own block: from the
-        cached :class:`PredictiveForm`, or -- with gradients to the hyperparameters --
-        recomputed from the factors."""
-        if not self._live():
-            return self._predictive_form().predict(self.covar_module, self.mean_module, X)
+        at transformed inputs ``X``, all treated as members of the own block."""
         S, L_S = self._support_factor()
         L_B, v = self._summary_factor()
         X_B, Phi, L_Lam, z, H = self._block_factor(S, L_S, L_B)

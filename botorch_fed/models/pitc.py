@@ -77,7 +77,6 @@ from botorch_fed.models.pitc_summary import (
     support_factor,
     validate_support,
 )
-from botorch_fed.models.predictive_form import PredictiveForm, triangular_inverse
 
 _SUMMARY_FIELDS = ("b", "A", "quad", "logdet", "num_data")
 
@@ -692,44 +691,9 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         if X.device.type == "cpu" and not torch.isfinite(X).all():
             raise InputDataError(f"`{name}` contains NaN or infinite values.")
 
-    def _live(self) -> bool:
-        r"""Whether predictions must carry gradients to the hyperparameters
-        (``detach_test_caches`` off) or to the conditioning data (``propagate_grads``):
-        then nothing is read from the caches."""
-        return botorch_settings.propagate_grads.on() or gpytorch_settings.detach_test_caches.off()
-
-    def _predictive_form(self) -> PredictiveForm:
-        r"""The cached :class:`PredictiveForm` of the dPITC posterior.
-
-        With ``L = chol(K_SS)``, ``L_B = chol(I + A~)`` and ``v = L_B^-1 b~``, the
-        anchors are the (transformed) support, ``W = L^-1 K_S*`` and
-        ``C = L_B^-1 W``: ``mean = mu_* + C'v`` and ``cov = K_** - W'W + C'C``, so
-        ``roots = [L^-1; L_B^-1 L^-1]`` with signs ``[+1, -1]``. Rebuilt whenever the
-        support or summary factors are (their cache entries are compared by identity).
-        """
-        support, summary = self._support_factor(), self._summary_factor()
-        entry = self._cache.get("form")
-        if entry is not None and entry[0] is support and entry[1] is summary:
-            return entry[2]
-        (S, L_S), (L_B, v) = support, summary
-        with torch.no_grad():
-            L_inv = triangular_inverse(L_S)  # m x m
-            C_op = torch.linalg.solve_triangular(L_B, L_inv.expand_as(L_B), upper=False)
-            form = PredictiveForm.build(
-                anchors=S,
-                weights=(C_op.mT @ v.unsqueeze(-1)).squeeze(-1),
-                parts=[(L_inv, 1.0), (C_op, -1.0)],
-            )
-        self._cache["form"] = (support, summary, form)
-        return form
-
     def _predict(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""Latent float64 mean (``batch x q``) and covariance (``batch x q x q``) at
-        transformed inputs ``X``: from the cached :class:`PredictiveForm` (one kernel
-        evaluation against its anchors), or -- with gradients to the hyperparameters
-        or conditioning data -- recomputed from the factors."""
-        if not self._live():
-            return self._predictive_form().predict(self.covar_module, self.mean_module, X)
+        transformed inputs ``X``."""
         S, L_S = self._support_factor()
         L_B, v = self._summary_factor()
         X64 = X.to(torch.float64)

@@ -78,9 +78,9 @@ def test_expected_mixing_with_batch_rule_is_refused_or_honoured(monkeypatch):
     calls = []
     original = FBOFedGPClient._batch_point
 
-    def recording(self, model, t, payload):
+    def recording(self, model, t, *args):
         calls.append(self.client_id)
-        return original(self, model, t, payload)
+        return original(self, model, t, *args)
 
     monkeypatch.setattr(FBOFedGPClient, "_batch_point", recording)
     server, clients, _ = build_federation("fbo-fedgp", _setup(), cfg)

@@ -1,6 +1,6 @@
 r"""Review of the shared-search memo and FBO-FedGP's ``global_step``: hits that return
 what the client's own search would not have returned, and the server's unchecked
-``rank``/``count`` (each test is a confirmed defect, marked strict xfail)."""
+``rank``/``count`` (each test a defect found in review, now fixed)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from botorch_fed.federation import (
     build_federation,
 )
 from botorch_fed.federation.bo_client import BOClient, BOSettings
+from botorch_fed.federation.fbo_fedgp import global_step_seed
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.objectives import CallableObjective
 from botorch_fed.federation.shared_search import SharedSearchMemo
@@ -40,11 +41,6 @@ def _client(i: int) -> BOClient:
     return BOClient(i, objective, BOSettings(**SETTINGS), seed=i, private_seed=i)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the key omits the acquisition's non-tensor state: `maximize` is an attribute, "
-    "not in state_dict, so UCB(maximize=False) gets UCB(maximize=True)'s ranked optima",
-)
 def test_review_maximize_is_not_in_the_key(monkeypatch):
     # BOClient.acquire is public and memoises any given UCB/LogEI on a PITC model when
     # count > 1: two clients, same model, same seed, opposite `maximize`.
@@ -74,12 +70,6 @@ def _matern_pitc() -> FederatedPITCGP:
     return FederatedPITCGP(support, summary, k, lik, mean)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a hit skips the model's structure check: a model whose kernel setting (nu) "
-    "changed after its summary was set raises HyperparametersChangedError on its own, "
-    "but the memo hands it the unchanged model's result (nu is not in state_dict)",
-)
 def test_review_hit_bypasses_the_structure_check():
     memo = SharedSearchMemo()
     _search(UpperConfidenceBound(_matern_pitc(), beta=2.0), memo)
@@ -110,19 +100,23 @@ def _victim_at_a_global_step():
 
 
 @pytest.mark.parametrize("rank, count", [(40, 2), (-1, 2), (0, 10**9)])
-@pytest.mark.xfail(
-    strict=True,
-    reason="on_global_step takes `rank` and `count` from the server unchecked: a rank "
-    "outside 0..count-1 picks any point of the ranked list (down to its worst raw Sobol "
-    "sample; with the server's free choice of `seed` it can grind for a target point), "
-    "and `count` beyond the number of clients sets 2*count restarts (denial of service)",
-)
 def test_review_global_step_rank_and_count_are_not_validated(rank, count, monkeypatch):
     server, victim, client = _victim_at_a_global_step()
     # never run the (possibly huge) search: the client must refuse before it
     monkeypatch.setattr(
         bo_client, "ranked_step_candidates", lambda *a, **k: torch.zeros(1, 2).double()
     )
-    payload = {"t": 1, "rank": rank, "count": count, "seed": 0}
+    payload = {"t": 1, "rank": rank, "count": count, "seed": global_step_seed(server.seed, 1)}
     with pytest.raises(ProtocolViolation):
+        server.send({victim: Message("global_step", payload)})
+
+
+def test_review_global_step_seed_is_the_rounds_public_seed(monkeypatch):
+    # the server may not grind seeds for a point of its choosing
+    server, victim, client = _victim_at_a_global_step()
+    monkeypatch.setattr(
+        bo_client, "ranked_step_candidates", lambda *a, **k: torch.zeros(1, 2).double()
+    )
+    payload = {"t": 1, "rank": 0, "count": 2, "seed": global_step_seed(server.seed, 1) + 1}
+    with pytest.raises(ProtocolViolation, match="public seed"):
         server.send({victim: Message("global_step", payload)})

@@ -25,7 +25,6 @@ from botorch_fed.models import (
     compute_local_summary,
     default_jitter,
 )
-from botorch_fed.models.pitc_summary import evaluate64
 from tests.models.dense_pitc import (
     dense_pitc_covariance,
     exact_gp_posterior,
@@ -298,20 +297,9 @@ def test_optimize_acqf_and_batched_posteriors(dtype):
         cov = post.distribution.covariance_matrix
         assert post.mean.shape == (2, 3, 2, 1) and cov.shape == (2, 3, 2, 2)
         one = model.posterior(X[1, 2])
-    # the same float64 computation, batched or not (other BLAS kernels): the mean is a
-    # dot product K_*Z a and the covariance a sum of signed squares of R K_Z*, so their
-    # rounding scales with |K_*Z| |a| and sum |R K_Z*|^2, not with the (cancelled) result
-    form = model._predictive_form()
-    with torch.no_grad():
-        K = evaluate64(k, X[1, 2].double(), form.anchors)
-    Y = K @ form.roots.mT
-    f = _factor(dtype, 10)
-    scale_mean = float((K.abs() @ form.weights.abs()).max())
-    scale_cov = float((Y.abs() @ Y.abs().mT).max())
-    assert_close(post.mean[1, 2], one.mean, dtype=dtype, factor=f, scale=scale_mean)
-    assert_close(
-        cov[1, 2], one.distribution.covariance_matrix, dtype=dtype, factor=f, scale=scale_cov
-    )
+    f = _factor(dtype, 10)  # the same float64 computation, batched or not
+    assert_close(post.mean[1, 2], one.mean, dtype=dtype, factor=f)
+    assert_close(cov[1, 2], one.distribution.covariance_matrix, dtype=dtype, factor=f)
     assert (cov.diagonal(dim1=-2, dim2=-1) > 0).all()
     # gradients to the test inputs (what optimize_acqf uses)
     Xg = X[0].clone().requires_grad_(True)

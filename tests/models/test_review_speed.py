@@ -1,10 +1,12 @@
-r"""Review of the cached predictive form (commits 8666841, f4dbd0f): defects found.
+r"""Review of a speed change (a "predictive form" with an explicit ``L^-1`` and one
+kernel evaluation against ``[Z; X]``, commits 8666841 and f4dbd0f, since reverted):
+the defects it had, kept as tests of the cached path that replaced it.
 
-Each ``xfail(strict=True)`` test documents a confirmed defect of the form path
-(``PredictiveForm`` in ``FederatedPITCGP._predict`` / ``FederatedPICGP._predict``) and
-fails loudly once it is fixed; the plain tests next to them are the controls showing
-that the factor formulas (the "live" path, ``detach_test_caches(False)``) meet the
-same tolerance on the same inputs, so the failure is the form's.
+Each defect is checked on the cached path (``FederatedPITCGP._predict`` /
+``FederatedPICGP._predict`` with the factors cached) next to a control on the factor
+formulas recomputed without caches (``detach_test_caches(False)``), on the same inputs
+and tolerance: accuracy on an ill-conditioned support, exact joint marginals for
+``q > 1`` with a Matern-1/2 kernel, and a PIC model with a batched kernel.
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ KINDS = ["pitc", "pic"]
 
 
 def _predict(model, X, live: bool):
-    r"""Latent float64 mean and covariance at (transformed) ``X``: from the cached form,
-    or from the factor formulas (``live``)."""
+    r"""Latent float64 mean and covariance at (transformed) ``X``: from the cached
+    factors, or from the factor formulas recomputed (``live``)."""
     with torch.no_grad(), gpytorch_settings.detach_test_caches(not live):
         return model._predict(X)
 
 
-# --- 1. explicit L^-1: covariance accuracy lost on an ill-conditioned support ----------
+# --- 1. covariance accuracy on an ill-conditioned support --------------------------------
 def _ill_conditioned(kind: str):
     r"""1-d RBF, 20 equispaced support points at lengthscale 0.5 (cond(L) ~ 4e4 after the
     1e-8 relative jitter), noise 1e-8; q = 6 test points, 3 of them data points."""
@@ -108,10 +110,10 @@ def _reference_covariance(model, X: torch.Tensor) -> torch.Tensor:
 def _check_covariance(kind: str, live: bool) -> None:
     model, X = _ill_conditioned(kind)
     _, cov = _predict(model, X, live)
-    p = model._predictive_form().anchors.shape[-2]
-    # the bound test_predictive_form.py uses for the form (4 p eps, a dot product's
-    # rounding), at the prior's scale (outputscale 1): the squares are formed from
-    # L^-1 k, which the triangular solves compute backward-stably
+    p = model.support.shape[-2] + (model.block_X.shape[-2] if kind == "pic" else 0)
+    # 4 p eps (a dot product's rounding over the p support / block points), at the
+    # prior's scale (outputscale 1): the squares are formed from L^-1 k, which the
+    # triangular solves compute backward-stably
     assert_close(cov, _reference_covariance(model, X), dtype=torch.float64, factor=4 * p, scale=1.0)
 
 
@@ -120,19 +122,12 @@ def test_control_factor_formulas_are_accurate_on_an_ill_conditioned_support(kind
     _check_covariance(kind, live=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PredictiveForm squares rows of an explicit triangular_inverse(L) instead of "
-    "triangular solves: on an ill-conditioned support (cond(L) ~ 4e4) its covariance is "
-    "~1000x less accurate than the factor formulas (here ~6e3 eps vs ~2 eps against "
-    "a 40-digit reference), contrary to the module docstring ('the same rounding behaviour')",
-)
 @pytest.mark.parametrize("kind", KINDS)
-def test_form_covariance_is_accurate_on_an_ill_conditioned_support(kind):
+def test_cached_covariance_is_accurate_on_an_ill_conditioned_support(kind):
     _check_covariance(kind, live=False)
 
 
-# --- 2. one kernel call K(X, [Z; X]): K(x, x) off the x1_eq_x2 path --------------------
+# --- 2. K(x, x) on gpytorch's x1_eq_x2 path: exact joint marginals ----------------------
 def _matern12(kind: str):
     r"""Matern-1/2 kernel (distance through a square root), lengthscale 0.1 in d=6,
     noise 1e-6; q = 5 test points, 4 of them the own block's inputs."""
@@ -179,21 +174,12 @@ def test_control_factor_formulas_joint_marginals_match_single_points(kind):
     _check_joint_marginals(kind, live=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PredictiveForm.predict evaluates K(X, [Z; X]) in one call, so K(x_i, x_i) "
-    "goes through the cross-distance path (no exact zero distance on the diagonal): "
-    "with a Matern-1/2 kernel and q > 1 the joint posterior variances are off by "
-    "~sqrt(eps)|x|/lengthscale ~ 1e-7 absolute (13% at noise 1e-6; at noise 1e-8 "
-    "variances come out 14x too large or clamped to 1e-10); q = 1 and the factor "
-    "formulas are exact",
-)
 @pytest.mark.parametrize("kind", KINDS)
-def test_form_joint_marginals_match_single_points(kind):
+def test_cached_joint_marginals_match_single_points(kind):
     _check_joint_marginals(kind, live=False)
 
 
-# --- 3. PIC form with a batched kernel ---------------------------------------------------
+# --- 3. PIC with a batched kernel ---------------------------------------------------------
 def _batched_kernel_pic():
     d = 3
     clients, support = random_federation(0, torch.float64, 3, d, 7, sizes=[6, 9, 4])
@@ -213,14 +199,7 @@ def test_control_pic_with_a_batched_kernel_predicts_from_the_factor_formulas():
         assert model.posterior(X).mean.shape == (4, 2, 3, 1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="FederatedPICGP._predictive_form concatenates the batched L^-1 (kernel batch "
-    "shape) with unbatched zeros / eye (torch.cat: 'Tensors must have same number of "
-    "dimensions'); the factor formulas it replaced broadcast",
-)
-def test_pic_with_a_batched_kernel_predicts_from_the_form():
+def test_pic_with_a_batched_kernel_predicts_from_the_cached_factors():
     model, d = _batched_kernel_pic()
     X = torch.rand(4, 1, 3, d, dtype=torch.float64)
     with torch.no_grad():
