@@ -2,16 +2,16 @@ r"""How much faster is a Table-1 FBO-FedGP run than with a baseline revision? (i
 
 The Table-1 setting of the FBO-FedGP paper (CEC-2005, 10-D, M = 10 clients, 4 initial
 points each, T = 50 rounds, |S| = 16, GP-UCB), for the paper preset and for the
-library default, run by this checkout and by a baseline revision of the repository
-(a ``git worktree`` of ``--baseline``, default: the revision before the speed work),
-each run in a fresh process with one torch thread. The two codes alternate run by run,
-so both see the same machine load.
+library default, run by this repository's ``HEAD`` and by a baseline revision
+(``--baseline``, default: the revision before the speed work), each checked out as a
+``git worktree`` and each run in a fresh process with one torch thread. The codes
+alternate run by run, so they see the same machine load. For the paper preset a third
+arm runs ``HEAD`` with the in-process memo of the shared global search switched off:
+what each client computes in a deployment, where every client is its own process.
 
-Reported per preset: the median run time of each code and their ratio, each pair's
-ratio, and the decisions: the final best values side by side (the speed work changes
-no formula, only the order of floating-point operations, so a trajectory may drift
-from the baseline's after many rounds; "equal decision quality" is judged on the
-final values with a paired Wilcoxon signed-rank test where there are enough pairs).
+Reported per preset: the median run time of each arm and its ratio to the baseline's,
+each pair's ratio, and the decisions: every evaluated point of a run compared with the
+baseline's, in order (the speed work is meant to change no decision at all).
 
 Usage::
 
@@ -33,6 +33,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 from run_records import cpu_model  # benchmarks/run_records.py (the script's folder)
 
 RESULTS = Path(__file__).parent / "results"
@@ -48,6 +49,9 @@ warnings.simplefilter("ignore")
 torch.set_num_threads(1)
 from botorch_fed.federation import FBOFedGPConfig, FederationSetup, run_federated
 job = json.loads(sys.argv[1])
+if not job.get("memo", True):  # what each client of a deployment computes itself
+    from botorch_fed.federation.shared_search import SharedSearchMemo
+    SharedSearchMemo.supports = staticmethod(lambda acqf: False)
 setup = FederationSetup(problem=f"cec2005-f{job['function']}", dim=job["dim"],
                         num_clients=job["clients"], seed=job["seed"],
                         aggregator=job["aggregator"])
@@ -57,12 +61,13 @@ settings = (FBOFedGPConfig.paper(**common) if job["preset"] == "paper"
 t0 = time.perf_counter()
 result = run_federated("fbo-fedgp", setup, settings)
 print(json.dumps({"time_s": time.perf_counter() - t0, "best_value": result.best_value,
-                  "stage_s": result.ledger["stage_s"], "steps": result.steps}))
+                  "stage_s": result.ledger["stage_s"], "steps": result.steps,
+                  "points": [[e["round"], e["client"], *e["x"]] for e in result.evaluations]}))
 """
 
 
 def _worktree(rev: str, root: Path) -> Path:
-    path = root / f"baseline-{rev}"
+    path = root / f"tree-{rev}"
     subprocess.run(
         ["git", "-C", str(REPO), "worktree", "add", "--detach", "--force", str(path), rev],
         check=True,
@@ -93,7 +98,20 @@ def _revision(code: Path) -> str:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    return out.stdout.strip() + ("+uncommitted" if dirty else "")
+    note = " (uncommitted changes of the working tree are not measured)" if dirty else ""
+    return out.stdout.strip() + note
+
+
+def _decisions(a: dict, b: dict) -> tuple[int, int, int | None]:
+    r"""``(equal, total, first round that differs)``: evaluations compared point by
+    point (equal to 1e-9 relative to the domain's scale, in the run's order)."""
+    pa, pb = np.asarray(a["points"]), np.asarray(b["points"])
+    if pa.shape != pb.shape:
+        return 0, max(len(pa), len(pb)), 0
+    scale = max(float(np.abs(pa[:, 2:]).max()), 1.0)
+    same = np.all(np.abs(pa - pb) <= 1e-9 * scale, axis=1)
+    first = None if same.all() else int(pa[~same, 0].min())
+    return int(same.sum()), len(same), first
 
 
 def _fmt(v: float) -> str:
@@ -106,63 +124,64 @@ def report(data: dict) -> str:
         "# FBO-FedGP: a Table-1 run against the code before the speed work (issue 13)",
         "",
         f"- command: `{meta['command']}`",
-        f"- this code: {meta['current']}; baseline: {meta['baseline']} (a git worktree)",
+        f"- this code: {meta['current']}; baseline: {meta['baseline']} (both as git "
+        "worktrees of those revisions)",
         f"- machine: {meta['machine']}",
         f"- versions: {meta['versions']}",
         f"- date: {meta['date']}",
         f"- setting: CEC-2005, {meta['setting']}, {meta['aggregator']} aggregation; every "
-        "run in a fresh process with 1 torch thread; the two codes alternate run by run",
+        "run in a fresh process with 1 torch thread; the codes alternate run by run",
+        "- `no memo`: this code with the in-process memo of the shared global search off. "
+        "In a deployment every client runs in its own process and computes that search "
+        "itself (in parallel with the others), so this arm is what each client computes; "
+        "the memo only removes the in-process simulation's repeats of it.",
         "",
     ]
-    from scipy.stats import wilcoxon
-
     for preset in meta["presets"]:
         pairs = [r for r in runs if r["preset"] == preset]
         if not pairs:
             continue
+        arms = [a for a in ("current", "nomemo") if all(a in r for r in pairs)]
         t_old = [r["baseline"]["time_s"] for r in pairs]
-        t_new = [r["current"]["time_s"] for r in pairs]
-        ratio = statistics.median(t_old) / statistics.median(t_new)
+        lines += [f"## `{preset}` preset", ""]
+        for arm in arms:
+            t_new = [r[arm]["time_s"] for r in pairs]
+            ratios = [a / b for a, b in zip(t_old, t_new, strict=True)]
+            label = "this code" if arm == "current" else "this code, no memo"
+            lines.append(
+                f"- {label}: median run time {statistics.median(t_new):.1f} s against the "
+                f"baseline's {statistics.median(t_old):.1f} s: "
+                f"**{statistics.median(t_old) / statistics.median(t_new):.2f}x faster** "
+                f"(per pair {min(ratios):.2f}-{max(ratios):.2f}x)."
+            )
+        header = "| F | seed | baseline s | " + " | ".join(
+            "this code s" if a == "current" else "no memo s" for a in arms
+        )
         lines += [
-            f"## `{preset}` preset",
             "",
-            f"Median run time: baseline {statistics.median(t_old):.1f} s, this code "
-            f"{statistics.median(t_new):.1f} s: **{ratio:.2f}x faster** "
-            f"(pairwise ratios {min(a / b for a, b in zip(t_old, t_new, strict=True)):.2f}-"
-            f"{max(a / b for a, b in zip(t_old, t_new, strict=True)):.2f}).",
-            "",
-            "| F | seed | baseline s | this code s | ratio | baseline best | this code best "
-            "| same best (1e-9) | acquisition s (baseline / this) |",
-            "|---|---:|---:|---:|---:|---:|---:|:---:|---:|",
+            header + " | same evaluations | acquisition s (baseline / this) | best value |",
+            "|---|---:|---:|" + "---:|" * len(arms) + ":---:|---:|---:|",
         ]
-        same = 0
+        identical_runs = 0
         for r in pairs:
             b, c = r["baseline"], r["current"]
-            # equal up to rounding: the codes differ in the order of float operations
-            identical = abs(b["best_value"] - c["best_value"]) <= 1e-9 * max(
-                abs(b["best_value"]), 1.0
-            )
-            same += identical
+            equal, total, first = _decisions(b, c)
+            identical_runs += equal == total
+            for arm in arms[1:]:
+                e2, t2, _ = _decisions(b, r[arm])
+                identical_runs -= (equal == total) and e2 != t2
+            same = "all" if equal == total else f"{equal}/{total} (from round {first})"
             lines.append(
-                f"| F{r['function']} | {r['seed']} | {b['time_s']:.1f} | {c['time_s']:.1f} | "
-                f"{b['time_s'] / c['time_s']:.2f} | {_fmt(b['best_value'])} | "
-                f"{_fmt(c['best_value'])} | {'yes' if identical else 'no'} | "
-                f"{b['stage_s'].get('acquisition', 0):.1f} / "
-                f"{c['stage_s'].get('acquisition', 0):.1f} |"
+                f"| F{r['function']} | {r['seed']} | {b['time_s']:.1f} | "
+                + " | ".join(f"{r[a]['time_s']:.1f}" for a in arms)
+                + f" | {same} | {b['stage_s'].get('acquisition', 0):.1f} / "
+                f"{c['stage_s'].get('acquisition', 0):.1f} | {_fmt(c['best_value'])} |"
             )
-        diffs = [r["current"]["best_value"] - r["baseline"]["best_value"] for r in pairs]
-        nonzero = [d for d in diffs if d != 0]
-        if len(nonzero) >= 6:
-            p = float(wilcoxon(diffs, zero_method="zsplit").pvalue)
-            verdict = f"paired Wilcoxon p = {p:.3f} (two-sided) over {len(diffs)} pairs"
-        else:
-            verdict = f"{len(nonzero)} of {len(diffs)} pairs differ: too few for a test"
         lines += [
             "",
-            f"Decisions: {same} of {len(pairs)} runs end at the same best value (to 1e-9 "
-            "relative); "
-            f"{verdict}; mean difference (this code - baseline, lower is better) "
-            f"{_fmt(statistics.mean(diffs))}.",
+            f"Decisions: {identical_runs} of {len(pairs)} runs evaluate the same points as "
+            "the baseline, in the same order (every coordinate equal to 1e-9 of the "
+            "domain's scale), in every arm.",
             "",
         ]
     return "\n".join(lines)
@@ -200,7 +219,7 @@ def main(argv=None) -> int:
         data = {
             "meta": {
                 "command": command.strip(),
-                "current": _revision(REPO),
+                "current": _revision(REPO),  # measured: HEAD, as committed
                 "baseline": args.baseline,
                 "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, {platform.platform()}",
                 "versions": f"python {platform.python_version()}, torch {torch.__version__}, "
@@ -215,6 +234,9 @@ def main(argv=None) -> int:
         }
         with tempfile.TemporaryDirectory() as tmp:
             old = _worktree(args.baseline, Path(tmp))
+            # this code as committed (edits to the working tree during the run do not
+            # leak into it; uncommitted changes are not measured)
+            cur = _worktree("HEAD", Path(tmp))
             try:
                 for preset in args.presets:
                     for f in args.functions:
@@ -230,12 +252,14 @@ def main(argv=None) -> int:
                                 "aggregator": args.aggregator,
                             }
                             # alternate which code goes first, so drifts in load cancel
-                            order = [("baseline", old), ("current", REPO)]
+                            order = [("baseline", old, True), ("current", cur, True)]
+                            if preset == "paper":  # the only preset the memo serves
+                                order.append(("nomemo", cur, False))
                             if seed % 2:
                                 order.reverse()
                             rec = dict(job)
-                            for name, code in order:
-                                rec[name] = _run(code, job)
+                            for name, code, memo in order:
+                                rec[name] = _run(code, {**job, "memo": memo})
                             data["runs"].append(rec)
                             print(
                                 f"{preset} F{f} seed {seed}: {rec['baseline']['time_s']:.1f} s "
@@ -244,10 +268,11 @@ def main(argv=None) -> int:
                             )
                             path.write_text(json.dumps(data, indent=1))
             finally:
-                subprocess.run(
-                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(old)],
-                    capture_output=True,
-                )
+                for tree in (old, cur):
+                    subprocess.run(
+                        ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
+                        capture_output=True,
+                    )
     text = report(data)
     (args.out / f"{stem}.md").write_text(text + "\n")
     print(text)
