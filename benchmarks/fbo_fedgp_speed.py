@@ -170,7 +170,12 @@ def report(data: dict) -> str:
             for arm in arms[1:]:
                 e2, t2, _ = _decisions(b, r[arm])
                 identical_runs -= (equal == total) and e2 != t2
-            same = "all" if equal == total else f"{equal}/{total} (from round {first})"
+            exact = np.array_equal(np.asarray(b["points"]), np.asarray(c["points"]))
+            same = (
+                ("all, bit-identical" if exact else "all")
+                if equal == total
+                else f"{equal}/{total} (from round {first})"
+            )
             lines.append(
                 f"| F{r['function']} | {r['seed']} | {b['time_s']:.1f} | "
                 + " | ".join(f"{r[a]['time_s']:.1f}" for a in arms)
