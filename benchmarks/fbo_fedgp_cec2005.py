@@ -430,8 +430,9 @@ def default_section(by: dict) -> list[str]:
         "rounds; plaintext aggregation, which makes the same decisions as ckks) against the "
         "paper preset (ckks) and the baselines, on the seeds the default has run. `+`/`~`/`-`: "
         "the column is better / tied / worse than the default (two-sided Mann-Whitney U, "
-        "alpha 0.05). Gap closed: (local - default) / (local - central), where central beats "
-        "local.",
+        "alpha 0.05; with 3 seeds a side it cannot reach 0.05: its smallest two-sided p is "
+        "0.1). Gap closed: (local - default) / (local - central), where central beats local "
+        "(unstable where the two are close: look at the median).",
         "",
         "| F | seeds | default | paper | local | central | gap closed |",
         "|---|---:|---:|---:|---:|---:|---:|",
