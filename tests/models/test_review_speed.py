@@ -117,14 +117,10 @@ def _check_covariance(kind: str, live: bool) -> None:
     assert_close(cov, _reference_covariance(model, X), dtype=torch.float64, factor=4 * p, scale=1.0)
 
 
+@pytest.mark.parametrize("live", [False, True], ids=["cached", "recomputed"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_control_factor_formulas_are_accurate_on_an_ill_conditioned_support(kind):
-    _check_covariance(kind, live=True)
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_cached_covariance_is_accurate_on_an_ill_conditioned_support(kind):
-    _check_covariance(kind, live=False)
+def test_covariance_is_accurate_on_an_ill_conditioned_support(kind, live):
+    _check_covariance(kind, live=live)
 
 
 # --- 2. K(x, x) on gpytorch's x1_eq_x2 path: exact joint marginals ----------------------
@@ -169,14 +165,10 @@ def _check_joint_marginals(kind: str, live: bool) -> None:
     )
 
 
+@pytest.mark.parametrize("live", [False, True], ids=["cached", "recomputed"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_control_factor_formulas_joint_marginals_match_single_points(kind):
-    _check_joint_marginals(kind, live=True)
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_cached_joint_marginals_match_single_points(kind):
-    _check_joint_marginals(kind, live=False)
+def test_joint_marginals_match_single_points(kind, live):
+    _check_joint_marginals(kind, live=live)
 
 
 # --- 3. PIC with a batched kernel ---------------------------------------------------------
