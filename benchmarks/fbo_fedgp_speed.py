@@ -102,16 +102,29 @@ def _revision(code: Path) -> str:
     return out.stdout.strip() + note
 
 
-def _decisions(a: dict, b: dict) -> tuple[int, int, int | None]:
-    r"""``(equal, total, first round that differs)``: evaluations compared point by
-    point (equal to 1e-9 relative to the domain's scale, in the run's order)."""
+def compare_points(a: dict, b: dict) -> dict:
+    r"""Two runs' evaluations compared point by point, in the run's order: how many are
+    equal to 1e-9 of the domain's scale, the first round that differs, and whether all
+    are bit-identical. (Stored instead of the points, which would make the JSON large.)"""
     pa, pb = np.asarray(a["points"]), np.asarray(b["points"])
     if pa.shape != pb.shape:
-        return 0, max(len(pa), len(pb)), 0
+        return {"equal": 0, "total": max(len(pa), len(pb)), "first": 0, "exact": False}
     scale = max(float(np.abs(pa[:, 2:]).max()), 1.0)
     same = np.all(np.abs(pa - pb) <= 1e-9 * scale, axis=1)
-    first = None if same.all() else int(pa[~same, 0].min())
-    return int(same.sum()), len(same), first
+    return {
+        "equal": int(same.sum()),
+        "total": len(same),
+        "first": None if same.all() else int(pa[~same, 0].min()),
+        "exact": bool(np.array_equal(pa, pb)),
+    }
+
+
+def _compare_arms(rec: dict) -> None:
+    r"""Replace each arm's points by its comparison with the baseline's (in place)."""
+    arms = [a for a in ("current", "nomemo") if a in rec]
+    rec["same"] = {a: compare_points(rec["baseline"], rec[a]) for a in arms}
+    for a in ("baseline", *arms):
+        rec[a].pop("points", None)
 
 
 def _fmt(v: float) -> str:
@@ -165,16 +178,12 @@ def report(data: dict) -> str:
         identical_runs = 0
         for r in pairs:
             b, c = r["baseline"], r["current"]
-            equal, total, first = _decisions(b, c)
-            identical_runs += equal == total
-            for arm in arms[1:]:
-                e2, t2, _ = _decisions(b, r[arm])
-                identical_runs -= (equal == total) and e2 != t2
-            exact = np.array_equal(np.asarray(b["points"]), np.asarray(c["points"]))
+            cmp = r["same"]["current"]
+            identical_runs += all(r["same"][a]["equal"] == r["same"][a]["total"] for a in arms)
             same = (
-                ("all, bit-identical" if exact else "all")
-                if equal == total
-                else f"{equal}/{total} (from round {first})"
+                ("all, bit-identical" if cmp["exact"] else "all")
+                if cmp["equal"] == cmp["total"]
+                else f"{cmp['equal']}/{cmp['total']} (from round {cmp['first']})"
             )
             lines.append(
                 f"| F{r['function']} | {r['seed']} | {b['time_s']:.1f} | "
@@ -265,6 +274,7 @@ def main(argv=None) -> int:
                             rec = dict(job)
                             for name, code, memo in order:
                                 rec[name] = _run(code, {**job, "memo": memo})
+                            _compare_arms(rec)
                             data["runs"].append(rec)
                             print(
                                 f"{preset} F{f} seed {seed}: {rec['baseline']['time_s']:.1f} s "
