@@ -432,7 +432,10 @@ def default_section(by: dict) -> list[str]:
         "the column is better / tied / worse than the default (two-sided Mann-Whitney U, "
         "alpha 0.05; with 3 seeds a side it cannot reach 0.05: its smallest two-sided p is "
         "0.1). Gap closed: (local - default) / (local - central), where central beats local "
-        "(unstable where the two are close: look at the median).",
+        "(unstable where the two are close: look at the median). The paper, local and "
+        "central columns are this report's stored runs, made by older code (before issue "
+        "8), and the default's runs come from a later revision, so the comparison mixes "
+        "code versions (`fbo_fedgp_pays_conclusions.md`).",
         "",
         "| F | seeds | default | paper | local | central | gap closed |",
         "|---|---:|---:|---:|---:|---:|---:|",
