@@ -13,22 +13,16 @@ import pytest
 import torch
 
 from botorch_fed.cli import build_parser
-from botorch_fed.federation import FBOFedGPConfig, FederationSetup, build_federation
+from botorch_fed.federation import FBOFedGPConfig, build_federation
 from botorch_fed.federation.fbo_fedgp import PRESET_VALUES, FBOFedGPClient
+from tests.federation.test_fbo_fedgp import _config as _base_config
+from tests.federation.test_fbo_fedgp import _setup
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
 
-def _setup(**kwargs) -> FederationSetup:
-    base = dict(problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0)
-    base.update(kwargs)
-    return FederationSetup(**base)
-
-
 def _config(**kwargs) -> FBOFedGPConfig:
-    base = dict(num_init=4, num_rounds=1, support_size=6, raw_samples=16, maxiter=20)
-    base.update(kwargs)
-    return FBOFedGPConfig(**base)
+    return _base_config(**{"num_rounds": 1, **kwargs})
 
 
 def _global_points(clients) -> torch.Tensor:
