@@ -31,9 +31,11 @@ every 5 rounds.
 Choices of this implementation where the paper is silent (all configurable):
 
 - clients taking a global step in the same round share one model, so Alg. 2 read
-  literally has them evaluate the same point; by default (``global_batch="distinct"``)
-  they run the same seeded search and take distinct optima by rank (no data is
-  exchanged for this);
+  literally has them evaluate the same point; on the dPITC model (the paper preset,
+  ``global_batch="distinct"``) they run the same seeded search and take distinct optima
+  by rank (no data is exchanged for this; each client derives the search's seed from
+  the run's public seed and checks the server's rank and count,
+  :meth:`FBOFedGPClient._check_global_step`);
 - clients send only centres of clusters with at least ``min_cluster_size`` (2) points:
   with ``|D_i| = 4`` and ``k = 4`` Alg. 1 would otherwise send the raw initial points;
 - the support set is re-selected by Alg. 1 every ``support_every`` (5) rounds, as the
