@@ -92,7 +92,14 @@ C_BATCHES = (100, 1000, 10_000, 100_000, 1_000_000)
 C_DIMS = (10, 100, 1000, 10_000)
 C_MAX_ELEMENTS = 100_000_000  # batch * d: ~10 temporaries of 0.4 / 0.8 GB (f32 / f64)
 C_KEY = (1000, 1000)
-C_REPS = 7
+C_REPS = 9  # fresh processes for the key cell (each: C_PAIRS alternating measurements)
+C_PAIRS = 15
+# glibc settings that keep freed 4-MB buffers in the heap (no trim, no mmap below 32 MiB):
+# the key cell is also timed under them, to separate the estimator's cost from page faults
+NO_TRIM_ENV = {"MALLOC_TRIM_THRESHOLD_": str(1 << 40), "MALLOC_MMAP_THRESHOLD_": str(1 << 25)}
+# part gpu (only where torch.cuda.is_available())
+G_BATCHES = (1000, 10_000, 100_000, 1_000_000)
+G_DIMS = (100, 1000, 10_000)
 P_ROUNDS, P_DIM, P_CLIENTS = 2000, 100, 16
 MESSAGES = ("vector", "seed", "sign")
 
@@ -390,6 +397,111 @@ def _run_c(job: dict) -> dict:
     }
 
 
+def _run_ckey(job: dict) -> dict:
+    r"""The key cell in one fresh process: ``C_PAIRS`` alternations of (the median of 5
+    batched calls, one call of the NumPy loop over the same workers), so that the load of
+    the moment weighs on both sides of every ratio; minor page faults per batched call
+    from ``getrusage``."""
+    import resource
+
+    torch.set_num_threads(job["threads"])
+    load_before = _load()
+    batch, d = job["batch"], job["d"]
+    tdt = torch.float32 if job["dtype"] == "float32" else torch.float64
+    ndt = np.float32 if job["dtype"] == "float32" else np.float64
+    batched, loop = _torch_call(batch, d, tdt), _numpy_loop(batch, d, ndt)
+    for _ in range(3):
+        batched()
+    loop()
+    torch_s, numpy_s, faults = [], [], 0
+    for _ in range(C_PAIRS):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            batched()
+            times.append(time.perf_counter() - t)
+        faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        torch_s.append(float(np.median(times)))
+        t = time.perf_counter()
+        loop()
+        numpy_s.append(time.perf_counter() - t)
+    torch.set_num_threads(2)
+    ratios = [n / t for n, t in zip(numpy_s, torch_s, strict=True)]
+    return {
+        **job,
+        "torch_s": torch_s,
+        "numpy_s": numpy_s,
+        "ratios": ratios,
+        "speedup": float(np.median(ratios)),
+        "faults_per_call": faults / (5 * C_PAIRS),
+        "load_before": load_before,
+        "load_after": _load(),
+    }
+
+
+def _run_gpu(job: dict) -> dict:
+    r"""Throughput of the batched estimator on the GPU (CUDA events, median of calls after
+    a warm-up) and, in the same process, a device-to-device copy of one ``batch x d``
+    tensor; plus the CUDA kernels one call launches (torch profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from botorch_fed.zeroth_order import l1_gradient
+
+    dev = torch.device("cuda")
+    dtype = torch.float32 if job["dtype"] == "float32" else torch.float64
+    batch, d = job["batch"], job["d"]
+    g = torch.Generator(device=dev).manual_seed(0)
+    c = torch.randn(d, generator=g, device=dev, dtype=dtype) / math.sqrt(d)
+    x = torch.zeros(d, device=dev, dtype=dtype).expand(batch, d)
+
+    def call():
+        return l1_gradient(lambda X: X @ c, x, 0.1, generator=g)
+
+    def timed(fn, reps: int) -> float:
+        fn()
+        torch.cuda.synchronize()
+        out = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            out.append(start.elapsed_time(end) / 1e3)
+        return float(np.median(out))
+
+    reps = 20 if batch * d >= 10**7 else 50
+    sec = timed(call, reps)
+    src = torch.rand(batch, d, device=dev, dtype=dtype)
+    dst = torch.empty_like(src)
+    copy_sec = timed(lambda: dst.copy_(src), reps)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    kernels = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
+    nbytes = batch * d * src.element_size()
+    src = dst = None  # free them before the next cell
+    torch.cuda.empty_cache()
+    props = torch.cuda.get_device_properties(dev)
+    return {
+        **job,
+        "sec_per_call": sec,
+        "queries_per_s": batch / sec,
+        "copy_sec": copy_sec,
+        "copy_GBps": 2 * nbytes / copy_sec / 1e9,  # read + write
+        # the least any two-point estimator moves: x + h z and x - h z written and read
+        # once (by f), g written: 5 batch x d tensors
+        "min_traffic_GBps": 5 * nbytes / sec / 1e9,
+        "kernels_per_call": kernels,
+        "device": f"{props.name}, {props.multi_processor_count} SMs, "
+        f"{props.total_memory / 2**30:.0f} GiB",
+        "versions": f"torch {torch.__version__}, CUDA {torch.version.cuda}, python "
+        f"{platform.python_version()}",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
 def _run_protocol(job: dict) -> dict:
     exe = Path(sys.executable).parent / "botorch-fed"
     with tempfile.TemporaryDirectory() as tmp:
@@ -496,24 +608,41 @@ def _jobs(args) -> list[dict]:
                             )
                         )
         key_b, key_d = args.c_key
-        for rep in range(C_REPS):
-            for threads in (2, 1):
-                for dtype in ("float32", "float64"):
-                    for impl in ("torch", "numpy-loop"):
-                        if impl == "numpy-loop" and threads == 1:
-                            continue  # the loop is single-threaded either way
+        for rep in range(args.c_reps):
+            for allocator in ("default", "no-trim"):
+                for threads in (2, 1):
+                    if allocator == "no-trim" and threads == 1:
+                        continue
+                    for dtype in ("float32", "float64"):
                         jobs.append(
                             dict(
-                                key=f"ckey/{dtype}/{impl}/t{threads}/rep{rep}",
+                                key=f"ckey/{dtype}/{allocator}/t{threads}/rep{rep}",
                                 part="ckey",
-                                impl=impl,
                                 dtype=dtype,
                                 batch=key_b,
                                 d=key_d,
                                 threads=threads,
+                                allocator=allocator,
                                 rep=rep,
                             )
                         )
+    if "gpu" in args.parts:
+        if not torch.cuda.is_available():
+            print("part gpu: no CUDA device here, nothing to time", flush=True)
+        else:
+            for dtype in ("float32", "float64"):
+                for d in args.g_dims:
+                    for batch in args.g_batches:
+                        if batch * d <= C_MAX_ELEMENTS:
+                            jobs.append(
+                                dict(
+                                    key=f"gpu/{dtype}/B{batch}/d{d}",
+                                    part="gpu",
+                                    dtype=dtype,
+                                    batch=batch,
+                                    d=d,
+                                )
+                            )
     if "protocol" in args.parts:
         for msg in MESSAGES:
             jobs.append(
@@ -529,15 +658,33 @@ def _jobs(args) -> list[dict]:
     return jobs
 
 
-RUNNERS = {"a": _run_a, "b": _run_b, "c": _run_c, "ckey": _run_c, "protocol": _run_protocol}
+RUNNERS = {
+    "a": _run_a,
+    "b": _run_b,
+    "c": _run_c,
+    "ckey": _run_ckey,
+    "gpu": _run_gpu,
+    "protocol": _run_protocol,
+}
 
 
 def _run_isolated(job: dict) -> dict:
     r"""Run a timing job in a fresh process: the allocator's state left by an earlier job
     (a heap grown by a 10^8-element batch, trimmed or not) moved a cell's time by 2x when
-    the grid ran in one process."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(RUNNERS[job["part"]], (job,))
+    the grid ran in one process. ``allocator="no-trim"`` starts that process with
+    ``NO_TRIM_ENV`` (glibc reads it when the process starts)."""
+    env = NO_TRIM_ENV if job.get("allocator") == "no-trim" else {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            return pool.apply(RUNNERS[job["part"]], (job,))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # --- report ------------------------------------------------------------------------------
@@ -758,41 +905,54 @@ def _part_c(runs, lines, summary):
         loads = [x for r in recs for x in (r["load_before"][0], r["load_after"][0])]
         lines += [
             f"1-minute load average during the grid: {min(loads):.2f} to {max(loads):.2f} "
-            "(2 cores; other engineers' jobs were running).",
+            "(2 cores).",
             "",
         ]
     summary_c = {}
     if keyrecs:
         kb, kd = keyrecs[0]["batch"], keyrecs[0]["d"]
         lines += [
-            f"**Key cell m = {kb}, d = {kd}** ({C_REPS} repetitions, median; each "
-            "repetition itself the median of several calls):",
+            f"**Key cell m = {kb}, d = {kd}.** Every repetition is a fresh process that "
+            f"alternates {C_PAIRS} times between the batched estimator (median of 5 calls) "
+            f"and one call of the NumPy loop over the same {kb} workers; its speed-up is the "
+            "median of its paired ratios, so the load of the moment weighs on both sides. "
+            "Page faults: minor faults per batched call (`getrusage`). 'no-trim' runs the "
+            "process with `MALLOC_TRIM_THRESHOLD_=2^40 MALLOC_MMAP_THRESHOLD_=2^25` (glibc "
+            "then keeps freed buffers in the heap instead of returning them to the kernel): "
+            "the same code, without the page faults.",
             "",
-            "| dtype | torch threads | torch s/call (reps) | NumPy loop s/call (reps) | "
-            "speed-up (median) | >= 10x |",
-            "|---|---|---|---|---|---|",
+            "| dtype | allocator | torch threads | processes | speed-up: median [min, max] "
+            "| processes >= 10x | torch ms/call (median) | NumPy loop ms/call (median) "
+            "| page faults / call (median) | >= 10x |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for dtype in ("float32", "float64"):
-            nl = sorted(
-                r["sec_per_call"] * kb / r["workers_timed"]
-                for r in keyrecs
-                if r["dtype"] == dtype and r["impl"] == "numpy-loop"
-            )
-            for threads in (2, 1):
-                tt = sorted(
-                    r["sec_per_call"]
+            for allocator, threads in (("default", 2), ("default", 1), ("no-trim", 2)):
+                sub = [
+                    r
                     for r in keyrecs
-                    if r["dtype"] == dtype and r["impl"] == "torch" and r["threads"] == threads
-                )
-                if not tt or not nl:
+                    if r["dtype"] == dtype
+                    and r.get("allocator", "default") == allocator
+                    and r["threads"] == threads
+                    and "ratios" in r
+                ]
+                if not sub:
                     continue
-                sp = float(np.median(nl) / np.median(tt))
-                summary_c[f"{dtype}/t{threads}"] = {"torch_s": tt, "numpy_s": nl, "speedup": sp}
+                sp = np.array([r["speedup"] for r in sub])
+                med = float(np.median(sp))
+                summary_c[f"{dtype}/{allocator}/t{threads}"] = {
+                    "speedups": sp.tolist(),
+                    "speedup": med,
+                    "torch_s": [float(np.median(r["torch_s"])) for r in sub],
+                    "numpy_s": [float(np.median(r["numpy_s"])) for r in sub],
+                    "faults_per_call": [r["faults_per_call"] for r in sub],
+                }
+                v = summary_c[f"{dtype}/{allocator}/t{threads}"]
                 lines.append(
-                    f"| {dtype} | {threads} | {np.median(tt):.4f} "
-                    f"({', '.join(f'{x:.4f}' for x in tt)}) | {np.median(nl):.4f} "
-                    f"({', '.join(f'{x:.4f}' for x in nl)}) | {sp:.2f}x | "
-                    f"{'yes' if sp >= 10 else 'no'} |"
+                    f"| {dtype} | {allocator} | {threads} | {len(sub)} | {med:.1f}x "
+                    f"[{sp.min():.1f}, {sp.max():.1f}] | {int((sp >= 10).sum())} of {len(sub)} "
+                    f"| {np.median(v['torch_s']) * 1e3:.2f} | {np.median(v['numpy_s']) * 1e3:.1f} "
+                    f"| {np.median(v['faults_per_call']):.0f} | {'yes' if med >= 10 else 'no'} |"
                 )
         loads = [x for r in keyrecs for x in (r["load_before"][0], r["load_after"][0])]
         lines += [
@@ -841,6 +1001,52 @@ def _part_c(runs, lines, summary):
             for r in prot
         }
     summary["c"] = summary_c
+
+
+def _part_gpu(runs, lines, summary) -> None:
+    recs = [r for r in runs.values() if r["part"] == "gpu"]
+    if not recs:
+        lines += [
+            "## (c, GPU) Throughput on a GPU",
+            "",
+            "No GPU was available to the runs stored here: nothing was timed on a GPU.",
+            "",
+        ]
+        return
+    r0 = recs[0]
+    lines += [
+        "## (c, GPU) Throughput on a GPU",
+        "",
+        f"On {r0['device']} ({r0['versions']}; {r0['date']}; `python benchmarks/fedzero.py "
+        "--parts gpu` on that machine). `l1_gradient` as in (c), with a CUDA generator (the "
+        "directions come from `torch.rand`'s Philox stream on the device); CUDA events, "
+        "median of 20-50 calls after a warm-up. 'copy' = `dst.copy_(src)` of one "
+        "`batch x d` tensor in the same process (bytes read + written / time). 'min. "
+        "traffic' = 5 `batch x d` tensors / time: the least any two-point estimator moves "
+        "(x + h z and x - h z written and read once by f, g written), so its fraction of the "
+        "copy's bandwidth says how close a call is to the memory bound; 'copies' = call "
+        "time / copy time. Kernels: CUDA kernels one call launches (torch profiler).",
+        "",
+        "| dtype | batch | d | queries/s | ms/call | copy GB/s | min. traffic GB/s | "
+        "fraction of copy | copies | kernels |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    out = {}
+    for r in sorted(recs, key=lambda r: (r["dtype"], r["d"], r["batch"])):
+        frac = r["min_traffic_GBps"] / r["copy_GBps"]
+        lines.append(
+            f"| {r['dtype']} | {r['batch']} | {r['d']} | {r['queries_per_s']:.3g} | "
+            f"{r['sec_per_call'] * 1e3:.3g} | {r['copy_GBps']:.0f} | "
+            f"{r['min_traffic_GBps']:.0f} | {frac:.2f} | "
+            f"{r['sec_per_call'] / r['copy_sec']:.1f} | {r['kernels_per_call']} |"
+        )
+        out[f"{r['dtype']}/B{r['batch']}/d{r['d']}"] = {
+            "queries_per_s": r["queries_per_s"],
+            "fraction_of_copy": frac,
+            "copies": r["sec_per_call"] / r["copy_sec"],
+        }
+    lines.append("")
+    summary["gpu"] = out
 
 
 def _plots(runs, out: Path, a_data, b_data) -> None:
@@ -985,11 +1191,13 @@ def _verdicts(summary) -> list[str]:
         )
     c = summary.get("c", {})
     for dtype in ("float32", "float64"):
-        v = c.get(f"{dtype}/t2")
+        v = c.get(f"{dtype}/default/t2")
         if v:
+            sp = v["speedups"]
             lines.append(
                 f"| batched CPU >= 10x the NumPy loop at m = 1000, d = 1000 ({dtype}, "
-                f"2 threads) | {v['speedup']:.2f}x (median of {len(v['torch_s'])}) | "
+                f"2 threads, default allocator) | {v['speedup']:.1f}x (median of {len(sp)} "
+                f"processes, {min(sp):.1f}x to {max(sp):.1f}x) | "
                 f"{'yes' if v['speedup'] >= 10 else 'no'} |"
             )
     lines.append("")
@@ -1007,14 +1215,19 @@ def report(runs: dict[str, dict], out: Path, meta: dict) -> str:
         "",
         f"Commands that produced the records: `{STEM}_commands.txt`. Every record: "
         f"`{STEM}_runs.jsonl`. Summary: `{STEM}.json`. Plots: `{STEM}_a.png`, `{STEM}_b.png`, "
-        f"`{STEM}_c.png`. CPU only: no GPU was available to this benchmark, so nothing was "
-        "timed on a GPU.",
+        f"`{STEM}_c.png`. "
+        + (
+            "The GPU part ran on another machine (see its section)."
+            if any(r["part"] == "gpu" for r in runs.values())
+            else "CPU only: no GPU was available to this benchmark, so nothing was timed on a GPU."
+        ),
         "",
     ]
     body: list[str] = []
     a_data = _part_a(runs, body, summary, rng)
     b_data = _part_b(runs, body, summary, rng)
     _part_c(runs, body, summary)
+    _part_gpu(runs, body, summary)
     lines += _verdicts(summary) + body
     concl = out / f"{STEM}_conclusions.md"
     if concl.exists():
@@ -1042,7 +1255,7 @@ def _meta(command: str) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, all parts, ~30 s")
-    parser.add_argument("--parts", nargs="+", default=["a", "b", "c", "protocol"])
+    parser.add_argument("--parts", nargs="+", default=["a", "b", "c", "gpu", "protocol"])
     parser.add_argument("--report", action="store_true", help="only rebuild the report")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -1051,6 +1264,7 @@ def main(argv=None) -> int:
     args.a_workers, args.a_horizons, args.a_runs = A_WORKERS, A_HORIZONS, A_RUNS
     args.b_rounds, args.b_runs = B_ROUNDS, B_RUNS
     args.c_batches, args.c_dims, args.c_key = C_BATCHES, C_DIMS, C_KEY
+    args.c_reps, args.g_batches, args.g_dims = C_REPS, G_BATCHES, G_DIMS
     args.p_rounds = P_ROUNDS
     if args.smoke:
         if args.out.resolve() == RESULTS.resolve():
@@ -1058,6 +1272,7 @@ def main(argv=None) -> int:
         args.a_workers, args.a_horizons, args.a_runs = (1, 4), (50, 200), 4
         args.b_rounds, args.b_runs = 100, 4
         args.c_batches, args.c_dims, args.c_key = (100, 1000), (10, 100), (100, 100)
+        args.c_reps, args.g_batches, args.g_dims = 2, (1000, 10_000), (100,)
         args.p_rounds = 100  # Cor. 3.2's h must stay below the box's half side
     torch.set_num_threads(2)
     out = args.out
@@ -1076,7 +1291,7 @@ def main(argv=None) -> int:
         with store.open("a") as fh:
             for job in jobs:
                 t = time.perf_counter()
-                timing = job["part"] in ("c", "ckey")
+                timing = job["part"] in ("c", "ckey", "gpu")
                 rec = _run_isolated(job) if timing else RUNNERS[job["part"]](job)
                 fh.write(json.dumps(rec) + "\n")
                 fh.flush()

@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 import torch
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from torch import Tensor
 
 
@@ -53,25 +54,37 @@ _MANTISSA = {torch.float32: (1 << 23) - 1, torch.float64: (1 << 52) - 1}
 _MINUS_ONE = {torch.float32: 0xBF800000 - (1 << 32), torch.float64: 0xBFF0000000000000 - (1 << 64)}
 _HALF_ULP = {torch.float32: 2.0**-24, torch.float64: 2.0**-53}
 _WORDS = {torch.float32: torch.int32, torch.float64: torch.int64}
-# below this many coordinates torch.rand is cheaper (seeding the word generator costs ~20 us)
+# below this many coordinates torch.rand is cheaper (setting up the cipher costs ~20 us)
 WORDS_MIN_NUMEL = 1 << 15
+# the keystream is made by encrypting this many zero bytes at a time (fits a core's L2)
+_ZEROS = memoryview(bytes(1 << 18))
 
 
 def _random_words(n: int, generator: torch.Generator | None, dtype: torch.dtype) -> Tensor:
     r"""``n`` uniformly random 32-bit (float32) or 64-bit (float64) words on the CPU.
 
-    Drawn by NumPy's SFC64 bit generator (a small-state chaotic generator that passes
-    TestU01's BigCrush and PractRand; two to three times the throughput of torch's CPU
-    Mersenne Twister, which is the cost of a large batch) seeded through a
-    ``SeedSequence`` with 248 bits drawn from ``generator`` (torch's default CPU
-    generator when None): the words are reproducible from the torch generator's state,
-    and advance it (k calls repeat a seed with probability below k^2 / 2^249).
+    The words are the keystream of AES-128 in counter mode (``cryptography``, i.e.
+    OpenSSL with the processor's AES instructions: about twice the throughput of NumPy's
+    fastest bit generator, SFC64, and four to six times that of torch's CPU Mersenne
+    Twister, which is the cost of a large batch), written straight into the returned
+    tensor. The 128-bit key is drawn from ``generator`` (torch's default CPU generator
+    when None) and is fresh for every call, so the counter starts at 0: the words are
+    reproducible from the torch generator's state and advance it (k calls repeat a key
+    with probability below k^2 / 2^129). AES-CTR is a cryptographically secure
+    pseudo-random generator (the core of NIST SP 800-90A's CTR_DRBG), so its output is
+    indistinguishable from uniform bits by any statistical test.
     """
-    seed = torch.randint(0, 1 << 62, (4,), generator=generator, dtype=torch.int64).tolist()
-    bits = np.random.SFC64(np.random.SeedSequence(seed))
-    per64 = 2 if dtype == torch.float32 else 1
-    raw = bits.random_raw(-(-n // per64)).view(np.int64)
-    return torch.from_numpy(raw).view(_WORDS[dtype])[:n]
+    key = torch.randint(0, 1 << 32, (4,), generator=generator, dtype=torch.int64)
+    nbytes = n * torch.finfo(dtype).bits // 8
+    # cryptography asks for block size - 1 bytes of room after each chunk it encrypts
+    raw = np.empty(nbytes + 16, dtype=np.uint8)
+    out = memoryview(raw)
+    stream = Cipher(algorithms.AES(key.numpy().astype("<u4").tobytes()), modes.CTR(bytes(16)))
+    encryptor = stream.encryptor()
+    for start in range(0, nbytes, len(_ZEROS)):
+        size = min(len(_ZEROS), nbytes - start)
+        encryptor.update_into(_ZEROS[:size], out[start : start + size + 15])
+    return torch.from_numpy(raw[:nbytes]).view(_WORDS[dtype])
 
 
 def _laplace_and_norm(

@@ -3,8 +3,11 @@ standard Laplace vector / its l1 norm)."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 import torch
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from scipy import stats
 
 from botorch_fed.zeroth_order import l1_sign, sample_l1_sphere, sample_l2_sphere, sampling
@@ -117,6 +120,30 @@ def test_words_give_sign_and_exponential_magnitude(dtype, monkeypatch):
     expected = torch.where(sign == 1, -mag, mag)
     torch.testing.assert_close(lap.double(), expected, rtol=tol(dtype, 4), atol=0)
     torch.testing.assert_close(total.double(), mag.sum().reshape(1), rtol=tol(dtype, 8), atol=0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 3, 65536, 65536 + 5, 3 * 65536 + 7])  # 2^16 float32 = a chunk
+def test_random_words_are_the_aes_ctr_keystream(n, dtype):
+    # independent computation: AES-128 of the counter blocks 0, 1, 2, ... (big-endian),
+    # the definition of CTR mode, under the key made of four 32-bit draws of the generator
+    words = sampling._random_words(n, torch.Generator().manual_seed(5), dtype)
+    key_words = torch.randint(
+        0, 1 << 32, (4,), generator=torch.Generator().manual_seed(5), dtype=torch.int64
+    )
+    key = struct.pack("<4I", *key_words.tolist())
+    nbytes = n * (4 if dtype == torch.float32 else 8)
+    counters = b"".join(i.to_bytes(16, "big") for i in range(-(-nbytes // 16)))
+    ecb = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+    expected = (ecb.update(counters) + ecb.finalize())[:nbytes]
+    assert words.dtype == sampling._WORDS[dtype] and words.shape == (n,)
+    assert words.numpy().tobytes() == expected
+
+
+def test_random_words_advance_the_generator():
+    g = torch.Generator().manual_seed(0)
+    a, b = sampling._random_words(8, g, torch.float32), sampling._random_words(8, g, torch.float32)
+    assert not torch.equal(a, b)
 
 
 def test_l2_no_nan_at_zero_gaussian(monkeypatch):
