@@ -92,7 +92,8 @@ def _laplace_and_norm(
     generator: torch.Generator | None,
     draw: torch.device,
     dtype: torch.dtype,
-) -> tuple[Tensor, Tensor, Tensor]:
+    scratch: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
     r"""A standard Laplace vector per row and its l1 norm, drawn on ``draw``.
 
     Each coordinate is ``s * e`` with an independent uniform sign ``s`` and magnitude
@@ -104,24 +105,34 @@ def _laplace_and_norm(
     ``u`` (sign ``u < 1/2``, ``w = 2u mod 1``; a zero magnitude is clamped to the
     smallest normal number of the dtype). The norm is never 0.
 
+    Args:
+        shape: ``batch x d``.
+        generator: Optional seeded generator (on ``draw``).
+        draw: Device of the draw.
+        dtype: Floating dtype of the result.
+        scratch: Optional contiguous ``shape`` buffer of ``dtype`` on ``draw`` that the
+            words path may overwrite for its intermediate magnitudes (one fresh
+            ``batch x d`` allocation less: on the CPU a freshly allocated large buffer
+            costs a page fault per 4 KiB when the heap was returned to the kernel).
+
     Returns:
-        ``shape`` Laplace vectors, their ``shape[:-1] x 1`` l1 norms, and a spare
-        ``shape`` buffer of the same dtype that the caller may overwrite (fewer fresh
-        allocations: the cost of a large batch on the CPU is mostly memory traffic).
+        ``shape`` Laplace vectors and their ``shape[:-1] x 1`` l1 norms.
     """
     numel = math.prod(shape)
     if draw.type == "cpu" and dtype in _WORDS and numel >= WORDS_MIN_NUMEL:
         words = _random_words(numel, generator, dtype).view(shape)
-        mag = torch.bitwise_and(words, _MANTISSA[dtype]).bitwise_or_(_MINUS_ONE[dtype]).view(dtype)
+        ints = None if scratch is None else scratch.view(_WORDS[dtype])
+        mag = torch.bitwise_and(words, _MANTISSA[dtype], out=ints)
+        mag = mag.bitwise_or_(_MINUS_ONE[dtype]).view(dtype)
         # -(1 + w) + (1 - 2^-(p+1)) = -(w + 2^-(p+1)) exactly; log1p of it is -e < 0
         mag.add_(1 - _HALF_ULP[dtype]).log1p_()
         total = mag.sum(dim=-1, keepdim=True).neg_()
         # copysign reads only the sign bit of the word (whatever float its bits make)
-        return torch.copysign(mag, words.view(dtype), out=words.view(dtype)), total, mag
+        return torch.copysign(mag, words.view(dtype), out=words.view(dtype)), total
     u = torch.rand(shape, generator=generator, device=draw, dtype=dtype)
     mag = torch.mul(u, 2).frac_().neg_().log1p_().neg_().clamp_min_(torch.finfo(dtype).tiny)
     total = mag.sum(dim=-1, keepdim=True)
-    return mag.copysign_(u.sub_(0.5)), total, u  # u = 1/2 gives +0.0: a positive sign
+    return mag.copysign_(u.sub_(0.5)), total  # u = 1/2 gives +0.0: a positive sign
 
 
 def sample_l1_sphere(
@@ -153,7 +164,7 @@ def sample_l1_sphere(
     """
     shape = _check_shape(batch_shape, d)
     draw, out, dtype = _resolve(generator, device, dtype)
-    lap, total, _ = _laplace_and_norm(shape, generator, draw, dtype)
+    lap, total = _laplace_and_norm(shape, generator, draw, dtype)
     return lap.div_(total).to(out)
 
 

@@ -106,6 +106,17 @@ def test_shapes_and_one_call_per_side(dtype, batch, l1_path):
     assert all(torch.equal(a, b) for a, b in zip(calls, kept, strict=True))
 
 
+@pytest.mark.parametrize("name", ["l1", "l2"])
+def test_input_that_requires_grad(name, l1_path):
+    # ``out=`` buffers have no autograd: an x with requires_grad takes the out-of-place
+    # path and gives the same estimate
+    x = torch.rand(40, 3, dtype=torch.float64)
+    f = lambda Z: (Z**2).sum(-1)  # noqa: E731
+    a = ESTIMATORS[name](f, x, 0.1, torch.Generator().manual_seed(2))
+    b = ESTIMATORS[name](f, x.clone().requires_grad_(True), 0.1, torch.Generator().manual_seed(2))
+    torch.testing.assert_close(a, b.detach(), rtol=0, atol=0)
+
+
 def test_per_row_h_and_contexts(l1_path):
     R, m, d = 3, 4, 2
     h = torch.tensor([0.1, 0.2, 0.4], dtype=torch.float64).unsqueeze(-1)  # R x 1
