@@ -19,8 +19,12 @@ import os
 import struct
 
 import numpy as np
-from cryptography.exceptions import InvalidTag
+from cryptography.exceptions import InvalidSignature, InvalidTag
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
 from cryptography.hazmat.primitives.asymmetric.x25519 import (
     X25519PrivateKey,
     X25519PublicKey,
@@ -37,6 +41,9 @@ __all__ = [
     "aead_seal",
     "channel_key",
     "chacha20_uint64",
+    "ed25519_keypair",
+    "ed25519_sign",
+    "ed25519_verify",
     "hkdf",
     "label",
     "x25519_keypair",
@@ -152,6 +159,37 @@ def x25519_shared(private: X25519PrivateKey, public_raw: bytes) -> bytes:
         return private.exchange(X25519PublicKey.from_public_bytes(public_raw))
     except ValueError as exc:  # all-zero shared secret: low-order point
         raise TamperedMessageError(f"invalid X25519 public key: {exc}") from exc
+
+
+def ed25519_keypair(rand: RandomSource) -> tuple[bytes, bytes]:
+    """Draw a long-term Ed25519 signing identity.
+
+    Args:
+        rand: Source of the 32 private-key bytes (OS randomness when unseeded).
+
+    Returns:
+        The raw 32-byte private key and the raw 32-byte public key.
+    """
+    if rand.seeded:
+        private = Ed25519PrivateKey.from_private_bytes(rand.bytes(32))
+    else:
+        private = Ed25519PrivateKey.generate()
+    return private.private_bytes_raw(), private.public_key().public_bytes_raw()
+
+
+def ed25519_sign(private_raw: bytes, message: bytes) -> bytes:
+    """Sign ``message`` with a raw 32-byte Ed25519 private key (64-byte signature)."""
+    return Ed25519PrivateKey.from_private_bytes(private_raw).sign(message)
+
+
+def ed25519_verify(public_raw: bytes, signature: bytes, message: bytes) -> bool:
+    """Whether ``signature`` is a valid Ed25519 signature of ``message`` under the raw
+    32-byte public key ``public_raw`` (False for malformed keys or signatures)."""
+    try:
+        Ed25519PublicKey.from_public_bytes(public_raw).verify(signature, message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
 
 
 def channel_key(shared: bytes, session: bytes, client_id: int) -> bytes:

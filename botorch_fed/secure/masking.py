@@ -1,9 +1,13 @@
-r"""The ``masking`` backend: pairwise double masking with dropout recovery.
+r"""The ``masking`` backend: pairwise double masking with dropout recovery, secure
+against an actively malicious server.
 
 Bonawitz, Ivanov, Kreuter, Marcedone, McMahan, Patel, Ramage, Segal, Seth, "Practical
-Secure Aggregation for Privacy-Preserving Machine Learning", CCS 2017 (the
-semi-honest variant, Fig. 4 without the signature/consistency-check steps). Each
-client ``u`` encodes its vector in fixed point mod 2^64 (resolution 2^-40, see
+Secure Aggregation for Privacy-Preserving Machine Learning", CCS 2017, the protocol
+of Fig. 4 *with* its active-security steps: every client holds a long-term Ed25519
+signing identity whose public key reaches every other client out of band (with the
+rest of the setup material, :meth:`MaskingBackend.setup`), signs the keys it
+advertises, and reveals shares only after a consistency round. Each client ``u``
+encodes its vector in fixed point mod 2^64 (resolution 2^-40, see
 :mod:`botorch_fed.secure.fixed_point`) and sends
 
 .. code-block:: text
@@ -14,7 +18,7 @@ where ``s_uv`` is an X25519 agreement between ``u`` and ``v`` (HKDF-SHA256 bound
 the session, the round and the pair), ``b_u`` a fresh self-mask seed, and PRG the
 ChaCha20 keystream. Pairwise masks cancel in the sum; the self masks are removed
 with ``b_u`` reconstructed from Shamir shares (threshold ``t``, default
-``M // 2 + 1``) held by the other clients, and the pairwise masks of clients that
+``2M // 3 + 1``) held by the other clients, and the pairwise masks of clients that
 dropped after sharing their keys are removed with their X25519 mask key
 reconstructed the same way. A client never reveals both secrets of one peer. Shares
 travel through the server encrypted with ChaCha20-Poly1305 under a key from a
@@ -22,16 +26,30 @@ second X25519 agreement, so the server cannot read them.
 
 Rounds:
 
-0. ``advertise_keys``: clients send two X25519 public keys (share encryption, masks).
-1. ``share_keys``: the server broadcasts the keys of the responders ``U1``; clients
-   send encrypted Shamir shares of (mask private key, ``b_u``) for every peer and a
+0. ``advertise_keys``: clients send two X25519 public keys (share encryption, masks)
+   and their Ed25519 signature over (session, client, keys).
+1. ``share_keys``: the server broadcasts the signed keys of the responders ``U1``;
+   every client checks every signature against the peer's long-term public key (a
+   server that substitutes a key is caught: ``KeyMismatchError``), then sends
+   encrypted Shamir shares of (mask private key, ``b_u``) for every peer and a
    SHA-256 commitment to ``b_u``.
 2. ``masked_input``: the server routes the shares to the responders ``U2``; clients
    send ``y_u``.
-3. ``unmasking``: the server announces the responders ``U3`` (the contributors);
-   survivors send the ``b`` shares of ``U3`` and the mask-key shares of ``U2 \ U3``.
-   The server reconstructs, checks every secret against its commitment / public key,
-   removes the masks and decodes the sum.
+3. ``consistency_check``: the server announces the contributors ``U3``; every
+   contributor signs (session, ``U3``).
+4. ``unmasking``: the server forwards the signatures of the responders ``U4``; a
+   client reveals shares only if ``U4`` is a subset of its ``U3`` with at least ``t``
+   members and every signature covers *its* ``U3`` (else ``TamperedMessageError``:
+   the server showed clients different survivor sets). Survivors then send the ``b``
+   shares of ``U3`` and the mask-key shares of ``U2 \ U3``. The server reconstructs,
+   checks every secret against its commitment / public key, removes the masks and
+   decodes the sum.
+
+Why the consistency round suffices: an honest client signs only the one ``U3`` it was
+shown, so two different survivor sets cannot both gather ``t`` signatures from honest
+clients when ``t > M / 2``; a peer's self-mask seed and mask key are therefore never
+both revealed. With ``c`` clients colluding with the server the condition is
+``t > (M + c) / 2``: the default ``2M // 3 + 1`` covers ``c < M / 3``.
 """
 
 from __future__ import annotations
@@ -43,15 +61,20 @@ import numpy as np
 
 from botorch_fed.secure import fixed_point, shamir
 from botorch_fed.secure.base import (
+    BackendSetup,
     ClientRole,
     RoundSpec,
     SecureAggregationBackend,
     ServerRole,
 )
 from botorch_fed.secure.crypto import (
+    RandomSource,
     aead_open,
     aead_seal,
     chacha20_uint64,
+    ed25519_keypair,
+    ed25519_sign,
+    ed25519_verify,
     hkdf,
     label,
     x25519_keypair,
@@ -65,7 +88,7 @@ from botorch_fed.secure.errors import (
     TamperedMessageError,
     TooFewClientsError,
 )
-from botorch_fed.secure.validation import error_context
+from botorch_fed.secure.validation import error_context, validate_client_ids
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
 
 __all__ = ["MaskingBackend", "default_threshold"]
@@ -73,9 +96,21 @@ __all__ = ["MaskingBackend", "default_threshold"]
 _SHARE_PLAINTEXT = 8 + 2 * shamir.SHARE_SIZE
 
 
+_SIGNATURE = 64
+
+
 def default_threshold(n_clients: int) -> int:
-    """Default Shamir threshold ``t = n // 2 + 1`` (a strict majority)."""
-    return n_clients // 2 + 1
+    """Default Shamir threshold ``t = 2n // 3 + 1`` (more than two thirds: secure
+    against a malicious server colluding with fewer than ``n / 3`` clients)."""
+    return 2 * n_clients // 3 + 1
+
+
+def _keys_message(session: bytes, u: int, c_pk: bytes, s_pk: bytes) -> bytes:
+    return label("masking/r0/signed-keys", session, u) + c_pk + s_pk
+
+
+def _survivors_message(session: bytes, u3: tuple[int, ...]) -> bytes:
+    return label("masking/r3/survivors", session, len(u3), *u3)
 
 
 def _pair_mask(shared: bytes, session: bytes, u: int, v: int, length: int) -> np.ndarray:
@@ -96,12 +131,19 @@ def _share_nonce(u: int, v: int) -> bytes:
 
 
 class MaskingBackend(SecureAggregationBackend):
-    """Bonawitz-style double masking (X25519, HKDF-SHA256, ChaCha20, Shamir).
+    """Bonawitz-style double masking (X25519, HKDF-SHA256, ChaCha20, Shamir, Ed25519),
+    secure against a malicious server (see the module docstring).
+
+    Every client needs its material from :meth:`setup`: its Ed25519 signing key and
+    the federation's directory of public keys.
 
     Args:
         threshold: Shamir threshold ``t``: the sum is recovered if at least ``t``
-            clients survive every round. None (default) means ``M // 2 + 1`` for a
-            session of ``M`` clients; an int must satisfy ``M // 2 < t <= M``.
+            clients survive every round. None (default) means ``2M // 3 + 1`` for a
+            session of ``M`` clients (a malicious server colluding with fewer than
+            ``M / 3`` clients learns nothing beyond the sum); an int must satisfy
+            ``M // 2 < t <= M`` (above ``M / 2`` the server alone cannot learn more than
+            the sum; colluding clients need ``t > (M + c) / 2``).
         fraction_bits: Fixed-point fractional bits (default 40, in ``[8, 52]``).
         min_clients: Minimum number of contributors (default 3).
         allow_two_clients: Must be True to allow ``min_clients=2``.
@@ -113,6 +155,7 @@ class MaskingBackend(SecureAggregationBackend):
         RoundSpec("advertise_keys", "client_encode", "server_aggregate"),
         RoundSpec("share_keys", "client_encode", "server_aggregate"),
         RoundSpec("masked_input", "client_encode", "server_aggregate"),
+        RoundSpec("consistency_check", "decrypt_unmask", "decrypt_unmask"),
         RoundSpec("unmasking", "decrypt_unmask", "decrypt_unmask"),
     )
 
@@ -129,7 +172,7 @@ class MaskingBackend(SecureAggregationBackend):
             isinstance(threshold, bool) or not isinstance(threshold, int) or threshold < 2
         ):
             raise ConfigurationError(
-                f"option 'threshold' must be None (M // 2 + 1) or an int >= 2 with "
+                f"option 'threshold' must be None (2M // 3 + 1) or an int >= 2 with "
                 f"M // 2 < threshold <= M, got {threshold!r}"
             )
         if (
@@ -174,17 +217,78 @@ class MaskingBackend(SecureAggregationBackend):
             raise ConfigurationError("the masking backend takes no server material")
         return _MaskingServer(self, seed=seed)
 
+    def setup(self, client_ids, *, seed: int | None = None) -> BackendSetup:
+        """Give every client a long-term Ed25519 signing identity.
+
+        In a deployment each client draws its own key pair and the public keys are
+        exchanged out of band (never through the server); here the identities are
+        drawn for all clients at once.
+
+        Args:
+            client_ids: The clients of the federation.
+            seed: Seed for reproducible identities (tests only), or None.
+
+        Returns:
+            No server material; for each client its private key followed by the
+            directory of every client's public key.
+        """
+        ids = validate_client_ids(client_ids)
+        identities = {cid: ed25519_keypair(RandomSource(seed, 3, cid)) for cid in ids}
+        directory = PayloadWriter().ids(ids)
+        for cid in ids:
+            directory.raw(identities[cid][1])
+        public = directory.getvalue()
+        return BackendSetup(b"", {cid: identities[cid][0] + public for cid in ids})
+
     def client(
         self, client_id: int, material: bytes = b"", *, seed: int | None = None
     ) -> ClientRole:
-        """Create the role of client ``client_id`` (``material`` must be empty)."""
-        if material:
-            raise ConfigurationError("the masking backend takes no client material")
-        return _MaskingClient(self, client_id, seed=seed)
+        """Create the role of client ``client_id``.
+
+        Args:
+            client_id: This client's id.
+            material: ``setup(...).for_client(client_id)``: its signing key and the
+                directory of public keys, received out of band.
+            seed: Seed for this client's session keys (tests only), or None.
+
+        Raises:
+            ConfigurationError: Missing or malformed material, or a directory whose
+                key for ``client_id`` is not this client's.
+        """
+        return _MaskingClient(self, client_id, _identity(client_id, material), seed=seed)
 
     def max_abs_supported(self, n_clients: int) -> float:
         """``2^(63 - fraction_bits) / n_clients`` (the fixed-point headroom)."""
         return fixed_point.max_abs_supported(n_clients, self.fraction_bits)
+
+
+def _identity(client_id: int, material: bytes) -> tuple[bytes, dict[int, bytes]]:
+    """This client's signing key and the directory ``{client: Ed25519 public key}``."""
+    if not material:
+        raise ConfigurationError(
+            f"masking client {client_id} needs its identity material (signing key and the "
+            "directory of public keys) from MaskingBackend.setup(); got none"
+        )
+    try:
+        reader = PayloadReader(material)
+        private = reader.raw(32)
+        ids = reader.ids()
+        directory = {cid: reader.raw(32) for cid in ids}
+        reader.done()
+    except TamperedMessageError as exc:
+        raise ConfigurationError(
+            f"masking client {client_id}: malformed identity material ({exc})"
+        ) from exc
+    mine = directory.get(client_id)
+    if mine is None:
+        raise ConfigurationError(
+            f"masking client {client_id} is not in the directory of its identity material"
+        )
+    if not ed25519_verify(mine, ed25519_sign(private, b"identity"), b"identity"):
+        raise ConfigurationError(
+            f"masking client {client_id}: the directory's public key is not this client's"
+        )
+    return private, directory
 
 
 class _MaskingServer(ServerRole):
@@ -203,16 +307,20 @@ class _MaskingServer(ServerRole):
             return self._route_shares(payloads)
         if round == 2:
             return self._collect_masked(payloads)
+        if round == 3:
+            return self._route_signatures(payloads)
         return self._unmask(payloads)
 
     def _route_keys(self, payloads: dict[int, bytes]) -> dict[int, bytes]:
         self.u1 = self._require(payloads, self.need, "advertised keys")
         self.keys: dict[int, tuple[bytes, bytes]] = {}
+        signatures: dict[int, bytes] = {}
         seen: set[bytes] = set()
         for cid in self.u1:
             with error_context(cid, None, None):
                 reader = PayloadReader(payloads[cid])
                 c_pk, s_pk = reader.raw(32), reader.raw(32)
+                signatures[cid] = reader.raw(_SIGNATURE)
                 reader.done()
             if c_pk in seen or s_pk in seen or c_pk == s_pk:
                 raise ProtocolError("reused X25519 public key", client_id=cid)
@@ -220,7 +328,7 @@ class _MaskingServer(ServerRole):
             self.keys[cid] = (c_pk, s_pk)
         writer = PayloadWriter().ids(self.u1)
         for cid in self.u1:
-            writer.raw(self.keys[cid][0]).raw(self.keys[cid][1])
+            writer.raw(self.keys[cid][0]).raw(self.keys[cid][1]).raw(signatures[cid])
         broadcast = writer.getvalue()
         return dict.fromkeys(self.u1, broadcast)
 
@@ -265,6 +373,17 @@ class _MaskingServer(ServerRole):
         self.total = total
         announce = PayloadWriter().ids(self.u3).getvalue()
         return dict.fromkeys(self.u3, announce)
+
+    def _route_signatures(self, payloads: dict[int, bytes]) -> dict[int, bytes]:
+        self.u4 = self._require(payloads, self.need, "signed the contributor list")
+        writer = PayloadWriter().ids(self.u4)
+        for u in self.u4:
+            with error_context(u, None, None):
+                reader = PayloadReader(payloads[u])
+                writer.raw(reader.raw(_SIGNATURE))
+                reader.done()
+        broadcast = writer.getvalue()
+        return dict.fromkeys(self.u4, broadcast)
 
     def _unmask(self, payloads: dict[int, bytes]) -> np.ndarray:
         responders = self._require(payloads, self.t, "sent unmasking shares")
@@ -327,6 +446,17 @@ class _MaskingServer(ServerRole):
 class _MaskingClient(ClientRole):
     backend: MaskingBackend
 
+    def __init__(
+        self,
+        backend: MaskingBackend,
+        client_id: int,
+        identity: tuple[bytes, dict[int, bytes]],
+        *,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(backend, client_id, seed=seed)
+        self._signing_key, self._directory = identity
+
     def _check_view(self, ids: tuple[int, ...], superset: tuple[int, ...], what: str) -> None:
         if not set(ids) <= set(superset) or list(ids) != sorted(set(ids)):
             raise ProtocolError(f"server's {what} {list(ids)} is not a subset of {list(superset)}")
@@ -352,11 +482,18 @@ class _MaskingClient(ClientRole):
                 f"session announces threshold {t}; this client requires "
                 f"{own} <= t <= {self.n_clients}"
             )
+        unknown = [cid for cid in self.client_ids if cid not in self._directory]
+        if unknown:
+            raise ProtocolError(
+                f"the session lists clients {unknown} whose identities this client does not "
+                "hold (not in its directory of public keys); refusing"
+            )
         self.t = t
         self.need = max(t, self.backend.min_clients)
         self._c_private, self._c_pk = x25519_keypair(self._rand)
         self._s_private, self._s_pk = x25519_keypair(self._rand)
-        return self._c_pk + self._s_pk
+        message = _keys_message(self.session_id or b"", self.client_id, self._c_pk, self._s_pk)
+        return self._c_pk + self._s_pk + ed25519_sign(self._signing_key, message)
 
     def _handle(self, round: int, reader: PayloadReader, x: np.ndarray | None) -> bytes:
         if round == 1:
@@ -364,6 +501,8 @@ class _MaskingClient(ClientRole):
         if round == 2:
             return self._masked_input(reader, x)
         if round == 3:
+            return self._sign_contributors(reader)
+        if round == 4:
             return self._unmasking_shares(reader)
         raise ProtocolError(f"the masking protocol has no round {round}")
 
@@ -379,11 +518,19 @@ class _MaskingClient(ClientRole):
 
     def _share_keys(self, reader: PayloadReader) -> bytes:
         u1 = reader.ids()
-        peers = {v: (reader.raw(32), reader.raw(32)) for v in u1}
+        signed = {v: (reader.raw(32), reader.raw(32), reader.raw(_SIGNATURE)) for v in u1}
         reader.done()
         self._check_view(u1, self.client_ids, "key list U1")
+        peers = {v: (c_pk, s_pk) for v, (c_pk, s_pk, _) in signed.items()}
         if peers[self.client_id] != (self._c_pk, self._s_pk):
             raise KeyMismatchError("server advertised different public keys for this client")
+        for v, (c_pk, s_pk, signature) in signed.items():
+            message = _keys_message(self.session_id or b"", v, c_pk, s_pk)
+            if not ed25519_verify(self._directory[v], signature, message):
+                raise KeyMismatchError(
+                    f"the public keys the server forwarded for client {v} carry no valid "
+                    f"signature of client {v} (substituted or altered); refusing"
+                )
         flat = [k for pair in peers.values() for k in pair]
         if len(set(flat)) != len(flat):
             raise ProtocolError("server's key list reuses a public key")
@@ -459,11 +606,27 @@ class _MaskingClient(ClientRole):
                 y -= mask
         return PayloadWriter().array(y).getvalue()
 
-    def _unmasking_shares(self, reader: PayloadReader) -> bytes:
+    def _sign_contributors(self, reader: PayloadReader) -> bytes:
         u3 = reader.ids()
         reader.done()
         self._check_view(u3, self.u2, "contributor list U3")
-        survivors = set(u3)
+        self.u3 = u3
+        return ed25519_sign(self._signing_key, _survivors_message(self.session_id or b"", u3))
+
+    def _unmasking_shares(self, reader: PayloadReader) -> bytes:
+        u4 = reader.ids()
+        signatures = {v: reader.raw(_SIGNATURE) for v in u4}
+        reader.done()
+        self._check_view(u4, self.u3, "signer list U4")
+        message = _survivors_message(self.session_id or b"", self.u3)
+        for v, signature in signatures.items():
+            if not ed25519_verify(self._directory[v], signature, message):
+                raise TamperedMessageError(
+                    f"consistency check failed: client {v}'s signature does not cover this "
+                    f"client's contributor list {list(self.u3)} (the server showed clients "
+                    "different survivor sets, or altered a signature); revealing no shares"
+                )
+        survivors = set(self.u3)
         writer = PayloadWriter()
         for v in self.u2:
             s_share, b_share = self._received[v]

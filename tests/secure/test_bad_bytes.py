@@ -230,7 +230,8 @@ def test_not_bytes_and_out_of_order_calls(ckks_backend) -> None:
         clients[0].step("not bytes", [0.0, 0.0, 0.0])
     with pytest.raises(ProtocolError, match="mapping"):
         server.step([msgs[0]])
-    fresh = get_backend("masking").client(0)
+    masking = get_backend("masking")
+    fresh = masking.client(0, masking.setup(IDS).for_client(0))
     with pytest.raises(TamperedMessageError, match="truncated"):
         fresh.step(b"")
     plain_server, plain_clients = _roles("plaintext", ckks_backend)

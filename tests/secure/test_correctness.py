@@ -104,19 +104,23 @@ def _expected_masking_contributors(ids, schedule):
 
 
 @pytest.mark.parametrize(
-    ("n_clients", "schedule"),
+    ("n_clients", "schedule", "threshold"),
     [
-        (5, {1: 2}),  # one dropout after sharing keys: pairwise masks recovered
-        (5, {4: 1}),  # one dropout after advertising keys only
-        (5, {0: 2, 3: 2}),  # M - t = 2 dropouts
-        (5, {2: 3, 4: 3}),  # sent the masked input, then dropped: still counted
-        (20, {0: 1, 1: 1, 2: 2, 3: 2, 4: 2, 5: 3, 6: 3, 7: 3, 8: 2}),  # M - t = 9
+        (5, {1: 2}, None),  # one dropout after sharing keys: pairwise masks recovered
+        (5, {4: 1}, None),  # one dropout after advertising keys only
+        (5, {2: 3}, None),  # sent the masked input, then dropped: still counted
+        (7, {2: 4}, None),  # signed the contributor list, then dropped: still counted
+        (7, {0: 2, 5: 3}, None),  # M - t = 2 dropouts (t = 2M // 3 + 1 = 5)
+        (20, {0: 1, 1: 1, 2: 2, 3: 2, 4: 3, 5: 4}, None),  # M - t = 6 (t = 14)
+        # a lower configured threshold (above M / 2): M - t = 9
+        (20, {0: 1, 1: 1, 2: 2, 3: 2, 4: 2, 5: 3, 6: 3, 7: 3, 8: 2}, 11),
     ],
 )
-def test_masking_dropouts(n_clients: int, schedule: dict) -> None:
+def test_masking_dropouts(n_clients: int, schedule: dict, threshold: int | None) -> None:
     inputs = random_inputs(n_clients, 33, seed=n_clients)
     stats: dict = {}
-    total = aggregate(get_backend("masking"), inputs, dropped=schedule, seed=7, stats=stats)
+    backend = get_backend("masking", threshold=threshold)
+    total = aggregate(backend, inputs, dropped=schedule, seed=7, stats=stats)
     expected_ids = _expected_masking_contributors(sorted(inputs), schedule)
     assert stats["contributors"] == expected_ids
     assert np.max(np.abs(total - plain_sum(inputs, expected_ids))) <= 1e-10
@@ -131,9 +135,10 @@ def test_masking_default_dropped_list_means_after_first_reply() -> None:
 @pytest.mark.parametrize(
     ("n_clients", "schedule", "round_"),
     [
-        (5, {0: 2, 1: 2, 2: 2}, 2),  # only 2 < t = 3 masked inputs
-        (20, {i: 2 for i in range(10)}, 2),  # 10 < t = 11
-        (5, {0: 3, 1: 3, 2: 3}, 3),  # masked inputs arrived, too few unmask shares
+        (5, {0: 2, 1: 2}, 2),  # only 3 < t = 4 masked inputs
+        (20, {i: 2 for i in range(7)}, 2),  # 13 < t = 14
+        (5, {0: 3, 1: 3}, 3),  # masked inputs arrived, too few signatures
+        (7, {0: 4, 1: 4, 2: 4}, 4),  # signatures arrived, too few unmask shares
     ],
 )
 def test_masking_dropout_beyond_threshold_raises(n_clients, schedule, round_) -> None:
@@ -214,6 +219,7 @@ def test_stats_are_filled() -> None:
         "advertise_keys",
         "share_keys",
         "masked_input",
+        "consistency_check",
         "unmasking",
     ]
     assert set(stats["stage_s"]) == {"client_encode", "server_aggregate", "decrypt_unmask"}

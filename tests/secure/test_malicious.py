@@ -144,17 +144,18 @@ def test_masking_server_substituting_a_clients_own_key() -> None:
         out = honest(payloads)
         reader = PayloadReader(out[0])
         ids = reader.ids()
-        keys = [(reader.raw(32), reader.raw(32)) for _ in ids]
-        keys[1] = (keys[1][0], keys[2][0][::-1])  # swap in a key client 1 never made
+        keys = [(reader.raw(32), reader.raw(32), reader.raw(64)) for _ in ids]
+        keys[1] = (keys[1][0], keys[2][0][::-1], keys[1][2])  # a key client 1 never made
         writer = PayloadWriter().ids(ids)
-        for c_pk, s_pk in keys:
-            writer.raw(c_pk).raw(s_pk)
+        for c_pk, s_pk, signature in keys:
+            writer.raw(c_pk).raw(s_pk).raw(signature)
         return dict.fromkeys(out, writer.getvalue())
 
     server._route_keys = forged
-    with pytest.raises(KeyMismatchError) as info:
+    with pytest.raises(KeyMismatchError, match="for client 1 carry no valid signature") as info:
         drive(server, clients, random_inputs(4, 5, seed=45))
-    assert info.value.client_id == 1 and info.value.round == 1
+    # the first client to read the list (0) refuses it: client 1 did not sign that key
+    assert info.value.client_id == 0 and info.value.round == 1
 
 
 def test_masking_share_swapped_by_server_fails_authentication() -> None:
@@ -218,7 +219,7 @@ def test_masking_wrong_share_at_unmasking_is_caught(which: str) -> None:
 
     with pytest.raises(TamperedMessageError, match=f"client {victim}") as info:
         drive(server, clients, inputs, tamper_down=tamper, tamper_up=drop_four)
-    assert info.value.round == 3
+    assert info.value.round == 4
 
 
 def test_masking_client_refuses_inconsistent_views() -> None:
