@@ -93,6 +93,18 @@ def _evaluate(f: Callable, xs: Tensor, context: Any, batch: torch.Size, side: st
     return y
 
 
+def _addcmul(x: Tensor, lap: Tensor, step: Tensor, value: int, out: Tensor | None) -> Tensor:
+    r"""``x + value * lap * step``, into ``out`` where one is given and no derivative is
+    being taken (``out=`` has none: an ``x`` or ``h`` that requires grad, or forward-mode
+    AD, takes the out-of-place op, which raises any genuine error again)."""
+    if out is not None:
+        try:
+            return torch.addcmul(x, lap, step, value=value, out=out)
+        except RuntimeError:
+            pass
+    return torch.addcmul(x, lap, step, value=value)
+
+
 def _two_point(
     f: Callable,
     x: Tensor,
@@ -112,27 +124,21 @@ def _two_point(
             f"`context` must hold one context per row: leading shape {tuple(batch)}, got "
             f"{tuple(context.shape)}."
         )
-    # x + h z and x - h z in one allocation (f gets two disjoint halves, neither written
-    # after f has seen it); on the CPU words path the first half holds the sampler's
-    # magnitudes before it holds x + h z. Not with autograd (``out=`` has none).
-    both = None
-    if not x.requires_grad:
-        both = torch.empty((2,) + batch + (d,), dtype=x.dtype, device=x.device)
+    spare = None
     if norm == "l1":
         # the Laplace vector ``lap`` and its norm, never z = lap / norm itself (one pass less)
         draw, _, _ = _resolve(generator, x.device, x.dtype)
-        scratch = both[0] if both is not None and draw == x.device else None
-        lap, total = _laplace_and_norm(batch + (d,), generator, draw, x.dtype, scratch)
-        lap, total = lap.to(x.device), total.to(x.device)
+        lap, total, spare = _laplace_and_norm(batch + (d,), generator, draw, x.dtype)
+        if lap.device != x.device:
+            lap, total, spare = lap.to(x.device), total.to(x.device), None
         step = (h_t.unsqueeze(-1) / total).expand(*batch, 1)
     else:
         lap = sample_l2_sphere(*batch, d=d, generator=generator, device=x.device, dtype=x.dtype)
         step = h_t.unsqueeze(-1).expand(*batch, 1)
-    out_plus, out_minus = (None, None) if both is None else (both[0], both[1])
-    x_plus = torch.addcmul(x, lap, step, out=out_plus)
-    y_plus = _evaluate(f, x_plus, context, batch, "+")
-    x_minus = torch.addcmul(x, lap, step, value=-1, out=out_minus)
-    y_minus = _evaluate(f, x_minus, context, batch, "-")
+    # x +- h z, one fused pass each (x + h z into the sampler's spare buffer); f never gets
+    # a tensor that is written afterwards, and each of its inputs has its own storage
+    y_plus = _evaluate(f, _addcmul(x, lap, step, 1, spare), context, batch, "+")
+    y_minus = _evaluate(f, _addcmul(x, lap, step, -1, None), context, batch, "-")
     scale = (d / (2.0 * h_t)) * (y_plus - y_minus)
     z = lap / total if (return_values and norm == "l1") else lap
     if norm == "l1":  # scale * sign(z), sign(0) = +1: the sampler never returns +-0

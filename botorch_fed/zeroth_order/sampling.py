@@ -66,15 +66,15 @@ def _random_words(n: int, generator: torch.Generator | None, dtype: torch.dtype)
     The words are the keystream of AES-128 in counter mode (``cryptography``, i.e.
     OpenSSL with the processor's AES instructions: about twice the throughput of NumPy's
     fastest bit generator, SFC64, and four to six times that of torch's CPU Mersenne
-    Twister, which is the cost of a large batch), written straight into the returned
-    tensor. The 128-bit key is drawn from ``generator`` (torch's default CPU generator
-    when None) and is fresh for every call, so the counter starts at 0: the words are
-    reproducible from the torch generator's state and advance it (k calls repeat a key
-    with probability below k^2 / 2^129). AES-CTR is a cryptographically secure
-    pseudo-random generator (the core of NIST SP 800-90A's CTR_DRBG), so its output is
-    indistinguishable from uniform bits by any statistical test.
+    Twister, which is the cost of a large batch), written straight into one buffer and
+    read as little-endian words (the same words on every host). The 128-bit key is
+    four 32-bit draws of ``generator`` (torch's default CPU generator when None), fresh
+    for every call, so the counter starts at 0: the words are reproducible from the
+    generator's state (and so are not secret) and advance it (k calls repeat a key with
+    probability below k^2 / 2^129). AES-CTR is a strong pseudo-random generator (the
+    core of NIST SP 800-90A's CTR_DRBG); far below its 2^64-block distinguishing bound.
     """
-    key = torch.randint(0, 1 << 32, (4,), generator=generator, dtype=torch.int64)
+    key = torch.randint(0, 1 << 32, (4,), generator=generator, dtype=torch.int64, device="cpu")
     nbytes = n * torch.finfo(dtype).bits // 8
     # cryptography asks for block size - 1 bytes of room after each chunk it encrypts
     raw = np.empty(nbytes + 16, dtype=np.uint8)
@@ -84,7 +84,8 @@ def _random_words(n: int, generator: torch.Generator | None, dtype: torch.dtype)
     for start in range(0, nbytes, len(_ZEROS)):
         size = min(len(_ZEROS), nbytes - start)
         encryptor.update_into(_ZEROS[:size], out[start : start + size + 15])
-    return torch.from_numpy(raw[:nbytes]).view(_WORDS[dtype])
+    little = raw[:nbytes].view("<i4" if dtype == torch.float32 else "<i8")
+    return torch.from_numpy(little.astype(little.dtype.newbyteorder("="), copy=False))
 
 
 def _laplace_and_norm(
@@ -92,8 +93,7 @@ def _laplace_and_norm(
     generator: torch.Generator | None,
     draw: torch.device,
     dtype: torch.dtype,
-    scratch: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     r"""A standard Laplace vector per row and its l1 norm, drawn on ``draw``.
 
     Each coordinate is ``s * e`` with an independent uniform sign ``s`` and magnitude
@@ -105,34 +105,24 @@ def _laplace_and_norm(
     ``u`` (sign ``u < 1/2``, ``w = 2u mod 1``; a zero magnitude is clamped to the
     smallest normal number of the dtype). The norm is never 0.
 
-    Args:
-        shape: ``batch x d``.
-        generator: Optional seeded generator (on ``draw``).
-        draw: Device of the draw.
-        dtype: Floating dtype of the result.
-        scratch: Optional contiguous ``shape`` buffer of ``dtype`` on ``draw`` that the
-            words path may overwrite for its intermediate magnitudes (one fresh
-            ``batch x d`` allocation less: on the CPU a freshly allocated large buffer
-            costs a page fault per 4 KiB when the heap was returned to the kernel).
-
     Returns:
-        ``shape`` Laplace vectors and their ``shape[:-1] x 1`` l1 norms.
+        ``shape`` Laplace vectors, their ``shape[:-1] x 1`` l1 norms, and a spare
+        ``shape`` buffer of the same dtype that the caller may overwrite (fewer fresh
+        allocations: the cost of a large batch on the CPU is mostly memory traffic).
     """
     numel = math.prod(shape)
     if draw.type == "cpu" and dtype in _WORDS and numel >= WORDS_MIN_NUMEL:
         words = _random_words(numel, generator, dtype).view(shape)
-        ints = None if scratch is None else scratch.view(_WORDS[dtype])
-        mag = torch.bitwise_and(words, _MANTISSA[dtype], out=ints)
-        mag = mag.bitwise_or_(_MINUS_ONE[dtype]).view(dtype)
+        mag = torch.bitwise_and(words, _MANTISSA[dtype]).bitwise_or_(_MINUS_ONE[dtype]).view(dtype)
         # -(1 + w) + (1 - 2^-(p+1)) = -(w + 2^-(p+1)) exactly; log1p of it is -e < 0
         mag.add_(1 - _HALF_ULP[dtype]).log1p_()
         total = mag.sum(dim=-1, keepdim=True).neg_()
         # copysign reads only the sign bit of the word (whatever float its bits make)
-        return torch.copysign(mag, words.view(dtype), out=words.view(dtype)), total
+        return torch.copysign(mag, words.view(dtype), out=words.view(dtype)), total, mag
     u = torch.rand(shape, generator=generator, device=draw, dtype=dtype)
     mag = torch.mul(u, 2).frac_().neg_().log1p_().neg_().clamp_min_(torch.finfo(dtype).tiny)
     total = mag.sum(dim=-1, keepdim=True)
-    return mag.copysign_(u.sub_(0.5)), total  # u = 1/2 gives +0.0: a positive sign
+    return mag.copysign_(u.sub_(0.5)), total, u  # u = 1/2 gives +0.0: a positive sign
 
 
 def sample_l1_sphere(
@@ -164,7 +154,7 @@ def sample_l1_sphere(
     """
     shape = _check_shape(batch_shape, d)
     draw, out, dtype = _resolve(generator, device, dtype)
-    lap, total = _laplace_and_norm(shape, generator, draw, dtype)
+    lap, total, _ = _laplace_and_norm(shape, generator, draw, dtype)
     return lap.div_(total).to(out)
 
 

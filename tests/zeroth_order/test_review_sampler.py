@@ -1,5 +1,6 @@
 r"""Review of 68b843b / 3f3cbae (AES-CTR words, one ``(2, ..., d)`` buffer for x +- h z):
-defects found, each as a strict xfail that passes once the defect is fixed."""
+the defects it found (an ``h`` that requires grad, forward-mode AD, f's inputs sharing
+one storage, the AES key drawn on the default device), each a test that failed then."""
 
 from __future__ import annotations
 
@@ -15,11 +16,6 @@ def _f(Z):
     return (Z**2).sum(-1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="3f3cbae falls back to out-of-place ops only when x.requires_grad: an h that "
-    "requires grad reaches addcmul(out=both[0]) and raises (l2 worked at 4b1500b)",
-)
 def test_l2_gradient_with_h_that_requires_grad():
     x = torch.rand(6, 3, dtype=torch.float64)
     h = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
@@ -29,11 +25,6 @@ def test_l2_gradient_with_h_that_requires_grad():
     assert g.requires_grad
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="3f3cbae: a forward-AD dual x has requires_grad False, so addcmul(out=) is used "
-    "and raises 'Trying to use forward AD with addcmul_out' (l2 worked at 4b1500b)",
-)
 def test_l2_gradient_under_forward_mode_ad():
     x = torch.rand(6, 3, dtype=torch.float64)
 
@@ -45,12 +36,6 @@ def test_l2_gradient_under_forward_mode_ad():
     assert tangent.shape == x.shape
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="3f3cbae: f gets x + h z and x - h z as views of one (2, ..., d) storage, so "
-    "pickling / torch.save of f's input ships both halves (x_plus's pickle carries the "
-    "uninitialised second half, x_minus's carries x_plus): 2x payload and stale heap bytes",
-)
 @pytest.mark.parametrize("name", ["l1", "l2"])
 def test_objective_input_owns_its_storage(name):
     seen = []
@@ -66,13 +51,6 @@ def test_objective_input_owns_its_storage(name):
     assert seen == [x.numel() * x.element_size()] * 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="68b843b: the AES key is torch.randint(...) on the default device, then .numpy(); "
-    "under torch.set_default_device('cuda') a CPU words-path draw raises 'can't convert "
-    "cuda:0 device type tensor to numpy' (4b1500b's .tolist() worked; seen on an H100). "
-    "The 'meta' default device shows the same on a CPU-only machine",
-)
 def test_words_key_is_drawn_on_the_cpu_whatever_the_default_device():
     n = sampling.WORDS_MIN_NUMEL
     torch.manual_seed(7)
