@@ -350,8 +350,10 @@ def _torch_call(batch: int, d: int, dtype: torch.dtype):
 
 
 def _numpy_loop(workers: int, d: int, dtype) -> callable:
-    r"""The reference implementation's per-worker loop: a Laplace vector from NumPy,
-    normalised to the l1 sphere, ``f`` at two single points, the estimate."""
+    r"""The reference implementation's per-worker loop, written lean: a Laplace vector
+    from NumPy (float64, as ``Generator.laplace`` draws; cast to ``dtype``), the step
+    ``h / ||lap||_1`` folded into one multiply, ``f`` at two single points, the estimate
+    written in place."""
     rng = np.random.default_rng(0)
     c = (np.random.default_rng(1).standard_normal(d) / math.sqrt(d)).astype(dtype)
     x = np.zeros(d, dtype=dtype)
@@ -364,9 +366,9 @@ def _numpy_loop(workers: int, d: int, dtype) -> callable:
         out = np.empty((workers, d), dtype=dtype)
         for j in range(workers):
             lap = rng.laplace(size=d).astype(dtype, copy=False)
-            z = lap / np.abs(lap).sum()
-            y_plus, y_minus = f(x + h * z), f(x - h * z)
-            out[j] = d / (2 * h) * (y_plus - y_minus) * np.where(z >= 0, 1.0, -1.0)
+            hz = lap * (h / np.abs(lap).sum())
+            scale = d / (2 * h) * (f(x + hz) - f(x - hz))
+            np.multiply(np.sign(lap), scale, out=out[j])  # lap is never 0
         return out
 
     return loop
@@ -398,10 +400,10 @@ def _run_c(job: dict) -> dict:
 
 
 def _run_ckey(job: dict) -> dict:
-    r"""The key cell in one fresh process: ``C_PAIRS`` alternations of (the median of 5
-    batched calls, one call of the NumPy loop over the same workers), so that the load of
-    the moment weighs on both sides of every ratio; minor page faults per batched call
-    from ``getrusage``."""
+    r"""The key cell in one fresh process: ``C_PAIRS`` alternations of (the mean of 5
+    batched calls, the first included, one call of the NumPy loop over the same
+    workers), so that slow drifts of the machine weigh on both sides of every ratio;
+    minor page faults per batched call from ``getrusage``."""
     import resource
 
     torch.set_num_threads(job["threads"])
@@ -422,7 +424,7 @@ def _run_ckey(job: dict) -> dict:
             batched()
             times.append(time.perf_counter() - t)
         faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-        torch_s.append(float(np.median(times)))
+        torch_s.append(float(np.mean(times)))
         t = time.perf_counter()
         loop()
         numpy_s.append(time.perf_counter() - t)
@@ -479,7 +481,9 @@ def _run_gpu(job: dict) -> dict:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         call()
         torch.cuda.synchronize()
-    kernels = sum(e.count for e in prof.key_averages() if e.device_type.name == "CUDA")
+    cuda = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    copies = sum(e.count for e in cuda if e.key.startswith(("Memcpy", "Memset")))
+    kernels = sum(e.count for e in cuda) - copies
     nbytes = batch * d * src.element_size()
     src = dst = None  # free them before the next cell
     torch.cuda.empty_cache()
@@ -494,6 +498,7 @@ def _run_gpu(job: dict) -> dict:
         # once (by f), g written: 5 batch x d tensors
         "min_traffic_GBps": 5 * nbytes / sec / 1e9,
         "kernels_per_call": kernels,
+        "copies_per_call": copies,  # Memcpy / Memset (host syncs of the input checks)
         "device": f"{props.name}, {props.multi_processor_count} SMs, "
         f"{props.total_memory / 2**30:.0f} GiB",
         "versions": f"torch {torch.__version__}, CUDA {torch.version.cuda}, python "
@@ -913,13 +918,16 @@ def _part_c(runs, lines, summary):
         kb, kd = keyrecs[0]["batch"], keyrecs[0]["d"]
         lines += [
             f"**Key cell m = {kb}, d = {kd}.** Every repetition is a fresh process that "
-            f"alternates {C_PAIRS} times between the batched estimator (median of 5 calls) "
-            f"and one call of the NumPy loop over the same {kb} workers; its speed-up is the "
-            "median of its paired ratios, so the load of the moment weighs on both sides. "
-            "Page faults: minor faults per batched call (`getrusage`). 'no-trim' runs the "
-            "process with `MALLOC_TRIM_THRESHOLD_=2^40 MALLOC_MMAP_THRESHOLD_=2^25` (glibc "
-            "then keeps freed buffers in the heap instead of returning them to the kernel): "
-            "the same code, without the page faults.",
+            f"alternates {C_PAIRS} times between the batched estimator (mean of 5 calls, the "
+            f"first included) and one call of the NumPy loop over the same {kb} workers; its "
+            "speed-up is the median of its paired ratios, so slow drifts of the machine weigh "
+            "on both sides. The loop is single-threaded: with 2 torch threads a process that "
+            "takes a core slows only the batched side (a review measured 0.5x-3x under load "
+            "1.5), so these runs need a quiet machine (load below). One torch thread is the "
+            "comparison per core. Page faults: minor faults per batched call (`getrusage`). "
+            "'no-trim' runs the process with `MALLOC_TRIM_THRESHOLD_=2^40 "
+            "MALLOC_MMAP_THRESHOLD_=2^25` (glibc then keeps freed buffers in the heap "
+            "instead of returning them to the kernel).",
             "",
             "| dtype | allocator | torch threads | processes | speed-up: median [min, max] "
             "| processes >= 10x | torch ms/call (median) | NumPy loop ms/call (median) "
@@ -1025,7 +1033,8 @@ def _part_gpu(runs, lines, summary) -> None:
         "traffic' = 5 `batch x d` tensors / time: the least any two-point estimator moves "
         "(x + h z and x - h z written and read once by f, g written), so its fraction of the "
         "copy's bandwidth says how close a call is to the memory bound; 'copies' = call "
-        "time / copy time. Kernels: CUDA kernels one call launches (torch profiler).",
+        "time / copy time. Kernels: CUDA kernels one call launches, and in brackets its "
+        "memory copies and memsets (torch profiler).",
         "",
         "| dtype | batch | d | queries/s | ms/call | copy GB/s | min. traffic GB/s | "
         "fraction of copy | copies | kernels |",
@@ -1038,7 +1047,8 @@ def _part_gpu(runs, lines, summary) -> None:
             f"| {r['dtype']} | {r['batch']} | {r['d']} | {r['queries_per_s']:.3g} | "
             f"{r['sec_per_call'] * 1e3:.3g} | {r['copy_GBps']:.0f} | "
             f"{r['min_traffic_GBps']:.0f} | {frac:.2f} | "
-            f"{r['sec_per_call'] / r['copy_sec']:.1f} | {r['kernels_per_call']} |"
+            f"{r['sec_per_call'] / r['copy_sec']:.1f} | {r['kernels_per_call']} "
+            f"({r.get('copies_per_call', '?')}) |"
         )
         out[f"{r['dtype']}/B{r['batch']}/d{r['d']}"] = {
             "queries_per_s": r["queries_per_s"],
@@ -1191,15 +1201,25 @@ def _verdicts(summary) -> list[str]:
         )
     c = summary.get("c", {})
     for dtype in ("float32", "float64"):
-        v = c.get(f"{dtype}/default/t2")
-        if v:
-            sp = v["speedups"]
-            lines.append(
-                f"| batched CPU >= 10x the NumPy loop at m = 1000, d = 1000 ({dtype}, "
-                f"2 threads, default allocator) | {v['speedup']:.1f}x (median of {len(sp)} "
-                f"processes, {min(sp):.1f}x to {max(sp):.1f}x) | "
-                f"{'yes' if v['speedup'] >= 10 else 'no'} |"
-            )
+        for threads in (2, 1):
+            v = c.get(f"{dtype}/default/t{threads}")
+            if v:
+                sp = v["speedups"]
+                lines.append(
+                    f"| batched CPU >= 10x the NumPy loop at m = 1000, d = 1000 ({dtype}, "
+                    f"{threads} torch thread{'s' if threads > 1 else ''} against the "
+                    f"single-threaded loop, default allocator) | {v['speedup']:.1f}x (median "
+                    f"of {len(sp)} processes, {min(sp):.1f}x to {max(sp):.1f}x) | "
+                    f"{'yes' if v['speedup'] >= 10 else 'no'} |"
+                )
+    g = summary.get("gpu", {})
+    big = [v["fraction_of_copy"] for k, v in g.items() if k.endswith(("d1000", "d10000"))]
+    if big:
+        lines.append(
+            "| GPU: the estimator's useful traffic (5 batch x d tensors per call) as a "
+            "fraction of a device-to-device copy's bandwidth, d >= 1000 | "
+            f"{min(big):.2f} to {max(big):.2f} | see (c, GPU) |"
+        )
     lines.append("")
     return lines
 
