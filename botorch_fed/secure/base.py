@@ -28,7 +28,9 @@ session carries an ephemeral X25519 public key, every client answers with its ow
 and all later frames in both directions carry an HMAC-SHA256 tag over header and
 payload under the per-client channel key. This authenticates against
 third parties on the network (not against an active man in the middle of the very
-first exchange; there is no PKI). A role abandons its session on any error.
+first exchange; there is no PKI), not against the server, which holds every channel
+key. A role abandons its session on any error (fail closed): after a malformed,
+misrouted or unauthenticated frame, even a genuine frame of that session is refused.
 
 Every backend enforces a minimum number of contributors (default 3; a sum over two
 clients reveals each one's input to the other): the server refuses to start or
@@ -455,7 +457,11 @@ class ClientRole(ABC):
         """
         expected = self._round + 1 if self._session is not None else 0
         with error_context(self.client_id, expected, self.backend.round_name(expected)):
-            frame = parse_frame(msg)
+            try:
+                frame = parse_frame(msg)
+            except SecureAggregationError:
+                self._session = None  # fail closed, as for any other integrity error
+                raise
         if frame.round == 0:
             rnd = 0
             with error_context(self.client_id, 0, self.backend.round_name(0)):
@@ -465,19 +471,21 @@ class ClientRole(ABC):
             with error_context(self.client_id, rnd, self.backend.round_name(rnd)):
                 if self._session is None:
                     raise ProtocolError("message for a session this client never joined")
-                frame.expect(
-                    backend=self.backend.code,
-                    direction=SERVER_TO_CLIENT,
-                    round=rnd,
-                    client_id=self.client_id,
-                    session=self._session,
-                )
-                payload = frame.verify(self._key)
-                self._round = rnd
                 try:
+                    frame.expect(
+                        backend=self.backend.code,
+                        direction=SERVER_TO_CLIENT,
+                        round=rnd,
+                        client_id=self.client_id,
+                        session=self._session,
+                    )
+                    payload = frame.verify(self._key)
+                    self._round = rnd
                     reply = self._handle(rnd, PayloadReader(payload), x)
                 except SecureAggregationError:
-                    self._session = None  # fail closed: abandon the session
+                    # fail closed: a frame that is not the expected authentic one ends
+                    # the session; a genuine frame arriving afterwards is refused
+                    self._session = None
                     raise
         assert self._session is not None
         return seal_frame(

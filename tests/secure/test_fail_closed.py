@@ -1,0 +1,63 @@
+"""Clients fail closed (issue 14, finding 10): after a malformed, misrouted or
+unauthenticated frame of a session, even the genuine frame is refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from botorch_fed.secure import ProtocolError, SecureAggregationError, get_backend
+
+from .helpers import flip, make_roles, random_inputs
+
+IDS = [0, 1, 2, 3]
+
+
+@pytest.fixture(scope="module")
+def ckks_backend():
+    return get_backend("ckks")
+
+
+def _round_one(name, ckks_backend):
+    backend = ckks_backend if name == "ckks" else get_backend(name)
+    server, clients = make_roles(backend, IDS, seed=5)
+    inputs = random_inputs(4, 3, seed=5)
+    replies = {
+        cid: clients[cid].step(msg, inputs[cid]) for cid, msg in server.start(IDS, 3).items()
+    }
+    out = server.step(replies)
+    return clients, inputs, out
+
+
+@pytest.mark.parametrize("name", ["masking", "ckks"])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda msg: flip(msg, -1),  # the MAC tag
+        lambda msg: flip(msg, len(msg) // 2),  # the payload
+        lambda msg: msg[:10],  # truncated: does not parse
+        lambda msg: b"",  # nothing
+    ],
+    ids=["tag", "payload", "truncated", "empty"],
+)
+def test_a_genuine_frame_after_a_damaged_one_is_refused(name, damage, ckks_backend):
+    clients, inputs, out = _round_one(name, ckks_backend)
+    if not isinstance(out, dict):
+        pytest.skip(f"{name} finishes in one round")
+    genuine = out[0]
+    with pytest.raises(SecureAggregationError):
+        clients[0].step(damage(genuine), inputs[0])
+    with pytest.raises(ProtocolError, match="never joined"):
+        clients[0].step(genuine, inputs[0])
+    # the other clients, whose frames were intact, carry on
+    assert clients[1].step(out[1], inputs[1])
+
+
+@pytest.mark.parametrize("name", ["masking", "ckks"])
+def test_a_frame_for_another_client_ends_the_session(name, ckks_backend):
+    clients, inputs, out = _round_one(name, ckks_backend)
+    if not isinstance(out, dict):
+        pytest.skip(f"{name} finishes in one round")
+    with pytest.raises(SecureAggregationError):
+        clients[0].step(out[1], inputs[0])  # client 1's frame, misrouted to client 0
+    with pytest.raises(ProtocolError, match="never joined"):
+        clients[0].step(out[0], inputs[0])
