@@ -75,14 +75,16 @@ def local_centers(
         seed: Seed of the k-means++ seeding and of the optional noise.
         noise_std: Standard deviation of Gaussian noise added to each centre before
             it leaves the client (0: exact centres). See the module docstring.
-        min_cluster_size: Centres of clusters with fewer points are not returned (a
-            centre of one point *is* that point, so the default 2 never sends a raw
-            data point; 1 gives plain k-means); ``k`` is also capped at
-            ``n // min_cluster_size``. If no cluster is large enough, the mean of all
-            points is returned.
+        min_cluster_size: Centres of clusters with fewer *distinct* points are not
+            returned (a centre of one point, or of copies of one point, *is* that
+            point, so the default 2 never sends a raw data point; 1 gives plain
+            k-means); ``k`` is also capped at ``#distinct points // min_cluster_size``.
+            If no cluster is large enough, the mean of all points is returned; if
+            ``X`` has fewer distinct points than ``min_cluster_size``, no centre is.
 
     Returns:
-        At most ``min(k, #distinct points) x d`` centres (dtype/device of ``X``).
+        At most ``min(k, #distinct points) x d`` centres (dtype/device of ``X``);
+        ``0 x d`` when ``X`` has fewer than ``min_cluster_size`` distinct points.
     """
     points = _as_points("X", X)
     if not isinstance(k, int | np.integer) or k < 1:
@@ -102,7 +104,9 @@ def local_centers(
             f"`X` has {points.shape[0]} points, fewer than `min_cluster_size`={min_cluster_size}."
         )
     distinct = _unique_rows(points)
-    k = max(1, min(int(k), distinct.shape[0], points.shape[0] // min_cluster_size))
+    if distinct.shape[0] < min_cluster_size:  # every centre would be a raw point
+        return torch.empty(0, points.shape[1], dtype=X.dtype, device=X.device)
+    k = max(1, min(int(k), distinct.shape[0] // min_cluster_size))
     if k == distinct.shape[0] and min_cluster_size == 1:
         centers = distinct
     else:
@@ -115,7 +119,10 @@ def local_centers(
             algorithm="lloyd",
             random_state=seed,
         ).fit(points)
-        counts = np.bincount(km.labels_, minlength=k)
+        # distinct points per cluster: copies of one point do not make a cluster
+        counts = np.array(
+            [_unique_rows(points[km.labels_ == c]).shape[0] for c in range(k)], dtype=int
+        )
         centers = km.cluster_centers_[counts >= min_cluster_size]
         if centers.shape[0] == 0:
             centers = points.mean(axis=0, keepdims=True)

@@ -2,6 +2,7 @@ r"""Federated k-means support set (Alg. 1 of FBO-FedGP)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from botorch.exceptions.errors import BotorchTensorDimensionError, InputDataError
@@ -137,3 +138,25 @@ def test_bad_inputs():
         random_support(torch.rand(3, 2), 4)
     with pytest.raises(InputDataError, match="bounds"):
         random_support(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), 4)
+
+
+@pytest.mark.parametrize("copies", [2, 3, 10])
+def test_copies_of_one_point_do_not_make_a_cluster(copies):
+    # issue 14, finding 8: min_cluster_size counts distinct points. One isolated point
+    # repeated `copies` times next to a spread-out cloud: its copies form a cluster of
+    # their own, whose centre would be that raw point
+    rng = np.random.default_rng(copies)
+    cloud = torch.as_tensor(rng.uniform(0.0, 0.05, size=(12, 2)))
+    lone = torch.tensor([[10.0, 10.0]], dtype=torch.float64)  # far: its own cluster
+    X = torch.cat([cloud, lone.expand(copies, 2)])
+    for seed in range(5):
+        C = local_centers(X, k=3, seed=seed, min_cluster_size=2)
+        # no centre is (up to the rounding of a mean of copies) any raw point
+        assert torch.cdist(C, X).min() > 1e-9, (seed, C)
+
+
+def test_fewer_distinct_points_than_min_cluster_size_gives_no_centre():
+    X = torch.tensor([[0.3, 0.7]] * 5, dtype=torch.float64)
+    C = local_centers(X, k=2, min_cluster_size=2)
+    assert C.shape == (0, 2) and C.dtype == X.dtype
+    assert local_centers(X, k=2, min_cluster_size=1).shape == (1, 2)
