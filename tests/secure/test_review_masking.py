@@ -1,0 +1,359 @@
+"""Review of the malicious-secure masking protocol (issue 14, findings 1, 2, 10).
+
+Each test mounts an attack by a malicious server (its ``_handle`` replaced, frames
+validly sealed by the real ``ServerRole``), drives the clients by hand and asserts
+what a correct implementation must do. They are ``xfail(strict=True)`` while the
+defect stands.
+
+The common root of the first three: every signature a client checks (signed keys of
+round 0, survivor-list signatures of round 3) is bound only to the *server-chosen*
+session id, and a client accepts a session id it has already used. A server that
+starts several sessions with one id can replay signatures across them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from botorch_fed.secure import (
+    ConfigurationError,
+    KeyMismatchError,
+    ProtocolError,
+    SecureAggregationError,
+    get_backend,
+)
+from botorch_fed.secure import fixed_point, shamir
+from botorch_fed.secure.crypto import (
+    RandomSource,
+    ed25519_keypair,
+    ed25519_sign,
+    x25519_private_from_bytes,
+    x25519_shared,
+)
+from botorch_fed.secure.masking import _pair_mask, _self_mask, _survivors_message
+from botorch_fed.secure.wire import PayloadReader, PayloadWriter
+
+from .helpers import make_roles, random_inputs
+
+SEED = 11
+
+
+def _restart(server, ids, length):
+    """``server.start`` with the session id of this server's first session (the
+    server chooses session ids; nothing stops it from reusing one)."""
+    server._rand = RandomSource(SEED, 0)
+    return server.start(ids, length)
+
+
+def _step(clients, messages, inputs):
+    return {cid: clients[cid].step(msg, inputs[cid]) for cid, msg in sorted(messages.items())}
+
+
+def _share_cts(payload: bytes) -> dict[int, bytes]:
+    reader = PayloadReader(payload)
+    reader.raw(32)
+    cts = {}
+    for _ in range(reader.u32()):
+        v = reader.u32()
+        cts[v] = reader.blob()
+    reader.done()
+    return cts
+
+
+def _route_shares(u2_of: dict[int, tuple[int, ...]], payloads) -> dict[int, bytes]:
+    """Round-1 routing with a per-recipient share-holder list ``U2`` (unbound)."""
+    cts = {u: _share_cts(p) for u, p in payloads.items()}
+    out = {}
+    for v, u2 in u2_of.items():
+        senders = [u for u in u2 if u != v]
+        writer = PayloadWriter().ids(tuple(u2)).u32(len(senders))
+        for u in senders:
+            writer.u32(u).blob(cts[u][v])
+        out[v] = writer.getvalue()
+    return out
+
+
+def _replay_attack(n: int = 10):
+    """A server colluding with ``c = 3 < n / 3`` clients recovers an honest client's
+    input exactly by replaying survivor-list signatures across sessions that share one
+    session id.
+
+    Clients: victim 0; D = {1, 2, 3} honest, in the victim's U2; E = {4, 5, 6} honest;
+    C = {7, 8, 9} colluding (the server holds their roles). t = 2n // 3 + 1 = 7.
+    The victim masks only with U2(0) = {0} | D | C. E is shown U3 = {0} | E | C (reveals
+    b_0 and s_1, s_2, s_3); d in D is shown U3 = {0, d} | E | C (reveals b_0 and the s of
+    the other two members of D). Within one session these views cannot each gather 7
+    signatures (the consistency round works); the missing signatures of 0, 4, 5, 6 are
+    replayed from four earlier sessions with the same session id, each stopped
+    after round 3, in which those clients were honestly shown the list in question.
+    """
+    ids = list(range(n))
+    backend = get_backend("masking")
+    t = 2 * n // 3 + 1
+    victim, D, E, C = 0, (1, 2, 3), (4, 5, 6), (7, 8, 9)
+    server, clients = make_roles(backend, ids, seed=SEED)
+    inputs = random_inputs(n, 4, seed=SEED)
+    length = 4
+    views = {e: tuple(sorted((victim, *E, *C))) for e in E}
+    views.update({d: tuple(sorted((victim, d, *E, *C))) for d in D})
+    lists = sorted(set(views.values()))
+    honest_route_keys = server._route_keys
+
+    # earlier sessions, same id: collect honest signatures on each list
+    replay: dict[tuple[int, tuple[int, ...]], bytes] = {}
+    for listed in lists:
+        messages = _restart(server, ids, length)
+
+        def handle(rnd, payloads, listed=listed):
+            if rnd == 0:
+                return honest_route_keys(payloads)
+            if rnd == 1:
+                return _route_shares({v: tuple(ids) for v in ids}, payloads)
+            if rnd == 2:
+                return {v: PayloadWriter().ids(listed).getvalue() for v in listed}
+            for u, p in payloads.items():  # rnd == 3: signatures; stop here
+                replay[(u, listed)] = PayloadReader(p).raw(64)
+            return {}
+
+        server._handle = handle
+        for _ in range(4):
+            messages = server.step(_step(clients, messages, inputs))
+        assert messages == {}
+
+    # the attack session, same id again
+    messages = _restart(server, ids, length)
+    sid = server.session_id
+    u2_of = {v: tuple(ids) for v in ids}
+    u2_of[victim] = tuple(sorted((victim, *D, *C)))
+    masked: dict[int, np.ndarray] = {}
+    fresh: dict[int, bytes] = {}
+    revealed: dict[int, bytes] = {}
+
+    def attack(rnd, payloads):
+        if rnd == 0:
+            return honest_route_keys(payloads)
+        if rnd == 1:
+            return _route_shares(u2_of, payloads)
+        if rnd == 2:
+            for u, p in payloads.items():
+                masked[u] = PayloadReader(p).array("u", length)
+            return {r: PayloadWriter().ids(views[r]).getvalue() for r in views}
+        if rnd == 3:
+            for u, p in payloads.items():
+                fresh[u] = PayloadReader(p).raw(64)
+            out = {}
+            for r, view in views.items():
+                sigs = {}
+                for s in view:
+                    if s in fresh and views.get(s) == view:
+                        sigs[s] = fresh[s]
+                    elif s in C:
+                        sigs[s] = ed25519_sign(
+                            clients[s]._signing_key, _survivors_message(sid, view)
+                        )
+                    elif (s, view) in replay:
+                        sigs[s] = replay[(s, view)]
+                signers = tuple(sorted(sigs))
+                assert len(signers) >= t
+                writer = PayloadWriter().ids(signers)
+                for s in signers:
+                    writer.raw(sigs[s])
+                out[r] = writer.getvalue()
+            return out
+        revealed.update(payloads)
+        return {}
+
+    server._handle = attack
+    for _ in range(5):
+        messages = server.step(_step(clients, messages, inputs))
+
+    # reconstruct b_0 and s_1, s_2, s_3 from the honest reveals and the colluders' shares
+    b_shares: dict[int, int] = {}
+    s_shares: dict[int, dict[int, int]] = {d: {} for d in D}
+    for r, payload in revealed.items():
+        reader = PayloadReader(payload)
+        for v in ids:
+            assert reader.u32() == v
+            share = shamir.share_from_bytes(reader.raw(shamir.SHARE_SIZE))
+            if v == victim:
+                b_shares[r + 1] = share
+            elif v in D and v not in views[r]:
+                s_shares[v][r + 1] = share
+        reader.done()
+    for c in C:
+        b_shares[c + 1] = clients[c]._received[victim][1]
+        for d in D:
+            s_shares[d][c + 1] = clients[c]._received[d][0]
+
+    def rebuild(shares):
+        xs = sorted(shares)[:t]
+        return shamir.reconstruct(
+            {x: shares[x] for x in xs}, 32, shamir.lagrange_at_zero(xs)
+        )
+
+    total = masked[victim] - _self_mask(rebuild(b_shares), sid, victim, length)
+    victim_s_pk = server.keys[victim][1]
+    for w in u2_of[victim]:
+        if w == victim:
+            continue
+        private = (
+            clients[w]._s_private if w in C else x25519_private_from_bytes(rebuild(s_shares[w]))
+        )
+        total -= _pair_mask(x25519_shared(private, victim_s_pk), sid, victim, w, length)
+    return fixed_point.decode(total), inputs[victim]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="round-3 signatures bind only the server-chosen session id; a server that "
+    "reuses the id replays them and defeats the consistency round: with 3 of 10 "
+    "clients colluding (< M/3) it recovers an honest client's input exactly",
+)
+def test_replayed_survivor_signatures_do_not_leak_an_input():
+    try:
+        recovered, truth = _replay_attack()
+    except SecureAggregationError:
+        return  # some honest client refused: the attack is stopped
+    assert not np.allclose(recovered, truth, atol=1e-9), (
+        f"server recovered the victim's input {recovered} (true {truth})"
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a client accepts survivor-list signatures made in an earlier session with "
+    "the same (server-chosen) session id, and reveals its shares although no other "
+    "client signed its U3 in this session",
+)
+def test_survivor_signatures_from_an_earlier_session_are_refused():
+    ids = [0, 1, 2, 3, 4]
+    server, clients = make_roles(get_backend("masking"), ids, seed=SEED)
+    inputs = random_inputs(5, 3, seed=SEED)
+    honest = {r: getattr(server, f) for r, f in enumerate(
+        ["_route_keys", "_route_shares", "_collect_masked", "_route_signatures"])}
+    # session 1: honest up to the signatures on U3 = all, then abandoned
+    messages = _restart(server, ids, 3)
+    for _ in range(3):
+        messages = server.step(_step(clients, messages, inputs))
+    old = {}
+    replies = _step(clients, messages, inputs)
+
+    def record(rnd, payloads):
+        old.update({u: PayloadReader(p).raw(64) for u, p in payloads.items()})
+        return {}
+
+    server._handle = record
+    server.step(replies)
+    # session 2, same id: client 0 is shown U3 = all, the others U3 = all but 0 ... and
+    # client 0 gets last session's signatures of the others
+    del server._handle
+    messages = _restart(server, ids, 3)
+    for _ in range(2):
+        messages = server.step(_step(clients, messages, inputs))
+    others = (1, 2, 3, 4)
+
+    def split(rnd, payloads):
+        honest[2](payloads)
+        out = {0: PayloadWriter().ids(tuple(ids)).getvalue()}
+        out.update({v: PayloadWriter().ids(others).getvalue() for v in others})
+        return out
+
+    server._handle = split
+    messages = server.step(_step(clients, messages, inputs))
+    fresh = {}
+
+    def forward(rnd, payloads):
+        fresh.update({u: PayloadReader(p).raw(64) for u, p in payloads.items()})
+        writer = PayloadWriter().ids(tuple(ids)).raw(fresh[0])
+        for v in others:
+            writer.raw(old[v])  # signed U3 = all in session 1; in this session they
+        return {0: writer.getvalue()}  # signed U3 = others
+
+    server._handle = forward
+    messages = server.step(_step(clients, messages, inputs))
+    with pytest.raises(SecureAggregationError):
+        clients[0].step(messages[0], inputs[0])  # reveals its shares today
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="signed keys replayed from an earlier session with the same (server-chosen) "
+    "session id pass the signature check (finding 1 variant: the server can feed a "
+    "peer's old mask key, whose private part it reconstructed when it declared that "
+    "peer dropped)",
+)
+def test_signed_keys_replayed_into_a_session_with_the_same_id_are_refused():
+    ids = [0, 1, 2, 3]
+    server, clients = make_roles(get_backend("masking"), ids, seed=SEED)
+    inputs = random_inputs(4, 3, seed=SEED)
+    recorded = {}
+    honest = server._route_keys
+
+    def record(payloads):
+        out = honest(payloads)
+        recorded.update(out)
+        return out
+
+    server._route_keys = record
+    messages = _restart(server, ids, 3)
+    server.step(_step(clients, messages, inputs))
+    reader = PayloadReader(recorded[0])
+    u1 = reader.ids()
+    old = {v: (reader.raw(32), reader.raw(32), reader.raw(64)) for v in u1}
+
+    def replaying(payloads):
+        out = honest(payloads)
+        reader = PayloadReader(out[0])
+        u1 = reader.ids()
+        keys = {v: [reader.raw(32), reader.raw(32), reader.raw(64)] for v in u1}
+        assert keys[2][:2] != list(old[2][:2])  # fresh keys this session
+        keys[2] = list(old[2])  # client 2's keys from the last session
+        writer = PayloadWriter().ids(u1)
+        for v in u1:
+            for part in keys[v]:
+                writer.raw(part)
+        out[0] = writer.getvalue()
+        return out
+
+    server._route_keys = replaying
+    messages = server.step(_step(clients, _restart(server, ids, 3), inputs))
+    assert server.session_id is not None
+    with pytest.raises(KeyMismatchError):
+        clients[0].step(messages[0], inputs[0])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fail-closed gap: a round-0 frame that fails its header checks mid-session "
+    "(misrouted, wrong backend, too few clients) raises before the current session is "
+    "abandoned, so the genuine next frame of that session is still accepted",
+)
+def test_a_bad_round0_frame_mid_session_ends_the_session():
+    ids = [0, 1, 2, 3]
+    server, clients = make_roles(get_backend("masking"), ids, seed=SEED)
+    inputs = random_inputs(4, 3, seed=SEED)
+    first = server.start(ids, 3)
+    out = server.step(_step(clients, first, inputs))
+    with pytest.raises(ProtocolError, match="addressed"):
+        clients[0].step(first[1], inputs[0])  # client 1's round-0 frame, misrouted
+    with pytest.raises(ProtocolError, match="never joined"):
+        clients[0].step(out[0], inputs[0])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="identity material whose directory lists one Ed25519 key for two clients is "
+    "accepted; survivor-list signatures do not name the signer, so one client's "
+    "signature then counts for both in the consistency round",
+)
+def test_directory_with_a_duplicated_public_key_is_refused():
+    backend = get_backend("masking")
+    ids = [0, 1, 2, 3]
+    keys = {cid: ed25519_keypair(RandomSource(5, 3, cid)) for cid in ids}
+    writer = PayloadWriter().ids(tuple(ids))
+    for cid in ids:
+        writer.raw(keys[2 if cid == 3 else cid][1])  # client 3 registered 2's key
+    material = keys[0][0] + writer.getvalue()
+    with pytest.raises(ConfigurationError):
+        backend.client(0, material)
