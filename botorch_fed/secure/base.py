@@ -434,6 +434,7 @@ class ClientRole(ABC):
         self.client_ids: tuple[int, ...] = ()
         self.result: np.ndarray | None = None
         """The sum, where the backend delivers it to the clients (else None)."""
+        self._joined: set[bytes] = set()  # session ids this role has joined (never twice)
 
     @property
     def session_id(self) -> bytes | None:
@@ -465,7 +466,11 @@ class ClientRole(ABC):
         if frame.round == 0:
             rnd = 0
             with error_context(self.client_id, 0, self.backend.round_name(0)):
-                reply = self._start_session(frame, x)
+                try:
+                    reply = self._start_session(frame, x)
+                except SecureAggregationError:
+                    self._session = None  # fail closed: any session in progress ends
+                    raise
         else:
             rnd = expected
             with error_context(self.client_id, rnd, self.backend.round_name(rnd)):
@@ -499,6 +504,7 @@ class ClientRole(ABC):
         )
 
     def _start_session(self, frame: Frame, x: np.ndarray | None) -> bytes:
+        self.result = None  # whatever happens next, no earlier sum stays readable
         frame.expect(
             backend=self.backend.code,
             direction=SERVER_TO_CLIENT,
@@ -520,6 +526,11 @@ class ClientRole(ABC):
                 f"session announces {n_clients} clients, fewer than this client's "
                 f"min_clients={self.backend.min_clients}; refusing to contribute"
             )
+        if frame.session in self._joined:
+            raise ProtocolError(
+                f"session id {frame.session.hex()} was used before; a server that reuses "
+                "session ids could replay messages of the earlier session; refusing"
+            )
         self.length = validate_length(length)
         self.n_clients = n_clients
         self.client_ids = ids
@@ -530,6 +541,7 @@ class ClientRole(ABC):
             x25519_shared(channel_private, server_pk), frame.session, self.client_id
         )
         self._session = frame.session
+        self._joined.add(frame.session)
         self._round = 0
         try:
             tail = self._begin(reader, x)

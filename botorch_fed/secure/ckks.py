@@ -10,23 +10,27 @@ A client-side :class:`~botorch_fed.secure.ckks_keys.CKKSKeyHolder` generates the
 (:meth:`CKKSBackend.setup`); the server receives only the public context and cannot
 decrypt. Rounds:
 
-0. ``encrypt``: each client checks the session's key id, checks the headroom, splits
-   its vector into chunks of ``N/2 - 4`` values, appends 4 *guard* slots holding a
-   secret per-client canary (derived from a group key the server does not have) and
-   sends one ciphertext per chunk. The server adds the ciphertexts.
-1. ``decrypt``: the server sends the encrypted aggregate and the contributor list
-   to the clients that will decrypt:
+0. ``nonces``: each client checks the session's key id and its input (headroom,
+   shape, finiteness) and sends a fresh random 16-byte nonce.
+1. ``encrypt``: the server broadcasts the nonces; each client checks that its own is
+   among them and binds the session to all of them (``SHA-256`` of the server's
+   session id, the clients and their nonces), splits the vector it checked in round 0
+   into chunks of ``N/2 - 4`` values, appends 4 *guard* slots holding a secret
+   per-client canary (derived from a group key the server does not have and the
+   binding) and sends one ciphertext per chunk. The server adds the ciphertexts.
+   Because every binding holds a fresh nonce of each client, a server that reuses a
+   session id, or replays ciphertexts or an aggregate of another session, fails the
+   guard check.
+2. ``decrypt``: the server sends the encrypted aggregate and the contributor list
+   to every surviving contributor; each decrypts, and the sum stays on the clients
+   (``ClientRole.result``); the server receives an empty acknowledgement and
+   :meth:`ServerRole.step` returns None. The server never sees any decryption, which
+   rules out the IND-CPA^D key-recovery attack of Li & Micciancio (EUROCRYPT 2021)
+   by the server. (The former ``release="server"``, a noise-flooded sum returned to
+   the server, was removed: the server could average its noise away by
+   re-randomising the ciphertext.)
 
-   * ``release="clients"`` (default): every surviving contributor decrypts; the sum
-     stays on the clients (``ClientRole.result``), the server receives an empty
-     acknowledgement and :meth:`ServerRole.step` returns None. The server never
-     sees any decryption, which rules out the IND-CPA^D key-recovery attack of Li &
-     Micciancio (EUROCRYPT 2021) by the server.
-   * ``release="server"``: one key-holding client decrypts and returns the sum plus
-     Gaussian noise of standard deviation ``release_noise`` (noise flooding,
-     deterministic per ciphertext so repeated queries cannot average it away).
-
-   Before releasing anything, the decrypting client checks the aggregate's
+   Before accepting the sum, the decrypting client checks the aggregate's
    structure (scale ``2^scale_bits``, top level, two polynomials: only sums and
    differences of fresh ciphertexts, no plaintext multiplication that could mask
    slots), the guard slots (the sum of the contributors' canaries), the padding slots
@@ -51,7 +55,6 @@ first (the absolute part of the error grows by the same factor).
 from __future__ import annotations
 
 import hashlib
-import math
 
 import numpy as np
 
@@ -85,16 +88,26 @@ from botorch_fed.secure.wire import PayloadReader, PayloadWriter
 __all__ = ["CKKSBackend"]
 
 _ENCRYPTIONS = ("symmetric", "asymmetric")
-_RELEASES = ("clients", "server")
+_NONCE = 16
 
 
-def _canaries(group_key: bytes, session: bytes, client_id: int, chunk: int) -> np.ndarray:
-    """Secret guard values in ``[1, 2)`` of one client and chunk."""
+def _canaries(group_key: bytes, binding: bytes, client_id: int, chunk: int) -> np.ndarray:
+    """Secret guard values in ``[1, 2)`` of one client and chunk in the session bound
+    to ``binding`` (see :func:`_binding`)."""
     words = np.frombuffer(
-        hkdf(group_key, label("ckks/canary", session, client_id, chunk), 8 * GUARD_SLOTS),
+        hkdf(group_key, label("ckks/canary", binding, client_id, chunk), 8 * GUARD_SLOTS),
         dtype="<u8",
     )
     return 1.0 + (words >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _binding(session: bytes, nonces: dict[int, bytes]) -> bytes:
+    """The session's binding: SHA-256 of the server's session id and every client's
+    nonce (fresh per session on each client, so the server cannot repeat it)."""
+    writer = PayloadWriter().ids(tuple(nonces))
+    for cid in nonces:
+        writer.raw(nonces[cid])
+    return hashlib.sha256(label("ckks/binding", session) + writer.getvalue()).digest()
 
 
 def _is_fresh_shape(vec: object, params: CKKSParameters) -> bool:
@@ -124,13 +137,11 @@ class CKKSBackend(SecureAggregationBackend):
             validated against the HE-standard 128-bit bound for ``N``.
         scale_bits: ``log2`` of the global scale (default 50).
         encryption: ``"symmetric"`` (default; every client holds the secret key, the
-            server cannot encrypt) or ``"asymmetric"`` (public-key encryption; with
-            ``release="server"`` only the key holder gets the secret key).
-        release: ``"clients"`` (default; the sum stays on the clients) or
-            ``"server"`` (one key holder returns the noise-flooded sum to the server).
-        release_noise: Standard deviation of the Gaussian noise added to a sum
-            released to the server (default ``1e-9``; ignored with
-            ``release="clients"``).
+            server cannot encrypt) or ``"asymmetric"`` (public-key encryption; every
+            client still holds the secret key and decrypts).
+        release: ``"clients"``, the only choice: the sum stays on the clients.
+            ``"server"`` was removed (the server could average a noise-flooded
+            release away by re-randomising the ciphertext).
         n_threads: TenSEAL threads per context (default 1).
         min_clients: Minimum number of contributors (default 3).
         allow_two_clients: Must be True to allow ``min_clients=2``.
@@ -152,6 +163,7 @@ class CKKSBackend(SecureAggregationBackend):
     name = "ckks"
     code = 2
     rounds = (
+        RoundSpec("nonces", "client_encode", "server_aggregate"),
         RoundSpec("encrypt", "client_encode", "server_aggregate"),
         RoundSpec("decrypt", "decrypt_unmask", "decrypt_unmask"),
     )
@@ -164,7 +176,6 @@ class CKKSBackend(SecureAggregationBackend):
         scale_bits: int = 50,
         encryption: str = "symmetric",
         release: str = "clients",
-        release_noise: float = 1e-9,
         n_threads: int = 1,
         min_clients: int = 3,
         allow_two_clients: bool = False,
@@ -176,24 +187,16 @@ class CKKSBackend(SecureAggregationBackend):
             raise ConfigurationError(
                 f"option 'encryption' must be one of {_ENCRYPTIONS}, got {encryption!r}"
             )
-        if release not in _RELEASES:
+        if release != "clients":
             raise ConfigurationError(
-                f"option 'release' must be one of {_RELEASES}, got {release!r}"
-            )
-        if (
-            isinstance(release_noise, bool)
-            or not isinstance(release_noise, int | float)
-            or not math.isfinite(release_noise)
-            or release_noise < 0
-        ):
-            raise ConfigurationError(
-                f"option 'release_noise' must be a finite float >= 0, got {release_noise!r}"
+                f"option 'release' must be 'clients' (the sum stays on the clients), got "
+                f"{release!r}; 'server' was removed: a malicious server could average the "
+                "noise of repeated releases away by re-randomising the ciphertext"
             )
         if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
             raise ConfigurationError(f"option 'n_threads' must be an int >= 1, got {n_threads!r}")
         self.encryption = encryption
         self.release = release
-        self.release_noise = float(release_noise)
         self.n_threads = n_threads
 
     @property
@@ -206,7 +209,6 @@ class CKKSBackend(SecureAggregationBackend):
             "scale_bits": self.params.scale_bits,
             "encryption": self.encryption,
             "release": self.release,
-            "release_noise": self.release_noise,
             "n_threads": self.n_threads,
         }
 
@@ -229,19 +231,16 @@ class CKKSBackend(SecureAggregationBackend):
             key_holder: The client generating the keys (default: the smallest id).
 
         Returns:
-            Public server material and per-client secret material. With
-            ``encryption="asymmetric"`` and ``release="server"`` only the key holder
-            receives the secret key; otherwise every client does.
+            Public server material and per-client secret material (every client
+            receives the secret key: every contributor decrypts the sum).
         """
         ids = validate_client_ids(client_ids)
         holder_id = ids[0] if key_holder is None else key_holder
         if holder_id not in ids:
             raise ConfigurationError(f"key_holder {holder_id} is not one of {list(ids)}")
         holder = self.key_holder(holder_id, seed=seed)
-        only_holder = self.encryption == "asymmetric" and self.release == "server"
-        decryptors = (holder_id,) if only_holder else ids
-        clients = {cid: holder.client_material(with_secret_key=cid in decryptors) for cid in ids}
-        return BackendSetup(holder.server_material(decryptors), clients)
+        clients = {cid: holder.client_material(with_secret_key=True) for cid in ids}
+        return BackendSetup(holder.server_material(ids), clients)
 
     def server(self, material: bytes = b"", *, seed: int | None = None) -> ServerRole:
         """Create the server role from the key holder's public material."""
@@ -309,8 +308,21 @@ class _CKKSServer(ServerRole):
         self, round: int, payloads: dict[int, bytes]
     ) -> dict[int, bytes] | np.ndarray | None:
         if round == 0:
+            return self._route_nonces(payloads)
+        if round == 1:
             return self._aggregate(payloads)
         return self._finish(payloads)
+
+    def _route_nonces(self, payloads: dict[int, bytes]) -> dict[int, bytes]:
+        ids = self._require(payloads, self.backend.min_clients, "sent a nonce")
+        writer = PayloadWriter().ids(ids)
+        for cid in ids:
+            with error_context(cid, None, None):
+                reader = PayloadReader(payloads[cid])
+                writer.raw(reader.raw(_NONCE))
+                reader.done()
+        broadcast = writer.getvalue()
+        return dict.fromkeys(ids, broadcast)
 
     def _aggregate(self, payloads: dict[int, bytes]) -> dict[int, bytes]:
         ids = self._require(payloads, self.backend.min_clients, "submitted ciphertexts")
@@ -351,8 +363,7 @@ class _CKKSServer(ServerRole):
                 f"no client holding the secret key {list(self._decryptors)} contributed; "
                 "nobody can decrypt"
             )
-        targets = able if self.backend.release == "clients" else able[:1]
-        return dict.fromkeys(targets, message)
+        return dict.fromkeys(able, message)
 
     def _check_ciphertext(self, vec: object, k: int, cid: int) -> None:
         """Reject ciphertexts with another shape, scale, level or size (context mismatch)."""
@@ -363,16 +374,11 @@ class _CKKSServer(ServerRole):
                 client_id=cid,
             )
 
-    def _finish(self, payloads: dict[int, bytes]) -> np.ndarray | None:
+    def _finish(self, payloads: dict[int, bytes]) -> None:
         ids = self._require(payloads, 1, "decrypted the aggregate")
-        if self.backend.release == "clients":
-            for cid in ids:
-                PayloadReader(payloads[cid]).done()  # empty acknowledgement
-            return None
-        reader = PayloadReader(payloads[ids[0]])
-        total = reader.array("f", self.length)
-        reader.done()
-        return total
+        for cid in ids:
+            PayloadReader(payloads[cid]).done()  # empty acknowledgement
+        return None
 
 
 class _CKKSClient(ClientRole):
@@ -402,7 +408,8 @@ class _CKKSClient(ClientRole):
                 f"session uses CKKS key {key_id.hex()}, this client holds key "
                 f"{self._key_id.hex()} (wrong key material or wrong federation)"
             )
-        arr = self.checked_input(
+        # the input is checked now, before anything is sent, and encrypted next round
+        self._input = self.checked_input(
             x,
             self.backend.max_abs_supported(self.n_clients),
             reason=(
@@ -411,30 +418,63 @@ class _CKKSClient(ClientRole):
                 "tolerance, or the sum would wrap around"
             ),
         )
+        self._nonce = self._rand.bytes(_NONCE)
+        self._binding: bytes | None = None
+        self._bound: tuple[int, ...] = ()
+        return self._nonce
+
+    def _handle(self, round: int, reader: PayloadReader, x: np.ndarray | None) -> bytes:
+        if round == 1:
+            return self._encrypt(reader, x)
+        if round == 2:
+            return self._decrypt(reader)
+        raise ProtocolError(f"the ckks protocol has no round {round}")
+
+    def _encrypt(self, reader: PayloadReader, x: np.ndarray | None) -> bytes:
+        del x  # the vector checked in round 0 is the one encrypted
+        ids = reader.ids()
+        nonces = {cid: reader.raw(_NONCE) for cid in ids}
+        reader.done()
+        if (
+            list(ids) != sorted(set(ids))
+            or not set(ids) <= set(self.client_ids)
+            or self.client_id not in ids
+        ):
+            raise ProtocolError(f"implausible list of nonce holders {list(ids)}")
+        if len(ids) < self.backend.min_clients:
+            raise TooFewClientsError(
+                f"the session binds {len(ids)} clients, fewer than min_clients="
+                f"{self.backend.min_clients}; refusing to contribute"
+            )
+        if nonces[self.client_id] != self._nonce:
+            raise TamperedMessageError(
+                "the server replaced this client's session nonce (a reused or foreign "
+                "session); refusing to encrypt"
+            )
+        arr = self._input
+        self._binding = _binding(self.session_id or b"", nonces)
+        self._bound = ids
         params = self.backend.params
         d = params.data_slots
         n_chunks = self.backend.n_chunks(self.length)
-        session = self.session_id or b""
         writer = PayloadWriter().u32(n_chunks)
         buf = np.zeros(params.slots)
         for k in range(n_chunks):
             part = arr[k * d : (k + 1) * d]
             buf[:] = 0.0
             buf[: part.size] = part
-            buf[d:] = _canaries(self._group_key, session, self.client_id, k)
+            buf[d:] = _canaries(self._group_key, self._binding, self.client_id, k)
             writer.blob(self._ts.ckks_vector(self._context, buf.tolist()).serialize())
         return writer.getvalue()
 
-    def _handle(self, round: int, reader: PayloadReader, x: np.ndarray | None) -> bytes:
-        if round != 1:
-            raise ProtocolError(f"the ckks protocol has no round {round}")
+    def _decrypt(self, reader: PayloadReader) -> bytes:
         contributors = reader.ids()
         n_chunks = reader.u32()
         blobs = [reader.blob() for _ in range(n_chunks)]
         reader.done()
         if (
             list(contributors) != sorted(set(contributors))
-            or not set(contributors) <= set(self.client_ids)
+            or not set(contributors) <= set(self._bound)
             or self.client_id not in contributors
         ):
             raise ProtocolError(f"implausible contributor list {list(contributors)}")
@@ -447,16 +487,8 @@ class _CKKSClient(ClientRole):
             raise TamperedMessageError(f"aggregate has {n_chunks} ciphertexts")
         if not self.can_decrypt:
             raise ProtocolError("this client holds no secret key and cannot decrypt")
-        total = self._decrypt_checked(contributors, blobs)
-        if self.backend.release == "clients":
-            self.result = total
-            return b""
-        digest = hashlib.sha256(b"".join(blobs)).digest()
-        seed = hkdf(self._group_key, label("ckks/release-noise", self.session_id or b"") + digest)
-        rng = np.random.default_rng(int.from_bytes(seed, "big"))
-        released = total + rng.normal(0.0, self.backend.release_noise, self.length)
-        self.result = released
-        return PayloadWriter().array(released).getvalue()
+        self.result = self._decrypt_checked(contributors, blobs)
+        return b""
 
     def _decrypt_checked(self, contributors: tuple[int, ...], blobs: list[bytes]) -> np.ndarray:
         params = self.backend.params
@@ -467,7 +499,7 @@ class _CKKSClient(ClientRole):
         # tolerance is the promised error bound at that magnitude.
         tol = params.guard_tolerance(n, self.n_clients)
         bound = n * self.backend.max_abs_supported(self.n_clients) + tol
-        session = self.session_id or b""
+        assert self._binding is not None
         parts = []
         for k, blob in enumerate(blobs):
             try:
@@ -491,7 +523,9 @@ class _CKKSClient(ClientRole):
                 ) from exc
             if values.shape != (params.slots,):
                 raise TamperedMessageError(f"aggregate ciphertext {k} has the wrong size")
-            expected = sum(_canaries(self._group_key, session, cid, k) for cid in contributors)
+            expected = sum(
+                _canaries(self._group_key, self._binding, cid, k) for cid in contributors
+            )
             used = min(d, self.length - k * d)
             if not np.isfinite(values).all():
                 problem = "non-finite values"

@@ -36,7 +36,9 @@ Rounds:
 2. ``masked_input``: the server routes the shares to the responders ``U2``; clients
    send ``y_u``.
 3. ``consistency_check``: the server announces the contributors ``U3``; every
-   contributor signs (session, ``U3``).
+   contributor signs (session, itself, ``U3``, the digest of the signed-key list
+   ``U1`` it saw). ``U1`` holds every client's fresh keys of this session, so a
+   signature from another session, even one with the same id, never verifies.
 4. ``unmasking``: the server forwards the signatures of the responders ``U4``; a
    client reveals shares only if ``U4`` is a subset of its ``U3`` with at least ``t``
    members and every signature covers *its* ``U3`` (else ``TamperedMessageError``:
@@ -109,8 +111,21 @@ def _keys_message(session: bytes, u: int, c_pk: bytes, s_pk: bytes) -> bytes:
     return label("masking/r0/signed-keys", session, u) + c_pk + s_pk
 
 
-def _survivors_message(session: bytes, u3: tuple[int, ...]) -> bytes:
-    return label("masking/r3/survivors", session, len(u3), *u3)
+def _survivors_message(
+    session: bytes, signer: int, u3: tuple[int, ...], u1_digest: bytes
+) -> bytes:
+    # the signer, the contributor list and the digest of the signed-key list U1 that
+    # the verifier itself saw: U1 holds every client's fresh keys of this session, so
+    # a signature made in another session (even one with the same id) or over a
+    # different U1 view never verifies
+    return label("masking/r3/survivors", session, signer, len(u3), *u3) + u1_digest
+
+
+def _u1_digest(session: bytes, signed: dict[int, tuple[bytes, bytes, bytes]]) -> bytes:
+    writer = PayloadWriter().ids(tuple(signed))
+    for v in signed:
+        writer.raw(signed[v][0]).raw(signed[v][1])
+    return hashlib.sha256(label("masking/u1", session) + writer.getvalue()).digest()
 
 
 def _pair_mask(shared: bytes, session: bytes, u: int, v: int, length: int) -> np.ndarray:
@@ -279,6 +294,11 @@ def _identity(client_id: int, material: bytes) -> tuple[bytes, dict[int, bytes]]
         raise ConfigurationError(
             f"masking client {client_id}: malformed identity material ({exc})"
         ) from exc
+    if len(set(directory.values())) != len(directory):
+        raise ConfigurationError(
+            f"masking client {client_id}: the directory lists one public key for several "
+            "clients (one signature would count for each of them); refusing it"
+        )
     mine = directory.get(client_id)
     if mine is None:
         raise ConfigurationError(
@@ -535,6 +555,7 @@ class _MaskingClient(ClientRole):
         if len(set(flat)) != len(flat):
             raise ProtocolError("server's key list reuses a public key")
         self.u1, self._peers = u1, peers
+        self._u1_digest = _u1_digest(self.session_id or b"", signed)
         self._share_keys_cache: dict[int, bytes] = {}
         session = self.session_id or b""
         u = self.client_id
@@ -611,20 +632,23 @@ class _MaskingClient(ClientRole):
         reader.done()
         self._check_view(u3, self.u2, "contributor list U3")
         self.u3 = u3
-        return ed25519_sign(self._signing_key, _survivors_message(self.session_id or b"", u3))
+        message = _survivors_message(self.session_id or b"", self.client_id, u3, self._u1_digest)
+        return ed25519_sign(self._signing_key, message)
 
     def _unmasking_shares(self, reader: PayloadReader) -> bytes:
         u4 = reader.ids()
         signatures = {v: reader.raw(_SIGNATURE) for v in u4}
         reader.done()
         self._check_view(u4, self.u3, "signer list U4")
-        message = _survivors_message(self.session_id or b"", self.u3)
+        session = self.session_id or b""
         for v, signature in signatures.items():
+            message = _survivors_message(session, v, self.u3, self._u1_digest)
             if not ed25519_verify(self._directory[v], signature, message):
                 raise TamperedMessageError(
                     f"consistency check failed: client {v}'s signature does not cover this "
-                    f"client's contributor list {list(self.u3)} (the server showed clients "
-                    "different survivor sets, or altered a signature); revealing no shares"
+                    f"client's contributor list {list(self.u3)} and key list U1 of this "
+                    "session (the server showed clients different lists, replayed a "
+                    "signature or altered one); revealing no shares"
                 )
         survivors = set(self.u3)
         writer = PayloadWriter()

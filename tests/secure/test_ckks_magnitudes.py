@@ -123,7 +123,7 @@ def test_honest_inputs_up_to_the_bound(ckks_backend, pattern: str, m: int, lengt
     "options",
     [
         {"encryption": "asymmetric"},  # the larger (public-key) encryption noise
-        {"release": "server", "release_noise": 0.0},
+        {"encryption": "symmetric", "n_threads": 2},
     ],
 )
 def test_honest_inputs_at_the_bound_variants(options: dict) -> None:
@@ -133,7 +133,7 @@ def test_honest_inputs_at_the_bound_variants(options: dict) -> None:
 
 
 def test_hundred_clients_at_the_bound() -> None:
-    backend = get_backend("ckks", release="server", release_noise=0.0)  # one decryptor
+    backend = get_backend("ckks")
     bound = backend.max_abs_supported(100)
     assert bound == pytest.approx(1.074e7, rel=1e-3)
     inputs = _inputs("random", 100, 40, bound, seed=12)
@@ -170,17 +170,22 @@ def test_inputs_above_the_bound_raise_before_encryption(ckks_backend, sign: floa
     inputs[6] = inputs[6].copy()
     inputs[6][3] = sign * np.nextafter(bound, np.inf)  # one ulp above: refused
     messages = server.start(ids, 7)
+    replies = {}
     for cid in ids:
         if cid == 6:
             with pytest.raises(HeadroomError, match="exceeds") as info:
                 clients[cid].step(messages[cid], inputs[cid])
             assert info.value.client_id == 6 and info.value.round == 0
-            assert "encrypt" in str(info.value)  # the round's name
+            assert "nonces" in str(info.value)  # the round's name
         else:
-            clients[cid].step(messages[cid], inputs[cid])
+            replies[cid] = clients[cid].step(messages[cid], inputs[cid])
+    assert clients[6].session_id is None  # the client abandoned the session
+    messages = server.step(replies)  # the others go on without client 6
+    assert 6 not in messages
+    for cid, msg in messages.items():
+        clients[cid].step(msg, inputs[cid])
     assert spies[6].encryptions == 0  # refused before encrypting anything
     assert all(spies[cid].encryptions == 1 for cid in ids if cid != 6)
-    assert clients[6].session_id is None  # the client abandoned the session
 
 
 # ------------------------------------------------------------------------ tampering
@@ -211,9 +216,8 @@ ATTACKS = ["omit", "double", "substitute", "guard_offset", "plain_mask", "plain_
 
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_tampering_detected_at_large_magnitudes(attack: str) -> None:
-    # Asymmetric encryption so the server can also encrypt offsets of its own, and
-    # release="server" so that a successful attack would hand the server a value.
-    backend = get_backend("ckks", encryption="asymmetric", release="server", release_noise=0.0)
+    # Asymmetric encryption so the server can also encrypt offsets of its own.
+    backend = get_backend("ckks", encryption="asymmetric")
     bound = backend.max_abs_supported(len(IDS))
     d = backend.params.data_slots
     server, clients = make_roles(backend, IDS)
@@ -246,7 +250,7 @@ def test_tampering_detected_at_large_magnitudes(attack: str) -> None:
     server._aggregate = forged
     with pytest.raises(TamperedMessageError, match="integrity") as info:
         drive(server, clients, inputs)
-    assert info.value.round == 1 and info.value.client_id in IDS
+    assert info.value.round == 2 and info.value.client_id in IDS
     if attack.startswith("plain_"):
         assert "scale" in str(info.value)
     assert all(clients[c].result is None for c in IDS)

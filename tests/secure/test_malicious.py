@@ -100,16 +100,16 @@ def test_ckks_decryptor_detects_a_forged_aggregate(attack: str, ckks_backend) ->
     )
     with pytest.raises(expected) as info:
         drive(server, clients, inputs)
-    assert info.value.round == 1 and info.value.client_id in IDS
+    assert info.value.round == 2 and info.value.client_id in IDS
     assert all(clients[c].result is None for c in IDS)
 
 
 def test_ckks_server_rejects_undecodable_ciphertext(ckks_backend) -> None:
     server, clients = make_roles(ckks_backend, IDS)
-    clients[1]._begin = lambda reader, x: PayloadWriter().u32(1).blob(b"\x00" * 100).getvalue()
+    clients[1]._encrypt = lambda reader, x: PayloadWriter().u32(1).blob(b"\x00" * 100).getvalue()
     with pytest.raises(TamperedMessageError, match="deserialise") as info:
         drive(server, clients, random_inputs(4, 5, seed=42))
-    assert info.value.client_id == 1 and info.value.round == 0
+    assert info.value.client_id == 1 and info.value.round == 1
 
 
 def test_ckks_server_rejects_ciphertext_of_other_parameters(ckks_backend) -> None:
@@ -121,7 +121,7 @@ def test_ckks_server_rejects_ciphertext_of_other_parameters(ckks_backend) -> Non
     clients[2]._context = alien._context  # same key id, wrong context
     with pytest.raises(TamperedMessageError) as info:  # KeyMismatchError is one
         drive(server, clients, random_inputs(4, 5, seed=43))
-    assert info.value.client_id == 2 and info.value.round == 0
+    assert info.value.client_id == 2 and info.value.round == 1
 
 
 def test_ckks_client_encrypting_under_another_key_is_caught(ckks_backend) -> None:
@@ -130,7 +130,7 @@ def test_ckks_client_encrypting_under_another_key_is_caught(ckks_backend) -> Non
     clients[3]._context = rogue._context  # right key id and parameters, wrong key
     with pytest.raises(TamperedMessageError, match="integrity") as info:
         drive(server, clients, random_inputs(4, 5, seed=44))
-    assert info.value.round == 1
+    assert info.value.round == 2
 
 
 # -------------------------------------------------------------------------- masking

@@ -110,13 +110,14 @@ def test_ckks_server_cannot_decrypt() -> None:
     assert out is None  # release="clients": the server gets no decryption at all
     total = clients[0].result
     assert np.max(np.abs(total - plain_sum(inputs))) <= 1e-8
-    # Round-1 replies are empty acknowledgements: no sum travels to the server.
-    acks = [parse_frame(b) for b in received if parse_frame(b).round == 1]
+    # Round-2 replies are empty acknowledgements: no sum travels to the server.
+    acks = [parse_frame(b) for b in received if parse_frame(b).round == 2]
     assert acks and all(len(f.payload) == 0 for f in acks)
-    assert all(len(b) == HEADER_SIZE + TAG_SIZE for b in received if parse_frame(b).round == 1)
-    # Take a client's ciphertext as the server saw it and try to decrypt it.
-    frame = parse_frame(received[0])
-    reader = PayloadReader(frame.payload[32:])  # after the channel public key
+    assert all(len(b) == HEADER_SIZE + TAG_SIZE for b in received if parse_frame(b).round == 2)
+    # Take a client's ciphertext (its round-1 reply) as the server saw it; decrypt it.
+    frame = next(parse_frame(b) for b in received if parse_frame(b).round == 1)
+    assert frame.client_id == 0
+    reader = PayloadReader(frame.payload)
     assert reader.u32() == 1
     blob = reader.blob()
     vec = ts.ckks_vector_from(server.context, blob)

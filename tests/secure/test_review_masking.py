@@ -2,13 +2,16 @@
 
 Each test mounts an attack by a malicious server (its ``_handle`` replaced, frames
 validly sealed by the real ``ServerRole``), drives the clients by hand and asserts
-what a correct implementation must do. They are ``xfail(strict=True)`` while the
+what a correct implementation must do. They were ``xfail(strict=True)`` while the
 defect stands.
 
-The common root of the first three: every signature a client checks (signed keys of
-round 0, survivor-list signatures of round 3) is bound only to the *server-chosen*
-session id, and a client accepts a session id it has already used. A server that
-starts several sessions with one id can replay signatures across them.
+The common root of the first three was that every signature a client checks (signed
+keys of round 0, survivor-list signatures of round 3) was bound only to the
+*server-chosen* session id, and a client accepted a session id it had already used:
+a server that started several sessions with one id could replay signatures across
+them. Now a client refuses a session id it has joined, and survivor-list signatures
+name their signer and cover the digest of the key list U1 (every client's fresh keys
+of the session), so even restarted clients refuse signatures of another session.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ import pytest
 
 from botorch_fed.secure import (
     ConfigurationError,
-    KeyMismatchError,
     ProtocolError,
     SecureAggregationError,
+    TamperedMessageError,
+    fixed_point,
     get_backend,
+    shamir,
 )
-from botorch_fed.secure import fixed_point, shamir
 from botorch_fed.secure.crypto import (
     RandomSource,
     ed25519_keypair,
@@ -188,9 +192,7 @@ def _replay_attack(n: int = 10):
 
     def rebuild(shares):
         xs = sorted(shares)[:t]
-        return shamir.reconstruct(
-            {x: shares[x] for x in xs}, 32, shamir.lagrange_at_zero(xs)
-        )
+        return shamir.reconstruct({x: shares[x] for x in xs}, 32, shamir.lagrange_at_zero(xs))
 
     total = masked[victim] - _self_mask(rebuild(b_shares), sid, victim, length)
     victim_s_pk = server.keys[victim][1]
@@ -204,12 +206,6 @@ def _replay_attack(n: int = 10):
     return fixed_point.decode(total), inputs[victim]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="round-3 signatures bind only the server-chosen session id; a server that "
-    "reuses the id replays them and defeats the consistency round: with 3 of 10 "
-    "clients colluding (< M/3) it recovers an honest client's input exactly",
-)
 def test_replayed_survivor_signatures_do_not_leak_an_input():
     try:
         recovered, truth = _replay_attack()
@@ -220,18 +216,16 @@ def test_replayed_survivor_signatures_do_not_leak_an_input():
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a client accepts survivor-list signatures made in an earlier session with "
-    "the same (server-chosen) session id, and reveals its shares although no other "
-    "client signed its U3 in this session",
-)
 def test_survivor_signatures_from_an_earlier_session_are_refused():
     ids = [0, 1, 2, 3, 4]
     server, clients = make_roles(get_backend("masking"), ids, seed=SEED)
     inputs = random_inputs(5, 3, seed=SEED)
-    honest = {r: getattr(server, f) for r, f in enumerate(
-        ["_route_keys", "_route_shares", "_collect_masked", "_route_signatures"])}
+    honest = {
+        r: getattr(server, f)
+        for r, f in enumerate(
+            ["_route_keys", "_route_shares", "_collect_masked", "_route_signatures"]
+        )
+    }
     # session 1: honest up to the signatures on U3 = all, then abandoned
     messages = _restart(server, ids, 3)
     for _ in range(3):
@@ -248,6 +242,13 @@ def test_survivor_signatures_from_an_earlier_session_are_refused():
     # session 2, same id: client 0 is shown U3 = all, the others U3 = all but 0 ... and
     # client 0 gets last session's signatures of the others
     del server._handle
+    with pytest.raises(ProtocolError, match="used before"):  # the reuse itself
+        _step(clients, _restart(server, ids, 3), inputs)
+    # the same clients restarted (same identities, roles that forgot the ids they
+    # joined): the signatures of session 1 cover session 1's key list U1, not this one
+    backend = get_backend("masking")
+    setup = backend.setup(ids, seed=SEED)
+    clients = {c: backend.client(c, setup.for_client(c), seed=SEED + 1) for c in ids}
     messages = _restart(server, ids, 3)
     for _ in range(2):
         messages = server.step(_step(clients, messages, inputs))
@@ -272,17 +273,10 @@ def test_survivor_signatures_from_an_earlier_session_are_refused():
 
     server._handle = forward
     messages = server.step(_step(clients, messages, inputs))
-    with pytest.raises(SecureAggregationError):
-        clients[0].step(messages[0], inputs[0])  # reveals its shares today
+    with pytest.raises(TamperedMessageError, match="consistency check failed"):
+        clients[0].step(messages[0], inputs[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="signed keys replayed from an earlier session with the same (server-chosen) "
-    "session id pass the signature check (finding 1 variant: the server can feed a "
-    "peer's old mask key, whose private part it reconstructed when it declared that "
-    "peer dropped)",
-)
 def test_signed_keys_replayed_into_a_session_with_the_same_id_are_refused():
     ids = [0, 1, 2, 3]
     server, clients = make_roles(get_backend("masking"), ids, seed=SEED)
@@ -316,19 +310,24 @@ def test_signed_keys_replayed_into_a_session_with_the_same_id_are_refused():
         out[0] = writer.getvalue()
         return out
 
+    # the same roles refuse the reused session id before any key is shown
+    with pytest.raises(ProtocolError, match="used before"):
+        _step(clients, _restart(server, ids, 3), inputs)
+    # restarted roles (same identities) cannot tell client 2's old signed keys from new
+    # ones in round 1; but client 2 (online) encrypts its shares for client 0 under its
+    # fresh key: client 0 refuses in round 2, before it sends its masked input (had
+    # client 2 been offline, the consistency round would stop the reveal)
+    backend = get_backend("masking")
+    setup = backend.setup(ids, seed=SEED)
+    clients = {c: backend.client(c, setup.for_client(c), seed=SEED + 1) for c in ids}
     server._route_keys = replaying
-    messages = server.step(_step(clients, _restart(server, ids, 3), inputs))
-    assert server.session_id is not None
-    with pytest.raises(KeyMismatchError):
-        clients[0].step(messages[0], inputs[0])
+    messages = _restart(server, ids, 3)
+    with pytest.raises(TamperedMessageError, match="share from client 2 failed") as info:
+        for _ in range(5):
+            messages = server.step(_step(clients, messages, inputs))
+    assert info.value.client_id == 0 and info.value.round == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fail-closed gap: a round-0 frame that fails its header checks mid-session "
-    "(misrouted, wrong backend, too few clients) raises before the current session is "
-    "abandoned, so the genuine next frame of that session is still accepted",
-)
 def test_a_bad_round0_frame_mid_session_ends_the_session():
     ids = [0, 1, 2, 3]
     server, clients = make_roles(get_backend("masking"), ids, seed=SEED)
@@ -341,12 +340,6 @@ def test_a_bad_round0_frame_mid_session_ends_the_session():
         clients[0].step(out[0], inputs[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="identity material whose directory lists one Ed25519 key for two clients is "
-    "accepted; survivor-list signatures do not name the signer, so one client's "
-    "signature then counts for both in the consistency round",
-)
 def test_directory_with_a_duplicated_public_key_is_refused():
     backend = get_backend("masking")
     ids = [0, 1, 2, 3]
