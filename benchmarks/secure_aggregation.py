@@ -135,7 +135,7 @@ def run_backend_grid(
         repeats: Timed rounds per configuration (median reported).
         seed: Seed of the inputs (key material is fresh OS randomness).
         max_seconds: Fewer repeats for configurations slower than this per round.
-        backend_options: Per-backend options, e.g. ``{"ckks": {"release": "server"}}``.
+        backend_options: Per-backend options, e.g. ``{"ckks": {"encryption": "asymmetric"}}``.
         verbose: Print one line per configuration.
 
     Returns:

@@ -482,8 +482,9 @@ def test_ckks_clients_refuse_a_sum_from_the_server_and_use_their_own():
 
 
 def test_a_server_sum_must_agree_with_the_clients_own_decryption(monkeypatch):
-    # Under ckks with release="server" the decrypting client holds its own decryption
-    # and the server also sends the (released) sum: the two must agree.
+    # A backend under which a client holds its own decryption and the server also sends
+    # a sum (none does since CKKS release="server" was removed; simulated here): the
+    # two must agree.
     server, clients, _ = _pending_moments("ckks")
     own = clients[1].secagg.result
     assert own is not None
