@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from botorch_fed.secure import ProtocolError, TamperedMessageError, get_backend
+from botorch_fed.secure import get_backend
 from botorch_fed.secure.errors import SecureAggregationError
 
 from .helpers import plain_sum, random_inputs
