@@ -111,9 +111,7 @@ def _keys_message(session: bytes, u: int, c_pk: bytes, s_pk: bytes) -> bytes:
     return label("masking/r0/signed-keys", session, u) + c_pk + s_pk
 
 
-def _survivors_message(
-    session: bytes, signer: int, u3: tuple[int, ...], u1_digest: bytes
-) -> bytes:
+def _survivors_message(session: bytes, signer: int, u3: tuple[int, ...], u1_digest: bytes) -> bytes:
     # the signer, the contributor list and the digest of the signed-key list U1 that
     # the verifier itself saw: U1 holds every client's fresh keys of this session, so
     # a signature made in another session (even one with the same id) or over a
