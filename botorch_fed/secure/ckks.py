@@ -430,22 +430,29 @@ class _CKKSClient(ClientRole):
             return self._decrypt(reader)
         raise ProtocolError(f"the ckks protocol has no round {round}")
 
+    def _check_list(
+        self, ids: tuple[int, ...], superset: tuple[int, ...], what: str, action: str
+    ) -> None:
+        """A sorted list of distinct ids within ``superset`` that holds this client and
+        at least ``min_clients`` clients, else a named error."""
+        if (
+            list(ids) != sorted(set(ids))
+            or not set(ids) <= set(superset)
+            or self.client_id not in ids
+        ):
+            raise ProtocolError(f"implausible {what} {list(ids)}")
+        if len(ids) < self.backend.min_clients:
+            raise TooFewClientsError(
+                f"the server's {what} has {len(ids)} clients, fewer than min_clients="
+                f"{self.backend.min_clients}; refusing to {action}"
+            )
+
     def _encrypt(self, reader: PayloadReader, x: np.ndarray | None) -> bytes:
         del x  # the vector checked in round 0 is the one encrypted
         ids = reader.ids()
         nonces = {cid: reader.raw(_NONCE) for cid in ids}
         reader.done()
-        if (
-            list(ids) != sorted(set(ids))
-            or not set(ids) <= set(self.client_ids)
-            or self.client_id not in ids
-        ):
-            raise ProtocolError(f"implausible list of nonce holders {list(ids)}")
-        if len(ids) < self.backend.min_clients:
-            raise TooFewClientsError(
-                f"the session binds {len(ids)} clients, fewer than min_clients="
-                f"{self.backend.min_clients}; refusing to contribute"
-            )
+        self._check_list(ids, self.client_ids, "list of nonce holders", "contribute")
         if nonces[self.client_id] != self._nonce:
             raise TamperedMessageError(
                 "the server replaced this client's session nonce (a reused or foreign "
@@ -472,17 +479,7 @@ class _CKKSClient(ClientRole):
         n_chunks = reader.u32()
         blobs = [reader.blob() for _ in range(n_chunks)]
         reader.done()
-        if (
-            list(contributors) != sorted(set(contributors))
-            or not set(contributors) <= set(self._bound)
-            or self.client_id not in contributors
-        ):
-            raise ProtocolError(f"implausible contributor list {list(contributors)}")
-        if len(contributors) < self.backend.min_clients:
-            raise TooFewClientsError(
-                f"aggregate claims {len(contributors)} contributors, fewer than "
-                f"min_clients={self.backend.min_clients}; refusing to decrypt"
-            )
+        self._check_list(contributors, self._bound, "contributor list", "decrypt")
         if n_chunks != self.backend.n_chunks(self.length):
             raise TamperedMessageError(f"aggregate has {n_chunks} ciphertexts")
         if not self.can_decrypt:
