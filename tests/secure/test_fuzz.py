@@ -1,0 +1,147 @@
+"""Seeded fuzzing of every backend's deserialisers (issue 14): 2,000 mutations per backend.
+
+Each mutation alters exactly one frame of one session, in one of two ways:
+
+- **wire** (a third party on the network): the sealed frame's bytes are changed
+  (a bit flipped, a byte replaced, the frame truncated or extended);
+- **insider** (the sending party itself, server or client): the payload is changed
+  *before* the frame is sealed, so the tag is valid and only the protocol's own
+  parsing and checks stand in the way.
+
+Every session must then end in a named error (:class:`SecureAggregationError`), or in
+the correct sum. One exception: a client that alters the payload carrying its own
+input (the masked vector, its ciphertexts, its plaintext vector) merely contributes
+another input, which no aggregation protocol can tell from an honest one (input
+poisoning is out of scope, docs/security.md): there the sum may differ, but nothing
+may raise anything other than a named error. The roles are created once per backend
+and reused: after an error they start the next session (fail closed, then recover).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from botorch_fed.secure import SecureAggregationError, get_backend
+from botorch_fed.secure import base as secure_base
+from botorch_fed.secure.wire import CLIENT_TO_SERVER
+
+from .helpers import make_roles, plain_sum, random_inputs
+
+IDS = [0, 1, 2, 3]
+LENGTH = 3
+MUTATIONS = 2000
+# the round in which each backend's client reply carries its input
+INPUT_ROUND = {"plaintext": 0, "masking": 2, "ckks": 1}
+TOL = {"plaintext": 1e-12, "masking": 1e-10, "ckks": 1e-6}
+OPTIONS = {
+    "plaintext": {},
+    "masking": {},
+    # small CKKS parameters: 2,000 sessions in seconds
+    "ckks": {"poly_modulus_degree": 4096, "coeff_mod_bit_sizes": (60, 49), "scale_bits": 40},
+}
+
+
+def _mutate(data: bytes, rng: np.random.Generator) -> bytes:
+    buf = bytearray(data)
+    op = rng.integers(4) if buf else 3
+    if op == 0:  # flip one bit
+        i = int(rng.integers(len(buf)))
+        buf[i] ^= 1 << int(rng.integers(8))
+    elif op == 1:  # replace one byte by a different one
+        i = int(rng.integers(len(buf)))
+        buf[i] = (buf[i] + 1 + int(rng.integers(255))) % 256
+    elif op == 2:  # truncate
+        del buf[int(rng.integers(len(buf))) :]
+    else:  # extend
+        buf += rng.bytes(int(rng.integers(1, 17)))
+    return bytes(buf)
+
+
+def _session(server, clients, inputs, wire):
+    """One session; ``wire(direction, round, cid, frame) -> frame``. Returns the
+    server's result, or raises the first error."""
+    messages = server.start(IDS, LENGTH)
+    rnd = 0
+    while True:
+        replies = {}
+        for cid, msg in sorted(messages.items()):
+            replies[cid] = clients[cid].step(wire("down", rnd, cid, msg), inputs[cid])
+        replies = {cid: wire("up", rnd, cid, r) for cid, r in replies.items()}
+        out = server.step(replies)
+        if not isinstance(out, dict):
+            return out
+        messages = out
+        rnd += 1
+
+
+@pytest.mark.parametrize("name", ["plaintext", "masking", "ckks"])
+def test_every_mutation_ends_in_a_named_error_or_the_right_sum(name, monkeypatch):
+    backend = get_backend(name, **OPTIONS[name])
+    server, clients = make_roles(backend, IDS, seed=5)
+    inputs = random_inputs(len(IDS), LENGTH, seed=5)
+    expected = plain_sum(inputs)
+    rng = np.random.default_rng(["plaintext", "masking", "ckks"].index(name))
+    rounds = len(backend.rounds)
+    real_seal = secure_base.seal_frame
+    target: dict = {}
+
+    def seal(**kw):  # the insider: alters its payload, then seals it correctly
+        up = kw["direction"] == CLIENT_TO_SERVER
+        if (
+            target["kind"] == "insider"
+            and target["up"] == up
+            and target["round"] == kw["round"]
+            and target["cid"] == kw["client_id"]
+        ):
+            kw["payload"] = _mutate(kw["payload"], rng)
+            target["hit"] = True
+        return real_seal(**kw)
+
+    def wire(direction, rnd, cid, frame):  # the third party: alters the sealed bytes
+        if (
+            target["kind"] == "wire"
+            and target["up"] == (direction == "up")
+            and target["round"] == rnd
+            and target["cid"] == cid
+        ):
+            target["hit"] = True
+            return _mutate(frame, rng)
+        return frame
+
+    monkeypatch.setattr(secure_base, "seal_frame", seal)
+    outcomes = {"error": 0, "sum": 0, "other input": 0, "missed": 0}
+    for i in range(MUTATIONS):
+        target.clear()
+        target.update(
+            kind="wire" if i % 2 else "insider",
+            up=bool(rng.integers(2)),
+            round=int(rng.integers(rounds)),
+            cid=IDS[int(rng.integers(len(IDS)))],
+            hit=False,
+        )
+        try:
+            out = _session(server, clients, inputs, wire)
+        except SecureAggregationError:
+            assert target["hit"], f"mutation {i}: an error without a mutation"
+            outcomes["error"] += 1
+            continue
+        if not target["hit"]:  # that client was not addressed in that round
+            outcomes["missed"] += 1
+            continue
+        sums = [out] if out is not None else [clients[c].result for c in IDS]
+        sums = [s for s in sums if s is not None]
+        assert sums, f"mutation {i} ({target}): no party holds a sum"
+        own_input = (
+            target["kind"] == "insider" and target["up"] and (target["round"] == INPUT_ROUND[name])
+        )
+        if all(np.max(np.abs(s - expected)) <= TOL[name] for s in sums):
+            outcomes["sum"] += 1
+        elif own_input:  # another input from that client: not detectable, not a crash
+            assert all(s.shape == expected.shape and np.isfinite(s).all() for s in sums)
+            outcomes["other input"] += 1
+        else:
+            raise AssertionError(f"mutation {i} ({target}): a wrong sum {sums} went unnoticed")
+    # the mutations reached the protocol: almost all of them were caught
+    assert outcomes["missed"] < MUTATIONS // 4, outcomes
+    assert outcomes["error"] > MUTATIONS // 2, outcomes
