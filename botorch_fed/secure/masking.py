@@ -41,11 +41,11 @@ Rounds:
    signature from another session, even one with the same id, never verifies.
 4. ``unmasking``: the server forwards the signatures of the responders ``U4``; a
    client reveals shares only if ``U4`` is a subset of its ``U3`` with at least ``t``
-   members and every signature covers *its* ``U3`` (else ``TamperedMessageError``:
-   the server showed clients different survivor sets). Survivors then send the ``b``
-   shares of ``U3`` and the mask-key shares of ``U2 \ U3``. The server reconstructs,
-   checks every secret against its commitment / public key, removes the masks and
-   decodes the sum.
+   members and the first ``t`` signatures cover *its* ``U3`` and ``U1`` (else
+   ``TamperedMessageError``: the server showed clients different lists). Survivors
+   then send the ``b`` shares of ``U3`` and the mask-key shares of ``U2 \ U3``. The
+   server reconstructs, checks every secret against its commitment / public key,
+   removes the masks and decodes the sum.
 
 Why the consistency round suffices: an honest client signs only the one ``U3`` it was
 shown, so two different survivor sets cannot both gather ``t`` signatures from honest
@@ -543,6 +543,8 @@ class _MaskingClient(ClientRole):
         if peers[self.client_id] != (self._c_pk, self._s_pk):
             raise KeyMismatchError("server advertised different public keys for this client")
         for v, (c_pk, s_pk, signature) in signed.items():
+            if v == self.client_id:  # its own keys were compared above
+                continue
             message = _keys_message(self.session_id or b"", v, c_pk, s_pk)
             if not ed25519_verify(self._directory[v], signature, message):
                 raise KeyMismatchError(
@@ -639,8 +641,14 @@ class _MaskingClient(ClientRole):
         reader.done()
         self._check_view(u4, self.u3, "signer list U4")
         session = self.session_id or b""
+        # t valid signatures on this client's own lists are what the argument needs;
+        # an invalid one before that ends the session, later ones are not read
+        valid = 0
         for v, signature in signatures.items():
+            if valid >= self.t:
+                break
             message = _survivors_message(session, v, self.u3, self._u1_digest)
+            valid += 1
             if not ed25519_verify(self._directory[v], signature, message):
                 raise TamperedMessageError(
                     f"consistency check failed: client {v}'s signature does not cover this "
