@@ -195,14 +195,18 @@ def _secagg_roles(setup: FederationSetup, ids: list[int], material=None):
     if setup.aggregator == "plaintext" and len(ids) < 3:
         options = {"min_clients": 2, "allow_two_clients": True}
     backend = get_backend(setup.aggregator, **options)
+    seeded = setup.crypto_seed is not None
     if material is None:
         material = backend.setup(ids, seed=setup.crypto_seed)  # client-side key generation
-    server = backend.server(material.server_material, seed=setup.crypto_seed)
+    else:
+        # a resume: roles rebuilt from the same seed would repeat the session ids, nonces
+        # and masks of the run before it, which a server could replay or subtract; the
+        # key material comes from the checkpoint, the per-session randomness from the OS
+        seeded = False
+    server = backend.server(material.server_material, seed=setup.crypto_seed if seeded else None)
     clients = {
         cid: backend.client(
-            cid,
-            material.for_client(cid),
-            seed=None if setup.crypto_seed is None else setup.crypto_seed + 1 + cid,
+            cid, material.for_client(cid), seed=setup.crypto_seed + 1 + cid if seeded else None
         )
         for cid in ids
     }

@@ -1,7 +1,9 @@
 """Review (issue 14, CKKS sessions bound to client nonces): a malicious server.
 
 The server knows every public seed (the run's ``seed``), not ``crypto_seed``, and
-colludes with no client.
+colludes with no client. These were strict xfails while a resumed run rebuilt its
+roles from ``crypto_seed`` and so repeated its session ids, nonces and masks; a
+resume now draws the roles' per-session randomness from the OS.
 """
 
 from __future__ import annotations
@@ -59,16 +61,6 @@ def _drive(server, clients, inputs, *, route=None, aggregate=None, ids=IDS):
     return recorded, errors
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "review: a resumed run (runner._secagg_roles with crypto_seed) recreates the "
-        "server and client roles with the same seeds, so the server repeats its session "
-        "ids and every client repeats its 'fresh' nonce; the binding is identical and "
-        "the server passes an aggregate of the first run off as the new sum (docs: "
-        "'even to clients that restarted ... fails the guard check')"
-    ),
-)
 def test_resumed_seeded_roles_repeat_nonces_and_accept_a_stale_aggregate(ckks_backend):
     from botorch_fed.federation.runner import _secagg_roles
     from botorch_fed.federation.setup import FederationSetup
@@ -81,11 +73,14 @@ def test_resumed_seeded_roles_repeat_nonces_and_accept_a_stale_aggregate(ckks_ba
     recorded, errors = _drive(server, clients, first)
     assert not errors
     old_session, old_aggregate = server.session_id, recorded["aggregate_out"]
-    # the run is interrupted and resumed: the checkpoint holds the same key material
+    # the run is interrupted and resumed: the checkpoint holds the same key material; the
+    # server reuses the old session id on purpose and hands out the old aggregate
     server, clients, _ = _secagg_roles(setup, IDS, material)
+    real = server._rand.bytes
+    server._rand.bytes = lambda n: old_session if n == 16 else real(n)
     second = random_inputs(4, 6, seed=12)
     _, errors = _drive(server, clients, second, aggregate=lambda payloads: old_aggregate)
-    assert server.session_id == old_session  # the honest resumed server repeats its ids
+    assert server.session_id == old_session
     stale = [c for c in IDS if c not in errors and clients[c].result is not None]
     accepted_stale = [
         c for c in stale if np.abs(clients[c].result - plain_sum(first)).max() <= 1e-8
@@ -93,14 +88,6 @@ def test_resumed_seeded_roles_repeat_nonces_and_accept_a_stale_aggregate(ckks_ba
     assert accepted_stale == [], f"clients {accepted_stale} accepted the old sum as new"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "review: with crypto_seed set, a restarted client's nonces are a function of "
-        "(crypto_seed, client id, how many sessions it has joined) only, so they are "
-        "not fresh across restarts"
-    ),
-)
 def test_nonces_are_fresh_across_a_restart_with_crypto_seed(ckks_backend):
     from botorch_fed.federation.runner import _secagg_roles
     from botorch_fed.federation.setup import FederationSetup
@@ -119,15 +106,6 @@ def test_nonces_are_fresh_across_a_restart_with_crypto_seed(ckks_backend):
     assert len(set(seen)) == len(seen)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "review: masking under a resume with crypto_seed: the recreated server repeats "
-        "its session id and every recreated client draws the same self-mask seed b and "
-        "mask key s, so its masked input reuses the masks of the first run (a two-time "
-        "pad): the server learns x'_V - x_V of every client exactly"
-    ),
-)
 def test_masking_resumed_seeded_roles_reuse_their_masks():
     from botorch_fed.federation.runner import _secagg_roles
     from botorch_fed.federation.setup import FederationSetup
