@@ -38,6 +38,7 @@ from botorch_fed.federation.messages import TIME_PREFIX, Message
 from botorch_fed.federation.transport import Transport
 from botorch_fed.secure.errors import InputError
 from botorch_fed.secure.limbs import LimbEncoding
+from botorch_fed.secure.wire import parse_frame
 
 SECAGG = "secagg"
 SUM_RESULT = "secagg_result"
@@ -135,6 +136,14 @@ class FederatedClient:
             raise ProtocolViolation(f"Client {self.client_id} has no secure-aggregation role.")
         if "request" in payload:  # first message of a session: compute the vector
             request = str(payload["request"])
+            # a request opens a new secure session (its round-0 frame, which also clears
+            # the backend's last sum): a later frame of an older session would let that
+            # session's sum pass for this request's
+            if parse_frame(bytes(payload["data"])).round != 0:
+                raise self.violation(
+                    "a request must come with the opening frame of a new secure session",
+                    request,
+                )
             if "round" in payload:
                 self.round = int(payload["round"])
             compute = getattr(self, f"vector_{request}", None)

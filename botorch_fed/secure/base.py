@@ -462,6 +462,7 @@ class ClientRole(ABC):
                 frame = parse_frame(msg)
             except SecureAggregationError:
                 self._session = None  # fail closed, as for any other integrity error
+                self.result = None
                 raise
         if frame.round == 0:
             rnd = 0
@@ -470,11 +471,13 @@ class ClientRole(ABC):
                     reply = self._start_session(frame, x)
                 except SecureAggregationError:
                     self._session = None  # fail closed: any session in progress ends
+                    self.result = None
                     raise
         else:
             rnd = expected
             with error_context(self.client_id, rnd, self.backend.round_name(rnd)):
                 if self._session is None:
+                    self.result = None
                     raise ProtocolError("message for a session this client never joined")
                 try:
                     frame.expect(
@@ -491,6 +494,7 @@ class ClientRole(ABC):
                     # fail closed: a frame that is not the expected authentic one ends
                     # the session; a genuine frame arriving afterwards is refused
                     self._session = None
+                    self.result = None
                     raise
         assert self._session is not None
         return seal_frame(
@@ -505,6 +509,14 @@ class ClientRole(ABC):
 
     def _start_session(self, frame: Frame, x: np.ndarray | None) -> bytes:
         self.result = None  # whatever happens next, no earlier sum stays readable
+        if frame.session in self._joined:
+            raise ProtocolError(
+                f"session id {frame.session.hex()} was used before; a server that reuses "
+                "session ids could replay messages of the earlier session; refusing"
+            )
+        # joined from its first frame on: if this one fails a check, a later "genuine"
+        # opening frame of the same session is refused too (fail closed)
+        self._joined.add(frame.session)
         frame.expect(
             backend=self.backend.code,
             direction=SERVER_TO_CLIENT,
@@ -526,11 +538,6 @@ class ClientRole(ABC):
                 f"session announces {n_clients} clients, fewer than this client's "
                 f"min_clients={self.backend.min_clients}; refusing to contribute"
             )
-        if frame.session in self._joined:
-            raise ProtocolError(
-                f"session id {frame.session.hex()} was used before; a server that reuses "
-                "session ids could replay messages of the earlier session; refusing"
-            )
         self.length = validate_length(length)
         self.n_clients = n_clients
         self.client_ids = ids
@@ -541,7 +548,6 @@ class ClientRole(ABC):
             x25519_shared(channel_private, server_pk), frame.session, self.client_id
         )
         self._session = frame.session
-        self._joined.add(frame.session)
         self._round = 0
         try:
             tail = self._begin(reader, x)

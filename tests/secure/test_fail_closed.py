@@ -61,3 +61,20 @@ def test_a_frame_for_another_client_ends_the_session(name, ckks_backend):
         clients[0].step(out[1], inputs[0])  # client 1's frame, misrouted to client 0
     with pytest.raises(ProtocolError, match="never joined"):
         clients[0].step(out[0], inputs[0])
+
+
+@pytest.mark.parametrize("name", ["plaintext", "masking", "ckks"])
+@pytest.mark.parametrize("damage", ["payload", "misrouted"])
+def test_a_damaged_opening_frame_spoils_its_session(name, damage, ckks_backend):
+    # the first frame of a session fails a check: its genuine version is refused
+    # afterwards too, and the sum of the client's previous session is gone
+    backend = ckks_backend if name == "ckks" else get_backend(name)
+    server, clients = make_roles(backend, IDS, seed=6)
+    inputs = random_inputs(4, 3, seed=6)
+    messages = server.start(IDS, 3)
+    bad = flip(messages[0], len(messages[0]) // 2) if damage == "payload" else messages[1]
+    with pytest.raises(SecureAggregationError):
+        clients[0].step(bad, inputs[0])
+    with pytest.raises(ProtocolError, match="used before"):
+        clients[0].step(messages[0], inputs[0])
+    assert clients[0].result is None
