@@ -21,7 +21,10 @@ is within ``D L sqrt(d / (n m))`` (up to logarithms) of the optimum. Parts:
 - **c** (throughput): worker-queries per second of the batched :func:`l1_gradient`
   (``batch x d``, a fixed linear ``f``, float32 and float64, ``torch.set_num_threads(2)``)
   against a per-worker NumPy loop in the reference implementation's style, on a grid with
-  ``batch * d <= 1e8``; the key cell ``m = 1000, d = 1000`` repeated 3 times (median).
+  ``batch * d <= 1e8``; the key cell ``m = 1000, d = 1000`` in ``C_REPS`` fresh processes,
+  each alternating the batched call and the loop (paired ratios), also under a no-trim
+  allocator and with one torch thread. Part **gpu** (where CUDA is available): the same
+  estimator on the GPU against a device-to-device copy.
   Plus the protocol: ``botorch-fed run fedzero --problem l1-regression --dim 100
   --clients 16 --rounds 2000 --seed 0`` with the three message forms (wall time, bytes).
 

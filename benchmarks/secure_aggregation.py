@@ -517,17 +517,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline-pairs", type=int, default=5)
     parser.add_argument("--point-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.point_only:  # a fresh process timing one point for --baseline
-        records = run_backend_grid(
-            args.backends,
-            args.clients,
-            args.support_sizes,
-            repeats=args.repeats,
-            seed=args.seed,
-            verbose=False,
-        )
-        args.point_only.write_text(json.dumps(records, default=str))
-        return 0
     notes = [f"load average at start (1/5/15 min): {_loadavg()}"]
     if args.smoke:
         args.clients, args.support_sizes, args.repeats = [3, 10], [8, 32], 1
@@ -539,7 +528,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeats=args.repeats,
         seed=args.seed,
         max_seconds=args.max_seconds,
+        verbose=not args.point_only,
     )
+    if args.point_only:  # a fresh process timing one point for --baseline
+        args.point_only.write_text(json.dumps(records, default=str))
+        return 0
     notes.append(f"load average at end (1/5/15 min): {_loadavg()}")
     capped = sorted(
         {(r["backend"], r["n_clients"]) for r in records if r["repeats"] < args.repeats}

@@ -42,6 +42,7 @@ __all__ = [
     "channel_key",
     "chacha20_uint64",
     "ed25519_keypair",
+    "ed25519_public",
     "ed25519_sign",
     "ed25519_verify",
     "hkdf",
@@ -175,6 +176,11 @@ def ed25519_keypair(rand: RandomSource) -> tuple[bytes, bytes]:
     else:
         private = Ed25519PrivateKey.generate()
     return private.private_bytes_raw(), private.public_key().public_bytes_raw()
+
+
+def ed25519_public(private_raw: bytes) -> bytes:
+    """The raw 32-byte public key of a raw 32-byte Ed25519 private key."""
+    return Ed25519PrivateKey.from_private_bytes(private_raw).public_key().public_bytes_raw()
 
 
 def ed25519_sign(private_raw: bytes, message: bytes) -> bytes:

@@ -16,6 +16,7 @@ points, so a worker batch (``m x d``) or a batch of runs (``R x m x d``) is one 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -98,10 +99,8 @@ def _addcmul(x: Tensor, lap: Tensor, step: Tensor, value: int, out: Tensor | Non
     being taken (``out=`` has none: an ``x`` or ``h`` that requires grad, or forward-mode
     AD, takes the out-of-place op, which raises any genuine error again)."""
     if out is not None:
-        try:
+        with contextlib.suppress(RuntimeError):
             return torch.addcmul(x, lap, step, value=value, out=out)
-        except RuntimeError:
-            pass
     return torch.addcmul(x, lap, step, value=value)
 
 

@@ -74,6 +74,18 @@ def drive(
         rnd += 1
 
 
+def recording(store: dict, method: Callable) -> Callable:
+    """Wrap a server role's ``_route_*`` / ``_aggregate`` method so that its last input
+    and output payloads land in ``store["in"]`` and ``store["out"]``."""
+
+    def wrapped(payloads):
+        out = method(payloads)
+        store.update({"in": dict(payloads), "out": dict(out)})
+        return out
+
+    return wrapped
+
+
 def flip(data: bytes, position: int) -> bytes:
     """Flip one bit of ``data[position]`` (negative positions count from the end)."""
     buf = bytearray(data)

@@ -15,7 +15,7 @@ import pytest
 from botorch_fed.secure import ProtocolError, TamperedMessageError, get_backend
 from botorch_fed.secure.wire import PayloadReader
 
-from .helpers import make_roles, plain_sum, random_inputs
+from .helpers import make_roles, plain_sum, random_inputs, recording
 
 IDS = [0, 1, 2, 3]
 
@@ -58,15 +58,6 @@ def _session(server, clients, inputs, *, session_id=None, route=None, aggregate=
     return seen["replies"], errors
 
 
-def _recording(store, method):
-    def wrapped(payloads):
-        out = method(payloads)
-        store.update({"in": dict(payloads), "out": dict(out)})
-        return out
-
-    return wrapped
-
-
 def _restarted(backend, clients, seed):
     """The same clients after a restart: the same key material, fresh roles (which
     no longer know the session ids they joined)."""
@@ -79,7 +70,7 @@ def test_stale_aggregate_under_a_reused_session_id_is_refused(ckks_backend, rest
     server, clients = make_roles(ckks_backend, IDS, seed=1)
     first = random_inputs(4, 6, seed=1)
     recorded: dict = {}
-    _session(server, clients, first, aggregate=_recording(recorded, server._aggregate))
+    _session(server, clients, first, aggregate=recording(recorded, server._aggregate))
     old_session = server.session_id
     assert all(np.abs(clients[c].result - plain_sum(first)).max() <= 1e-8 for c in IDS)
     if restart:
@@ -107,7 +98,7 @@ def test_a_ciphertext_from_another_session_is_refused(ckks_backend, restart):
     server, clients = make_roles(ckks_backend, IDS, seed=3)
     recorded: dict = {}
     first = random_inputs(4, 6, seed=3)
-    _session(server, clients, first, aggregate=_recording(recorded, server._aggregate))
+    _session(server, clients, first, aggregate=recording(recorded, server._aggregate))
     old_session, old_ciphertext = server.session_id, recorded["in"][2]
     if restart:
         clients = _restarted(ckks_backend, clients, seed=3)
@@ -131,7 +122,7 @@ def test_a_replaced_nonce_is_refused(ckks_backend):
         server,
         clients,
         random_inputs(4, 6, seed=5),
-        route=_recording(recorded, server._route_nonces),
+        route=recording(recorded, server._route_nonces),
     )
     old_broadcast = recorded["out"][1]
     honest = server._route_nonces
@@ -155,7 +146,7 @@ def test_nonces_differ_between_sessions_and_clients(ckks_backend):
             server,
             clients,
             random_inputs(4, 3, seed=seed),
-            route=_recording(recorded, server._route_nonces),
+            route=recording(recorded, server._route_nonces),
         )
         reader = PayloadReader(recorded["out"][0])
         ids = reader.ids()

@@ -25,7 +25,7 @@ from botorch_fed.secure.crypto import RandomSource, x25519_keypair
 from botorch_fed.secure.masking import default_threshold
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
 
-from .helpers import make_roles, plain_sum, random_inputs
+from .helpers import make_roles, plain_sum, random_inputs, recording
 
 
 def _step_all(clients, messages, inputs):
@@ -108,17 +108,11 @@ def test_signed_keys_replayed_from_another_session_are_refused():
     inputs = random_inputs(4, 3, seed=1)
     messages = server.start(ids, 3)
     replies, _ = _step_all(clients, messages, inputs)
-    recorded = {}
+    recorded: dict = {}
     honest = server._route_keys
-
-    def record(payloads):
-        out = honest(payloads)
-        recorded.update(out)
-        return out
-
-    server._route_keys = record
+    server._route_keys = recording(recorded, honest)
     server.step(replies)
-    old_u1, old_keys = _signed_keys(recorded[0])
+    old_u1, old_keys = _signed_keys(recorded["out"][0])
     server._route_keys = honest
     replies, errors = _step_all(clients, server.start(ids, 3), inputs)
     assert not errors

@@ -38,7 +38,7 @@ from botorch_fed.secure.crypto import (
 from botorch_fed.secure.masking import _pair_mask, _self_mask, _survivors_message
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
 
-from .helpers import make_roles, random_inputs
+from .helpers import make_roles, random_inputs, recording
 
 SEED = 11
 
@@ -281,18 +281,12 @@ def test_signed_keys_replayed_into_a_session_with_the_same_id_are_refused():
     ids = [0, 1, 2, 3]
     server, clients = make_roles(get_backend("masking"), ids, seed=SEED)
     inputs = random_inputs(4, 3, seed=SEED)
-    recorded = {}
+    recorded: dict = {}
     honest = server._route_keys
-
-    def record(payloads):
-        out = honest(payloads)
-        recorded.update(out)
-        return out
-
-    server._route_keys = record
+    server._route_keys = recording(recorded, honest)
     messages = _restart(server, ids, 3)
     server.step(_step(clients, messages, inputs))
-    reader = PayloadReader(recorded[0])
+    reader = PayloadReader(recorded["out"][0])
     u1 = reader.ids()
     old = {v: (reader.raw(32), reader.raw(32), reader.raw(64)) for v in u1}
 
