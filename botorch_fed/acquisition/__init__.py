@@ -25,6 +25,10 @@ References:
 
 from botorch_fed.acquisition._rng import SeedLike
 from botorch_fed.acquisition.beta_schedule import BETA_KINDS, BetaSchedule
+from botorch_fed.acquisition.cached_analytic import (
+    CachedLogExpectedImprovement,
+    CachedUpperConfidenceBound,
+)
 from botorch_fed.acquisition.co_ei_es import (
     default_best_f,
     qCoExpectedImprovement,
@@ -51,6 +55,8 @@ from botorch_fed.acquisition.step_acquisition import (
 __all__ = [
     "BETA_KINDS",
     "BetaSchedule",
+    "CachedLogExpectedImprovement",
+    "CachedUpperConfidenceBound",
     "default_best_f",
     "gen_co_kg_initial_conditions",
     "optimize_co_acquisition",

@@ -6,6 +6,11 @@ picked. This module builds that acquisition through BoTorch's own classes:
 
 - ``"ucb"``: :class:`~botorch.acquisition.analytic.UpperConfidenceBound`;
 - ``"ei"``: :class:`~botorch.acquisition.analytic.LogExpectedImprovement`;
+
+both as their cached-factor subclasses
+(:mod:`~botorch_fed.acquisition.cached_analytic`: the same values and gradients,
+with the posterior moments of the ``SingleTaskGP`` and dPITC/PIC models computed
+from factors kept for the model's state);
 - ``"kg"``: :class:`~botorch.acquisition.knowledge_gradient.qKnowledgeGradient`
   (one-shot, ``num_fantasies`` fantasies from a seeded ``SobolQMCNormalSampler``; its
   ``q``-batch form is the "data sharing" baseline of [Co-KG], the ``q = 1`` form its
@@ -47,7 +52,6 @@ from typing import Literal, overload
 
 import torch
 from botorch.acquisition.acquisition import AcquisitionFunction, OneShotAcquisitionFunction
-from botorch.acquisition.analytic import LogExpectedImprovement, UpperConfidenceBound
 from botorch.acquisition.knowledge_gradient import qKnowledgeGradient
 from botorch.acquisition.objective import (
     GenericMCObjective,
@@ -65,6 +69,10 @@ from botorch.utils.sampling import draw_sobol_samples
 from torch import Tensor
 
 from botorch_fed.acquisition._rng import SeedLike, isolated_seed, resolve_seed
+from botorch_fed.acquisition.cached_analytic import (
+    CachedLogExpectedImprovement,
+    CachedUpperConfidenceBound,
+)
 from botorch_fed.acquisition.mixed_ucb import _check_beta
 
 StepKind = Literal["ucb", "ei", "ts", "kg"]
@@ -133,7 +141,8 @@ def make_step_acquisition(
         num_fantasies: Fantasies of the knowledge gradient (``"kg"``).
 
     Returns:
-        An ``UpperConfidenceBound``, ``LogExpectedImprovement``,
+        A ``CachedUpperConfidenceBound``, ``CachedLogExpectedImprovement`` (BoTorch's
+        ``UpperConfidenceBound``, ``LogExpectedImprovement`` with cached factors),
         ``PathwiseThompsonSampling`` (path already drawn) or ``qKnowledgeGradient``
         (fixed Sobol base samples) on ``model``.
 
@@ -148,7 +157,7 @@ def make_step_acquisition(
     if kind == "ucb":
         if beta is None:
             raise ValueError("`beta` is required for kind='ucb'.")
-        return UpperConfidenceBound(
+        return CachedUpperConfidenceBound(
             model,
             beta=_check_beta(beta),
             posterior_transform=posterior_transform,
@@ -160,7 +169,7 @@ def make_step_acquisition(
         best_f_t = torch.as_tensor(best_f)
         if not torch.isfinite(best_f_t).all():
             raise ValueError(f"`best_f` must be finite, got {best_f!r}.")
-        return LogExpectedImprovement(
+        return CachedLogExpectedImprovement(
             model, best_f=best_f_t, posterior_transform=posterior_transform, maximize=maximize
         )
     if kind == "kg":

@@ -39,6 +39,12 @@ from botorch_fed.models.federated_standardize import (
     standardize_from_moments,
     standardize_outcomes,
 )
+from botorch_fed.models.marginals import (
+    ExactGPMarginals,
+    FederatedPITCMarginals,
+    MarginalPredictor,
+    marginal_predictor,
+)
 from botorch_fed.models.nystrom import NystromEmbedding, nystrom_embedding, sample_dictionary
 from botorch_fed.models.pic import FederatedPICGP
 from botorch_fed.models.pitc import FederatedPITCGP, HyperparametersChangedError, sum_arrays
@@ -65,6 +71,10 @@ from botorch_fed.models.robust_estimators import (
 )
 
 __all__ = [
+    "ExactGPMarginals",
+    "FederatedPITCMarginals",
+    "MarginalPredictor",
+    "marginal_predictor",
     "AGENT_WEIGHTS",
     "BarycenterGP",
     "agent_weights",

@@ -68,6 +68,7 @@ from botorch_fed.models.pitc_summary import (
     SparseSummary,
     evaluate64,
     noise64,
+    prior_variance64,
     transform_support_inputs,
 )
 
@@ -298,16 +299,26 @@ class FederatedPICGP(FederatedPITCGP):
         return X_B, Phi, L_Lam, z, H
 
     # --- prediction --------------------------------------------------------------
-    def _predict(self, X: Tensor) -> tuple[Tensor, Tensor]:
-        r"""Latent float64 PIC mean (``batch x q``) and covariance (``batch x q x q``)
-        at transformed inputs ``X``, all treated as members of the own block."""
-        S, L_S = self._support_factor()
-        L_B, v = self._summary_factor()
-        X_B, Phi, L_Lam, z, H = self._block_factor(S, L_S, L_B)
+    def _factors(self) -> tuple[Tensor, ...]:
+        r"""The base class's factors followed by the own block's (:meth:`_block_factor`)."""
+        S, L_S, L_B, v = super()._factors()
+        return S, L_S, L_B, v, *self._block_factor(S, L_S, L_B)
+
+    def _own_tensors(self) -> list[Tensor]:
+        return [*super()._own_tensors(), self._block_X, self._block_Y]
+
+    def _predict_from(
+        self, factors: tuple[Tensor, ...], X: Tensor, diag: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        r"""Latent float64 PIC mean (``batch x q``) and covariance (``batch x q x q``;
+        with ``diag``, the variances, ``batch x q``) at transformed inputs ``X``, all
+        treated as members of the own block, from given :meth:`_factors`."""
+        S, L_S, L_B, v, X_B, Phi, L_Lam, z, H = factors
         X64 = X.to(torch.float64)
         batch = X64.shape[:-2]
         K_SU = evaluate64(self.covar_module, S.expand(*batch, *S.shape), X64)
-        K_UU = evaluate64(self.covar_module, X64, X64)
+        # apart from K_SU: the distances of X to the block's own points must not depend
+        # on the support's (a kernel such as Matern-1/2 amplifies their rounding)
         K_UB = evaluate64(self.covar_module, X64, X_B.expand(*batch, *X_B.shape))
         W = torch.linalg.solve_triangular(L_S, K_SU, upper=False)  # batch x m x q
         C = torch.linalg.solve_triangular(L_B, W, upper=False)
@@ -316,6 +327,10 @@ class FederatedPICGP(FederatedPITCGP):
         E = C - H @ T  # C - D
         mean = evaluate64(self.mean_module, X64)
         mean = mean + (E * v.unsqueeze(-1)).sum(dim=-2) + (T * z.unsqueeze(-1)).sum(dim=-2)
+        if diag:
+            prior = prior_variance64(self.covar_module, X64)
+            return mean, prior - W.pow(2).sum(-2) - T.pow(2).sum(-2) + E.pow(2).sum(-2)
+        K_UU = evaluate64(self.covar_module, X64, X64)
         cov = K_UU - W.mT @ W - T.mT @ T + E.mT @ E
         return mean, 0.5 * (cov + cov.mT)
 

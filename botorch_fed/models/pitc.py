@@ -73,6 +73,7 @@ from botorch_fed.models.pitc_summary import (
     evaluate64,
     local_summary,
     noise64,
+    prior_variance64,
     summary_factor,
     support_factor,
     validate_support,
@@ -453,9 +454,7 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         """
         modules = self._summary_modules()
         tensors = _state_tensors(modules)
-        own = [getattr(self, f"summary_{n}") for n in _SUMMARY_FIELDS]
-        own += [self.support, self.summary_hyperparameters, self.summary_structure]
-        own += [self.summary_jitter]
+        own = self._own_tensors()
         fingerprint = tuple((id(t), t.data_ptr(), t._version) for t in (*tensors, *own))
         changed = fingerprint != self._cache.get("fingerprint")
         reference = int(self.summary_structure) if changed else self._cache["structure"]
@@ -470,6 +469,27 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
                 "structure": reference,
                 "jitter": float(self.summary_jitter),
             }
+
+    def _own_tensors(self) -> list[Tensor]:
+        r"""The model's own state: the summary, the support and the snapshot buffers."""
+        own = [getattr(self, f"summary_{n}") for n in _SUMMARY_FIELDS]
+        return [*own, self.support, self.summary_hyperparameters, self.summary_structure,
+                self.summary_jitter]  # fmt: skip
+
+    def state_fingerprint(self) -> tuple[tuple, list[Tensor]]:
+        r"""Identity, storage, version, dtype and device of every tensor the predictions
+        depend on, and the identity of every module holding them: it changes whenever
+        one is replaced, moved, converted or modified in place through the version
+        counter (not on ``.data`` writes: compare the tensors' values for those;
+        settings that are not tensors, e.g. a Matern kernel's ``nu``, are not in it:
+        predictions check them through the summary's structure key).
+
+        Returns:
+            The fingerprint (compare with ``==``) and the tensors it covers.
+        """
+        modules = self._summary_modules()
+        tensors = [*_state_tensors(modules), *self._own_tensors()]
+        return (tuple(id(m) for _, m in modules), _fingerprint(tensors)), tensors
 
     def _reads_are_free(self) -> bool:
         r"""Whether reading tensor values costs no host synchronisation (CPU)."""
@@ -691,18 +711,31 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         if X.device.type == "cpu" and not torch.isfinite(X).all():
             raise InputDataError(f"`{name}` contains NaN or infinite values.")
 
+    def _factors(self) -> tuple[Tensor, ...]:
+        r"""The factors of :meth:`_predict_from`, checked against the modules' state:
+        ``(S, L_S, L_B, v)`` (see :meth:`_support_factor`, :meth:`_summary_factor`)."""
+        return (*self._support_factor(), *self._summary_factor())
+
     def _predict(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""Latent float64 mean (``batch x q``) and covariance (``batch x q x q``) at
         transformed inputs ``X``."""
-        S, L_S = self._support_factor()
-        L_B, v = self._summary_factor()
+        return self._predict_from(self._factors(), X)
+
+    def _predict_from(
+        self, factors: tuple[Tensor, ...], X: Tensor, diag: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        r""":meth:`_predict` from given :meth:`_factors` (no state check); with
+        ``diag``, the variances (``batch x q``) instead of the covariance."""
+        S, L_S, L_B, v = factors
         X64 = X.to(torch.float64)
         K_SU = evaluate64(self.covar_module, S.expand(*X64.shape[:-2], *S.shape), X64)
-        K_UU = evaluate64(self.covar_module, X64, X64)
         W = torch.linalg.solve_triangular(L_S, K_SU, upper=False)
         C = torch.linalg.solve_triangular(L_B, W, upper=False)
         mean = evaluate64(self.mean_module, X64) + (C * v.unsqueeze(-1)).sum(dim=-2)
-        cov = K_UU - W.mT @ W + C.mT @ C
+        if diag:
+            prior = prior_variance64(self.covar_module, X64)
+            return mean, prior - W.pow(2).sum(dim=-2) + C.pow(2).sum(dim=-2)
+        cov = evaluate64(self.covar_module, X64, X64) - W.mT @ W + C.mT @ C
         return mean, 0.5 * (cov + cov.mT)
 
     @staticmethod

@@ -414,6 +414,12 @@ def evaluate64(module: torch.nn.Module, *inputs: Tensor) -> Tensor:
     return call64(module, lambda m, *x: m(*x), *inputs)
 
 
+def prior_variance64(kernel: torch.nn.Module, X: Tensor) -> Tensor:
+    r"""The prior variances ``k(x, x)`` (``batch_shape x n``) of a kernel in float64,
+    by gpytorch's ``diag=True`` path (see :func:`call64`)."""
+    return call64(kernel, lambda m, x: m(x, x, diag=True), X)
+
+
 def noise64(likelihood: GaussianLikelihood) -> Tensor:
     r"""The likelihood's noise variance computed in float64 (see :func:`call64`)."""
     return call64(likelihood, lambda m: m.noise)

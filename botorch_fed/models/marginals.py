@@ -1,0 +1,244 @@
+r"""Posterior marginals at single points from factors computed once per model state.
+
+BoTorch's analytic acquisitions (UCB, log-EI) ask ``model.posterior(X)`` at every
+evaluation of a multi-start optimisation: for a small GP most of that time is spent
+building linear operators, posterior objects and their autograd graph around a few
+small matrix products. A :class:`MarginalPredictor` computes the same mean and
+variance of ``q = 1`` inputs from the model's factors directly:
+
+- :class:`ExactGPMarginals` for BoTorch's ``SingleTaskGP`` (a ``GaussianLikelihood``,
+  one output, no batch, no or a ``Standardize`` outcome transform, any input
+  transform): ``mu(x) = m(x) + k_xX alpha``, ``sigma^2(x) = k(x, x) - |L^-1 k_Xx|^2``
+  with ``L = chol(K_XX + sigma_n^2 I)`` and ``alpha = L^-T L^-1 (y - m(X))``, as
+  gpytorch's exact prediction strategy;
+- :class:`FederatedPITCMarginals` for :class:`~botorch_fed.models.FederatedPITCGP`
+  and :class:`~botorch_fed.models.FederatedPICGP`: the models' own formulas
+  (``_predict_from``) on their cached factors.
+
+Both return what ``model.posterior(X)`` gives, ``posterior.mean`` and
+``posterior.variance`` (gpytorch's ``min_variance`` clamp, then the outcome
+transform), to rounding. A predictor is a snapshot of the model's state: it records
+a fingerprint of every tensor it was computed from (identity, storage, version, dtype,
+device) and :meth:`MarginalPredictor.is_current` compares it with the model's now --
+callers rebuild it when the model changed (see
+:class:`~botorch_fed.acquisition.CachedUpperConfidenceBound`).
+
+:func:`marginal_predictor` returns ``None`` for models and settings it does not cover
+(another model type or likelihood, an outcome transform other than ``Standardize``,
+``propagate_grads`` or ``detach_test_caches(False)``, which need gradients to the
+model's state, or a train covariance that a plain Cholesky factorisation refuses,
+where gpytorch would add jitter): callers then use ``model.posterior``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from botorch import settings as botorch_settings
+from botorch.models import SingleTaskGP
+from botorch.models.model import Model
+from botorch.models.transforms.outcome import Standardize
+from gpytorch import settings as gpytorch_settings
+from gpytorch.likelihoods import GaussianLikelihood
+from torch import Tensor
+
+from botorch_fed.models.pitc import FederatedPITCGP, _fingerprint
+
+__all__ = [
+    "ExactGPMarginals",
+    "FederatedPITCMarginals",
+    "MarginalPredictor",
+    "marginal_predictor",
+]
+
+
+def _min_variance(dtype: torch.dtype) -> float:
+    return gpytorch_settings.min_variance.value(dtype)
+
+
+def _standardize(model: Model) -> Standardize | None:
+    r"""The model's ``Standardize`` transform, ``None`` without one; raises
+    ``TypeError`` for any other outcome transform (not covered)."""
+    transform = getattr(model, "outcome_transform", None)
+    if transform is None:
+        return None
+    if type(transform) is not Standardize or transform._outputs is not None:
+        raise TypeError(type(transform).__name__)
+    if not transform._is_trained or transform.means.shape[-1] != 1:
+        raise TypeError("untrained or multi-output Standardize")
+    return transform
+
+
+def _gradients_to_state() -> bool:
+    r"""Whether predictions must be differentiable in the model's state (BoTorch's
+    ``propagate_grads``, gpytorch's ``detach_test_caches(False)``)."""
+    return botorch_settings.propagate_grads.on() or gpytorch_settings.detach_test_caches.off()
+
+
+class MarginalPredictor:
+    r"""Posterior mean and variance of ``q = 1`` inputs of one model state.
+
+    Subclasses set ``model``, ``dtype`` and ``device`` and implement
+    :meth:`_state` and :meth:`_latent`.
+    """
+
+    model: Model
+    dtype: torch.dtype
+    device: torch.device
+
+    def __init__(self, transform: Standardize | None) -> None:
+        self._transform = transform
+        self._fingerprint, tensors = self._state()
+        # holding the tensors keeps their ids and storage from being reused; on the CPU
+        # their values are compared too (writes through ``.data``, as gpytorch's
+        # setters make, bypass the version counter)
+        self._tensors = tensors
+        self._values = [t.detach().clone() for t in tensors] if self.device.type == "cpu" else None
+
+    def _state(self) -> tuple[tuple, list[Tensor]]:
+        r"""The fingerprint of the model's state now, and the tensors it covers."""
+        raise NotImplementedError
+
+    def _latent(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        r"""Latent mean and variance (``batch``) at ``batch x 1 x d`` inputs."""
+        raise NotImplementedError
+
+    def is_current(self) -> bool:
+        r"""Whether the model is in the state this predictor was computed from (no
+        tensor of it replaced, moved, converted or modified in place since)."""
+        fingerprint, tensors = self._state()
+        if fingerprint != self._fingerprint:
+            return False
+        return self._values is None or all(
+            torch.equal(t, v) for t, v in zip(tensors, self._values, strict=True)
+        )
+
+    def accepts(self, X: Tensor) -> bool:
+        r"""Whether ``X`` has this predictor's dtype and device (``model.posterior``
+        of BoTorch's acquisitions first moves the model to ``X``) and ``q = 1``."""
+        return X.dtype == self.dtype and X.device == self.device and X.shape[-2] == 1
+
+    def __call__(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        r"""``posterior.mean`` and ``posterior.variance`` of ``model.posterior(X)``.
+
+        Args:
+            X: ``batch_shape x 1 x d`` inputs (see :meth:`accepts`).
+
+        Returns:
+            Mean and variance, each ``batch_shape x 1``, in the outcome space.
+        """
+        mean, variance = (t.to(X.dtype) for t in self._latent(X))  # as the posterior's
+        variance = variance.clamp_min(_min_variance(X.dtype))
+        if self._transform is not None:
+            t = self._transform
+            mean = t.means.squeeze(-1) + t.stdvs.squeeze(-1) * mean
+            variance = t._stdvs_sq.squeeze(-1) * variance
+        return mean.unsqueeze(-1), variance.unsqueeze(-1)
+
+
+class ExactGPMarginals(MarginalPredictor):
+    r"""Marginals of a ``SingleTaskGP`` in eval mode (see the module docstring).
+
+    Args:
+        model: A ``SingleTaskGP`` with a ``GaussianLikelihood``, one output and no
+            batch shape, and no or a trained ``Standardize`` outcome transform.
+
+    Raises:
+        TypeError: For models outside that class.
+        torch.linalg.LinAlgError: If ``K_XX + sigma_n^2 I`` is not positive definite
+            in the model's dtype (gpytorch would add jitter).
+    """
+
+    def __init__(self, model: SingleTaskGP) -> None:
+        if not isinstance(model, SingleTaskGP) or type(model.likelihood) is not GaussianLikelihood:
+            raise TypeError("a SingleTaskGP with a GaussianLikelihood")
+        if model.num_outputs != 1 or len(model._input_batch_shape) != 0:
+            raise TypeError("one output and no batch shape")
+        transform = _standardize(model)
+        model.eval()  # train inputs transformed, as model.posterior does
+        self.model = model
+        X = model.train_inputs[0]
+        self.dtype, self.device = X.dtype, X.device
+        with torch.no_grad(), gpytorch_settings.lazily_evaluate_kernels(False):
+            K = model.covar_module(X).to_dense()
+            noise = model.likelihood.noise.reshape(-1)
+            L = torch.linalg.cholesky(K + torch.diag_embed(noise.expand(K.shape[-1])))
+            residual = (model.train_targets - model.mean_module(X)).unsqueeze(-1)
+            self._alpha = torch.cholesky_solve(residual, L).squeeze(-1)
+        self._train_X, self._L = X, L
+        super().__init__(transform)
+
+    def _state(self) -> tuple[tuple, list[Tensor]]:
+        model = self.model
+        tensors = [*model.parameters(), *model.buffers(), *model.train_inputs]
+        tensors.append(model.train_targets)
+        return (model.training, _fingerprint(tensors)), tensors
+
+    def _latent(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        model = self.model
+        Xt = model.transform_inputs(X)
+        with gpytorch_settings.lazily_evaluate_kernels(False):
+            k = model.covar_module(Xt, self._train_X.expand(*Xt.shape[:-2], -1, -1))
+            k = k.to_dense()  # batch x 1 x n
+            prior = model.covar_module(Xt, diag=True).to_dense()  # batch x 1
+            mean = model.mean_module(Xt) + k @ self._alpha  # batch x 1
+        W = torch.linalg.solve_triangular(self._L, k.mT, upper=False)  # batch x n x 1
+        return mean.squeeze(-1), (prior - W.pow(2).sum(dim=-2)).squeeze(-1)
+
+
+class FederatedPITCMarginals(MarginalPredictor):
+    r"""Marginals of a :class:`~botorch_fed.models.FederatedPITCGP` (or its PIC
+    subclass) from its checked, cached factors.
+
+    Args:
+        model: The model, with no or a trained ``Standardize`` outcome transform.
+
+    Raises:
+        TypeError: For an outcome transform other than ``Standardize``.
+        HyperparametersChangedError: If the modules are not in the summary's state.
+    """
+
+    def __init__(self, model: FederatedPITCGP) -> None:
+        transform = _standardize(model)
+        model.eval()
+        self.model = model
+        self._factors = model._factors()  # checks the modules against the summary
+        self.dtype, self.device = model.support.dtype, model.support.device
+        super().__init__(transform)
+
+    def _state(self) -> tuple[tuple, list[Tensor]]:
+        return self.model.state_fingerprint()
+
+    def _latent(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        model = self.model
+        X64 = model.transform_inputs(X.to(torch.float64))
+        mean, variance = model._predict_from(self._factors, X64, diag=True)
+        return mean.squeeze(-1), variance.squeeze(-1)
+
+
+_PREDICTORS: tuple[tuple[type, Callable[[Model], MarginalPredictor]], ...] = (
+    (FederatedPITCGP, FederatedPITCMarginals),
+    (SingleTaskGP, ExactGPMarginals),
+)
+
+
+def marginal_predictor(model: Model) -> MarginalPredictor | None:
+    r"""A :class:`MarginalPredictor` of ``model`` in its current state, or ``None``
+    where none applies (see the module docstring; use ``model.posterior`` then).
+
+    Args:
+        model: A BoTorch model.
+
+    Returns:
+        The predictor or ``None``.
+    """
+    if _gradients_to_state():
+        return None
+    for cls, build in _PREDICTORS:
+        if isinstance(model, cls):
+            try:
+                return build(model)
+            except (TypeError, torch.linalg.LinAlgError):
+                return None
+    return None
