@@ -37,7 +37,7 @@ class _CachedMoments:
         if self.posterior_transform is not None:
             return None
         predictor = self._predictor
-        if predictor is None or not predictor.is_current():
+        if predictor is None or predictor.model is not self.model or not predictor.is_current():
             predictor = self._predictor = marginal_predictor(self.model)
         if predictor is None or not predictor.accepts(X):
             return None

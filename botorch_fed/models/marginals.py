@@ -16,18 +16,24 @@ variance of ``q = 1`` inputs from the model's factors directly:
   (``_predict_from``) on their cached factors.
 
 Both return what ``model.posterior(X)`` gives, ``posterior.mean`` and
-``posterior.variance`` (gpytorch's ``min_variance`` clamp, then the outcome
-transform), to rounding. A predictor is a snapshot of the model's state: it records
-a fingerprint of every tensor it was computed from (identity, storage, version, dtype,
-device) and :meth:`MarginalPredictor.is_current` compares it with the model's now --
-callers rebuild it when the model changed (see
+``posterior.variance`` (the outcome transform, then gpytorch's ``min_variance``
+clamp), to rounding. A predictor is a snapshot of the model's state: it records a
+fingerprint of every tensor it was computed from (identity, storage, version, dtype,
+device), copies of their values (gpytorch's setters write through ``.data``, which no
+fingerprint sees; off the CPU comparing them synchronises with the device) and the
+modules' settings that are not tensors (a Matern kernel's ``nu``: for the exact GP a
+structure key, for the dPITC/PIC models their own summary check);
+:meth:`MarginalPredictor.is_current` compares them with the model's now, and callers
+rebuild the predictor when the model changed (see
 :class:`~botorch_fed.acquisition.CachedUpperConfidenceBound`).
 
 :func:`marginal_predictor` returns ``None`` for models and settings it does not cover
-(another model type or likelihood, an outcome transform other than ``Standardize``,
-``propagate_grads`` or ``detach_test_caches(False)``, which need gradients to the
-model's state, or a train covariance that a plain Cholesky factorisation refuses,
-where gpytorch would add jitter): callers then use ``model.posterior``.
+(another model type, a subclass, which may predict otherwise, or another likelihood;
+an outcome transform other than ``Standardize``; ``propagate_grads`` or
+``detach_test_caches(False)``, which need gradients to the model's state, or
+gpytorch's ``prior_mode``, ``skip_posterior_variances`` and ``fast_pred_var``; a
+train covariance that a plain Cholesky factorisation refuses, where gpytorch would
+add jitter): callers then use ``model.posterior``.
 """
 
 from __future__ import annotations
@@ -43,7 +49,13 @@ from gpytorch import settings as gpytorch_settings
 from gpytorch.likelihoods import GaussianLikelihood
 from torch import Tensor
 
-from botorch_fed.models.pitc import FederatedPITCGP, _fingerprint
+from botorch_fed.models.pic import FederatedPICGP
+from botorch_fed.models.pitc import (
+    FederatedPITCGP,
+    _fingerprint,
+    _structure_key,
+    _summary_modules,
+)
 
 __all__ = [
     "ExactGPMarginals",
@@ -70,10 +82,18 @@ def _standardize(model: Model) -> Standardize | None:
     return transform
 
 
-def _gradients_to_state() -> bool:
-    r"""Whether predictions must be differentiable in the model's state (BoTorch's
-    ``propagate_grads``, gpytorch's ``detach_test_caches(False)``)."""
-    return botorch_settings.propagate_grads.on() or gpytorch_settings.detach_test_caches.off()
+def _settings_need_posterior() -> bool:
+    r"""Whether a setting changes what ``model.posterior`` computes: gradients to the
+    model's state (BoTorch's ``propagate_grads``, gpytorch's
+    ``detach_test_caches(False)``), or gpytorch's ``prior_mode``,
+    ``skip_posterior_variances`` and ``fast_pred_var`` (LOVE)."""
+    return (
+        botorch_settings.propagate_grads.on()
+        or gpytorch_settings.detach_test_caches.off()
+        or gpytorch_settings.prior_mode.on()
+        or gpytorch_settings.skip_posterior_variances.on()
+        or gpytorch_settings.fast_pred_var.on()
+    )
 
 
 class MarginalPredictor:
@@ -90,11 +110,11 @@ class MarginalPredictor:
     def __init__(self, transform: Standardize | None) -> None:
         self._transform = transform
         self._fingerprint, tensors = self._state()
-        # holding the tensors keeps their ids and storage from being reused; on the CPU
-        # their values are compared too (writes through ``.data``, as gpytorch's
-        # setters make, bypass the version counter)
+        # holding the tensors keeps their ids and storage from being reused; their values
+        # are compared too (writes through ``.data``, as gpytorch's setters make, bypass
+        # the version counter; off the CPU the comparison synchronises with the device)
         self._tensors = tensors
-        self._values = [t.detach().clone() for t in tensors] if self.device.type == "cpu" else None
+        self._values = [t.detach().clone() for t in tensors]
 
     def _state(self) -> tuple[tuple, list[Tensor]]:
         r"""The fingerprint of the model's state now, and the tensors it covers."""
@@ -110,9 +130,7 @@ class MarginalPredictor:
         fingerprint, tensors = self._state()
         if fingerprint != self._fingerprint:
             return False
-        return self._values is None or all(
-            torch.equal(t, v) for t, v in zip(tensors, self._values, strict=True)
-        )
+        return all(torch.equal(t, v) for t, v in zip(tensors, self._values, strict=True))
 
     def accepts(self, X: Tensor) -> bool:
         r"""Whether ``X`` has this predictor's dtype and device (``model.posterior``
@@ -129,11 +147,11 @@ class MarginalPredictor:
             Mean and variance, each ``batch_shape x 1``, in the outcome space.
         """
         mean, variance = (t.to(X.dtype) for t in self._latent(X))  # as the posterior's
-        variance = variance.clamp_min(_min_variance(X.dtype))
-        if self._transform is not None:
-            t = self._transform
-            mean = t.means.squeeze(-1) + t.stdvs.squeeze(-1) * mean
-            variance = t._stdvs_sq.squeeze(-1) * variance
+        if self._transform is not None:  # as Standardize.untransform_posterior
+            offset, scale = (b.squeeze(-1) for b in (self._transform.means, self._transform.stdvs))
+            mean, variance = offset + scale * mean, scale * variance * scale
+        # gpytorch's clamp of the (untransformed) posterior's variance
+        variance = variance.clamp_min(_min_variance(variance.dtype))
         return mean.unsqueeze(-1), variance.unsqueeze(-1)
 
 
@@ -151,8 +169,8 @@ class ExactGPMarginals(MarginalPredictor):
     """
 
     def __init__(self, model: SingleTaskGP) -> None:
-        if not isinstance(model, SingleTaskGP) or type(model.likelihood) is not GaussianLikelihood:
-            raise TypeError("a SingleTaskGP with a GaussianLikelihood")
+        if type(model) is not SingleTaskGP or type(model.likelihood) is not GaussianLikelihood:
+            raise TypeError("a SingleTaskGP (not a subclass) with a GaussianLikelihood")
         if model.num_outputs != 1 or len(model._input_batch_shape) != 0:
             raise TypeError("one output and no batch shape")
         transform = _standardize(model)
@@ -173,7 +191,9 @@ class ExactGPMarginals(MarginalPredictor):
         model = self.model
         tensors = [*model.parameters(), *model.buffers(), *model.train_inputs]
         tensors.append(model.train_targets)
-        return (model.training, _fingerprint(tensors)), tensors
+        # settings that are not tensors (a Matern kernel's nu, a transform's flags)
+        structure = _structure_key(_summary_modules([("model", model)]))
+        return (model.training, structure, _fingerprint(tensors)), tensors
 
     def _latent(self, X: Tensor) -> tuple[Tensor, Tensor]:
         model = self.model
@@ -219,6 +239,7 @@ class FederatedPITCMarginals(MarginalPredictor):
 
 _PREDICTORS: tuple[tuple[type, Callable[[Model], MarginalPredictor]], ...] = (
     (FederatedPITCGP, FederatedPITCMarginals),
+    (FederatedPICGP, FederatedPITCMarginals),
     (SingleTaskGP, ExactGPMarginals),
 )
 
@@ -233,10 +254,10 @@ def marginal_predictor(model: Model) -> MarginalPredictor | None:
     Returns:
         The predictor or ``None``.
     """
-    if _gradients_to_state():
+    if _settings_need_posterior():
         return None
     for cls, build in _PREDICTORS:
-        if isinstance(model, cls):
+        if type(model) is cls:  # a subclass may predict otherwise
             try:
                 return build(model)
             except (TypeError, torch.linalg.LinAlgError):

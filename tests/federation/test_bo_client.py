@@ -16,6 +16,7 @@ from botorch.utils.sampling import draw_sobol_samples
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from botorch_fed.acquisition import (
+    CachedUpperConfidenceBound,
     make_step_acquisition,
     propose_step_candidate,
     ranked_step_candidates,
@@ -66,7 +67,7 @@ def test_ucb_uses_a_float64_beta():
     client = _client()
     model = client.local_model()
     acqf = client.make_acquisition(model, T)
-    assert type(acqf) is UpperConfidenceBound
+    assert type(acqf) is CachedUpperConfidenceBound and isinstance(acqf, UpperConfidenceBound)
     assert acqf.beta.dtype == torch.float64 and acqf.beta.item() == _beta(T, 2)
     X = draw_sobol_samples(client.bounds, n=32, q=1, seed=0)
     with torch.no_grad():
@@ -156,7 +157,7 @@ def test_distinct_batch_takes_ranked_step_candidates_by_rank(kind):
     ref_acqf = (
         make_step_acquisition("ucb", model, beta=_beta(T, 2))
         if kind == "ucb"
-        else LogExpectedImprovement(model, best_f=best_f)
+        else make_step_acquisition("ei", model, best_f=best_f)
     )
     ranked = ranked_step_candidates(
         ref_acqf,

@@ -1,9 +1,11 @@
 r"""Review of the cached-factor UCB / log-EI (commit 4833814).
 
-Each ``xfail(strict=True)`` test is a defect of the claim "drop-in replacement for
-BoTorch's ``UpperConfidenceBound`` / ``LogExpectedImprovement``: same values and
-gradients to rounding, never a stale cache, BoTorch's own path where not covered".
-The unmarked tests are checks of the claim that hold.
+The review found seven defects of the claim "drop-in replacement for BoTorch's
+``UpperConfidenceBound`` / ``LogExpectedImprovement``: same values and gradients to
+rounding, never a stale cache, BoTorch's own path where not covered" (Matern ``nu``,
+a reassigned model, setters off the CPU, subclasses, gpytorch posterior settings, the
+variance clamp order, ``Standardize``'s squared scale); each was a strict xfail and
+passes since the fix. The other tests are checks of the claim that held.
 
 References are BoTorch's plain classes on the same model after ``model.train();
 model.eval()`` (which clears gpytorch's prediction caches and re-transforms the
@@ -71,13 +73,6 @@ def _compare(cached, plain, X, dtype, factor=1e3):
 
 
 # --- defects -----------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="stale cache: ExactGPMarginals' state is only tensors and model.training; a "
-    "kernel's non-tensor setting (MaternKernel.nu) is not in it, so after nu changes the "
-    "cached UCB keeps the old predictor (PITC's fingerprint has a structure key, the exact "
-    "GP's has none)",
-)
 def test_matern_nu_change_reaches_the_exact_gp_acquisition():
     X, Y = toy_data(0, 15, D, torch.float64)
     kernel = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=D)).double()
@@ -93,12 +88,6 @@ def test_matern_nu_change_reaches_the_exact_gp_acquisition():
     assert_close(after, fresh, dtype=torch.float64, factor=1e3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stale cache: _current_predictor never checks predictor.model is self.model; "
-    "after `acqf.model = other` the predictor of the old model is still 'current' and "
-    "its predictions are returned",
-)
 def test_reassigned_model_is_used():
     X, Y = toy_data(0, 15, D, torch.float64)
     first = make_stgp(X, Y)
@@ -113,12 +102,6 @@ def test_reassigned_model_is_used():
     assert_close(value, expected, dtype=torch.float64, factor=1e3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="wrong fallback: marginal_predictor takes isinstance(model, SingleTaskGP), so "
-    "a subclass overriding forward() (or posterior()) gets ExactGPMarginals' "
-    "mean_module + covar_module formulas instead of its own posterior",
-)
 def test_singletaskgp_subclass_with_own_forward_falls_back():
     class ShiftedGP(SingleTaskGP):
         def forward(self, x):
@@ -140,23 +123,8 @@ def test_singletaskgp_subclass_with_own_forward_falls_back():
 @pytest.mark.parametrize(
     ("dtype", "scale"),
     [
-        pytest.param(
-            torch.float32,
-            1e-3,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="MarginalPredictor clamps the latent variance at min_variance and "
-                "then scales by stdv^2; BoTorch's Standardize.untransform_posterior scales "
-                "first and gpytorch's .variance clamps after: max(s^2 v, mv) != s^2 "
-                "max(v, mv) once s^2 v < mv (float32 outcomes of scale ~1e-3; the module "
-                "docstring states the wrong order as BoTorch's)",
-            ),
-        ),
-        pytest.param(
-            torch.float64,
-            1e-6,
-            marks=pytest.mark.xfail(strict=True, reason="same clamp order, float64"),
-        ),
+        (torch.float32, 1e-3),
+        (torch.float64, 1e-6),
         (torch.float32, 1.0),
         (torch.float64, 1.0),
     ],
@@ -171,11 +139,6 @@ def test_standardize_small_outcomes_match_botorch(dtype, scale):
     assert_close(value, expected, dtype=dtype, factor=1e3, scale=expected.abs().max())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the same clamp order (min_variance before the Standardize scaling) in "
-    "FederatedPITCMarginals: dPITC's posterior clamps after untransform_posterior",
-)
 def test_federated_standardize_small_outcomes_match_botorch():
     dtype = torch.float32
     clients = [(X, 1e-3 * Y) for X, Y in (toy_data(s, 12, D, dtype) for s in range(3))]
@@ -192,12 +155,6 @@ def test_federated_standardize_small_outcomes_match_botorch():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.xfail(
-    strict=True,
-    reason="stale cache on CUDA: is_current compares values only on the CPU, and "
-    "gpytorch's setters (lengthscale = ..., noise = ...) write through .data, which "
-    "changes neither id, data_ptr nor _version: the old predictor is kept",
-)
 def test_cuda_setter_reaches_the_acquisition():
     X, Y = toy_data(0, 15, D, torch.float64)
     model = make_stgp(X, Y).to("cuda")
@@ -212,19 +169,13 @@ def test_cuda_setter_reaches_the_acquisition():
     assert_close(after.cpu(), fresh.cpu(), dtype=torch.float64, factor=1e3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="stale cache off the CPU: is_current compares values only when the model is "
-    "on the CPU (self._values is None elsewhere); gpytorch's setters (lengthscale = ..., "
-    "noise = ...) write through .data, which leaves id, data_ptr and _version unchanged, "
-    "so on a GPU the predictor stays 'current' after a setter (emulated here by the "
-    "non-CPU branch, _values = None)",
-)
-def test_setter_reaches_the_predictor_without_value_comparison():
+def test_setter_reaches_the_predictor_on_any_device():
+    # restated after the fix: the values are compared on every device (a device other
+    # than the CPU can only be emulated here: the copies exist whatever the device)
     X, Y = toy_data(0, 15, D, torch.float64)
     model = make_stgp(X, Y)
     predictor = marginal_predictor(model)
-    predictor._values = None  # what __init__ sets for any device but the CPU
+    assert len(predictor._values) == len(predictor._tensors)
     model.covar_module.base_kernel.lengthscale = 0.5
     assert not predictor.is_current()
 
@@ -235,12 +186,6 @@ def test_setter_reaches_the_predictor_without_value_comparison():
         pytest.param(lambda: gpytorch_settings.prior_mode(True), id="prior_mode"),
         pytest.param(lambda: gpytorch_settings.skip_posterior_variances(True), id="skip_variances"),
     ],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="wrong fallback: gpytorch settings that change model.posterior (prior_mode, "
-    "skip_posterior_variances) are not checked by marginal_predictor, which checks only "
-    "propagate_grads / detach_test_caches: the cached path returns the ordinary posterior",
 )
 def test_gpytorch_posterior_settings_fall_back(setting):
     X, Y = toy_data(0, 15, D, torch.float64)
@@ -313,14 +258,6 @@ def test_input_perturbation_behaves_as_botorch():
     assert errors[0] == errors[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="MarginalPredictor scales the variance by Standardize._stdvs_sq, BoTorch's "
-    "untransform_posterior by stdvs * v * stdvs; the two buffers disagree beyond "
-    "float64 rounding once the transform was trained in float32 and the model "
-    "converted with .double() (each buffer rounded on its own): variance off by ~1e-8 "
-    "relative, 1e7 eps",
-)
 def test_standardize_trained_in_float32_then_double():
     X, Y = toy_data(0, 15, D, torch.float32)
     model = make_stgp(X, Y, standardize=True).double()
