@@ -33,9 +33,15 @@ from botorch.acquisition.acquisition import AcquisitionFunction
 from botorch.acquisition.analytic import LogExpectedImprovement, UpperConfidenceBound
 from torch import Tensor
 
+from botorch_fed.acquisition import CachedLogExpectedImprovement, CachedUpperConfidenceBound
 from botorch_fed.models import FederatedPICGP, FederatedPITCGP
 
-_MEMOISED = (UpperConfidenceBound, LogExpectedImprovement)
+_MEMOISED = (
+    UpperConfidenceBound,
+    LogExpectedImprovement,
+    CachedUpperConfidenceBound,  # what make_step_acquisition builds
+    CachedLogExpectedImprovement,
+)
 _SCALARS = (bool, int, float, str, type(None))
 
 
