@@ -21,8 +21,8 @@ clamp), to rounding. A predictor is a snapshot of the model's state: it records 
 fingerprint of every tensor it was computed from (identity, storage, version, dtype,
 device), copies of their values (gpytorch's setters write through ``.data``, which no
 fingerprint sees; off the CPU comparing them synchronises with the device) and the
-modules' settings that are not tensors (a Matern kernel's ``nu``: for the exact GP a
-structure key, for the dPITC/PIC models their own summary check);
+modules' structure key (settings that are not tensors, e.g. a Matern kernel's
+``nu``);
 :meth:`MarginalPredictor.is_current` compares them with the model's now, and callers
 rebuild the predictor when the model changed (see
 :class:`~botorch_fed.acquisition.CachedUpperConfidenceBound`).

@@ -480,16 +480,17 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         r"""Identity, storage, version, dtype and device of every tensor the predictions
         depend on, and the identity of every module holding them: it changes whenever
         one is replaced, moved, converted or modified in place through the version
-        counter (not on ``.data`` writes: compare the tensors' values for those;
-        settings that are not tensors, e.g. a Matern kernel's ``nu``, are not in it:
-        predictions check them through the summary's structure key).
+        counter (not on ``.data`` writes: compare the tensors' values for those),
+        and the modules' structure key (settings that are not tensors, e.g. a Matern
+        kernel's ``nu``).
 
         Returns:
             The fingerprint (compare with ``==``) and the tensors it covers.
         """
         modules = self._summary_modules()
         tensors = [*_state_tensors(modules), *self._own_tensors()]
-        return (tuple(id(m) for _, m in modules), _fingerprint(tensors)), tensors
+        structure = _structure_key(modules)
+        return (tuple(id(m) for _, m in modules), structure, _fingerprint(tensors)), tensors
 
     def _reads_are_free(self) -> bool:
         r"""Whether reading tensor values costs no host synchronisation (CPU)."""

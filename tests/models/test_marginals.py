@@ -239,3 +239,22 @@ def test_fallbacks_take_botorchs_path():
     assert c._predictor.accepts(X_test)
     assert not c._predictor.accepts(X_test.float())
     assert not c._predictor.accepts(X_test.expand(-1, 2, -1))
+
+
+def test_a_federated_kernel_setting_change_reaches_the_acquisition():
+    # a setting that is no tensor (Matern nu) after the predictor was built: refused
+    # as model.posterior refuses it, not answered from the old factors
+    from gpytorch.kernels import MaternKernel, ScaleKernel
+
+    clients = [toy_data(seed, 12, D, torch.float64) for seed in range(3)]
+    support = toy_data(9, 8, D, torch.float64)[0]
+    kernel = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=D)).double()
+    with torch.no_grad():
+        model = FederatedPITCGP.from_client_data(
+            clients, support, kernel, make_likelihood(torch.float64)
+        )
+        cached = CachedUpperConfidenceBound(model, beta=BETA)
+        cached(_X_test(torch.float64))
+        kernel.base_kernel.nu = 0.5
+        with pytest.raises(Exception, match="structure"):
+            cached(_X_test(torch.float64))
