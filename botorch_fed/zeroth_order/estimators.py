@@ -12,18 +12,27 @@ gradient itself.
 
 ``f`` is evaluated exactly once per side on the whole ``... x d`` tensor of perturbed
 points, so a worker batch (``m x d``) or a batch of runs (``R x m x d``) is one call.
+On the CPU the l1 estimator writes those points into a buffer that each thread keeps
+between calls (up to ``SCRATCH_MAX_BYTES``): a fresh buffer of this size costs as much to
+fault in as the estimate itself. ``f`` may keep its inputs or return views of them: a
+buffer that anything still refers to when ``f`` returns is left to it and never written
+again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from botorch_fed.zeroth_order.sampling import _laplace_and_norm, _resolve, sample_l2_sphere
+from botorch_fed.zeroth_order import sampling
+from botorch_fed.zeroth_order.sampling import _WORDS, _laplace_and_norm, _resolve, sample_l2_sphere
 
 
 def check_points(x: Any, name: str = "x") -> Tensor:
@@ -35,8 +44,10 @@ def check_points(x: Any, name: str = "x") -> Tensor:
     if x.dim() < 1 or x.shape[-1] < 1:
         raise ValueError(f"`{name}` must be ``... x d`` with d >= 1, got shape {tuple(x.shape)}.")
     # a finite sum means every entry is finite (NaN and inf propagate); only a sum that
-    # overflowed needs the elementwise check
-    if not bool(torch.isfinite(x.sum())) and not bool(torch.isfinite(x).all()):
+    # overflowed needs the elementwise check. A broadcast dimension (stride 0, e.g. every
+    # worker at one x_t) repeats its first entry: checking that entry is enough
+    stored = x[tuple(slice(0, 1) if st == 0 else slice(None) for st in x.stride())]
+    if not bool(torch.isfinite(stored.sum())) and not bool(torch.isfinite(stored).all()):
         raise ValueError(f"`{name}` (shape {tuple(x.shape)}) must be finite.")
     return x
 
@@ -104,6 +115,55 @@ def _addcmul(x: Tensor, lap: Tensor, step: Tensor, value: int, out: Tensor | Non
     return torch.addcmul(x, lap, step, value=value)
 
 
+# Scratch memory for the points f is evaluated at, kept per thread between calls. Memory
+# that the allocator has returned to the kernel is faulted in again page by page when it
+# is reused: 1.5-4 ms per 4 MB on our 2-core VM, as much as a whole estimate at
+# m = d = 1000, and glibc trims its heap whenever the free memory at its top exceeds
+# twice the largest recent allocation, which three freed buffers per call did. Only
+# buffers up to SCRATCH_MAX_BYTES are kept (one per thread); f gets the buffer only
+# while nothing else holds it (``_holders``).
+SCRATCH_MAX_BYTES = 32 << 20
+_scratch = threading.local()
+
+
+def _take_scratch(shape: torch.Size, x: Tensor) -> Tensor | None:
+    r"""This thread's kept buffer for ``shape`` points of ``x``'s dtype, or a new one;
+    None where the random-word sampler does not run (off the CPU, other dtypes, small
+    batches) or the buffer would be larger than ``SCRATCH_MAX_BYTES``."""
+    numel = shape.numel()
+    if (
+        x.device.type != "cpu"
+        or x.dtype not in _WORDS
+        or numel < sampling.WORDS_MIN_NUMEL
+        or numel * x.element_size() > SCRATCH_MAX_BYTES
+    ):
+        return None
+    buffer = getattr(_scratch, "buffer", None)
+    _scratch.buffer = None  # this call holds it until it gives it back
+    if buffer is None or buffer.shape != shape or buffer.dtype != x.dtype:
+        buffer = torch.empty(shape, dtype=x.dtype)
+    return buffer
+
+
+def _holders(t: Tensor) -> tuple | None:
+    r"""Everything that counts the references to ``t`` and its memory: Python references
+    to the tensor and to its storage object, weak references, C++ references to the
+    tensor (autograd, DLPack) and to the storage (views, NumPy arrays), shared memory.
+    None where this torch does not expose them (the buffer is then never reused)."""
+    try:
+        storage = t.untyped_storage()
+        return (
+            sys.getrefcount(t),
+            weakref.getweakrefcount(t),
+            t._use_count(),
+            torch._C._storage_Use_Count(storage._cdata),
+            sys.getrefcount(storage),
+            t.is_shared(),
+        )
+    except (AttributeError, RuntimeError):
+        return None
+
+
 def _two_point(
     f: Callable,
     x: Tensor,
@@ -123,21 +183,34 @@ def _two_point(
             f"`context` must hold one context per row: leading shape {tuple(batch)}, got "
             f"{tuple(context.shape)}."
         )
-    spare = None
+    spare = scratch = None
     if norm == "l1":
         # the Laplace vector ``lap`` and its norm, never z = lap / norm itself (one pass less)
         draw, _, _ = _resolve(generator, x.device, x.dtype)
-        lap, total, spare = _laplace_and_norm(batch + (d,), generator, draw, x.dtype)
+        if draw.type == "cpu":
+            scratch = _take_scratch(batch + (d,), x)
+        lap, total, spare = _laplace_and_norm(batch + (d,), generator, draw, x.dtype, scratch)
         if lap.device != x.device:
             lap, total, spare = lap.to(x.device), total.to(x.device), None
         step = (h_t.unsqueeze(-1) / total).expand(*batch, 1)
     else:
         lap = sample_l2_sphere(*batch, d=d, generator=generator, device=x.device, dtype=x.dtype)
         step = h_t.unsqueeze(-1).expand(*batch, 1)
-    # x +- h z, one fused pass each (x + h z into the sampler's spare buffer); f never gets
-    # a tensor that is written afterwards, and each of its inputs has its own storage
-    y_plus = _evaluate(f, _addcmul(x, lap, step, 1, spare), context, batch, "+")
-    y_minus = _evaluate(f, _addcmul(x, lap, step, -1, None), context, batch, "-")
+    # x +- h z, one fused pass each, x + h z into the sampler's spare buffer. f never gets
+    # a tensor that is written afterwards while anything else holds it: x - h z goes into
+    # the same buffer only when f left nothing behind that refers to it (``_holders``
+    # counts the same before and after the call), and the scratch buffer is kept for the
+    # next call on the same condition
+    points = _addcmul(x, lap, step, 1, spare)
+    held = _holders(points) if points is spare else None
+    y_plus = _evaluate(f, points, context, batch, "+")
+    reuse = held is not None and _holders(points) == held
+    points = _addcmul(x, lap, step, -1, spare if reuse else None)
+    held = _holders(points) if points is scratch else None
+    y_minus = _evaluate(f, points, context, batch, "-")
+    if held is not None and _holders(points) == held:
+        _scratch.buffer = points
+    del points
     scale = (d / (2.0 * h_t)) * (y_plus - y_minus)
     z = lap / total if (return_values and norm == "l1") else lap
     if norm == "l1":  # scale * sign(z), sign(0) = +1: the sampler never returns +-0

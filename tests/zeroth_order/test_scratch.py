@@ -1,0 +1,242 @@
+r"""The l1 estimator's per-thread scratch buffer (``estimators._scratch``): reused when the
+objective keeps nothing, never written again while anything the objective left behind
+still refers to it, and separate per thread."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+import pytest
+import torch
+
+from botorch_fed.zeroth_order import estimators, l1_gradient
+from tests.tolerances import assert_close
+
+DTYPES = [torch.float32, torch.float64]
+
+
+@pytest.fixture(autouse=True)
+def words_path(monkeypatch):
+    r"""The random-word sampler (and so the scratch buffer) at test sizes, and no buffer
+    left over from an earlier test."""
+    monkeypatch.setattr(estimators.sampling, "WORDS_MIN_NUMEL", 0)
+    estimators._scratch.buffer = None
+    yield
+    estimators._scratch.buffer = None
+
+
+def _linear(d: int, dtype: torch.dtype):
+    a = torch.linspace(-1.0, 1.0, d, dtype=dtype)
+    return lambda Z: Z @ a
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_buffer_is_reused_when_f_keeps_nothing(dtype):
+    n, d = 6, 5
+    ptrs = []
+    lin = _linear(d, dtype)
+
+    def f(Z):
+        ptrs.append(Z.data_ptr())  # an int: refers to nothing
+        return lin(Z)
+
+    x = torch.rand(n, d, dtype=dtype)
+    g1, z1, yp1, ym1 = l1_gradient(f, x, 0.1, torch.Generator().manual_seed(0), return_values=True)
+    g2 = l1_gradient(f, x, 0.1, torch.Generator().manual_seed(1))
+    # both sides and both calls in one buffer, kept by this thread afterwards
+    assert len(set(ptrs)) == 1
+    assert estimators._scratch.buffer is not None
+    assert estimators._scratch.buffer.data_ptr() == ptrs[0]
+    # and the values are those of x +- h z (the buffer's reuse changes no result)
+    assert_close(yp1, lin(x + 0.1 * z1), dtype=dtype, factor=4 * d)
+    assert_close(ym1, lin(x - 0.1 * z1), dtype=dtype, factor=4 * d)
+    estimators._scratch.buffer = None
+    assert torch.equal(g2, l1_gradient(f, x, 0.1, torch.Generator().manual_seed(1)))
+    assert not torch.equal(g1, g2)
+
+
+def _keep_tensor(Z, kept):
+    kept.append(Z)
+
+
+def _keep_view(Z, kept):
+    kept.append(Z[1:])
+
+
+def _keep_numpy(Z, kept):
+    kept.append(Z.numpy())
+
+
+def _keep_storage(Z, kept):
+    kept.append(Z.untyped_storage())
+
+
+def _keep_weakref(Z, kept):
+    kept.append(weakref.ref(Z))
+
+
+def _keep_dlpack(Z, kept):
+    kept.append(torch.utils.dlpack.to_dlpack(Z))
+
+
+def _keep_in_thread(Z, kept):
+    # a worker that reads its input after f has returned
+    event = threading.Event()
+    thread = threading.Thread(target=lambda T=Z: (event.wait(), kept.append(T.clone())))
+    thread.start()
+    kept.append((event, thread))
+
+
+def _read(kept_item, shape):
+    r"""The values that a kept object refers to, as a tensor of ``shape``."""
+    if isinstance(kept_item, torch.Tensor):
+        return kept_item
+    if isinstance(kept_item, np.ndarray):
+        return torch.from_numpy(kept_item)
+    if isinstance(kept_item, weakref.ref):
+        return kept_item()
+    if isinstance(kept_item, torch.UntypedStorage):
+        dtype = torch.float32 if kept_item.nbytes() == 4 * shape.numel() else torch.float64
+        return torch.tensor([], dtype=dtype).set_(kept_item).reshape(shape)
+    return torch.utils.dlpack.from_dlpack(kept_item)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "keep",
+    [_keep_tensor, _keep_view, _keep_numpy, _keep_storage, _keep_weakref, _keep_dlpack],
+)
+def test_what_f_keeps_is_never_written(dtype, keep):
+    n, d = 4, 3
+    x = torch.rand(n, d, dtype=dtype)
+    seen, kept = [], []
+
+    def f(Z):
+        seen.append(Z.clone())
+        keep(Z, kept)
+        return Z.sum(-1)
+
+    l1_gradient(f, x, 0.1, torch.Generator().manual_seed(0))
+    l1_gradient(f, x, 0.1, torch.Generator().manual_seed(1))  # would reuse a kept buffer
+    assert len(kept) == len(seen) == 4
+    for item, values in zip(kept, seen, strict=True):
+        got = _read(item, values.shape)
+        if got is None:  # a weak reference to an input that nothing kept alive
+            assert keep is _keep_weakref
+            continue
+        expected = values[1:] if keep is _keep_view else values
+        assert torch.equal(got, expected)
+
+
+def test_what_a_thread_reads_after_f_returned_is_unchanged():
+    x = torch.rand(4, 3, dtype=torch.float64)
+    seen, kept = [], []
+
+    def f(Z):
+        seen.append(Z.clone())
+        _keep_in_thread(Z, kept)
+        return Z.sum(-1)
+
+    l1_gradient(f, x, 0.1, torch.Generator().manual_seed(0))
+    l1_gradient(f, x, 0.1, torch.Generator().manual_seed(1))
+    handles = [k for k in kept if isinstance(k, tuple)]
+    for event, thread in handles:
+        event.set()
+        thread.join()
+    read = [k for k in kept if isinstance(k, torch.Tensor)]
+    assert len(read) == 4
+    # the threads ran in any order: compare as sets of rows
+    assert sorted(map(tuple, torch.cat(read).tolist())) == sorted(
+        map(tuple, torch.cat(seen).tolist())
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_that_are_views_of_the_input(dtype):
+    # f returns a view of its input: y+ must survive the write of x - h z
+    d = 3
+    x = torch.rand(5, d, dtype=dtype)
+    g, z, yp, ym = l1_gradient(
+        lambda Z: Z[..., 0], x, 0.1, torch.Generator().manual_seed(0), return_values=True
+    )
+    assert_close(yp, x[:, 0] + 0.1 * z[:, 0], dtype=dtype, factor=4)
+    assert_close(ym, x[:, 0] - 0.1 * z[:, 0], dtype=dtype, factor=4)
+    expected = d / 0.2 * (yp - ym).unsqueeze(-1) * torch.where(z >= 0, 1.0, -1.0).to(dtype)
+    assert_close(g, expected, dtype=dtype, factor=8, scale=d)
+
+
+def test_input_of_an_objective_that_raised_is_never_written():
+    x = torch.rand(4, 3)
+    seen = []
+
+    def bad(Z):
+        seen.append(Z.clone())
+        raise RuntimeError("objective failed")
+
+    with pytest.raises(RuntimeError, match="objective failed") as info:
+        l1_gradient(bad, x, 0.1, torch.Generator().manual_seed(0))
+    # the traceback still holds the input f was given
+    frame_input = next(e.frame.f_locals["Z"] for e in info.traceback if "Z" in e.frame.f_locals)
+    l1_gradient(lambda Z: Z.sum(-1), x, 0.1, torch.Generator().manual_seed(1))
+    assert torch.equal(frame_input, seen[0])
+
+
+def test_threads_have_their_own_buffer():
+    n, d = 64, 32
+    x = torch.rand(n, d)
+    lin = _linear(d, torch.float32)
+    expected = [l1_gradient(lin, x, 0.1, torch.Generator().manual_seed(s)) for s in range(8)]
+    results, barrier = {}, threading.Barrier(4)
+
+    def work(k):
+        barrier.wait()
+        for rep in range(20):
+            s = (k + rep) % 8
+            results[(k, rep)] = (s, l1_gradient(lin, x, 0.1, torch.Generator().manual_seed(s)))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 80
+    assert all(torch.equal(g, expected[s]) for s, g in results.values())
+
+
+def test_large_batches_are_not_kept(monkeypatch):
+    monkeypatch.setattr(estimators, "SCRATCH_MAX_BYTES", 4 * 10 * 3 - 1)
+    l1_gradient(lambda Z: Z.sum(-1), torch.rand(10, 3), 0.1)
+    assert estimators._scratch.buffer is None
+    monkeypatch.setattr(estimators, "SCRATCH_MAX_BYTES", 4 * 10 * 3)
+    l1_gradient(lambda Z: Z.sum(-1), torch.rand(10, 3), 0.1)
+    assert estimators._scratch.buffer is not None
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_broadcast_x_is_refused(bad):
+    # every worker at one x_t (a stride-0 view): the check looks at the stored entries
+    base = torch.zeros(1, 3)
+    base[0, 2] = bad
+    for x in (base.expand(1000, 3), base.unsqueeze(0).expand(4, 5, 3)):
+        with pytest.raises(ValueError, match="`x`.*must be finite"):
+            l1_gradient(lambda Z: Z.sum(-1), x, 0.1)
+    column = torch.tensor([[0.0], [bad]]).expand(2, 4)  # broadcast along d
+    with pytest.raises(ValueError, match="`x`.*must be finite"):
+        l1_gradient(lambda Z: Z.sum(-1), column, 0.1)
+
+
+def test_shared_memory_input_is_left_to_f():
+    # f moved its input into shared memory (to hand it to another process, which this
+    # process cannot see holding it): that memory is never written again
+    ptrs = []
+
+    def f(Z):
+        Z.share_memory_()
+        ptrs.append(Z.data_ptr())
+        return Z.sum(-1)
+
+    l1_gradient(f, torch.rand(4, 3), 0.1)
+    assert len(set(ptrs)) == 2
+    assert estimators._scratch.buffer is None
