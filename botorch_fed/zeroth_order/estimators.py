@@ -126,16 +126,29 @@ SCRATCH_MAX_BYTES = 32 << 20
 _scratch = threading.local()
 
 
+def _plain(x: Tensor) -> bool:
+    r"""Whether ``x`` is a plain tensor and no torch function or dispatch mode is active:
+    a subclass or a mode can keep any op's output (the buffer included) before the
+    references are counted, so none of them ever gets a reused buffer."""
+    try:
+        modes = torch._C._len_torch_function_stack() + torch._C._len_torch_dispatch_stack()
+    except AttributeError:
+        return False
+    return type(x) is Tensor and modes == 0
+
+
 def _take_scratch(shape: torch.Size, x: Tensor) -> Tensor | None:
     r"""This thread's kept buffer for ``shape`` points of ``x``'s dtype, or a new one;
     None where the random-word sampler does not run (off the CPU, other dtypes, small
-    batches) or the buffer would be larger than ``SCRATCH_MAX_BYTES``."""
+    batches), the buffer would be larger than ``SCRATCH_MAX_BYTES``, or ``x`` is not
+    plain (``_plain``)."""
     numel = shape.numel()
     if (
         x.device.type != "cpu"
         or x.dtype not in _WORDS
         or numel < sampling.WORDS_MIN_NUMEL
         or numel * x.element_size() > SCRATCH_MAX_BYTES
+        or not _plain(x)
     ):
         return None
     buffer = getattr(_scratch, "buffer", None)
@@ -146,10 +159,14 @@ def _take_scratch(shape: torch.Size, x: Tensor) -> Tensor | None:
 
 
 def _holders(t: Tensor) -> tuple | None:
-    r"""Everything that counts the references to ``t`` and its memory: Python references
-    to the tensor and to its storage object, weak references, C++ references to the
-    tensor (autograd, DLPack) and to the storage (views, NumPy arrays), shared memory.
-    None where this torch does not expose them (the buffer is then never reused)."""
+    r"""Everything that counts the references to ``t`` and its memory, and where that
+    memory is: Python references to the tensor and to its storage object, weak
+    references to either, C++ references to the tensor (autograd, DLPack) and to the
+    storage (views, NumPy arrays), shared memory, and the data pointers, shape and
+    strides (``set_`` or ``resize_`` swap the memory). None where this torch does not
+    expose them or ``t`` is not plain (``_plain``): the buffer is then never reused."""
+    if not _plain(t):
+        return None
     try:
         storage = t.untyped_storage()
         return (
@@ -158,9 +175,15 @@ def _holders(t: Tensor) -> tuple | None:
             t._use_count(),
             torch._C._storage_Use_Count(storage._cdata),
             sys.getrefcount(storage),
+            weakref.getweakrefcount(storage),
             t.is_shared(),
+            t.data_ptr(),
+            storage.data_ptr(),
+            storage.nbytes(),
+            t.shape,
+            t.stride(),
         )
-    except (AttributeError, RuntimeError):
+    except (AttributeError, RuntimeError, TypeError):
         return None
 
 

@@ -157,7 +157,9 @@ def sample_l1_sphere(
     uniform in ``(0, 1]`` (finite), with independent uniform signs; both come from one
     random word per coordinate (see ``_laplace_and_norm``). A zero
     magnitude is clamped to the smallest normal number of the dtype, so the l1 norm is
-    never 0, no coordinate is ``+-0`` and the result is never NaN.
+    never 0, no coordinate is ``+-0`` and the result is never NaN. A seeded draw is
+    reproducible on one machine; across processors its signs agree exactly and its
+    values to a few ulp (NumPy's ``log2`` takes SVML on AVX-512, libm elsewhere).
 
     Args:
         *batch_shape: Leading batch dimensions (non-negative integers).

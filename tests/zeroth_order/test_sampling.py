@@ -138,8 +138,8 @@ def test_random_words_are_the_aes_ctr_keystream(n, dtype):
     ecb = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
     expected = (ecb.update(counters) + ecb.finalize())[:nbytes]
     assert words.dtype == sampling._WORDS[dtype] and words.shape == (n,)
-    # read as little-endian words on every host (a seed gives the same directions
-    # everywhere: the server of FedZero's seed message redraws them)
+    # read as little-endian words on every host (a seed gives the same words, hence the
+    # same signs, everywhere: the server of FedZero's seed message redraws them)
     assert words.tolist() == list(
         struct.unpack(f"<{n}{'i' if dtype == torch.float32 else 'q'}", expected)
     )

@@ -240,3 +240,26 @@ def test_shared_memory_input_is_left_to_f():
     l1_gradient(f, torch.rand(4, 3), 0.1)
     assert len(set(ptrs)) == 2
     assert estimators._scratch.buffer is None
+
+
+class _Recording(torch.Tensor):
+    r"""A tensor subclass whose ``__torch_function__`` keeps every ``addcmul`` output and
+    its value at the time (a reference that exists before the estimator counts any)."""
+
+    log: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        if func is torch.addcmul:
+            cls.log.append((out, out.clone()))
+        return out
+
+
+def test_outputs_kept_by_a_subclass_are_never_written():
+    _Recording.log = []
+    x = torch.rand(4, 3).as_subclass(_Recording)
+    for seed in (0, 1):
+        l1_gradient(lambda Z: Z.sum(-1), x, 0.1, torch.Generator().manual_seed(seed))
+    assert len(_Recording.log) == 4
+    assert all(torch.equal(out, value) for out, value in _Recording.log)
