@@ -19,7 +19,7 @@ Modules:
 - :mod:`~botorch_fed.zeroth_order.sampling`: :func:`sample_l1_sphere`,
   :func:`sample_l2_sphere`, :func:`l1_sign`.
 - :mod:`~botorch_fed.zeroth_order.estimators`: :func:`l1_gradient`,
-  :func:`l2_gradient`, :data:`ESTIMATORS`.
+  :func:`l2_gradient`, :data:`ESTIMATORS`, :func:`release_scratch`.
 - :mod:`~botorch_fed.zeroth_order.projections`: :class:`Box`, :class:`L2Ball`,
   :class:`L1Ball`, :class:`Simplex` (exact batched projections).
 - :mod:`~botorch_fed.zeroth_order.fedzero`: :class:`FedZero`, :func:`simulate_fedzero`,
@@ -41,6 +41,7 @@ from botorch_fed.zeroth_order.estimators import (
     get_estimator,
     l1_gradient,
     l2_gradient,
+    release_scratch,
 )
 from botorch_fed.zeroth_order.fedzero import (
     FedZero,
@@ -69,6 +70,7 @@ __all__ = [
     "l1_gradient",
     "l1_sign",
     "l2_gradient",
+    "release_scratch",
     "sample_l1_sphere",
     "sample_l2_sphere",
     "simulate_fedzero",

@@ -13,10 +13,10 @@ gradient itself.
 ``f`` is evaluated exactly once per side on the whole ``... x d`` tensor of perturbed
 points, so a worker batch (``m x d``) or a batch of runs (``R x m x d``) is one call.
 On the CPU the l1 estimator writes those points into a buffer that each thread keeps
-between calls (up to ``SCRATCH_MAX_BYTES``): a fresh buffer of this size costs as much to
-fault in as the estimate itself. ``f`` may keep its inputs or return views of them: a
-buffer that anything still refers to when ``f`` returns is left to it and never written
-again.
+between calls (up to ``SCRATCH_MAX_BYTES``; :func:`release_scratch` frees it): a fresh
+buffer of this size costs as much to fault in as the estimate itself. ``f`` may keep
+its inputs or return views of them: a buffer that anything still refers to when ``f``
+returns is left to it and never written again.
 """
 
 from __future__ import annotations
@@ -124,6 +124,13 @@ def _addcmul(x: Tensor, lap: Tensor, step: Tensor, value: int, out: Tensor | Non
 # while nothing else holds it (``_holders``).
 SCRATCH_MAX_BYTES = 32 << 20
 _scratch = threading.local()
+
+
+def release_scratch() -> None:
+    r"""Free the calling thread's kept scratch buffer (up to ``SCRATCH_MAX_BYTES``), e.g.
+    in a long-lived worker thread that is done with large estimates; the next l1
+    estimate on this thread allocates a new one."""
+    _scratch.buffer = None
 
 
 def _plain(x: Tensor) -> bool:

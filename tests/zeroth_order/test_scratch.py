@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from botorch_fed.zeroth_order import estimators, l1_gradient
+from botorch_fed.zeroth_order import estimators, l1_gradient, release_scratch
 from tests.tolerances import assert_close
 
 DTYPES = [torch.float32, torch.float64]
@@ -32,6 +32,10 @@ def _linear(d: int, dtype: torch.dtype):
     return lambda Z: Z @ a
 
 
+@pytest.mark.skipif(
+    estimators._holders(torch.zeros(1)) is None,
+    reason="this torch does not expose the reference counts: the buffer is never reused",
+)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_buffer_is_reused_when_f_keeps_nothing(dtype):
     n, d = 6, 5
@@ -52,7 +56,8 @@ def test_buffer_is_reused_when_f_keeps_nothing(dtype):
     # and the values are those of x +- h z (the buffer's reuse changes no result)
     assert_close(yp1, lin(x + 0.1 * z1), dtype=dtype, factor=4 * d)
     assert_close(ym1, lin(x - 0.1 * z1), dtype=dtype, factor=4 * d)
-    estimators._scratch.buffer = None
+    release_scratch()
+    assert estimators._scratch.buffer is None
     assert torch.equal(g2, l1_gradient(f, x, 0.1, torch.Generator().manual_seed(1)))
     assert not torch.equal(g1, g2)
 
