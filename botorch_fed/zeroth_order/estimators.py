@@ -170,9 +170,11 @@ def _holders(t: Tensor) -> tuple | None:
     memory is: Python references to the tensor and to its storage object, weak
     references to either, C++ references to the tensor (autograd, DLPack) and to the
     storage (views, NumPy arrays), shared memory, and the data pointers, shape and
-    strides (``set_`` or ``resize_`` swap the memory). None where this torch does not
-    expose them or ``t`` is not plain (``_plain``): the buffer is then never reused."""
-    if not _plain(t):
+    strides (``set_`` or ``resize_`` swap the memory). None off the CPU (``f`` may still
+    be reading the buffer on another stream when it returns), where this torch does not
+    expose the counts, or where ``t`` is not plain (``_plain``): the buffer is then never
+    reused."""
+    if t.device.type != "cpu" or not _plain(t):
         return None
     try:
         storage = t.untyped_storage()

@@ -268,3 +268,18 @@ def test_outputs_kept_by_a_subclass_are_never_written():
         l1_gradient(lambda Z: Z.sum(-1), x, 0.1, torch.Generator().manual_seed(seed))
     assert len(_Recording.log) == 4
     assert all(torch.equal(out, value) for out, value in _Recording.log)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_no_reuse_on_the_gpu():
+    # f may still read its input on another stream when it returns: every side gets a
+    # fresh buffer off the CPU
+    ptrs = []
+
+    def f(Z):
+        ptrs.append(Z.data_ptr())
+        return Z.sum(-1)
+
+    x = torch.rand(64, 8, device="cuda")
+    l1_gradient(f, x, 0.1, torch.Generator(device="cuda").manual_seed(0))
+    assert len(set(ptrs)) == 2
