@@ -21,17 +21,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from botorch_fed.zeroth_order import estimators, l1_gradient
+from botorch_fed.zeroth_order import l1_gradient
 
-
-@pytest.fixture(autouse=True)
-def words_path(monkeypatch):
-    r"""The random-word sampler (and so the scratch buffer) at test sizes, and no buffer
-    left over from an earlier test."""
-    monkeypatch.setattr(estimators.sampling, "WORDS_MIN_NUMEL", 0)
-    estimators._scratch.buffer = None
-    yield
-    estimators._scratch.buffer = None
+pytestmark = pytest.mark.usefixtures("scratch_words_path")
 
 
 def _as_tensor(storage, dtype, shape):

@@ -17,14 +17,7 @@ from tests.tolerances import assert_close
 DTYPES = [torch.float32, torch.float64]
 
 
-@pytest.fixture(autouse=True)
-def words_path(monkeypatch):
-    r"""The random-word sampler (and so the scratch buffer) at test sizes, and no buffer
-    left over from an earlier test."""
-    monkeypatch.setattr(estimators.sampling, "WORDS_MIN_NUMEL", 0)
-    estimators._scratch.buffer = None
-    yield
-    estimators._scratch.buffer = None
+pytestmark = pytest.mark.usefixtures("scratch_words_path")
 
 
 def _linear(d: int, dtype: torch.dtype):
