@@ -38,6 +38,7 @@ add jitter): callers then use ``model.posterior``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import torch
@@ -96,7 +97,7 @@ def _settings_need_posterior() -> bool:
     )
 
 
-class MarginalPredictor:
+class MarginalPredictor(ABC):
     r"""Posterior mean and variance of ``q = 1`` inputs of one model state.
 
     Subclasses set ``model``, ``dtype`` and ``device`` and implement
@@ -116,13 +117,13 @@ class MarginalPredictor:
         self._tensors = tensors
         self._values = [t.detach().clone() for t in tensors]
 
+    @abstractmethod
     def _state(self) -> tuple[tuple, list[Tensor]]:
         r"""The fingerprint of the model's state now, and the tensors it covers."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _latent(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""Latent mean and variance (``batch``) at ``batch x 1 x d`` inputs."""
-        raise NotImplementedError
 
     def is_current(self) -> bool:
         r"""Whether the model is in the state this predictor was computed from (no

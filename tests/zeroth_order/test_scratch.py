@@ -79,6 +79,39 @@ def _keep_dlpack(Z, kept):
     kept.append(torch.utils.dlpack.to_dlpack(Z))
 
 
+def _keep_storage_weakref(Z, kept):
+    kept.append(weakref.ref(Z.untyped_storage()))
+
+
+def _keep_view_storage_weakref(Z, kept):
+    kept.append(weakref.ref(Z[1:].untyped_storage()))
+
+
+def _keep_weak_id_dict(Z, kept):
+    # a memo keyed weakly by storage identity
+    memo = torch.utils.weak.WeakIdKeyDictionary()
+    memo[Z.untyped_storage()] = True
+    kept.append(lambda memo=memo: next(iter(memo.keys()), None))
+
+
+WEAK = (_keep_weakref, _keep_storage_weakref, _keep_view_storage_weakref, _keep_weak_id_dict)
+
+
+def _call_twice(keep, x) -> tuple[list, list]:
+    r"""Two estimates with an ``f`` that copies its input (``seen``) and lets ``keep``
+    keep it (``kept``); the second call would reuse a kept buffer."""
+    seen, kept = [], []
+
+    def f(Z):
+        seen.append(Z.clone())
+        keep(Z, kept)
+        return Z.sum(-1)
+
+    for seed in (0, 1):
+        l1_gradient(f, x, 0.1, torch.Generator().manual_seed(seed))
+    return seen, kept
+
+
 def _keep_in_thread(Z, kept):
     # a worker that reads its input after f has returned
     event = threading.Event()
@@ -93,8 +126,10 @@ def _read(kept_item, shape):
         return kept_item
     if isinstance(kept_item, np.ndarray):
         return torch.from_numpy(kept_item)
-    if isinstance(kept_item, weakref.ref):
-        return kept_item()
+    if isinstance(kept_item, weakref.ref) or callable(kept_item):
+        kept_item = kept_item()  # a weak reference: None once nothing else holds it
+        if not isinstance(kept_item, torch.UntypedStorage):
+            return kept_item
     if isinstance(kept_item, torch.UntypedStorage):
         dtype = torch.float32 if kept_item.nbytes() == 4 * shape.numel() else torch.float64
         return torch.tensor([], dtype=dtype).set_(kept_item).reshape(shape)
@@ -104,41 +139,22 @@ def _read(kept_item, shape):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(
     "keep",
-    [_keep_tensor, _keep_view, _keep_numpy, _keep_storage, _keep_weakref, _keep_dlpack],
+    [_keep_tensor, _keep_view, _keep_numpy, _keep_storage, _keep_dlpack, *WEAK],
 )
 def test_what_f_keeps_is_never_written(dtype, keep):
-    n, d = 4, 3
-    x = torch.rand(n, d, dtype=dtype)
-    seen, kept = [], []
-
-    def f(Z):
-        seen.append(Z.clone())
-        keep(Z, kept)
-        return Z.sum(-1)
-
-    l1_gradient(f, x, 0.1, torch.Generator().manual_seed(0))
-    l1_gradient(f, x, 0.1, torch.Generator().manual_seed(1))  # would reuse a kept buffer
+    seen, kept = _call_twice(keep, torch.rand(4, 3, dtype=dtype))
     assert len(kept) == len(seen) == 4
     for item, values in zip(kept, seen, strict=True):
         got = _read(item, values.shape)
         if got is None:  # a weak reference to an input that nothing kept alive
-            assert keep is _keep_weakref
+            assert keep in WEAK
             continue
         expected = values[1:] if keep is _keep_view else values
         assert torch.equal(got, expected)
 
 
 def test_what_a_thread_reads_after_f_returned_is_unchanged():
-    x = torch.rand(4, 3, dtype=torch.float64)
-    seen, kept = [], []
-
-    def f(Z):
-        seen.append(Z.clone())
-        _keep_in_thread(Z, kept)
-        return Z.sum(-1)
-
-    l1_gradient(f, x, 0.1, torch.Generator().manual_seed(0))
-    l1_gradient(f, x, 0.1, torch.Generator().manual_seed(1))
+    seen, kept = _call_twice(_keep_in_thread, torch.rand(4, 3, dtype=torch.float64))
     handles = [k for k in kept if isinstance(k, tuple)]
     for event, thread in handles:
         event.set()
