@@ -9,7 +9,8 @@ r"""BoTorch models of botorch-fed.
 - :class:`FederatedPICGP`: the client-side distributed PIC sparse GP (pPIC): dPITC plus the
   client's own data block, exact covariance with that block (:meth:`FederatedPICGP.from_pitc`).
 - :func:`fit_exact_gp` / :class:`ExactGPRefitter`: the one exact ``SingleTaskGP`` fit
-  (a party's own data: local GPs, pooled-data GPs).
+  (a party's own data: local GPs, pooled-data GPs); :func:`exact_mll_closure`: its loss
+  closure for ``fit_gpytorch_mll`` (BoTorch's loss from one dense Cholesky).
 - :func:`bures_wasserstein_barycenter`: the Wasserstein barycenter of Gaussians
   (Co-KG's central model), warm-startable; :class:`BarycenterGP`: that barycenter of the
   agents' posteriors on a support as a BoTorch GP on the whole domain (:func:`agent_weights`).
@@ -28,6 +29,7 @@ from botorch_fed.models.exact_gp import (
     exact_gp_state,
     fit_exact_gp,
 )
+from botorch_fed.models.exact_mll import exact_mll_closure
 from botorch_fed.models.feature_gp import FeatureSpaceGP
 from botorch_fed.models.federated_standardize import (
     CENTRED_MOMENTS_LENGTH,
@@ -85,6 +87,7 @@ __all__ = [
     "check_exact_gp_state",
     "exact_gp_state",
     "fit_exact_gp",
+    "exact_mll_closure",
     "FederatedFitResult",
     "FederatedPICGP",
     "FederatedPITCGP",

@@ -7,7 +7,10 @@ demo's and the scaling benchmark's reference GPs -- goes through
 
 - BoTorch's ``SingleTaskGP`` (its default modules and ``Standardize`` outcome
   transform unless modules are given) and ``fit_gpytorch_mll`` on its
-  ``ExactMarginalLogLikelihood``, nothing else;
+  ``ExactMarginalLogLikelihood``, with the loss evaluated by
+  :func:`~botorch_fed.models.exact_mll.exact_mll_closure` (the same loss and
+  gradients from one dense Cholesky factorisation, about a third less time per
+  evaluation for a client's small GP);
 - ``seed``: ``fit_gpytorch_mll`` retries a failed fit from hyperparameters sampled
   from their priors with torch's global RNG; with a seed the fit runs under that seed
   and restores the global RNG state afterwards, so its result does not depend on what
@@ -37,6 +40,8 @@ from gpytorch.likelihoods import Likelihood
 from gpytorch.means import Mean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
+
+from botorch_fed.models.exact_mll import exact_mll_closure
 
 _SEED_BOUND = 2**62
 
@@ -172,8 +177,11 @@ def fit_exact_gp(
         model.load_state_dict(dict(warm_start), strict=False)
     if refit:
         kwargs = {} if maxiter is None else {"optimizer_kwargs": {"options": {"maxiter": maxiter}}}
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
+        if model.num_outputs == 1:  # BoTorch fits several outputs one by one without a closure
+            kwargs["closure"] = exact_mll_closure(mll)
         with _seeded(seed, train_X.device):
-            fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model), **kwargs)
+            fit_gpytorch_mll(mll, **kwargs)
     return model.eval()
 
 

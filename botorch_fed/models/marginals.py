@@ -21,7 +21,7 @@ clamp), to rounding. A predictor is a snapshot of the model's state: it records 
 fingerprint of every tensor it was computed from (identity, storage, version, dtype,
 device), copies of their values (gpytorch's setters write through ``.data``, which no
 fingerprint sees; off the CPU comparing them synchronises with the device) and the
-modules' structure key (settings that are not tensors, e.g. a Matern kernel's
+modules' structure (settings that are not tensors, e.g. a Matern kernel's
 ``nu``);
 :meth:`MarginalPredictor.is_current` compares them with the model's now, and callers
 rebuild the predictor when the model changed (see
@@ -54,7 +54,7 @@ from botorch_fed.models.pic import FederatedPICGP
 from botorch_fed.models.pitc import (
     FederatedPITCGP,
     _fingerprint,
-    _structure_key,
+    _structure,
     _summary_modules,
 )
 
@@ -193,7 +193,7 @@ class ExactGPMarginals(MarginalPredictor):
         tensors = [*model.parameters(), *model.buffers(), *model.train_inputs]
         tensors.append(model.train_targets)
         # settings that are not tensors (a Matern kernel's nu, a transform's flags)
-        structure = _structure_key(_summary_modules([("model", model)]))
+        structure = _structure(_summary_modules([("model", model)]))
         return (model.training, structure, _fingerprint(tensors)), tensors
 
     def _latent(self, X: Tensor) -> tuple[Tensor, Tensor]:

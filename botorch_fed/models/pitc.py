@@ -197,9 +197,9 @@ def _fingerprint(tensors: Sequence[Tensor]) -> tuple:
 _SCALARS = (bool, int, float, str, type(None))
 
 
-def _structure_key(modules: list[tuple[str, torch.nn.Module | None]]) -> int:
-    r"""A stable 63-bit hash of the modules' structure: paths, types and non-tensor
-    settings (e.g. a Matern kernel's ``nu``, a transform's flags)."""
+def _structure(modules: list[tuple[str, torch.nn.Module | None]]) -> tuple:
+    r"""The modules' structure: paths, types and non-tensor settings (e.g. a Matern
+    kernel's ``nu``, a transform's flags), as a tuple to compare with ``==``."""
     parts = []
     for path, module in modules:
         if module is None:
@@ -214,8 +214,13 @@ def _structure_key(modules: list[tuple[str, torch.nn.Module | None]]) -> int:
                 or (isinstance(v, tuple) and all(isinstance(e, _SCALARS) for e in v))
             )
         )
-        parts.append((path, type(module).__module__, type(module).__qualname__, settings))
-    digest = hashlib.sha256(repr(parts).encode()).digest()
+        parts.append((path, type(module).__module__, type(module).__qualname__, tuple(settings)))
+    return tuple(parts)
+
+
+def _structure_key(modules: list[tuple[str, torch.nn.Module | None]]) -> int:
+    r"""A stable 63-bit hash of :func:`_structure` (what a model stores in a buffer)."""
+    digest = hashlib.sha256(repr(_structure(modules)).encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True) >> 1
 
 
@@ -481,7 +486,7 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         depend on, and the identity of every module holding them: it changes whenever
         one is replaced, moved, converted or modified in place through the version
         counter (not on ``.data`` writes: compare the tensors' values for those),
-        and the modules' structure key (settings that are not tensors, e.g. a Matern
+        and the modules' structure (settings that are not tensors, e.g. a Matern
         kernel's ``nu``).
 
         Returns:
@@ -489,7 +494,7 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         """
         modules = self._summary_modules()
         tensors = [*_state_tensors(modules), *self._own_tensors()]
-        structure = _structure_key(modules)
+        structure = _structure(modules)
         return (tuple(id(m) for _, m in modules), structure, _fingerprint(tensors)), tensors
 
     def _reads_are_free(self) -> bool:

@@ -26,6 +26,7 @@ from botorch_fed.federation import BOSettings, FederationSetup, build_federation
 from botorch_fed.federation.bo_client import MIN_DISTANCE, BOClient
 from botorch_fed.federation.fts import FTSClient, RandomFourierFeatures
 from botorch_fed.federation.problem import ClientObjective
+from botorch_fed.models.exact_mll import exact_mll_closure
 from botorch_fed.test_functions import get_test_function
 from tests.acquisition.toy_models import make_pitc
 from tests.tolerances import assert_close
@@ -183,11 +184,13 @@ def test_local_model_is_the_warm_started_refit():
         model = SingleTaskGP(client.X, client.Y)
         if state is not None:
             model.load_state_dict(state, strict=False)
+        mll = ExactMarginalLogLikelihood(model.likelihood, model)
         with torch.random.fork_rng():
             torch.manual_seed(seed_of[u])
+            # fit_exact_gp's loss closure (tests/models/test_exact_mll.py checks it
+            # against BoTorch's)
             fit_gpytorch_mll(
-                ExactMarginalLogLikelihood(model.likelihood, model),
-                optimizer_kwargs={"options": {"maxiter": 3}},
+                mll, closure=exact_mll_closure(mll), optimizer_kwargs={"options": {"maxiter": 3}}
             )
         return model
 
@@ -232,9 +235,10 @@ def test_central_batch_thompson_sampling_is_pathwise():
     # by hand: the pooled-data GP fitted as documented (seed of update 0), then three
     # pathwise samples drawn from the round's seed and maximised jointly
     model = SingleTaskGP(server.X, server.Y)
+    mll = ExactMarginalLogLikelihood(model.likelihood, model)
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+        fit_gpytorch_mll(mll, closure=exact_mll_closure(mll))  # fit_exact_gp's closure
     model.eval()
     s = 1  # (seed * 1_000_003 + t) % 2^31 with seed 0, t = 1
     acqf = PathwiseThompsonSampling(model)
