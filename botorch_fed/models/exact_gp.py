@@ -178,7 +178,8 @@ def fit_exact_gp(
     if refit:
         kwargs = {} if maxiter is None else {"optimizer_kwargs": {"options": {"maxiter": maxiter}}}
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
-        if model.num_outputs == 1:  # BoTorch fits several outputs one by one without a closure
+        # BoTorch fits batches and outputs one by one when given no closure
+        if train_X.dim() == 2 and model.num_outputs == 1:
             kwargs["closure"] = exact_mll_closure(mll)
         with _seeded(seed, train_X.device):
             fit_gpytorch_mll(mll, **kwargs)

@@ -18,10 +18,11 @@ whenever ``K_XX + sigma_n^2 I`` is not positive definite in the model's dtype (w
 gpytorch adds jitter), evaluates BoTorch's own loss closure instead, so the closure
 never computes anything else than BoTorch's.
 
-Covered: ``ExactMarginalLogLikelihood`` of a ``SingleTaskGP`` (the class itself) with a
-``GaussianLikelihood`` and ``HomoskedasticNoise``, one output, no batch shape, no added
-loss terms, gpytorch's ``observation_nan_policy`` ``"ignore"`` and ``n <=
-max_cholesky_size``.
+Covered: ``ExactMarginalLogLikelihood`` (the class itself) of a ``SingleTaskGP`` (the
+class itself) in training mode with a ``GaussianLikelihood`` and ``HomoskedasticNoise``,
+one output, no batch shape in the data or the modules, no added loss terms (also none
+registered by the modules' forward), gpytorch's ``observation_nan_policy`` ``"ignore"``
+and ``n <= max_cholesky_size``.
 """
 
 from __future__ import annotations
@@ -46,7 +47,11 @@ def _covered(mll: ExactMarginalLogLikelihood) -> bool:
     docstring)."""
     model = mll.model
     likelihood = mll.likelihood
+    if type(mll) is not ExactMarginalLogLikelihood:  # a subclass may compute otherwise
+        return False
     if type(model) is not SingleTaskGP or likelihood is not model.likelihood:
+        return False
+    if not model.training:  # fit_gpytorch_mll trains; eval-mode calls differ
         return False
     if type(likelihood) is not GaussianLikelihood:
         return False
@@ -67,18 +72,24 @@ def _covered(mll: ExactMarginalLogLikelihood) -> bool:
 
 def _dense_loss(mll: ExactMarginalLogLikelihood) -> Tensor | None:
     r"""``-mll / n`` from one dense Cholesky factorisation, or ``None`` where
-    ``K_XX + sigma_n^2 I`` is not positive definite (gpytorch would add jitter)."""
+    ``K_XX + sigma_n^2 I`` is not positive definite (gpytorch would add jitter), a module
+    is batched, or the modules' forward registered an added loss term."""
     model = mll.model
     X = model.transform_inputs(model.train_inputs[0])  # as SingleTaskGP.forward in training
     y = model.train_targets
     n = y.shape[-1]
     with gpytorch_settings.lazily_evaluate_kernels(False):
         K = model.covar_module(X).to_dense()
+    mean = model.mean_module(X)
+    if K.shape != (n, n) or mean.shape != (n,):  # batched modules
+        return None
+    if any(True for _ in model.added_loss_terms()):  # registered by a forward (inducing points)
+        return None
     noise = model.likelihood.noise_covar.noise.reshape(())
     L, info = torch.linalg.cholesky_ex(K + noise * torch.eye(n, dtype=K.dtype, device=K.device))
     if info.item() != 0:
         return None
-    residual = (y - model.mean_module(X)).unsqueeze(-1)
+    residual = (y - mean).unsqueeze(-1)
     white = torch.linalg.solve_triangular(L, residual, upper=False)
     # gpytorch's MultivariateNormal.log_prob: -(inv_quad + logdet + n log 2 pi) / 2
     log_prob = -0.5 * (

@@ -205,6 +205,14 @@ def test_fit_exact_gp_matches_botorchs_fit(dtype, monkeypatch):
     )
 
 
+def test_fit_exact_gp_takes_the_dense_path(monkeypatch):
+    r"""fit_exact_gp really passes the closure: no loss of its fit comes from gpytorch."""
+    X, Y = _data(torch.float64, n=15)
+    counter = _CountGpytorch(monkeypatch)
+    fit_exact_gp(X, Y, seed=0, maxiter=20)
+    assert counter.calls == 0
+
+
 def _drop_closure(fit):
     def without_closure(mll, **kwargs):
         kwargs.pop("closure", None)

@@ -1,10 +1,11 @@
 r"""Review of 979e08b: exact_mll_closure against BoTorch's own loss closure, and the
 ``_structure`` / ``_structure_key`` change in ``botorch_fed.models.pitc``.
 
-Tests marked ``xfail(strict=True)`` demonstrate a defect (the reason states it); the
-unmarked ones are checks of cases the closure gets right (BoTorch's loss and gradients,
-from the dense path where it should take it, from BoTorch's closure where it should
-fall back).
+The first six tests demonstrated defects of 979e08b (strict xfails then, fixed since: an
+MLL subclass, an added loss term registered by the first forward, a batched mean module,
+eval mode, a batched fit given a closure, stored structure keys); the others check cases
+the closure got right (BoTorch's loss and gradients, from the dense path where it should
+take it, from BoTorch's closure where it should fall back).
 """
 
 from __future__ import annotations
@@ -104,16 +105,6 @@ class _PenalisedMLL(ExactMarginalLogLikelihood):
         return super().forward(function_dist, target, *params, **kwargs) - 10.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "exact_mll_closure accepts any ExactMarginalLogLikelihood subclass (isinstance) "
-        "and _covered never checks type(mll): a subclass overriding forward / "
-        "_add_other_terms is silently replaced by the dense plain-EMLL loss, while "
-        "BoTorch's closure calls mll(...) and honours the override"
-    ),
-)
 def test_mll_subclass_is_honoured():
     X, Y = _data()
     model = SingleTaskGP(X, Y)
@@ -121,17 +112,6 @@ def test_mll_subclass_is_honoured():
     _assert_close(fast, reference)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "_covered runs before the model's forward, but gpytorch kernels register "
-        "their added loss terms during forward (InducingPointKernel's "
-        "inducing_point_loss_term): on the first call of a fresh model (the first "
-        "L-BFGS-B evaluation of fit_exact_gp(covar_module=InducingPointKernel(...))) "
-        "the dense path drops the term BoTorch's loss includes (value and gradients)"
-    ),
-)
 def test_added_loss_term_registered_in_forward_is_included_on_first_call():
     X, Y = _data()
     likelihood = GaussianLikelihood()
@@ -144,17 +124,6 @@ def test_added_loss_term_registered_in_forward_is_included_on_first_call():
     _assert_close(fast, reference)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "_covered checks the input batch shape, outputs and noise but not the modules' "
-        "own batch shapes: a SingleTaskGP with ConstantMean(batch_shape=[2]) passes, "
-        "and _dense_loss sums the inverse quadratic forms of both batches against one "
-        "logdet and one n log 2 pi (and the priors once), where BoTorch's loss is the "
-        "sum of two full log-likelihoods"
-    ),
-)
 def test_batched_mean_module_falls_back_or_matches():
     X, Y = _data()
     model = SingleTaskGP(X, Y, mean_module=ConstantMean(batch_shape=torch.Size([2])))
@@ -164,17 +133,6 @@ def test_batched_mean_module_falls_back_or_matches():
     _assert_close(fast, reference)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "_covered does not check model.training: called with the model in eval mode "
-        "the closure still returns the training-mode dense MLL, while BoTorch's closure "
-        "evaluates model(train_X) in eval mode (the posterior at the training inputs); "
-        "the check 'at every call' misses the mode (fit_gpytorch_mll itself always "
-        "calls mll.train(), so fit_exact_gp is unaffected)"
-    ),
-)
 def test_eval_mode_is_not_covered():
     X, Y = _data()
     model = SingleTaskGP(X, Y)
@@ -183,17 +141,6 @@ def test_eval_mode_is_not_covered():
     _assert_close(fast, reference)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "fit_exact_gp passes the closure whenever model.num_outputs == 1, but a "
-        "batched single-output SingleTaskGP (train_X b x n x d) has _aug_batch_shape "
-        "[b]: given any closure fit_gpytorch_mll_scipy fits the b problems jointly "
-        "instead of BoTorch's independent batched L-BFGS-B (and the closure falls back "
-        "at every call anyway); the guard should be _aug_batch_shape.numel() == 1"
-    ),
-)
 def test_fit_exact_gp_batched_single_output_fits_like_botorch(monkeypatch):
     X, Y = _data(n=12)
     Xb, Yb = torch.stack([X, 0.5 * X + 0.1]), torch.stack([Y, -Y])
@@ -240,17 +187,6 @@ def _old_structure_key(modules) -> int:
     return int.from_bytes(digest[:8], "big", signed=True) >> 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "_structure_key now hashes repr(tuple(parts with tuple settings)) instead of "
-        "repr(list(parts with list settings)): every 'stable' key changes, so a "
-        "FederatedPITCGP state dict saved before the commit (persistent buffer "
-        "summary_structure) raises HyperparametersChangedError on its first posterior "
-        "after loading, although nothing changed"
-    ),
-)
 def test_structure_key_values_are_stable_across_the_commit():
     kernel = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=2))
     modules = _summary_modules([("covar_module", kernel), ("likelihood", GaussianLikelihood())])
