@@ -173,6 +173,7 @@ def report(data: dict) -> str:
         "In a deployment every client runs in its own process and computes that search "
         "itself (in parallel with the others), so this arm is what each client computes; "
         "the memo only removes the in-process simulation's repeats of it.",
+        *([f"- note: {meta['note']}"] if meta.get("note") else []),
         "",
     ]
     for preset in meta["presets"]:
