@@ -441,6 +441,22 @@ class ClientRole(ABC):
         """The current session id, None before the first message."""
         return self._session
 
+    def federation_secret(self) -> bytes | None:
+        """A 32-byte secret that every client of the federation holds and the server
+        does not, or None where the backend has none.
+
+        It comes from the client's key material (never from a session, so it is the
+        same in every session and after a resume from a checkpoint) and is derived
+        under its own HKDF label, so using it reveals nothing about the keys it comes
+        from. Algorithms use it for randomness that all clients must share and the
+        server must not predict (e.g. the seed of FBO-FedGP's shared global search).
+        ``ckks``: derived from the group key; ``masking``: derived from the federation
+        key of :meth:`MaskingBackend.setup
+        <botorch_fed.secure.masking.MaskingBackend.setup>`; ``plaintext``: None (no
+        secret exists, so there is no such protection).
+        """
+        return None
+
     def step(self, msg: bytes, x: np.ndarray | None = None) -> bytes:
         """Answer one server message.
 

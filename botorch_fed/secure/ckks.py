@@ -400,6 +400,12 @@ class _CKKSClient(ClientRole):
         self._group_key = material.group_key
         self.can_decrypt = bool(material.has_secret_key and self._context.is_private())
 
+    def federation_secret(self) -> bytes:
+        """HKDF-SHA256 of the group key (every client holds it, the server does not)
+        under its own label, bound to the key id: the same on every client of the
+        federation, independent of the canaries derived from the same key."""
+        return hkdf(self._group_key, label("ckks/federation-secret", self._key_id))
+
     def _begin(self, reader: PayloadReader, x: np.ndarray | None) -> bytes:
         key_id = reader.raw(16)
         reader.done()

@@ -100,6 +100,7 @@ _SHARE_PLAINTEXT = 8 + 2 * shamir.SHARE_SIZE
 
 
 _SIGNATURE = 64
+_FEDERATION_KEY = 32  # bytes of the clients' shared federation key (setup material)
 
 
 def default_threshold(n_clients: int) -> int:
@@ -148,8 +149,9 @@ class MaskingBackend(SecureAggregationBackend):
     """Bonawitz-style double masking (X25519, HKDF-SHA256, ChaCha20, Shamir, Ed25519),
     secure against a malicious server (see the module docstring).
 
-    Every client needs its material from :meth:`setup`: its Ed25519 signing key and
-    the federation's directory of public keys.
+    Every client needs its material from :meth:`setup`: its Ed25519 signing key, the
+    federation's directory of public keys and the federation key (the source of
+    :meth:`~botorch_fed.secure.base.ClientRole.federation_secret`).
 
     Args:
         threshold: Shamir threshold ``t``: the sum is recovered if at least ``t``
@@ -232,27 +234,33 @@ class MaskingBackend(SecureAggregationBackend):
         return _MaskingServer(self, seed=seed)
 
     def setup(self, client_ids, *, seed: int | None = None) -> BackendSetup:
-        """Give every client a long-term Ed25519 signing identity.
+        """Give every client a long-term Ed25519 signing identity and the federation key.
 
         In a deployment each client draws its own key pair and the public keys are
         exchanged out of band (never through the server); here the identities are
-        drawn for all clients at once.
+        drawn for all clients at once. The federation key is 32 random bytes that
+        every client of the federation receives with its identity and the server
+        never does (in a deployment one client draws it and sends it to the others
+        over the same authenticated, confidential channel): the clients derive
+        :meth:`~botorch_fed.secure.base.ClientRole.federation_secret` from it.
 
         Args:
             client_ids: The clients of the federation.
-            seed: Seed for reproducible identities (tests only), or None.
+            seed: Seed for reproducible identities and federation key (tests only),
+                or None.
 
         Returns:
-            No server material; for each client its private key followed by the
-            directory of every client's public key.
+            No server material; for each client its private key, the directory of
+            every client's public key, then the federation key.
         """
         ids = validate_client_ids(client_ids)
         identities = {cid: ed25519_keypair(RandomSource(seed, 3, cid)) for cid in ids}
+        federation_key = RandomSource(seed, 4).bytes(_FEDERATION_KEY)
         directory = PayloadWriter().ids(ids)
         for cid in ids:
             directory.raw(identities[cid][1])
-        public = directory.getvalue()
-        return BackendSetup(b"", {cid: identities[cid][0] + public for cid in ids})
+        shared = directory.raw(federation_key).getvalue()
+        return BackendSetup(b"", {cid: identities[cid][0] + shared for cid in ids})
 
     def client(
         self, client_id: int, material: bytes = b"", *, seed: int | None = None
@@ -261,13 +269,14 @@ class MaskingBackend(SecureAggregationBackend):
 
         Args:
             client_id: This client's id.
-            material: ``setup(...).for_client(client_id)``: its signing key and the
-                directory of public keys, received out of band.
+            material: ``setup(...).for_client(client_id)``: its signing key, the
+                directory of public keys and the federation key, received out of band.
             seed: Seed for this client's session keys (tests only), or None.
 
         Raises:
-            ConfigurationError: Missing or malformed material, or a directory whose
-                key for ``client_id`` is not this client's.
+            ConfigurationError: Missing or malformed material (a federation key
+                missing or all zero included), or a directory whose key for
+                ``client_id`` is not this client's.
         """
         return _MaskingClient(self, client_id, _identity(client_id, material), seed=seed)
 
@@ -276,23 +285,32 @@ class MaskingBackend(SecureAggregationBackend):
         return fixed_point.max_abs_supported(n_clients, self.fraction_bits)
 
 
-def _identity(client_id: int, material: bytes) -> tuple[bytes, dict[int, bytes]]:
-    """This client's signing key and the directory ``{client: Ed25519 public key}``."""
+def _identity(client_id: int, material: bytes) -> tuple[bytes, dict[int, bytes], bytes]:
+    """This client's signing key, the directory ``{client: Ed25519 public key}`` and
+    the federation key."""
     if not material:
         raise ConfigurationError(
-            f"masking client {client_id} needs its identity material (signing key and the "
-            "directory of public keys) from MaskingBackend.setup(); got none"
+            f"masking client {client_id} needs its identity material (signing key, the "
+            "directory of public keys and the federation key) from MaskingBackend.setup(); "
+            "got none"
         )
     try:
         reader = PayloadReader(material)
         private = reader.raw(32)
         ids = reader.ids()
         directory = {cid: reader.raw(32) for cid in ids}
+        federation_key = reader.raw(_FEDERATION_KEY)
         reader.done()
     except TamperedMessageError as exc:
         raise ConfigurationError(
-            f"masking client {client_id}: malformed identity material ({exc})"
+            f"masking client {client_id}: malformed identity material ({exc}; expected "
+            "the signing key, the directory of public keys and the 32-byte federation key)"
         ) from exc
+    if federation_key == bytes(_FEDERATION_KEY):
+        raise ConfigurationError(
+            f"masking client {client_id}: the federation key of its identity material is "
+            "all zero (a placeholder, not a secret); refusing it"
+        )
     if len(set(directory.values())) != len(directory):
         raise ConfigurationError(
             f"masking client {client_id}: the directory lists one public key for several "
@@ -307,7 +325,7 @@ def _identity(client_id: int, material: bytes) -> tuple[bytes, dict[int, bytes]]
         raise ConfigurationError(
             f"masking client {client_id}: the directory's public key is not this client's"
         )
-    return private, directory
+    return private, directory, federation_key
 
 
 class _MaskingServer(ServerRole):
@@ -469,12 +487,17 @@ class _MaskingClient(ClientRole):
         self,
         backend: MaskingBackend,
         client_id: int,
-        identity: tuple[bytes, dict[int, bytes]],
+        identity: tuple[bytes, dict[int, bytes], bytes],
         *,
         seed: int | None = None,
     ) -> None:
         super().__init__(backend, client_id, seed=seed)
-        self._signing_key, self._directory = identity
+        self._signing_key, self._directory, self._federation_key = identity
+
+    def federation_secret(self) -> bytes:
+        """HKDF-SHA256 of the federation key of :meth:`MaskingBackend.setup` (every
+        client holds it, the server does not) under its own label."""
+        return hkdf(self._federation_key, label("masking/federation-secret", b""))
 
     def _check_view(self, ids: tuple[int, ...], superset: tuple[int, ...], what: str) -> None:
         if not set(ids) <= set(superset) or list(ids) != sorted(set(ids)):

@@ -78,6 +78,12 @@ class _PlaintextServer(ServerRole):
 
 
 class _PlaintextClient(ClientRole):
+    def federation_secret(self) -> None:
+        """None: the clients of a plaintext federation share no secret, so whatever an
+        algorithm would derive from one (e.g. FBO-FedGP's global-step seed) falls back
+        to public values the server can recompute. No protection here."""
+        return None
+
     def _begin(self, reader: PayloadReader, x: np.ndarray | None) -> bytes:
         reader.done()
         arr = self.checked_input(x, self.backend.max_abs_supported(self.n_clients))

@@ -341,6 +341,6 @@ def test_directory_with_a_duplicated_public_key_is_refused():
     writer = PayloadWriter().ids(tuple(ids))
     for cid in ids:
         writer.raw(keys[2 if cid == 3 else cid][1])  # client 3 registered 2's key
-    material = keys[0][0] + writer.getvalue()
-    with pytest.raises(ConfigurationError):
+    material = keys[0][0] + writer.getvalue() + bytes(range(1, 33))  # + the federation key
+    with pytest.raises(ConfigurationError, match="one public key for several"):
         backend.client(0, material)
