@@ -33,8 +33,11 @@ Choices of this implementation where the paper is silent (all configurable):
 - clients taking a global step in the same round share one model, so Alg. 2 read
   literally has them evaluate the same point; on the dPITC model (the paper preset,
   ``global_batch="distinct"``) they run the same seeded search and take distinct optima
-  by rank (no data is exchanged for this; each client derives the search's seed from
-  the run's public seed and checks the server's rank and count,
+  by rank (no data is exchanged for this; each client derives the search's seed itself
+  from a secret the clients share and the server does not -- the secure-aggregation
+  role's federation secret, under ``ckks`` and ``masking`` -- with the run's public
+  seed and the round, :meth:`FBOFedGPClient.search_seed`, so a server holding the
+  summed summaries cannot replay the search; it checks the server's rank and count,
   :meth:`FBOFedGPClient._check_global_step`);
 - clients send only centres of clusters with at least ``min_cluster_size`` (2) points:
   with ``|D_i| = 4`` and ``k = 4`` Alg. 1 would otherwise send the raw initial points;
@@ -106,6 +109,7 @@ from botorch_fed.models import (
     pitc_loss_and_adjoint,
     standardize_from_moments,
 )
+from botorch_fed.secure.crypto import hkdf
 
 SUPPORTS = ("clustered", "random")
 MAX_SUPPORT_SIZE = 4096  # a client refuses a larger support set or k from the server
@@ -291,10 +295,65 @@ class FBOFedGPConfig(BOSettings):
             )
 
 
+SEED_RANGE = 2**31  # seeds of the acquisition searches (``BOClient.step_seed`` too)
+_SEED_LABEL = b"botorch-fed/fbo-fedgp/global-step-seed\x00"
+
+
 def global_step_seed(run_seed: int, t: int) -> int:
-    r"""The seed of round ``t``'s shared global search, from the run's public seed: the
-    server sends it and every global client checks it (the server does not choose it)."""
-    return (int(run_seed) * 10_007 + int(t)) % (2**31)
+    r"""The *public* seed of round ``t``'s shared global search, from the run's public
+    seed: what the clients of a federation without a shared secret (the ``plaintext``
+    backend) use. Anyone who knows the run seed, the server included, can compute it
+    (see :func:`secret_step_seed`)."""
+    return (int(run_seed) * 10_007 + int(t)) % SEED_RANGE
+
+
+def _check_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"`{name}` must be a non-negative int, got {value!r}.")
+    return value
+
+
+def _encode_count(value: int) -> bytes:
+    raw = value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+    return len(raw).to_bytes(2, "big") + raw
+
+
+def secret_step_seed(secret: bytes, run_seed: int, t: int, client_id: int | None = None) -> int:
+    r"""The seed of round ``t``'s search on the shared dPITC model, from a secret that
+    the clients share and the server does not.
+
+    HKDF-SHA256 (``cryptography``) of ``secret`` with an ``info`` that binds the run
+    seed, the round and, for a search of one client only, its id (lengths prefixed,
+    so no two inputs share an encoding), reduced modulo :data:`SEED_RANGE` (the bias
+    of reducing 64 bits is below ``2^-32``). Every client holding ``secret`` derives
+    the same seed; without it the seed is unpredictable.
+
+    Args:
+        secret: The federation's secret, at least 16 bytes
+            (:meth:`~botorch_fed.secure.base.ClientRole.federation_secret`).
+        run_seed: The run's public seed (non-negative int).
+        t: The round (non-negative int).
+        client_id: ``None`` for the search that every global client of the round runs
+            (``global_batch`` "distinct" or "batch"); a client's id for a search of its
+            own on the shared model ("independent", Thompson sampling).
+
+    Returns:
+        A seed in ``[0, SEED_RANGE)``.
+
+    Raises:
+        ValueError: ``secret`` is not bytes of at least 16 bytes, or ``run_seed``,
+            ``t`` or ``client_id`` is not a non-negative int.
+    """
+    if not isinstance(secret, bytes) or len(secret) < 16:
+        kind = f"{len(secret)} bytes" if isinstance(secret, bytes) else type(secret).__name__
+        raise ValueError(f"`secret` must be bytes of at least 16 bytes, got {kind}.")
+    info = _SEED_LABEL + _encode_count(_check_count("run_seed", run_seed))
+    info += _encode_count(_check_count("t", t))
+    if client_id is None:
+        info += b"\x00"
+    else:
+        info += b"\x01" + _encode_count(_check_count("client_id", client_id))
+    return int.from_bytes(hkdf(secret, info, 8), "big") % SEED_RANGE
 
 
 def global_modules(dim: int) -> tuple:
@@ -318,10 +377,12 @@ class FBOFedGPClient(BOClient):
         private_seed: Seed of the private generator (see :class:`BOClient`).
         num_clients: The federation's size: a global step's ``count`` may not exceed
             it (``None``: not checked; the registry always passes it).
-        run_seed: The run's public seed, from which every client derives the seed of a
-            round's shared global search itself (:func:`global_step_seed`) and refuses
-            any other the server sends (``None``: the server's seed is taken; the
-            registry always passes it).
+        run_seed: The run's public seed. With the federation secret of its
+            secure-aggregation role, the client derives the seed of a round's search on
+            the shared dPITC model from both (:meth:`search_seed`,
+            :func:`secret_step_seed`); without one, from the run seed alone
+            (:func:`global_step_seed`). The server sends no seed. ``None``: a global
+            step on the shared model is refused (the registry always passes it).
     """
 
     def __init__(
@@ -486,7 +547,7 @@ class FBOFedGPClient(BOClient):
                 "global_step",
             )
         self._global_round = None  # one global step per draw
-        rank, count, seed = self._check_global_step(payload, t)
+        rank, count = self._check_global_step(payload)
         model = self.global_model()
         if self.config.global_model == "pic" and len(self.X) > 0:
             with self.timed("global_model"):
@@ -501,7 +562,7 @@ class FBOFedGPClient(BOClient):
             )
             x = self.acquire(model, t, acqf=acqf)
         elif self.config.global_batch == "batch" and count > 1:
-            x = self._batch_point(model, t, rank, count, seed)
+            x = self._batch_point(model, t, rank, count, self.search_seed(t))
         elif self.config.global_batch == "distinct" and self.config.acquisition != "ts":
             # every global client of round t holds the same model: same seeded search,
             # then one distinct optimum each (see BOClient.acquire). The acquisition must
@@ -512,22 +573,71 @@ class FBOFedGPClient(BOClient):
                 with torch.no_grad():
                     best_f = model.posterior(self.support).mean.max()
                 acqf = self.make_acquisition(model, t, best_f=best_f)
+            seed = self.search_seed(t)
             x = self.acquire(model, t, acqf=acqf, rank=rank, count=count, seed=seed)
-        else:
+        elif self.config.global_model == "pitc":
+            # a search of this client's own on the shared model (Thompson sampling,
+            # "independent", a batch of one): the server may hold that model too
+            x = self.acquire(model, t, seed=self.search_seed(t, own=True))
+        else:  # the client's PIC model, which holds its own data
             x = self.acquire(model, t)
         self.evaluate(x, t, "global")
         return {}
 
-    def _check_global_step(self, payload: dict, t: int) -> tuple[int, int, int]:
-        r"""``(rank, count, seed)`` of a global step, refused unless
-        ``0 <= rank < count <= num_clients`` and the seed is the round's public one
-        (a server that picked ranks or seeds freely could steer a client to a point of
-        its choosing, or ask for ``2 count`` restarts without bound)."""
-        rank, count, seed = payload.get("rank"), payload.get("count"), payload.get("seed")
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, count, seed)):
+    def federation_secret(self) -> bytes | None:
+        r"""The secret this client shares with the other clients and not with the
+        server (:meth:`~botorch_fed.secure.base.ClientRole.federation_secret` of its
+        secure-aggregation role; ``None`` under ``plaintext`` or without a role)."""
+        if self.secagg is None:
+            return None
+        return self.secagg.federation_secret()
+
+    def search_seed(self, t: int, *, own: bool = False) -> int:
+        r"""The seed of round ``t``'s search on the shared dPITC model, derived by the
+        client itself (the server sends none).
+
+        With a federation secret (``ckks``, ``masking``): :func:`secret_step_seed` of
+        the secret, the run seed and ``t`` -- the same on every client of the
+        federation, so the shared search of ``global_batch`` "distinct" / "batch" is
+        still one search, and unpredictable to the server, which therefore cannot
+        replay it. Without one (``plaintext``): the public :func:`global_step_seed`
+        (or, with ``own``, the client's public :meth:`step_seed`), which the server can
+        recompute.
+
+        Args:
+            t: The round.
+            own: A search of this client's only (its id enters the derivation).
+
+        Raises:
+            ProtocolViolation: The client has no run seed.
+        """
+        if self.run_seed is None:
             raise self.violation(
-                f"`rank`, `count` and `seed` must be ints, got {rank!r}, {count!r}, {seed!r}",
+                "no run seed to derive the round's search seed from (pass `run_seed`)",
                 "global_step",
+            )
+        secret = self.federation_secret()
+        if secret is None:
+            return self.step_seed(t) if own else global_step_seed(self.run_seed, t)
+        return secret_step_seed(secret, self.run_seed, t, client_id=self.client_id if own else None)
+
+    def _check_global_step(self, payload: dict) -> tuple[int, int]:
+        r"""``(rank, count)`` of a global step, refused unless
+        ``0 <= rank < count <= num_clients`` (a server that picked ranks freely could
+        steer a client to a point of its choosing, or ask for ``2 count`` restarts
+        without bound), and refused if the message carries anything else: the seed
+        of the search is the client's own (:meth:`search_seed`), never the server's."""
+        extra = sorted(set(payload) - {"t", "rank", "count"})
+        if extra:
+            raise self.violation(
+                f"unexpected fields {extra} in a global step (only `t`, `rank` and `count`; "
+                "the client derives the search's seed itself)",
+                "global_step",
+            )
+        rank, count = payload.get("rank"), payload.get("count")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, count)):
+            raise self.violation(
+                f"`rank` and `count` must be ints, got {rank!r}, {count!r}", "global_step"
             )
         limit = self.num_clients if self.num_clients is not None else count
         if not (1 <= count <= limit and 0 <= rank < count):
@@ -536,13 +646,7 @@ class FBOFedGPClient(BOClient):
                 f"{self.num_clients}): needs 0 <= rank < count <= the number of clients",
                 "global_step",
             )
-        if self.run_seed is not None and seed != global_step_seed(self.run_seed, t):
-            raise self.violation(
-                f"seed {seed} for the round's shared search, not the round's public seed "
-                f"{global_step_seed(self.run_seed, t)}",
-                "global_step",
-            )
-        return rank, count, seed
+        return rank, count
 
     def _batch_point(
         self, model: FederatedPITCGP, t: int, rank: int, count: int, seed: int
@@ -808,12 +912,10 @@ class FBOFedGPServer(FederatedServer):
         if self._hyper_round is None or t - self._hyper_round >= cfg.hyper_every:
             self.refresh_hyperparameters(t)
         self.secure_sum("summary", SparseSummary.packed_length(len(self.support)))
-        seed = global_step_seed(self.seed, t)
+        # no seed: each client derives the search's seed itself (FBOFedGPClient.search_seed)
         self.send(
             {
-                cid: Message(
-                    "global_step", {"t": t, "rank": r, "count": len(clients), "seed": seed}
-                )
+                cid: Message("global_step", {"t": t, "rank": r, "count": len(clients)})
                 for r, cid in enumerate(clients)
             }
         )

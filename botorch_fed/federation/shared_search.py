@@ -2,7 +2,9 @@ r"""A search that several clients of one process run identically, computed once.
 
 In a global round of FBO-FedGP's paper preset (``global_batch="distinct"``), every
 client that drew a global step maximises the same acquisition on the same global
-dPITC model with the same seed, then takes the optimum of its rank
+dPITC model with the same seed (each client derives it from the federation's secret,
+:meth:`~botorch_fed.federation.fbo_fedgp.FBOFedGPClient.search_seed`), then takes
+the optimum of its rank
 (:meth:`~botorch_fed.federation.bo_client.BOClient.acquire`). On Flower each client
 runs that search in its own process, in parallel; in the in-process simulation the
 clients run one after the other, so the same search ran ``count`` times.
@@ -11,10 +13,15 @@ everything it depends on -- the acquisition's class, its and its model's complet
 state (every parameter and buffer: for a :class:`~botorch_fed.models.FederatedPITCGP`
 the support, the summed summary, the hyperparameters and the record of the state
 the summary was computed with), its plain settings (``maximize``), the bounds, the
-seed and the search options. The model's hyperparameters are checked against its
+seed the search actually uses (the secret-derived one under ``ckks`` and ``masking``)
+and the search options. The model's hyperparameters are checked against its
 summary first, as the search would (a kernel's ``nu`` changed since the summary is
 not state, but raises there). So a hit returns what the search would have computed,
 and a client whose model differs in a single bit computes its own.
+
+The memo lives in the process of the clients that share it (in the in-process
+simulation, every party's process): it holds candidates computed under the secret
+seed, so it is client state, as private as the clients' data in that process.
 
 Only acquisitions whose state determines them completely are memoised: the analytic
 ``UpperConfidenceBound`` and ``LogExpectedImprovement`` on a ``FederatedPITCGP``

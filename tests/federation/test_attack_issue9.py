@@ -103,7 +103,7 @@ def _steered_probe(failing_client: int, victim: int) -> bool:
     server.broadcast = forged
     server.secure_sum("summary", SparseSummary.packed_length(1))
     server.broadcast = honest_broadcast
-    server.send({victim: Message("global_step", {"t": 1, "rank": 0, "count": 1, "seed": 0})})
+    server.send({victim: Message("global_step", {"t": 1, "rank": 0, "count": 1})})
     schedule = MixingSchedule(c=0.5)
     clean = torch.Generator().manual_seed(_client_seed(victim))
     redrawn = torch.Generator().manual_seed(_client_seed(victim))

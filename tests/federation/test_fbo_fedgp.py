@@ -638,6 +638,8 @@ def test_default_global_steps_use_each_clients_pic_model(monkeypatch):
 def test_batch_rule_takes_the_shared_sequential_greedy_batch():
     # the clients of a round compute the same q-batch on the same dPITC model and take
     # the point of their rank: recompute the batch independently from client 0's model
+    # (under the seed each client derives itself: the server sends none since issue 14,
+    # finding 7; this test used to read it from the server's message)
     from botorch.acquisition import qUpperConfidenceBound
 
     from botorch_fed.acquisition import maximize_step_acquisition
@@ -650,7 +652,7 @@ def test_batch_rule_takes_the_shared_sequential_greedy_batch():
         original = c.on_global_step
 
         def recording(payload, original=original, c=c):
-            seeds.append((int(payload["seed"]), c.global_model()))
+            seeds.append((c.search_seed(int(payload["t"])), c.global_model()))
             return original(payload)
 
         c.on_global_step = recording

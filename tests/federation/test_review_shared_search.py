@@ -1,6 +1,8 @@
 r"""Review of the shared-search memo and FBO-FedGP's ``global_step``: hits that return
 what the client's own search would not have returned, and the server's unchecked
-``rank``/``count`` (each test a defect found in review, now fixed)."""
+``rank``/``count`` (each test a defect found in review, now fixed). The server no
+longer sends the search's seed at all (issue 14, finding 7: each client derives it,
+see ``test_secret_global_seed.py``); the seed test below says what became of it."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from botorch_fed.federation import (
     build_federation,
 )
 from botorch_fed.federation.bo_client import BOClient, BOSettings
-from botorch_fed.federation.fbo_fedgp import global_step_seed
+from botorch_fed.federation.fbo_fedgp import global_step_seed, secret_step_seed
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.objectives import CallableObjective
 from botorch_fed.federation.shared_search import SharedSearchMemo
@@ -81,11 +83,13 @@ def test_review_hit_bypasses_the_structure_check():
         _search(UpperConfidenceBound(stale, beta=2.0), memo)
 
 
-def _victim_at_a_global_step():
+def _victim_at_a_global_step(aggregator: str = "plaintext"):
     r"""A paper-preset federation up to round 1's ``global_step`` (``p_1 = 0``: every
     client drew a global step), the summary sum delivered; returns the server, the
     victim's id and its client object."""
-    setup = FederationSetup(problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0)
+    setup = FederationSetup(
+        problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0, aggregator=aggregator
+    )
     config = FBOFedGPConfig.paper(
         num_init=3, num_rounds=2, support_size=6, raw_samples=16, maxiter=10
     )
@@ -106,17 +110,37 @@ def test_review_global_step_rank_and_count_are_not_validated(rank, count, monkey
     monkeypatch.setattr(
         bo_client, "ranked_step_candidates", lambda *a, **k: torch.zeros(1, 2).double()
     )
-    payload = {"t": 1, "rank": rank, "count": count, "seed": global_step_seed(server.seed, 1)}
-    with pytest.raises(ProtocolViolation):
+    payload = {"t": 1, "rank": rank, "count": count}
+    with pytest.raises(ProtocolViolation, match="rank"):
         server.send({victim: Message("global_step", payload)})
 
 
-def test_review_global_step_seed_is_the_rounds_public_seed(monkeypatch):
-    # the server may not grind seeds for a point of its choosing
-    server, victim, client = _victim_at_a_global_step()
-    monkeypatch.setattr(
-        bo_client, "ranked_step_candidates", lambda *a, **k: torch.zeros(1, 2).double()
-    )
+@pytest.mark.parametrize("aggregator", ["plaintext", "masking"])
+def test_review_global_step_seed_is_not_the_servers(aggregator, monkeypatch):
+    # The server may not grind seeds for a point of its choosing. This test used to
+    # send the public seed + 1 and expect "not the round's public seed"; the server
+    # now sends no seed: a global step that carries one is refused, and the search
+    # runs under the seed the client derives itself (the public one under plaintext,
+    # the secret one under masking).
+    server, victim, client = _victim_at_a_global_step(aggregator)
+    seeds = []
+
+    def search(*args, seed, **kwargs):
+        seeds.append(seed)
+        return torch.zeros(1, 2).double()
+
+    monkeypatch.setattr(bo_client, "ranked_step_candidates", search)
+    monkeypatch.setattr(bo_client, "SHARED_SEARCHES", SharedSearchMemo())  # no earlier hit
     payload = {"t": 1, "rank": 0, "count": 2, "seed": global_step_seed(server.seed, 1) + 1}
-    with pytest.raises(ProtocolViolation, match="public seed"):
+    with pytest.raises(ProtocolViolation, match="unexpected fields"):
         server.send({victim: Message("global_step", payload)})
+    assert seeds == []
+    client._global_round = 1  # the refused step consumed the draw; a well-formed one
+    server.send({victim: Message("global_step", {"t": 1, "rank": 0, "count": 2})})
+    secret = client.federation_secret()
+    expected = (
+        global_step_seed(server.seed, 1)
+        if secret is None
+        else secret_step_seed(secret, server.seed, 1)
+    )
+    assert seeds == [expected] and (secret is None) == (aggregator == "plaintext")

@@ -1,0 +1,366 @@
+r"""FBO-FedGP's searches on the shared dPITC model are seeded by a secret the clients
+share and the server does not (issue 14, finding 7).
+
+The attack of the review: a server that holds the summed summaries (``plaintext``,
+``masking``) rebuilds the global model every client builds, knows the public run seed,
+and is the one who hands out ``rank`` and ``count``; seeded from public values, the
+clients' global-step search could be replayed exactly, giving the server every
+global-step query point. Now each client derives the seed from its secure-aggregation
+role's federation secret (:meth:`FBOFedGPClient.search_seed`), so the replay misses
+under ``masking`` and ``ckks`` and still hits under ``plaintext`` (no secret exists:
+the positive control).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from botorch_fed.federation import (
+    FBOFedGPConfig,
+    FederationSetup,
+    ProtocolViolation,
+    bo_client,
+    build_federation,
+    run_federated,
+    shared_search,
+)
+from botorch_fed.federation.checkpoint import load_checkpoint
+from botorch_fed.federation.fbo_fedgp import (
+    SEED_RANGE,
+    FBOFedGPClient,
+    global_step_seed,
+    secret_step_seed,
+)
+from botorch_fed.federation.messages import Message
+from botorch_fed.federation.objectives import CallableObjective
+from botorch_fed.federation.shared_search import SharedSearchMemo
+from botorch_fed.secure import ConfigurationError, available_backends, get_backend
+from tests.federation.runs import Killed, comparable, kill_after
+
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+
+BACKENDS = [
+    pytest.param(
+        name,
+        marks=[]
+        if name in available_backends()
+        else [pytest.mark.skip(reason=f"{name} backend not installed")],
+    )
+    for name in ("plaintext", "masking", "ckks")
+]
+SMALL = dict(num_init=4, support_size=6, num_restarts=2, raw_samples=16, maxiter=20)
+
+
+def _setup(aggregator: str, **kwargs) -> FederationSetup:
+    base = dict(problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0)
+    return FederationSetup(aggregator=aggregator, **{**base, **kwargs})
+
+
+def _config(**kwargs) -> FBOFedGPConfig:
+    # the paper's dPITC global model; every round a global round for every client
+    return FBOFedGPConfig.paper(**{**SMALL, "mixing": "global", "num_rounds": 2, **kwargs})
+
+
+# --- the attack ----------------------------------------------------------------------
+def _mount_replay(server, clients, setup: FederationSetup):
+    r"""Make ``server`` replay every global step it sends, as the review's attacker.
+
+    For each client the attacker keeps a shadow :class:`FBOFedGPClient` built from
+    public values only: the settings, the run seed, the client's id and public seed
+    (``BOClient``: "seed, which is public"), no data and no secure-aggregation role,
+    hence no federation secret -- it derives the seed exactly as a client without a
+    secret does. The shadow is fed the sums the server obtains (it forwards them to the
+    clients under ``plaintext`` and ``masking``) and the support the server chose; at
+    each ``global_step`` the attacker runs the shadow's step with the ``t``, ``rank``
+    and ``count`` it sends. Under ``ckks`` the server obtains no sum; the attacker is
+    then handed the victim's own model (more than the server holds) to test the seed
+    alone.
+
+    The attacker also runs each search under a control seed (the replay's + 1): a
+    point that both runs give bit for bit (a corner of the cube, say) does not depend
+    on the seed, so no seed, secret or not, can hide it.
+
+    Returns:
+        ``(predicted, control, actual, same_model)``: ``{(client, t): point}`` of the
+        replay, of the control search and of the clients' evaluations (unit cube), and
+        whether the attacker's model was the victim's, bit for bit, at every step.
+    """
+    objective = CallableObjective(lambda X: X.sum(-1), bounds=[[0.0, 0.0], [1.0, 1.0]])
+    shadows = {
+        cid: FBOFedGPClient(
+            cid,
+            objective,
+            server.settings,
+            seed=c.seed,
+            private_seed=0,
+            num_clients=len(clients),
+            run_seed=setup.seed,
+        )
+        for cid, c in clients.items()
+    }
+    predicted, control, actual, same_model = {}, {}, {}, []
+    honest_sum, honest_send = server.secure_sum, server.send
+
+    def recording_sum(request, *args, **kwargs):
+        total = honest_sum(request, *args, **kwargs)
+        if total is not None:  # what the server holds (plaintext, masking)
+            for shadow in shadows.values():
+                shadow.last_sum = total.copy()
+                shadow.sum_received(request, total.copy())
+        return total
+
+    def replaying_send(messages):
+        for cid, message in messages.items():
+            if message.type != "global_step":
+                continue
+            shadow, victim = shadows[cid], clients[cid]
+            shadow.support = server.support.clone()
+            if setup.aggregator == "ckks":  # the server holds no sum: an oracle
+                shadow.last_sum, shadow.standardize = victim.last_sum.copy(), victim.standardize
+                for mine, theirs in zip(shadow.modules, victim.modules, strict=True):
+                    mine.load_state_dict(theirs.state_dict())
+            same_model.append(
+                (shadow.last_sum == victim.last_sum).all()
+                and torch.equal(shadow.support, victim.support)
+                and all(
+                    torch.equal(a, b)
+                    for m, n in zip(shadow.modules, victim.modules, strict=True)
+                    for a, b in zip(m.state_dict().values(), n.state_dict().values(), strict=True)
+                )
+            )
+            t = message.payload["t"]
+            saved = bo_client.SHARED_SEARCHES  # the attacker's own search, not the clients'
+            try:
+                for out, shift in ((predicted, 0), (control, 1)):
+                    bo_client.SHARED_SEARCHES = SharedSearchMemo()
+                    shadow.search_seed = lambda r, own=False, s=shift, shadow=shadow: (
+                        (FBOFedGPClient.search_seed(shadow, r, own=own) + s) % SEED_RANGE
+                    )
+                    shadow._global_round = t
+                    shadow.on_global_step(dict(message.payload))
+                    out[(cid, t)] = shadow.X[-1].clone()
+            finally:
+                bo_client.SHARED_SEARCHES = saved
+        replies = honest_send(messages)
+        for cid, message in messages.items():
+            if message.type == "global_step":
+                actual[(cid, message.payload["t"])] = clients[cid].X[-1].clone()
+        return replies
+
+    server.secure_sum, server.send = recording_sum, replaying_send
+    return predicted, control, actual, same_model
+
+
+@pytest.mark.parametrize("aggregator", BACKENDS)
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"global_batch": "distinct"},
+        {"global_batch": "batch", "num_rounds": 1},
+        {"global_batch": "independent", "num_rounds": 1},
+    ],
+    ids=lambda o: o["global_batch"],
+)
+def test_server_cannot_replay_the_global_search(aggregator, options):
+    setup = _setup(aggregator)
+    server, clients, _ = build_federation("fbo-fedgp", setup, _config(**options))
+    predicted, control, actual, same_model = _mount_replay(server, clients, setup)
+    server.run()
+    assert len(predicted) == len(actual) == 3 * server.settings.num_rounds
+    assert all(same_model)  # the attacker holds the global model (or is given it)
+    # the points that depend on the search's seed (most; corners of the cube need not)
+    seeded = [k for k in actual if not torch.equal(predicted[k], control[k])]
+    assert len(seeded) >= len(actual) // 2
+    exact = [k for k in seeded if torch.equal(predicted[k], actual[k])]
+    if aggregator == "plaintext":  # no secret: every point replayed bit for bit
+        assert exact == seeded
+        assert all(torch.equal(predicted[k], actual[k]) for k in actual)
+    else:  # a secret seed: not one seed-dependent point replayed
+        assert exact == []
+    # What the secret does not hide (docs/security.md): the server's own search of the
+    # same acquisition on the same model still lands near the same maximiser. Measured
+    # here: within ~1e-9 of every rank-0 point ("distinct") and every "independent"
+    # point, within ~5e-4 of the first point of the q-batch; of the other ranks one
+    # within 2e-7, the rest 0.04-1.2 away. Asserted loosely (1e-3), so that the docs'
+    # claim stays checked.
+    near = {k for k in actual if (predicted[k] - actual[k]).norm() < 1e-3}
+    best = {(c, t) for c, t in actual if c == min(clients)}  # rank 0: every client is global
+    assert near == set(actual) if options["global_batch"] == "independent" else best <= near
+
+
+# --- the seed itself -----------------------------------------------------------------
+@pytest.mark.parametrize("aggregator", BACKENDS[1:])
+def test_every_client_derives_the_same_secret_seed(aggregator):
+    setup = _setup(aggregator)
+    _, clients, _ = build_federation("fbo-fedgp", setup, _config())
+    secrets_ = {c.federation_secret() for c in clients.values()}
+    assert len(secrets_) == 1 and len(secrets_.pop()) == 32
+    for t in (1, 2, 3):
+        seeds = {c.search_seed(t) for c in clients.values()}
+        assert len(seeds) == 1  # the shared search is still one search
+        (seed,) = seeds
+        assert 0 <= seed < SEED_RANGE and seed != global_step_seed(setup.seed, t)
+        own = {c.search_seed(t, own=True) for c in clients.values()}
+        assert len(own) == 3 and seed not in own  # a client's own search: its own seed
+    assert len({clients[0].search_seed(t) for t in range(1, 20)}) == 19  # per round
+    # another federation (other keys), the same public seeds: other search seeds
+    for other in (_setup(aggregator, crypto_seed=1), _setup(aggregator, crypto_seed=None)):
+        _, others, _ = build_federation("fbo-fedgp", other, _config())
+        assert others[0].search_seed(1) != clients[0].search_seed(1)
+    # crypto_seed (tests only) makes the federation key reproducible, as every key
+    _, again, _ = build_federation("fbo-fedgp", setup, _config())
+    assert again[0].search_seed(1) == clients[0].search_seed(1)
+
+
+def test_without_a_secret_a_client_uses_the_public_seed():
+    setup = _setup("plaintext", seed=7)
+    _, clients, _ = build_federation("fbo-fedgp", setup, _config())
+    for c in clients.values():
+        assert c.federation_secret() is None
+        assert c.search_seed(3) == global_step_seed(7, 3)
+        assert c.search_seed(3, own=True) == c.step_seed(3)
+
+
+def test_secret_step_seed_is_bound_to_every_input():
+    secret = bytes(range(32))
+    base = secret_step_seed(secret, 0, 1)
+    assert base == secret_step_seed(secret, 0, 1)
+    variants = {
+        secret_step_seed(bytes(31) + b"\x01", 0, 1),
+        secret_step_seed(secret, 1, 1),
+        secret_step_seed(secret, 0, 2),
+        secret_step_seed(secret, 0, 1, client_id=0),
+        secret_step_seed(secret, 0, 1, client_id=1),
+        secret_step_seed(secret, 2**70, 1),  # run seeds of any size
+    }
+    assert base not in variants and len(variants) == 6
+    assert all(0 <= s < SEED_RANGE for s in variants)
+
+
+@pytest.mark.parametrize(
+    "args, name",
+    [
+        (("not bytes", 0, 1), "secret"),
+        ((bytes(15), 0, 1), "secret"),
+        ((None, 0, 1), "secret"),
+        ((bytes(32), -1, 1), "run_seed"),
+        ((bytes(32), True, 1), "run_seed"),
+        ((bytes(32), 1.0, 1), "run_seed"),
+        ((bytes(32), 0, -1), "`t`"),
+        ((bytes(32), 0, 1, -2), "client_id"),
+    ],
+)
+def test_bad_seed_inputs_raise_named_errors(args, name):
+    with pytest.raises(ValueError, match=name):
+        secret_step_seed(*args)
+
+
+def test_masking_material_without_a_valid_federation_key_is_refused():
+    backend = get_backend("masking")
+    material = backend.setup([0, 1, 2], seed=0).for_client(0)
+    with pytest.raises(ConfigurationError, match="malformed.*federation key"):
+        backend.client(0, material[:-32])  # material of the old format
+    with pytest.raises(ConfigurationError, match="all zero"):
+        backend.client(0, material[:-32] + bytes(32))
+    roles = [backend.client(c, backend.setup([0, 1, 2], seed=0).for_client(c)) for c in (0, 1, 2)]
+    assert len({r.federation_secret() for r in roles}) == 1
+    # the secret is derived (own label), not the raw key of the material
+    assert roles[0].federation_secret() != material[-32:]
+    assert get_backend("plaintext").client(0).federation_secret() is None
+
+
+@pytest.mark.skipif("ckks" not in available_backends(), reason="ckks backend not installed")
+def test_ckks_secret_comes_from_the_group_key_not_the_server_material():
+    backend = get_backend("ckks")
+    setup = backend.setup([0, 1, 2], seed=0)
+    secrets_ = {backend.client(c, setup.for_client(c)).federation_secret() for c in (0, 1, 2)}
+    assert len(secrets_) == 1
+    (secret,) = secrets_
+    assert secret not in setup.server_material
+    other = backend.setup([0, 1, 2], seed=1)
+    assert backend.client(0, other.for_client(0)).federation_secret() != secret
+
+
+# --- the protocol ----------------------------------------------------------------------
+def test_the_servers_message_carries_no_seed_and_a_client_refuses_one():
+    server, clients, _ = build_federation("fbo-fedgp", _setup("masking"), _config(num_rounds=1))
+    sent, honest_send = [], server.send
+
+    def recording(messages):
+        sent.extend(m.payload for m in messages.values() if m.type == "global_step")
+        return honest_send(messages)
+
+    server.send = recording
+    server.run()
+    assert len(sent) == 3 and all(set(p) == {"t", "rank", "count"} for p in sent)
+    # a server that still sends a seed (one it chose) is refused
+    server.send = honest_send
+    server.broadcast("round", {"t": 2})
+    payload = {"t": 2, "rank": 0, "count": 3, "seed": global_step_seed(0, 2)}
+    with pytest.raises(ProtocolViolation, match=r"unexpected fields \['seed'\]"):
+        server.send({0: Message("global_step", payload)})
+
+
+def test_a_client_without_a_run_seed_refuses_a_shared_global_step():
+    server, clients, _ = build_federation("fbo-fedgp", _setup("masking"), _config(num_rounds=1))
+    clients[0].run_seed = None
+    with pytest.raises(ProtocolViolation, match="no run seed"):
+        server.run()
+
+
+def test_the_shared_search_is_memoised_under_the_secret_seed(monkeypatch):
+    memo = SharedSearchMemo()
+    monkeypatch.setattr(bo_client, "SHARED_SEARCHES", memo)
+    used, honest_key = [], SharedSearchMemo.key
+
+    def recording_key(acqf, bounds, options):
+        used.append(options["seed"])
+        return honest_key(acqf, bounds, options)
+
+    monkeypatch.setattr(SharedSearchMemo, "key", staticmethod(recording_key))
+    server, clients, _ = build_federation("fbo-fedgp", _setup("masking"), _config(num_rounds=1))
+    server.run()
+    assert used == [clients[0].search_seed(1)] * 3  # the seed used is in the key
+    assert (memo.misses, memo.hits) == (1, 2)  # one search for the round's 3 clients
+    X = torch.stack([c.X[-1] for c in clients.values()])
+    assert (torch.cdist(X, X) + torch.eye(3) > 1e-4).all()  # still distinct points
+
+
+# --- checkpoints ---------------------------------------------------------------------
+def test_resume_takes_the_secret_from_the_checkpointed_key_material(tmp_path, monkeypatch):
+    shared_search.SHARED_SEARCHES.clear()
+    config = _config(num_rounds=2)
+    # without crypto_seed: the federation key is OS randomness, so nothing but the
+    # checkpointed material can give the resumed clients the run's secret
+    setup = _setup("masking", crypto_seed=None)
+    with pytest.raises(Killed):
+        run_federated("fbo-fedgp", setup, config, checkpoint=tmp_path, on_round=kill_after(1))
+    _, states = load_checkpoint(tmp_path)
+    material = states["client-0"]["secagg_material"].numpy().tobytes()
+    secret = get_backend("masking").client(0, material).federation_secret()
+    seeds, honest = [], FBOFedGPClient.search_seed
+
+    def recording(self, t, *, own=False):
+        seed = honest(self, t, own=own)
+        seeds.append((t, seed))
+        return seed
+
+    monkeypatch.setattr(FBOFedGPClient, "search_seed", recording)
+    resumed = run_federated("fbo-fedgp", setup, config, resume=tmp_path)
+    assert seeds == [(2, secret_step_seed(secret, setup.seed, 2))] * 3
+    assert resumed.steps["global"] == 3 * 2
+
+
+def test_resume_is_bit_for_bit_with_the_secret_seed(tmp_path):
+    setup, config = _setup("masking"), _config(num_rounds=2)
+    full = run_federated("fbo-fedgp", setup, config)
+    with pytest.raises(Killed):
+        run_federated("fbo-fedgp", setup, config, checkpoint=tmp_path, on_round=kill_after(1))
+    resumed = run_federated("fbo-fedgp", setup, config, resume=tmp_path)
+    assert comparable(resumed) == comparable(full)
+    # and the secret mattered: the same run under plaintext takes other global points
+    plain = run_federated("fbo-fedgp", dataclasses.replace(setup, aggregator="plaintext"), config)
+    assert comparable(plain)["evaluations"] != comparable(full)["evaluations"]
