@@ -32,6 +32,7 @@ from gpytorch.priors import GammaPrior, LogNormalPrior
 from botorch_fed.models import fit_exact_gp
 from botorch_fed.models.exact_mll import exact_mll_closure
 from botorch_fed.models.pitc import _SCALARS, _structure, _structure_key, _summary_modules
+from tests.models.test_exact_mll import _CountGpytorch
 
 
 @pytest.fixture(autouse=True)
@@ -48,20 +49,6 @@ def _data(dtype=torch.float64, n=20, d=3, device="cpu"):
         n, 1, generator=g, dtype=torch.float64
     )
     return X.to(dtype=dtype, device=device), Y.to(dtype=dtype, device=device)
-
-
-class _CountGpytorch:
-    r"""Counts gpytorch ExactMarginalLogLikelihood.forward calls (BoTorch's path)."""
-
-    def __init__(self, monkeypatch):
-        self.calls = 0
-        original = ExactMarginalLogLikelihood.forward
-
-        def forward(mll, *args, **kwargs):
-            self.calls += 1
-            return original(mll, *args, **kwargs)
-
-        monkeypatch.setattr(ExactMarginalLogLikelihood, "forward", forward)
 
 
 def _params(mll):
