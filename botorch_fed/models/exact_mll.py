@@ -119,7 +119,7 @@ def exact_mll_closure(mll: ExactMarginalLogLikelihood) -> ForwardBackwardClosure
         in the order ``fit_gpytorch_mll_scipy`` uses. (Given a closure,
         ``fit_gpytorch_mll_scipy`` fits a batched multi-output model jointly rather than
         output by output: :func:`~botorch_fed.models.fit_exact_gp` passes one only for
-        single-output models.)
+        ``n x d`` single-output data.)
     """
     if not isinstance(mll, ExactMarginalLogLikelihood):
         raise TypeError(f"`mll` must be an ExactMarginalLogLikelihood, got {type(mll).__name__}.")
