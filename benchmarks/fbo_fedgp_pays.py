@@ -101,7 +101,9 @@ def _settings(algorithm: str, common: dict):
 
 
 def _one_run(job: dict) -> dict:
-    r"""One federation in this (worker) process; a JSON record."""
+    r"""One federation in this (worker) process; a JSON record. Optional job keys (for
+    other drivers, e.g. ``fbo_fedgp_support_privacy.py``): ``setup`` (more
+    ``FederationSetup`` arguments) and ``options`` (more settings arguments)."""
     import torch
 
     from botorch_fed.federation import FederationSetup, run_federated
@@ -116,8 +118,10 @@ def _one_run(job: dict) -> dict:
         seed=job["seed"],
         aggregator="plaintext",
         **hetero,
+        **job.get("setup", {}),
     )
-    name, settings = _settings(job["algorithm"], {"num_init": init, "num_rounds": rounds})
+    common = {"num_init": init, "num_rounds": rounds, **job.get("options", {})}
+    name, settings = _settings(job["algorithm"], common)
     t0 = time.perf_counter()
     result = run_federated(name, setup, settings)
     opt = result.optimal_value

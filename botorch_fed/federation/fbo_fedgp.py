@@ -69,6 +69,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -128,9 +129,9 @@ PRESETS = ("default", "paper")
 # "kg" selects the dPITC model.
 PRESET_VALUES = {
     "paper": {"mixing": "sample", "global_model": "pitc", "hyperparameters": "average",
-              "hyper_every": 10},
+              "hyper_every": 10, "support": "clustered", "center_noise": 0.0},
     "default": {"mixing": "global", "global_model": "pic", "hyperparameters": "federated",
-                "hyper_every": 5},
+                "hyper_every": 5, "support": "clustered", "center_noise": 0.0},
 }  # fmt: skip
 
 
@@ -143,7 +144,15 @@ class FBOFedGPConfig(BOSettings):
 
     Attributes:
         support_size: Support-set size ``|S|``.
-        support: ``"clustered"`` (Alg. 1) or ``"random"`` (App. D.3 ablation).
+        support: ``"clustered"`` (Alg. 1: federated k-means on the clients' centres)
+            or ``"random"`` (App. D.3 ablation: uniform points drawn by the server, no
+            client data involved); ``None``: the preset's.
+        center_noise: With ``"clustered"``: the standard deviation of Gaussian noise a
+            client adds to every centre it sends (unit-cube units, per coordinate; the
+            noisy centre is clamped into the cube), drawn from the client's *private*
+            generator (never from the public seeds); 0: exact centres. An obfuscation,
+            not differential privacy (docs/security.md, "Cluster centres"). ``None``:
+            the preset's with ``"clustered"``, 0 with ``"random"``.
         support_every: Re-select the support every ``K`` rounds (0: never).
         support_growth: Points added to ``|S|`` at each re-selection (App. C.7).
         centers_per_client: k of each client's local k-means.
@@ -181,7 +190,8 @@ class FBOFedGPConfig(BOSettings):
     """
 
     support_size: int = 16
-    support: str = field(default="clustered", metadata={"choices": SUPPORTS})
+    support: str | None = field(default=None, metadata={"choices": SUPPORTS})
+    center_noise: float | None = None
     support_every: int = 5
     support_growth: int = 0
     centers_per_client: int = 4
@@ -215,7 +225,19 @@ class FBOFedGPConfig(BOSettings):
             name: preset[name] if getattr(self, name) is None else getattr(self, name)
             for name in ("hyperparameters", "hyper_every")
         }
-        return replace(self, mixing=mixing, global_model=model, global_batch=batch, **hyper)
+        support = preset["support"] if self.support is None else self.support
+        noise = self.center_noise
+        if noise is None:  # the preset's noise belongs to its clustered support
+            noise = preset["center_noise"] if support == "clustered" else 0.0
+        return replace(
+            self,
+            mixing=mixing,
+            global_model=model,
+            global_batch=batch,
+            support=support,
+            center_noise=noise,
+            **hyper,
+        )
 
     @classmethod
     def paper(cls, **overrides) -> FBOFedGPConfig:
@@ -234,6 +256,8 @@ class FBOFedGPConfig(BOSettings):
             self.global_batch,
             self.hyperparameters,
             self.hyper_every,
+            self.support,
+            self.center_noise,
         ):
             self.resolved().validate()
             return
@@ -263,6 +287,19 @@ class FBOFedGPConfig(BOSettings):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}`={getattr(self, name)!r} must be one of {allowed}.")
         MixingSchedule(c=self.schedule)  # validates 0 < c <= 1
+        noise = self.center_noise
+        if (
+            isinstance(noise, bool)
+            or not isinstance(noise, int | float)
+            or not math.isfinite(noise)
+            or noise < 0
+        ):
+            raise ValueError(f"`center_noise` must be a finite number >= 0, got {noise!r}.")
+        if noise > 0 and self.support != "clustered":
+            raise ValueError(
+                f"`center_noise`={noise} noises cluster centres, but `support`="
+                f"{self.support!r} sends none (use `support`='clustered')."
+            )
         if self.support_size > MAX_SUPPORT_SIZE:
             raise ValueError(
                 f"`support_size`={self.support_size} exceeds {MAX_SUPPORT_SIZE} (clients refuse "
@@ -493,11 +530,28 @@ class FBOFedGPClient(BOClient):
             raise self.violation(f"`k`={k} must be in 1..{MAX_SUPPORT_SIZE}", "centers")
         if len(self.X) < self.config.min_cluster_size:  # too few points to share a centre of
             return {"centers": np.empty((0, self.dim))}
+        noise = self.config.center_noise
+        # the noise's seed comes from the private generator: the client's `seed` is
+        # public (the server can derive it from the run seed), so noise drawn from it
+        # could be subtracted
+        noise_seed = self.private_seed_draw() if noise > 0 else None
         with self.timed("support"):
             centers = local_centers(
-                self.X, k=k, seed=self.seed, min_cluster_size=self.config.min_cluster_size
+                self.X,
+                k=k,
+                seed=self.seed,
+                noise_std=noise,
+                noise_seed=noise_seed,
+                min_cluster_size=self.config.min_cluster_size,
             )
-        return {"centers": centers.numpy()}
+        # noise can push a centre out of the cube, where no support point may lie
+        return {"centers": centers.clamp(0.0, 1.0).numpy()}
+
+    def private_seed_draw(self) -> int:
+        r"""A seed drawn from the client's private generator (``private_seed``: OS
+        randomness unless the run's ``crypto_seed`` is set), for randomness the server
+        must not be able to reproduce (the noise of :meth:`on_centers`)."""
+        return int(torch.randint(2**62, (1,), generator=self.private_rng).item())
 
     def on_support(self, payload: dict) -> dict:
         support = torch.as_tensor(np.asarray(payload["support"], dtype=np.float64))

@@ -58,6 +58,7 @@ def local_centers(
     seed: int | None = None,
     noise_std: float = 0.0,
     min_cluster_size: int = 2,
+    noise_seed: int | None = None,
 ) -> Tensor:
     r"""A client's k-means centres (LOCALCLUSTERING of Alg. 1).
 
@@ -72,9 +73,14 @@ def local_centers(
         k: Number of centres; clipped to the number of distinct points in ``X``.
         tol: Relative convergence tolerance of Lloyd's iterations.
         max_iter: Maximum number of Lloyd iterations.
-        seed: Seed of the k-means++ seeding and of the optional noise.
+        seed: Seed of the k-means++ seeding (and of the noise if ``noise_seed`` is
+            ``None``).
         noise_std: Standard deviation of Gaussian noise added to each centre before
             it leaves the client (0: exact centres). See the module docstring.
+        noise_seed: Seed of the noise; ``None``: ``seed``. Whoever knows the noise's
+            seed can subtract the noise, so a client passes a seed from its private
+            randomness, never one derived from a public seed (FBO-FedGP's clients do,
+            ``FBOFedGPConfig.center_noise``).
         min_cluster_size: Centres of clusters with fewer *distinct* points are not
             returned (a centre of one point, or of copies of one point, *is* that
             point, so the default 2 never sends a raw data point; 1 gives plain
@@ -93,7 +99,7 @@ def local_centers(
         raise ValueError(f"`tol` must be non-negative, got {tol}.")
     if not isinstance(max_iter, int | np.integer) or max_iter < 1:
         raise ValueError(f"`max_iter` must be a positive integer, got {max_iter!r}.")
-    if not (noise_std >= 0 and np.isfinite(noise_std)):
+    if isinstance(noise_std, bool) or not (noise_std >= 0 and np.isfinite(noise_std)):
         raise ValueError(f"`noise_std` must be a finite non-negative number, got {noise_std}.")
     if not isinstance(min_cluster_size, int | np.integer) or min_cluster_size < 1:
         raise ValueError(
@@ -127,7 +133,7 @@ def local_centers(
         if centers.shape[0] == 0:
             centers = points.mean(axis=0, keepdims=True)
     if noise_std > 0:
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(seed if noise_seed is None else noise_seed)
         centers = centers + rng.normal(scale=noise_std, size=centers.shape)
     return torch.as_tensor(centers, dtype=X.dtype, device=X.device)
 
