@@ -570,6 +570,9 @@ class CoKGClient(BOClient):
             weighs its own mean by ``1/M`` and contributes only to sums over all ``M``.
     """
 
+    # what the server sends every client alike (bound into the next secure sum)
+    RELAYED = frozenset({"init", "centers", "support", "posterior", "optimum"})
+
     def __init__(
         self,
         client_id: int,

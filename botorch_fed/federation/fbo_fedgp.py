@@ -422,6 +422,9 @@ class FBOFedGPClient(BOClient):
             step on the shared model is refused (the registry always passes it).
     """
 
+    # what the server sends every client alike (bound into the next secure sum)
+    RELAYED = frozenset({"init", "round", "centers", "support", "apply_theta"})
+
     def __init__(
         self,
         client_id: int,

@@ -25,6 +25,8 @@ what honest contributors can produce, and turns a result that does not decode in
 
 from __future__ import annotations
 
+import hashlib
+import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -32,7 +34,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from botorch_fed.federation.checkpoint import check_tensor, expect_keys
+from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, expect_keys
 from botorch_fed.federation.ledger import Ledger
 from botorch_fed.federation.messages import TIME_PREFIX, Message
 from botorch_fed.federation.transport import Transport
@@ -53,14 +55,71 @@ class ProtocolViolation(RuntimeError):
     r"""A party received a message it cannot handle in its current state."""
 
 
+def relayed_digest(previous: bytes, type: str, payload: Mapping) -> bytes:
+    r"""``previous`` chained with one relayed message (SHA-256 of a canonical encoding).
+
+    The encoding is exact and unambiguous: keys sorted; each value tagged with its kind
+    (bool, int, float, str, bytes, array), arrays with their kind, shape and values as
+    little-endian int64 / float64 / bool bytes, so two payloads get the same digest iff
+    they hold the same values.
+
+    Raises:
+        TypeError: A value that is not a payload value (naming its key).
+    """
+    h = hashlib.sha256(b"botorch-fed/relayed\x00" + previous)
+    h.update(_field(type.encode()))
+    for key in sorted(payload):
+        h.update(_field(key.encode()) + _value(key, payload[key]))
+    return h.digest()
+
+
+def _field(data: bytes) -> bytes:
+    return struct.pack("<Q", len(data)) + data
+
+
+def _value(key: str, value: object) -> bytes:
+    if isinstance(value, bool | np.bool_):
+        return b"b" + _field(b"\x01" if value else b"\x00")
+    if isinstance(value, int | np.integer):
+        return b"i" + _field(str(int(value)).encode())
+    if isinstance(value, float | np.floating):
+        return b"f" + _field(struct.pack("<d", float(value)))
+    if isinstance(value, str):
+        return b"s" + _field(value.encode())
+    if isinstance(value, bytes):
+        return b"y" + _field(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        kind = {"b": "?", "i": "<i8", "u": "<i8", "f": "<f8"}[value.dtype.kind]
+        if value.dtype.kind == "u" and value.size and value.max() >= 2**63:
+            kind = "<u8"
+        data = np.ascontiguousarray(value, dtype=kind).tobytes()
+        shape = struct.pack(f"<{value.ndim}Q", *value.shape)
+        return b"a" + _field(kind.encode()) + _field(shape) + _field(data)
+    raise TypeError(f"Payload entry {key!r} of type {type(value).__name__} cannot be relayed.")
+
+
 class FederatedClient:
     r"""Base class of a client: dispatches messages to ``on_<type>`` methods.
+
+    What the server tells every client alike is bound into the next secure sum: each
+    client chains the messages whose type is in :attr:`RELAYED` (the federation's
+    values: support, hyperparameters, centres requests, rounds), each session's opening
+    fields (``request``, ``arg:*``, ``wide``, ``round``) and the sums the server
+    forwards into a digest (:func:`relayed_digest`), hands it to its backend role with
+    the next session's opening frame (``ClientRole.step(..., transcript=...)``) and
+    starts a new chain. Under ``masking`` and ``ckks`` a session whose contributors
+    were told different values then yields no sum: the server cannot equivocate to
+    isolate one client's contribution (docs/security.md, **Relayed values**).
 
     Args:
         client_id: This client's id.
         secagg: This client's role in the secure-aggregation backend (``None``:
             the client cannot take part in secure sums).
     """
+
+    RELAYED: frozenset[str] = frozenset()
+    r"""Message types the server sends every client identically (subclasses list
+    theirs; messages meant for one client, such as its own query point, are not)."""
 
     def __init__(self, client_id: int, secagg=None) -> None:
         self.client_id = int(client_id)
@@ -72,6 +131,7 @@ class FederatedClient:
         self._length: int | None = None
         self.round: int | None = None  # the federation round the server last announced
         self._timings: dict[str, float] = {}
+        self.relayed = b""  # digest of the relayed values since the last session's opening
 
     def handle(self, message: Message) -> Message:
         r"""Answer one message (the transport calls this)."""
@@ -81,6 +141,8 @@ class FederatedClient:
                 f"Client {self.client_id} cannot handle messages of type {message.type!r}."
             )
         self._timings = {}
+        if message.type in self.RELAYED:
+            self.relayed = relayed_digest(self.relayed, message.type, message.payload)
         payload = handler(message.payload) or {}
         payload.update({f"{TIME_PREFIX}{k}": v for k, v in self._timings.items()})
         return Message(message.type, payload)
@@ -106,17 +168,31 @@ class FederatedClient:
         if self._pending is not None:
             raise self.violation("cannot checkpoint in the middle of a secure sum", self._request)
         last = None if self.last_sum is None else torch.from_numpy(self.last_sum.copy())
-        return {"round": self.round, "last_sum": last}
+        return {"round": self.round, "last_sum": last, "relayed": self.relayed.hex()}
 
     def load_state_dict(self, state: dict) -> None:
-        r"""Restore :meth:`state_dict` (subclasses restore theirs)."""
+        r"""Restore :meth:`state_dict` (subclasses restore theirs). A checkpoint from
+        before the relayed digest existed restores an empty one."""
         owner = f"Client {self.client_id}"
-        expect_keys(owner, state, ("round", "last_sum"))
+        if isinstance(state, Mapping) and "relayed" not in state:
+            state = {**state, "relayed": ""}
+        expect_keys(owner, state, ("round", "last_sum", "relayed"))
         last = state["last_sum"]
         if last is not None:
             last = check_tensor(owner, "last_sum", last, (None,)).numpy().copy()
+        relayed = state["relayed"]
+        try:
+            relayed = bytes.fromhex(relayed)
+        except (TypeError, ValueError):
+            relayed = None
+        if relayed is None or len(relayed) not in (0, 32):
+            raise CheckpointError(
+                f"{owner}: `relayed` must be the hex of a 32-byte digest or empty, got "
+                f"{state['relayed']!r:.80}."
+            )
         self.round = None if state["round"] is None else int(state["round"])
         self.last_sum = last
+        self.relayed = relayed
 
     # --- secure sums -------------------------------------------------------------
     def violation(self, problem: str, request: str | None = None) -> ProtocolViolation:
@@ -165,6 +241,16 @@ class FederatedClient:
             self._request = request
             self._length = vector.size
             self.last_sum = None
+            # the session binds what this client was told since the last opening,
+            # this opening's fields included (not its frame: that is per client)
+            opening = {k: v for k, v in payload.items() if k != "data"}
+            transcript = relayed_digest(self.relayed, SECAGG, opening)
+            self.relayed = b""
+            with self.timed("secure_aggregation"):
+                data = self.secagg.step(
+                    bytes(payload["data"]), self._pending, transcript=transcript
+                )
+            return {"data": data}
         if self._pending is None:
             raise ProtocolViolation(f"Client {self.client_id}: secure-sum round without a vector.")
         with self.timed("secure_aggregation"):
@@ -177,6 +263,8 @@ class FederatedClient:
             raise self.violation(
                 "a secure-sum result arrived with no session pending (replayed or forged)"
             )
+        # what the server forwards is part of what the next session binds
+        self.relayed = relayed_digest(self.relayed, SUM_RESULT, payload)
         try:
             self.last_sum = None
             total = self._received_sum(payload, request)

@@ -411,6 +411,18 @@ class ServerRole(ABC):
         return ids
 
 
+def _checked_transcript(transcript: object) -> bytes:
+    if transcript is None:
+        return b""
+    if not isinstance(transcript, bytes):
+        raise InputError(
+            f"`transcript` must be a 32-byte digest or None, got {type(transcript).__name__}"
+        )
+    if len(transcript) != 32:
+        raise InputError(f"`transcript` must be a 32-byte digest, got {len(transcript)} bytes")
+    return transcript
+
+
 class ClientRole(ABC):
     """The client side of a backend: holds the client's keys and answers rounds.
 
@@ -435,6 +447,7 @@ class ClientRole(ABC):
         self.result: np.ndarray | None = None
         """The sum, where the backend delivers it to the clients (else None)."""
         self._joined: set[bytes] = set()  # session ids this role has joined (never twice)
+        self._transcript = b""  # of the current session (see ``step``)
 
     @property
     def session_id(self) -> bytes | None:
@@ -457,13 +470,23 @@ class ClientRole(ABC):
         """
         return None
 
-    def step(self, msg: bytes, x: np.ndarray | None = None) -> bytes:
+    def step(
+        self, msg: bytes, x: np.ndarray | None = None, *, transcript: bytes | None = None
+    ) -> bytes:
         """Answer one server message.
 
         Args:
             msg: The message bytes from the server.
             x: This client's input vector ``length`` (float64-convertible); only read
                 in the round(s) where the backend encodes it, may be None otherwise.
+            transcript: A 32-byte digest of what this client was told besides the
+                session (e.g. the federation values the server relayed to it) that
+                every contributor must have been told identically, or None (nothing).
+                Read with the session's opening frame only (round 0). Under ``masking``
+                it is covered by the consistency round's signatures and under ``ckks``
+                by the guard canaries, so a session whose contributors hold different
+                transcripts yields no sum (``TamperedMessageError`` before any share is
+                revealed, or at decryption); ``plaintext`` ignores it.
 
         Returns:
             The reply bytes.
@@ -484,6 +507,8 @@ class ClientRole(ABC):
             rnd = 0
             with error_context(self.client_id, 0, self.backend.round_name(0)):
                 try:
+                    self._transcript = b""
+                    self._transcript = _checked_transcript(transcript)
                     reply = self._start_session(frame, x)
                 except SecureAggregationError:
                     self._session = None  # fail closed: any session in progress ends

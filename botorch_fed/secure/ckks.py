@@ -101,12 +101,15 @@ def _canaries(group_key: bytes, binding: bytes, client_id: int, chunk: int) -> n
     return 1.0 + (words >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-def _binding(session: bytes, nonces: dict[int, bytes]) -> bytes:
-    """The session's binding: SHA-256 of the server's session id and every client's
-    nonce (fresh per session on each client, so the server cannot repeat it)."""
+def _binding(session: bytes, nonces: dict[int, bytes], transcript: bytes) -> bytes:
+    """The session's binding: SHA-256 of the server's session id, every client's
+    nonce (fresh per session on each client, so the server cannot repeat it) and the
+    client's transcript (:meth:`ClientRole.step`: contributors told different values
+    derive different canaries, and the aggregate fails the guard check)."""
     writer = PayloadWriter().ids(tuple(nonces))
     for cid in nonces:
         writer.raw(nonces[cid])
+    writer.blob(transcript)
     return hashlib.sha256(label("ckks/binding", session) + writer.getvalue()).digest()
 
 
@@ -465,7 +468,7 @@ class _CKKSClient(ClientRole):
                 "session); refusing to encrypt"
             )
         arr = self._input
-        self._binding = _binding(self.session_id or b"", nonces)
+        self._binding = _binding(self.session_id or b"", nonces, self._transcript)
         self._bound = ids
         params = self.backend.params
         d = params.data_slots
@@ -533,7 +536,10 @@ class _CKKSClient(ClientRole):
             if not np.isfinite(values).all():
                 problem = "non-finite values"
             elif np.max(np.abs(values[d:] - expected)) > tol:
-                problem = f"guard slots do not hold the {n} contributors' canaries"
+                problem = (
+                    f"guard slots do not hold the {n} contributors' canaries (or the "
+                    "contributors were told different values: transcripts differ)"
+                )
             elif used < d and np.max(np.abs(values[used:d])) > tol:
                 problem = "padding slots are not zero"
             elif np.max(np.abs(values[:used])) > bound:

@@ -113,12 +113,16 @@ def _keys_message(session: bytes, u: int, c_pk: bytes, s_pk: bytes) -> bytes:
     return label("masking/r0/signed-keys", session, u) + c_pk + s_pk
 
 
-def _survivors_message(session: bytes, signer: int, u3: tuple[int, ...], u1_digest: bytes) -> bytes:
-    # the signer, the contributor list and the digest of the signed-key list U1 that
-    # the verifier itself saw: U1 holds every client's fresh keys of this session, so
-    # a signature made in another session (even one with the same id) or over a
-    # different U1 view never verifies
-    return label("masking/r3/survivors", session, signer, len(u3), *u3) + u1_digest
+def _survivors_message(
+    session: bytes, signer: int, u3: tuple[int, ...], u1_digest: bytes, transcript: bytes
+) -> bytes:
+    # the signer, the contributor list, the digest of the signed-key list U1 that the
+    # verifier itself saw and the verifier's own transcript (ClientRole.step): U1 holds
+    # every client's fresh keys of this session, so a signature made in another session
+    # (even one with the same id), over a different U1 view or by a client the server
+    # told something else never verifies
+    head = label("masking/r3/survivors", session, signer, len(u3), *u3)
+    return head + u1_digest + label("masking/r3/transcript", transcript)
 
 
 def _u1_digest(session: bytes, signed: dict[int, tuple[bytes, bytes, bytes]]) -> bytes:
@@ -656,7 +660,9 @@ class _MaskingClient(ClientRole):
         reader.done()
         self._check_view(u3, self.u2, "contributor list U3")
         self.u3 = u3
-        message = _survivors_message(self.session_id or b"", self.client_id, u3, self._u1_digest)
+        message = _survivors_message(
+            self.session_id or b"", self.client_id, u3, self._u1_digest, self._transcript
+        )
         return ed25519_sign(self._signing_key, message)
 
     def _unmasking_shares(self, reader: PayloadReader) -> bytes:
@@ -671,14 +677,15 @@ class _MaskingClient(ClientRole):
         for v, signature in signatures.items():
             if valid >= self.t:
                 break
-            message = _survivors_message(session, v, self.u3, self._u1_digest)
+            message = _survivors_message(session, v, self.u3, self._u1_digest, self._transcript)
             valid += 1
             if not ed25519_verify(self._directory[v], signature, message):
                 raise TamperedMessageError(
                     f"consistency check failed: client {v}'s signature does not cover this "
-                    f"client's contributor list {list(self.u3)} and key list U1 of this "
-                    "session (the server showed clients different lists, replayed a "
-                    "signature or altered one); revealing no shares"
+                    f"client's contributor list {list(self.u3)}, key list U1 and transcript "
+                    "of this session (the server showed clients different lists or told "
+                    "them different values, replayed a signature or altered one); "
+                    "revealing no shares"
                 )
         survivors = set(self.u3)
         writer = PayloadWriter()

@@ -1,0 +1,301 @@
+r"""Clients bind what the server told them into the next secure sum (issue 14, finding 6
+and the equivocation attack of the review of issue 8).
+
+The attack: a server that sends different clients different federation values (a
+request argument, a broadcast setting, a forwarded sum) can make every client but one
+contribute something it knows (here: zero), so that the secure "sum" is one client's
+private vector. Every client now chains what it was told since the last session
+(:func:`~botorch_fed.federation.roles.relayed_digest`) into the next session: under
+``masking`` the consistency round's signatures cover it (no share is revealed, the
+server gets no sum), under ``ckks`` the guard canaries (the decrypting client refuses
+the aggregate). ``plaintext`` has no such protection (the positive control: the
+attack recovers the victim's vector), nor has a client whose binding is removed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from botorch_fed.federation import FBOFedGPConfig, FederationSetup, run_federated
+from botorch_fed.federation import roles as roles_module
+from botorch_fed.federation.checkpoint import CheckpointError
+from botorch_fed.federation.fbo_fedgp import FBOFedGPServer
+from botorch_fed.federation.messages import Message
+from botorch_fed.federation.roles import FederatedClient, relayed_digest
+from botorch_fed.secure import (
+    InputError,
+    TamperedMessageError,
+    available_backends,
+    get_backend,
+)
+from tests.secure.helpers import make_roles
+
+IDS = [0, 1, 2]
+BACKENDS = [
+    pytest.param(
+        name,
+        marks=[]
+        if name in available_backends()
+        else [pytest.mark.skip(reason=f"{name} backend not installed")],
+    )
+    for name in ("masking", "ckks")
+]
+
+
+class _Client(FederatedClient):
+    r"""A client whose next vector depends on what the server told it: its private
+    vector times a ``scale`` (an argument, a relayed setting, or 0 when the forwarded
+    sum is "too large", as a far-off mean zeroes the centred moments of issue 8)."""
+
+    RELAYED = frozenset({"setting"})  # "note" is meant for one client only
+
+    def __init__(self, cid, role):
+        super().__init__(cid, role)
+        self.value = np.array([0.25 + cid, -1.5 * cid, 3.0 + 0.125 * cid])
+        self.scale = 1.0
+
+    def on_setting(self, payload):
+        self.scale = float(payload["scale"])
+        return {}
+
+    def on_note(self, payload):
+        return {}
+
+    def vector_a(self, scale=1.0):
+        return self.value * float(scale) * self.scale
+
+    def vector_b(self):
+        told = 0.0 if self.last_sum is None else float(np.abs(self.last_sum).max())
+        return self.value * (0.0 if told > 1e6 else 1.0)
+
+
+def _session(server, clients, request, round_, args=None, per_client=None):
+    r"""One secure sum driven by a (possibly equivocating) server: ``per_client[cid]``
+    replaces fields of the opening message of client ``cid``. Returns the sum the
+    server obtains (None under ckks) and the clients' errors."""
+    per_client = per_client or {}
+    out, first, errors = server.start(IDS, 3), True, {}
+    while isinstance(out, dict):
+        replies = {}
+        for cid, msg in out.items():
+            payload = {"data": msg}
+            if first:
+                payload.update(request=request, wide=0, round=round_)
+                payload.update({f"arg:{k}": v for k, v in (args or {}).items()})
+                payload.update(per_client.get(cid, {}))
+            try:
+                replies[cid] = clients[cid].on_secagg(payload)["data"]
+            except TamperedMessageError as exc:
+                errors[cid] = exc
+        first = False
+        if errors or len(replies) < len(IDS):
+            return None, errors
+        out = server.step(replies)
+    return out, errors
+
+
+def _finish(clients, forwarded=None, per_client=None):
+    for cid, client in clients.items():
+        payload = {} if forwarded is None else {"sum": forwarded}
+        payload.update((per_client or {}).get(cid, {}))
+        client.on_secagg_result(payload)
+
+
+def _federation(name, seed=5):
+    server, roles = make_roles(get_backend(name), IDS, seed=seed)
+    return server, {cid: _Client(cid, roles[cid]) for cid in IDS}
+
+
+def _unbind(monkeypatch):
+    r"""Remove the protection: every client hands its backend a constant transcript."""
+    monkeypatch.setattr(roles_module, "relayed_digest", lambda *args: bytes(32))
+
+
+# --- the attacks -------------------------------------------------------------------
+ATTACKS = ["argument", "relayed setting", "forwarded sum"]
+
+
+def _mount(name, attack, server, clients):
+    r"""Equivocate so that clients 1 and 2 contribute zeros to request ``b``/``a``:
+    the server's "sum" is then client 0's private vector. Returns the session's
+    outcome ``(sum, errors)``."""
+    if attack == "argument":
+        per_client = {1: {"arg:scale": 0.0}, 2: {"arg:scale": 0.0}}
+        return _session(server, clients, "a", 1, args={"scale": 1.0}, per_client=per_client)
+    if attack == "relayed setting":
+        for cid, client in clients.items():
+            client.handle(Message("setting", {"scale": 1.0 if cid == 0 else 0.0}))
+        return _session(server, clients, "a", 1)
+    # forwarded sum (masking, plaintext: the server holds the sum): an honest first
+    # session, then clients 1 and 2 are told a huge sum
+    forwarded, _ = _session(server, clients, "a", 1)
+    huge = {cid: {"sum": forwarded * 1e9} for cid in (1, 2)}
+    _finish(clients, forwarded, per_client=huge)
+    return _session(server, clients, "b", 2)
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_masking_equivocation_yields_no_sum(attack):
+    server, clients = _federation("masking")
+    total, errors = _mount("masking", attack, server, clients)
+    assert total is None
+    assert errors, "no client detected the equivocation"
+    for exc in errors.values():
+        assert "consistency check failed" in str(exc)
+        assert "revealing no shares" in str(exc)
+
+
+@pytest.mark.parametrize("attack", ["argument", "relayed setting"])
+def test_ckks_equivocation_fails_the_guard_check(attack):
+    server, clients = _federation("ckks")
+    total, errors = _mount("ckks", attack, server, clients)
+    assert total is None
+    assert set(errors) == set(IDS)  # every decrypting client refuses the aggregate
+    for exc in errors.values():
+        assert "guard slots" in str(exc) and "transcripts differ" in str(exc)
+    assert all(c.secagg.result is None for c in clients.values())
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_the_attack_recovers_the_victim_without_the_binding(attack, monkeypatch):
+    r"""The positive control: with the binding removed (masking) the same attack gives
+    the server client 0's private vector; under plaintext it always does."""
+    _unbind(monkeypatch)
+    server, clients = _federation("masking")
+    total, errors = _mount("masking", attack, server, clients)
+    assert not errors
+    np.testing.assert_allclose(total, clients[0].value, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_plaintext_offers_no_protection(attack):
+    server, clients = _federation("plaintext")
+    total, errors = _mount("plaintext", attack, server, clients)
+    assert not errors
+    np.testing.assert_allclose(total, clients[0].value, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_honest_sessions_still_sum(name):
+    server, clients = _federation(name)
+    for client in clients.values():
+        client.handle(Message("setting", {"scale": 2.0}))
+    expected = 2.0 * sum(c.value for c in clients.values())
+    for t in (1, 2, 3):  # each session binds the previous one's forwarded sum
+        total, errors = _session(server, clients, "a", t)
+        assert not errors
+        _finish(clients, total)
+        for client in clients.values():
+            np.testing.assert_allclose(client.last_sum, expected, rtol=0, atol=1e-6)
+
+
+# --- the digest --------------------------------------------------------------------
+def _digest(payload, type="m", previous=b""):
+    return relayed_digest(previous, type, payload)
+
+
+def test_the_digest_tells_apart_what_an_honest_server_never_mixes_up():
+    base = {"k": 4, "x": np.array([0.5, 0.25]), "s": "pitc", "b": b"\x01"}
+    digests = {
+        "base": _digest(base),
+        "type": _digest(base, type="n"),
+        "previous": _digest(base, previous=bytes(32)),
+        "int": _digest({**base, "k": 5}),
+        "int as float": _digest({**base, "k": 4.0}),
+        "int as bool": _digest({**base, "k": True}),
+        "array value": _digest({**base, "x": np.array([0.5, 0.25 + 2**-52])}),
+        "array shape": _digest({**base, "x": np.array([[0.5, 0.25]])}),
+        "array as ints": _digest({**base, "x": np.array([0, 0])}),
+        "str": _digest({**base, "s": "pic"}),
+        "str as bytes": _digest({**base, "s": b"pitc"}),
+        "key": _digest({**{k: v for k, v in base.items() if k != "s"}, "t": "pitc"}),
+        "missing key": _digest({k: v for k, v in base.items() if k != "b"}),
+        "extra key": _digest({**base, "e": 0}),
+        # a field boundary moved: the lengths are encoded, so this differs too
+        "boundary": _digest({"ab": "c"}),
+        "boundary 2": _digest({"a": "bc"}),
+    }
+    assert len(set(digests.values())) == len(digests)
+    # equal values: equal digests, whatever the key order, the array's memory layout
+    # or integer width
+    same = {"b": b"\x01", "s": "pitc", "x": np.array([0.5, 0.25]), "k": np.int32(4)}
+    assert _digest(same) == digests["base"]
+    wide = np.asfortranarray(np.arange(6, dtype=np.int16).reshape(2, 3))
+    assert _digest({"a": wide}) == _digest({"a": np.arange(6).reshape(2, 3)})
+
+
+def test_the_digest_refuses_what_is_not_a_payload_value():
+    with pytest.raises(TypeError, match="'o'"):
+        _digest({"o": [1, 2]})
+    with pytest.raises(TypeError, match="'o'"):
+        _digest({"o": np.array(["a"])})
+
+
+def test_a_transcript_must_be_a_digest():
+    server, clients = _federation("masking")
+    out = server.start(IDS, 3)
+    for bad, match in [(b"short", "32-byte digest, got 5 bytes"), ("x" * 32, "got str")]:
+        with pytest.raises(InputError, match=match):
+            clients[0].secagg.step(out[0], clients[0].value, transcript=bad)
+
+
+def test_only_relayed_types_and_secure_sums_enter_the_transcript():
+    _, clients = _federation("plaintext")
+    client = clients[0]
+    client.handle(Message("setting", {"scale": 1.0}))
+    told = client.relayed
+    assert told == relayed_digest(b"", "setting", {"scale": 1.0})
+    client.handle(Message("note", {"x": 1.0}))
+    assert client.relayed == told
+
+
+# --- checkpoints -------------------------------------------------------------------
+def test_the_transcript_survives_a_checkpoint():
+    _, clients = _federation("plaintext")
+    clients[0].handle(Message("setting", {"scale": 3.0}))
+    state = clients[0].state_dict()
+    _, fresh = _federation("plaintext")
+    fresh[0].load_state_dict(state)
+    assert fresh[0].relayed == clients[0].relayed != b""
+    old = {k: v for k, v in state.items() if k != "relayed"}  # before the digest existed
+    fresh[0].load_state_dict(old)
+    assert fresh[0].relayed == b""
+    for bad in ("zz", "00" * 31, 7):
+        with pytest.raises(CheckpointError, match="`relayed`"):
+            fresh[0].load_state_dict({**state, "relayed": bad})
+
+
+# --- a whole run -------------------------------------------------------------------
+def _equivocating_broadcast(self, type, payload=None, clients=None):
+    r"""``FBOFedGPServer.broadcast`` that sends client 0 another support than the others
+    (any relayed value would do)."""
+    ids = self.client_ids if clients is None else tuple(clients)
+    payload = dict(payload or {})
+    if type == "support":
+        moved = np.clip(np.asarray(payload["support"]) + 0.01, 0.0, 1.0)
+        return self.send(
+            {
+                cid: Message(type, {**payload, "support": moved} if cid == 0 else payload)
+                for cid in ids
+            }
+        )
+    return self.send(dict.fromkeys(ids, Message(type, payload)))
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_an_fbo_fedgp_run_stops_when_the_server_equivocates(name, monkeypatch):
+    setup = FederationSetup(
+        problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0, aggregator=name
+    )
+    config = FBOFedGPConfig.paper(
+        num_init=4, support_size=6, num_restarts=2, raw_samples=16, maxiter=20,
+        mixing="global", num_rounds=1,
+    )  # fmt: skip
+    honest = run_federated("fbo-fedgp", dataclasses.replace(setup), config)
+    assert len(honest.best_per_round) == 2  # with an honest server the run completes
+    monkeypatch.setattr(FBOFedGPServer, "broadcast", _equivocating_broadcast)
+    with pytest.raises(TamperedMessageError, match="consistency check failed|transcripts differ"):
+        run_federated("fbo-fedgp", setup, config)
