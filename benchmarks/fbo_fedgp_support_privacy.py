@@ -250,7 +250,7 @@ def _commit() -> str:
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "botorch_fed", "benchmarks"],
+            ["git", "status", "--porcelain", "--", "botorch_fed", "benchmarks/*.py"],
             capture_output=True,
             text=True,
             check=True,
@@ -288,11 +288,13 @@ def main(argv=None) -> int:
     )
     commands_file = out / f"{STEM}_commands.txt"
     if not args.report:
+        # seed by seed: a run stopped early leaves every problem and arm with the
+        # same seeds (complete pairs)
         todo = [
             job(pr, p, s, a)
             for pr in args.presets
-            for p in args.problems
             for s in range(args.seeds)
+            for p in args.problems
             for a in args.arms
             if run_key(pr, p, s, a) not in runs
         ]
