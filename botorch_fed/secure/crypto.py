@@ -15,6 +15,7 @@ knows the seed knows every key.
 
 from __future__ import annotations
 
+import hmac
 import os
 import struct
 
@@ -36,6 +37,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from botorch_fed.secure.errors import InputError, TamperedMessageError
 
 __all__ = [
+    "MAC_SIZE",
     "RandomSource",
     "aead_open",
     "aead_seal",
@@ -47,8 +49,11 @@ __all__ = [
     "ed25519_verify",
     "hkdf",
     "label",
+    "mac_tag",
+    "mac_verify",
     "x25519_keypair",
     "x25519_private_from_bytes",
+    "x25519_public",
     "x25519_shared",
 ]
 
@@ -66,13 +71,11 @@ def label(purpose: str, session: bytes, *ids: int) -> bytes:
     Returns:
         ``b"botorch-fed/" + purpose + 0x00 + session + ids``.
     """
-    return (
-        b"botorch-fed/"
-        + purpose.encode("ascii")
-        + b"\x00"
-        + session
-        + b"".join(struct.pack(">I", i) for i in ids)
-    )
+    return b"botorch-fed/" + purpose.encode("ascii") + b"\x00" + session + _pack_ids(ids)
+
+
+def _pack_ids(ids: tuple[int, ...]) -> bytes:
+    return struct.pack(f">{len(ids)}I", *ids)
 
 
 class RandomSource:
@@ -130,6 +133,15 @@ def x25519_private_from_bytes(raw: bytes) -> X25519PrivateKey:
     if len(raw) != 32:
         raise TamperedMessageError(f"X25519 private key must be 32 bytes, got {len(raw)}")
     return X25519PrivateKey.from_private_bytes(raw)
+
+
+def x25519_public(private_raw: bytes) -> bytes:
+    """The raw 32-byte public key of a raw 32-byte X25519 private key.
+
+    Raises:
+        TamperedMessageError: If ``private_raw`` is not 32 bytes.
+    """
+    return x25519_private_from_bytes(private_raw).public_key().public_bytes_raw()
 
 
 def x25519_keypair(rand: RandomSource) -> tuple[X25519PrivateKey, bytes]:
@@ -196,6 +208,20 @@ def ed25519_verify(public_raw: bytes, signature: bytes, message: bytes) -> bool:
     except (InvalidSignature, ValueError):
         return False
     return True
+
+
+MAC_SIZE = 32  # bytes of an HMAC-SHA256 tag
+
+
+def mac_tag(key: bytes, message: bytes) -> bytes:
+    """HMAC-SHA256 of ``message`` under ``key`` (32-byte tag)."""
+    return hmac.digest(key, message, "sha256")
+
+
+def mac_verify(key: bytes, tag: bytes, message: bytes) -> bool:
+    """Whether ``tag`` is the HMAC-SHA256 of ``message`` under ``key`` (constant-time
+    comparison; False for a tag of the wrong length)."""
+    return len(tag) == MAC_SIZE and hmac.compare_digest(hmac.digest(key, message, "sha256"), tag)
 
 
 def channel_key(shared: bytes, session: bytes, client_id: int) -> bytes:

@@ -91,3 +91,91 @@ def flip(data: bytes, position: int) -> bytes:
     buf = bytearray(data)
     buf[position] ^= 0x01
     return bytes(buf)
+
+
+# --- the masking backend's messages, for tests that play a malicious server ----------
+TAG = 32  # bytes of a pairwise HMAC-SHA256 tag
+
+
+def masking_keys(payload: bytes, recipient: int):
+    """Parse a round-1 message to ``recipient``: ``(U1, {v: [c_pk, s_pk, tag]})``, the
+    tag being the one from ``v`` to ``recipient`` (None for the recipient's own keys)."""
+    from botorch_fed.secure.wire import PayloadReader
+
+    reader = PayloadReader(payload)
+    ids = reader.ids()
+    keys = {
+        v: [reader.raw(32), reader.raw(32), None if v == recipient else reader.raw(TAG)]
+        for v in ids
+    }
+    reader.done()
+    return ids, keys
+
+
+def write_masking_keys(ids, keys) -> bytes:
+    """Inverse of :func:`masking_keys`."""
+    from botorch_fed.secure.wire import PayloadWriter
+
+    writer = PayloadWriter().ids(tuple(ids))
+    for v in ids:
+        for part in keys[v]:
+            if part is not None:
+                writer.raw(part)
+    return writer.getvalue()
+
+
+def masking_reply_tags(payload: bytes, skip_keys: bool = False) -> dict[int, bytes]:
+    """``{recipient: tag}`` of a client's round-0 (``skip_keys=True``: after the two
+    public keys) or round-3 reply."""
+    from botorch_fed.secure.wire import PayloadReader
+
+    reader = PayloadReader(payload)
+    if skip_keys:
+        reader.raw(64)
+    tags = {}
+    for _ in range(reader.u32()):
+        v = reader.u32()
+        tags[v] = reader.raw(TAG)
+    reader.done()
+    return tags
+
+
+def write_masking_endorsements(recipient: int, tags: dict[int, bytes]) -> bytes:
+    """A round-4 message to ``recipient``: the endorser list ``U4`` (the senders of
+    ``tags`` and ``recipient``) and each sender's tag to ``recipient``."""
+    from botorch_fed.secure.wire import PayloadWriter
+
+    u4 = tuple(sorted({*tags, recipient}))
+    writer = PayloadWriter().ids(u4)
+    for v in u4:
+        if v != recipient:
+            writer.raw(tags[v])
+    return writer.getvalue()
+
+
+def masking_material(material: bytes) -> dict:
+    """Parse a client's masking setup material: ``{"tag", "signing", "static",
+    "directory": {cid: [ed25519 pk, static pk, signature]}, "federation"}``."""
+    from botorch_fed.secure.masking import _MATERIAL_TAG
+    from botorch_fed.secure.wire import PayloadReader
+
+    reader = PayloadReader(material)
+    out = {"tag": reader.raw(len(_MATERIAL_TAG)), "signing": reader.raw(32)}
+    out["static"] = reader.raw(32)
+    ids = reader.ids()
+    out["directory"] = {c: [reader.raw(32), reader.raw(32), reader.raw(64)] for c in ids}
+    out["federation"] = reader.raw(32)
+    reader.done()
+    return out
+
+
+def write_masking_material(parts: dict) -> bytes:
+    """Inverse of :func:`masking_material`."""
+    from botorch_fed.secure.wire import PayloadWriter
+
+    writer = PayloadWriter().raw(parts["tag"]).raw(parts["signing"]).raw(parts["static"])
+    writer.ids(tuple(parts["directory"]))
+    for entry in parts["directory"].values():
+        for part in entry:
+            writer.raw(part)
+    return writer.raw(parts["federation"]).getvalue()

@@ -19,7 +19,14 @@ from botorch_fed.secure import (
 )
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
 
-from .helpers import drive, make_roles, plain_sum, random_inputs
+from .helpers import (
+    drive,
+    make_roles,
+    masking_keys,
+    plain_sum,
+    random_inputs,
+    write_masking_keys,
+)
 
 IDS = [0, 1, 2, 3]
 
@@ -141,20 +148,17 @@ def test_masking_server_substituting_a_clients_own_key() -> None:
     honest = server._route_keys
 
     def forged(payloads):
-        out = honest(payloads)
-        reader = PayloadReader(out[0])
-        ids = reader.ids()
-        keys = [(reader.raw(32), reader.raw(32), reader.raw(64)) for _ in ids]
-        keys[1] = (keys[1][0], keys[2][0][::-1], keys[1][2])  # a key client 1 never made
-        writer = PayloadWriter().ids(ids)
-        for c_pk, s_pk, signature in keys:
-            writer.raw(c_pk).raw(s_pk).raw(signature)
-        return dict.fromkeys(out, writer.getvalue())
+        out = {}
+        for r, payload in honest(payloads).items():
+            ids, keys = masking_keys(payload, r)
+            keys[1][1] = keys[2][0][::-1]  # a key client 1 never made
+            out[r] = write_masking_keys(ids, keys)
+        return out
 
     server._route_keys = forged
-    with pytest.raises(KeyMismatchError, match="for client 1 carry no valid signature") as info:
+    with pytest.raises(KeyMismatchError, match="for client 1 carry no valid tag") as info:
         drive(server, clients, random_inputs(4, 5, seed=45))
-    # the first client to read the list (0) refuses it: client 1 did not sign that key
+    # the first client to read the list (0) refuses it: client 1 did not tag that key
     assert info.value.client_id == 0 and info.value.round == 1
 
 

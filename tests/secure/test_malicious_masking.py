@@ -3,7 +3,7 @@
 Each test mounts the attack with a patched server whose frames are validly sealed,
 steps every client by hand and asserts that every honest client refuses with a named
 error before it reveals anything the attack needs: the shares of round 1 (finding 1)
-or the unmasking shares of round 4 (finding 2). Without the signature check or the
+or the unmasking shares of round 4 (finding 2). Without the tag checks or the
 consistency round these attacks recover a client's input exactly (the review that
 filed issue 14 did so for n = 3..10).
 """
@@ -23,9 +23,18 @@ from botorch_fed.secure import (
 )
 from botorch_fed.secure.crypto import RandomSource, x25519_keypair
 from botorch_fed.secure.masking import default_threshold
-from botorch_fed.secure.wire import PayloadReader, PayloadWriter
+from botorch_fed.secure.wire import PayloadWriter
 
-from .helpers import make_roles, plain_sum, random_inputs, recording
+from .helpers import (
+    make_roles,
+    masking_keys,
+    masking_reply_tags,
+    plain_sum,
+    random_inputs,
+    recording,
+    write_masking_endorsements,
+    write_masking_keys,
+)
 
 
 def _step_all(clients, messages, inputs):
@@ -37,22 +46,6 @@ def _step_all(clients, messages, inputs):
         except SecureAggregationError as exc:
             errors[cid] = exc
     return replies, errors
-
-
-def _signed_keys(payload: bytes) -> tuple[tuple[int, ...], dict[int, list[bytes]]]:
-    reader = PayloadReader(payload)
-    ids = reader.ids()
-    keys = {v: [reader.raw(32), reader.raw(32), reader.raw(64)] for v in ids}
-    reader.done()
-    return ids, keys
-
-
-def _write_keys(ids, keys) -> bytes:
-    writer = PayloadWriter().ids(ids)
-    for v in ids:
-        for part in keys[v]:
-            writer.raw(part)
-    return writer.getvalue()
 
 
 def _run_until_refused(server, clients, inputs, last_round):
@@ -71,7 +64,8 @@ def _run_until_refused(server, clients, inputs, last_round):
 @pytest.mark.parametrize("n", [3, 4, 10])
 def test_peer_key_substitution_is_refused_by_every_client(n):
     # finding 1: the victim gets server-made keys for its peers, every peer a
-    # server-made key for the victim; the server cannot sign them
+    # server-made key for the victim; the server cannot tag them (it holds no pairwise
+    # MAC key)
     ids = list(range(n))
     server, clients = make_roles(get_backend("masking"), ids, seed=n)
     inputs = random_inputs(n, 6, seed=n)
@@ -85,10 +79,10 @@ def test_peer_key_substitution_is_refused_by_every_client(n):
     def substituting(payloads):
         out = {}
         for r, payload in honest(payloads).items():
-            u1, keys = _signed_keys(payload)
+            u1, keys = masking_keys(payload, r)
             for v in [v for v in u1 if v != victim] if r == victim else [victim]:
                 keys[v][0], keys[v][1] = fake[v]
-            out[r] = _write_keys(u1, keys)
+            out[r] = write_masking_keys(u1, keys)
         return out
 
     server._route_keys = substituting
@@ -98,11 +92,11 @@ def test_peer_key_substitution_is_refused_by_every_client(n):
     for cid, exc in errors.items():
         assert isinstance(exc, KeyMismatchError) and exc.round == 1 and exc.client_id == cid
         named = victim if cid != victim else min(v for v in ids if v != victim)
-        assert f"for client {named} carry no valid signature" in str(exc)
+        assert f"for client {named} carry no valid tag" in str(exc)
 
 
-def test_signed_keys_replayed_from_another_session_are_refused():
-    # the signature binds the session: last session's signed keys do not verify now
+def test_tagged_keys_replayed_from_another_session_are_refused():
+    # the tag binds the session: last session's tagged keys do not verify now
     ids = [0, 1, 2, 3]
     server, clients = make_roles(get_backend("masking"), ids, seed=1)
     inputs = random_inputs(4, 3, seed=1)
@@ -112,7 +106,7 @@ def test_signed_keys_replayed_from_another_session_are_refused():
     honest = server._route_keys
     server._route_keys = recording(recorded, honest)
     server.step(replies)
-    old_u1, old_keys = _signed_keys(recorded["out"][0])
+    old = {r: masking_keys(p, r) for r, p in recorded["out"].items()}
     server._route_keys = honest
     replies, errors = _step_all(clients, server.start(ids, 3), inputs)
     assert not errors
@@ -120,25 +114,25 @@ def test_signed_keys_replayed_from_another_session_are_refused():
     def replaying(payloads):
         out = {}
         for r, payload in honest(payloads).items():
-            u1, keys = _signed_keys(payload)
+            u1, keys = masking_keys(payload, r)
             if r != 2:
-                keys[2] = old_keys[2]  # client 2's keys and signature from the last session
-            out[r] = _write_keys(u1, keys)
+                keys[2] = old[r][1][2]  # client 2's keys and tag to r of the last session
+            out[r] = write_masking_keys(u1, keys)
         return out
 
     server._route_keys = replaying
     _, errors = _step_all(clients, server.step(replies), inputs)
     assert set(errors) == {0, 1, 3}
     assert all(isinstance(e, KeyMismatchError) for e in errors.values())
-    assert old_u1 == tuple(ids)
+    assert all(u1 == tuple(ids) for u1, _ in old.values())
 
 
-@pytest.mark.parametrize("forward", ["all signatures", "matching signatures"])
+@pytest.mark.parametrize("forward", ["all tags", "matching tags"])
 @pytest.mark.parametrize("n", [5, 7, 10])
 def test_inconsistent_contributor_lists_reveal_no_shares(n, forward):
     # finding 2: the server tells one group that the victim contributed (they would
     # reveal its self-mask seed shares) and the other that it dropped (they would
-    # reveal its mask-key shares); honest clients sign only the list they were shown
+    # reveal its mask-key shares); honest clients endorse only the list they were shown
     ids = list(range(n))
     t = default_threshold(n)
     server, clients = make_roles(get_backend("masking"), ids, seed=n)
@@ -154,26 +148,23 @@ def test_inconsistent_contributor_lists_reveal_no_shares(n, forward):
         honest_collect(payloads)
         return {v: PayloadWriter().ids(views[v]).getvalue() for v in ids if v in views[v]}
 
-    signatures: dict[int, bytes] = {}
+    tags: dict[int, dict[int, bytes]] = {}
 
     def route(payloads):
         for u, payload in payloads.items():
-            signatures[u] = PayloadReader(payload).raw(64)
+            tags[u] = masking_reply_tags(payload)
         out = {}
         for r in payloads:
             signers = (
                 sorted(payloads)
-                if forward == "all signatures"
+                if forward == "all tags"
                 else sorted(u for u in payloads if views[u] == views[r])
             )
-            writer = PayloadWriter().ids(tuple(signers))
-            for u in signers:
-                writer.raw(signatures[u])
-            out[r] = writer.getvalue()
+            out[r] = write_masking_endorsements(r, {u: tags[u][r] for u in signers if u != r})
         return out
 
     server._collect_masked = split_views
-    server._route_signatures = route
+    server._route_tags = route
     rnd, replies, errors = _run_until_refused(server, clients, inputs, last_round=4)
     assert rnd == 4 and not replies  # nobody revealed an unmasking share
     refusing = set(errors)
@@ -181,7 +172,7 @@ def test_inconsistent_contributor_lists_reveal_no_shares(n, forward):
     for cid, exc in errors.items():
         assert exc.round == 4 and exc.client_id == cid
         assert isinstance(exc, TamperedMessageError | TooFewClientsError | ProtocolError)
-        if forward == "matching signatures":  # fewer than t signatures on either list
+        if forward == "matching tags":  # fewer than t endorsements of either list
             assert isinstance(exc, TooFewClientsError), exc
     assert t > n / 2
 

@@ -5,13 +5,14 @@ validly sealed by the real ``ServerRole``), drives the clients by hand and asser
 what a correct implementation must do. They were ``xfail(strict=True)`` while the
 defect stands.
 
-The common root of the first three was that every signature a client checks (signed
+The common root of the first three was that every signature a client checked (signed
 keys of round 0, survivor-list signatures of round 3) was bound only to the
 *server-chosen* session id, and a client accepted a session id it had already used:
 a server that started several sessions with one id could replay signatures across
-them. Now a client refuses a session id it has joined, and survivor-list signatures
-name their signer and cover the digest of the key list U1 (every client's fresh keys
-of the session), so even restarted clients refuse signatures of another session.
+them. Now a client refuses a session id it has joined, and survivor-list
+authenticators (since then pairwise HMAC tags instead of Ed25519 signatures) name
+their sender and recipient and cover the digest of the key list U1 (every client's
+fresh keys of the session), so even restarted clients refuse tags of another session.
 """
 
 from __future__ import annotations
@@ -30,15 +31,24 @@ from botorch_fed.secure import (
 )
 from botorch_fed.secure.crypto import (
     RandomSource,
-    ed25519_keypair,
-    ed25519_sign,
+    mac_tag,
     x25519_private_from_bytes,
     x25519_shared,
 )
 from botorch_fed.secure.masking import _pair_mask, _self_mask, _survivors_message
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
 
-from .helpers import make_roles, random_inputs, recording
+from .helpers import (
+    make_roles,
+    masking_keys,
+    masking_material,
+    masking_reply_tags,
+    random_inputs,
+    recording,
+    write_masking_endorsements,
+    write_masking_keys,
+    write_masking_material,
+)
 
 SEED = 11
 
@@ -80,7 +90,7 @@ def _route_shares(u2_of: dict[int, tuple[int, ...]], payloads) -> dict[int, byte
 
 def _replay_attack(n: int = 10):
     """A server colluding with ``c = 3 < n / 3`` clients recovers an honest client's
-    input exactly by replaying survivor-list signatures across sessions that share one
+    input exactly by replaying survivor-list tags across sessions that share one
     session id.
 
     Clients: victim 0; D = {1, 2, 3} honest, in the victim's U2; E = {4, 5, 6} honest;
@@ -88,7 +98,7 @@ def _replay_attack(n: int = 10):
     The victim masks only with U2(0) = {0} | D | C. E is shown U3 = {0} | E | C (reveals
     b_0 and s_1, s_2, s_3); d in D is shown U3 = {0, d} | E | C (reveals b_0 and the s of
     the other two members of D). Within one session these views cannot each gather 7
-    signatures (the consistency round works); the missing signatures of 0, 4, 5, 6 are
+    endorsements (the consistency round works); the missing tags of 0, 4, 5, 6 are
     replayed from four earlier sessions with the same session id, each stopped
     after round 3, in which those clients were honestly shown the list in question.
     """
@@ -104,8 +114,8 @@ def _replay_attack(n: int = 10):
     lists = sorted(set(views.values()))
     honest_route_keys = server._route_keys
 
-    # earlier sessions, same id: collect honest signatures on each list
-    replay: dict[tuple[int, tuple[int, ...]], bytes] = {}
+    # earlier sessions, same id: collect honest tags on each list
+    replay: dict[tuple[int, tuple[int, ...]], dict[int, bytes]] = {}
     for listed in lists:
         messages = _restart(server, ids, length)
 
@@ -116,8 +126,8 @@ def _replay_attack(n: int = 10):
                 return _route_shares({v: tuple(ids) for v in ids}, payloads)
             if rnd == 2:
                 return {v: PayloadWriter().ids(listed).getvalue() for v in listed}
-            for u, p in payloads.items():  # rnd == 3: signatures; stop here
-                replay[(u, listed)] = PayloadReader(p).raw(64)
+            for u, p in payloads.items():  # rnd == 3: tags; stop here
+                replay[(u, listed)] = masking_reply_tags(p)
             return {}
 
         server._handle = handle
@@ -131,7 +141,7 @@ def _replay_attack(n: int = 10):
     u2_of = {v: tuple(ids) for v in ids}
     u2_of[victim] = tuple(sorted((victim, *D, *C)))
     masked: dict[int, np.ndarray] = {}
-    fresh: dict[int, bytes] = {}
+    fresh: dict[int, dict[int, bytes]] = {}
     revealed: dict[int, bytes] = {}
 
     def attack(rnd, payloads):
@@ -145,25 +155,24 @@ def _replay_attack(n: int = 10):
             return {r: PayloadWriter().ids(views[r]).getvalue() for r in views}
         if rnd == 3:
             for u, p in payloads.items():
-                fresh[u] = PayloadReader(p).raw(64)
+                fresh[u] = masking_reply_tags(p)
             out = {}
             for r, view in views.items():
-                sigs = {}
+                tags = {}
                 for s in view:
+                    if s == r:
+                        continue
                     if s in fresh and views.get(s) == view:
-                        sigs[s] = fresh[s]
-                    elif s in C:
-                        sigs[s] = ed25519_sign(
-                            clients[s]._signing_key, _survivors_message(sid, view)
+                        tags[s] = fresh[s][r]
+                    elif s in C:  # a colluder endorses whatever r was shown
+                        message = _survivors_message(
+                            sid, s, r, view, clients[r]._u1_digest, clients[r]._transcript
                         )
+                        tags[s] = mac_tag(clients[s]._send_keys[r], message)
                     elif (s, view) in replay:
-                        sigs[s] = replay[(s, view)]
-                signers = tuple(sorted(sigs))
-                assert len(signers) >= t
-                writer = PayloadWriter().ids(signers)
-                for s in signers:
-                    writer.raw(sigs[s])
-                out[r] = writer.getvalue()
+                        tags[s] = replay[(s, view)][r]
+                assert len(tags) + 1 >= t
+                out[r] = write_masking_endorsements(r, tags)
             return out
         revealed.update(payloads)
         return {}
@@ -206,7 +215,7 @@ def _replay_attack(n: int = 10):
     return fixed_point.decode(total), inputs[victim]
 
 
-def test_replayed_survivor_signatures_do_not_leak_an_input():
+def test_replayed_survivor_tags_do_not_leak_an_input():
     try:
         recovered, truth = _replay_attack()
     except SecureAggregationError:
@@ -216,17 +225,17 @@ def test_replayed_survivor_signatures_do_not_leak_an_input():
     )
 
 
-def test_survivor_signatures_from_an_earlier_session_are_refused():
+def test_survivor_tags_from_an_earlier_session_are_refused():
     ids = [0, 1, 2, 3, 4]
     server, clients = make_roles(get_backend("masking"), ids, seed=SEED)
     inputs = random_inputs(5, 3, seed=SEED)
     honest = {
         r: getattr(server, f)
         for r, f in enumerate(
-            ["_route_keys", "_route_shares", "_collect_masked", "_route_signatures"]
+            ["_route_keys", "_route_shares", "_collect_masked", "_route_tags"]
         )
     }
-    # session 1: honest up to the signatures on U3 = all, then abandoned
+    # session 1: honest up to the tags on U3 = all, then abandoned
     messages = _restart(server, ids, 3)
     for _ in range(3):
         messages = server.step(_step(clients, messages, inputs))
@@ -234,18 +243,18 @@ def test_survivor_signatures_from_an_earlier_session_are_refused():
     replies = _step(clients, messages, inputs)
 
     def record(rnd, payloads):
-        old.update({u: PayloadReader(p).raw(64) for u, p in payloads.items()})
+        old.update({u: masking_reply_tags(p) for u, p in payloads.items()})
         return {}
 
     server._handle = record
     server.step(replies)
     # session 2, same id: client 0 is shown U3 = all, the others U3 = all but 0 ... and
-    # client 0 gets last session's signatures of the others
+    # client 0 gets last session's tags of the others
     del server._handle
     with pytest.raises(ProtocolError, match="used before"):  # the reuse itself
         _step(clients, _restart(server, ids, 3), inputs)
     # the same clients restarted (same identities, roles that forgot the ids they
-    # joined): the signatures of session 1 cover session 1's key list U1, not this one
+    # joined): the tags of session 1 cover session 1's key list U1, not this one
     backend = get_backend("masking")
     setup = backend.setup(ids, seed=SEED)
     clients = {c: backend.client(c, setup.for_client(c), seed=SEED + 1) for c in ids}
@@ -265,11 +274,10 @@ def test_survivor_signatures_from_an_earlier_session_are_refused():
     fresh = {}
 
     def forward(rnd, payloads):
-        fresh.update({u: PayloadReader(p).raw(64) for u, p in payloads.items()})
-        writer = PayloadWriter().ids(tuple(ids)).raw(fresh[0])
-        for v in others:
-            writer.raw(old[v])  # signed U3 = all in session 1; in this session they
-        return {0: writer.getvalue()}  # signed U3 = others
+        fresh.update({u: masking_reply_tags(p) for u, p in payloads.items()})
+        # the others endorsed U3 = all in session 1; in this session they endorsed
+        # U3 = others
+        return {0: write_masking_endorsements(0, {v: old[v][0] for v in others})}
 
     server._handle = forward
     messages = server.step(_step(clients, messages, inputs))
@@ -277,7 +285,7 @@ def test_survivor_signatures_from_an_earlier_session_are_refused():
         clients[0].step(messages[0], inputs[0])
 
 
-def test_signed_keys_replayed_into_a_session_with_the_same_id_are_refused():
+def test_tagged_keys_replayed_into_a_session_with_the_same_id_are_refused():
     ids = [0, 1, 2, 3]
     server, clients = make_roles(get_backend("masking"), ids, seed=SEED)
     inputs = random_inputs(4, 3, seed=SEED)
@@ -286,28 +294,20 @@ def test_signed_keys_replayed_into_a_session_with_the_same_id_are_refused():
     server._route_keys = recording(recorded, honest)
     messages = _restart(server, ids, 3)
     server.step(_step(clients, messages, inputs))
-    reader = PayloadReader(recorded["out"][0])
-    u1 = reader.ids()
-    old = {v: (reader.raw(32), reader.raw(32), reader.raw(64)) for v in u1}
+    _, old = masking_keys(recorded["out"][0], 0)
 
     def replaying(payloads):
         out = honest(payloads)
-        reader = PayloadReader(out[0])
-        u1 = reader.ids()
-        keys = {v: [reader.raw(32), reader.raw(32), reader.raw(64)] for v in u1}
-        assert keys[2][:2] != list(old[2][:2])  # fresh keys this session
-        keys[2] = list(old[2])  # client 2's keys from the last session
-        writer = PayloadWriter().ids(u1)
-        for v in u1:
-            for part in keys[v]:
-                writer.raw(part)
-        out[0] = writer.getvalue()
+        u1, keys = masking_keys(out[0], 0)
+        assert keys[2][:2] != old[2][:2]  # fresh keys this session
+        keys[2] = list(old[2])  # client 2's keys (and tag to 0) from the last session
+        out[0] = write_masking_keys(u1, keys)
         return out
 
     # the same roles refuse the reused session id before any key is shown
     with pytest.raises(ProtocolError, match="used before"):
         _step(clients, _restart(server, ids, 3), inputs)
-    # restarted roles (same identities) cannot tell client 2's old signed keys from new
+    # restarted roles (same identities) cannot tell client 2's old tagged keys from new
     # ones in round 1; but client 2 (online) encrypts its shares for client 0 under its
     # fresh key: client 0 refuses in round 2, before it sends its masked input (had
     # client 2 been offline, the consistency round would stop the reveal)
@@ -337,10 +337,11 @@ def test_a_bad_round0_frame_mid_session_ends_the_session():
 def test_directory_with_a_duplicated_public_key_is_refused():
     backend = get_backend("masking")
     ids = [0, 1, 2, 3]
-    keys = {cid: ed25519_keypair(RandomSource(5, 3, cid)) for cid in ids}
-    writer = PayloadWriter().ids(tuple(ids))
-    for cid in ids:
-        writer.raw(keys[2 if cid == 3 else cid][1])  # client 3 registered 2's key
-    material = keys[0][0] + writer.getvalue() + bytes(range(1, 33))  # + the federation key
+    parts = masking_material(backend.setup(ids, seed=5).for_client(0))
+    parts["directory"][3][0] = parts["directory"][2][0]  # client 3 registered 2's identity
     with pytest.raises(ConfigurationError, match="one public key for several"):
-        backend.client(0, material)
+        backend.client(0, write_masking_material(parts))
+    parts = masking_material(backend.setup(ids, seed=5).for_client(0))
+    parts["directory"][3][1] = parts["directory"][2][1]  # ... or 2's static key
+    with pytest.raises(ConfigurationError, match="one static key for several"):
+        backend.client(0, write_masking_material(parts))
