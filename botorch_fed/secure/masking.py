@@ -904,9 +904,7 @@ class _MaskingClient(ClientRole):
         # every member of U4 but this client must have endorsed this client's own lists;
         # with this client that makes |U4| >= max(t, min_clients) endorsers (_check_view)
         for v, tag in tags.items():
-            message = _survivors_message(
-                session, v, u, self.u3, self._u1_digest, self._transcript
-            )
+            message = _survivors_message(session, v, u, self.u3, self._u1_digest, self._transcript)
             if not mac_verify(self._receive_keys[v], tag, message):
                 raise TamperedMessageError(
                     f"consistency check failed: client {v}'s tag does not cover this "

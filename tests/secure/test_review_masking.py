@@ -231,9 +231,7 @@ def test_survivor_tags_from_an_earlier_session_are_refused():
     inputs = random_inputs(5, 3, seed=SEED)
     honest = {
         r: getattr(server, f)
-        for r, f in enumerate(
-            ["_route_keys", "_route_shares", "_collect_masked", "_route_tags"]
-        )
+        for r, f in enumerate(["_route_keys", "_route_shares", "_collect_masked", "_route_tags"])
     }
     # session 1: honest up to the tags on U3 = all, then abandoned
     messages = _restart(server, ids, 3)
