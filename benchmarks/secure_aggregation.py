@@ -245,7 +245,8 @@ def target_summary(records: list[dict]) -> str:
                 f"{r['decrypt_unmask_ms']:.2f} ms; critical path "
                 f"{r['critical_path_ms']:.1f} ms; {_fmt_bytes(r['bytes_up_per_client'])} up / "
                 f"{_fmt_bytes(r['bytes_down_per_client'])} down per client; max error "
-                f"{r['max_abs_error']:.1e}.{verdict}"
+                f"{r['max_abs_error']:.1e}; key setup and role creation, once per "
+                f"federation, not in the total: {r['setup_s'] * 1e3:.0f} ms.{verdict}"
             )
     return "\n".join(lines) + "\n" if lines else "(M = 10, |S| = 32 not in this run)\n"
 
@@ -492,6 +493,39 @@ def _loadavg() -> str:
         return "n/a"
 
 
+def _busy_processes(window: float = 1.0, threshold: float = 0.2) -> str:
+    """Other processes that used more than ``threshold`` of a CPU over ``window``
+    seconds (Linux ``/proc``; "n/a" elsewhere), to record competing load."""
+
+    def cpu_ticks() -> dict[int, tuple[int, str]]:
+        out = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            out[int(entry.name)] = (int(fields[11]) + int(fields[12]), cmd[:80])
+        return out
+
+    try:
+        before = cpu_ticks()
+        time.sleep(window)
+        after = cpu_ticks()
+    except OSError:  # pragma: no cover - no /proc
+        return "n/a"
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = [
+        f"`{cmd or pid}` ({100 * (ticks - before[pid][0]) / hz / window:.0f}% of a CPU)"
+        for pid, (ticks, cmd) in after.items()
+        if pid in before and (ticks - before[pid][0]) / hz / window > threshold
+    ]
+    return "; ".join(busy) if busy else "none"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -518,6 +552,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--point-only", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     notes = [f"load average at start (1/5/15 min): {_loadavg()}"]
+    if not args.point_only:
+        notes.append(f"other processes above 20% of a CPU at start: {_busy_processes()}")
     if args.smoke:
         args.clients, args.support_sizes, args.repeats = [3, 10], [8, 32], 1
         notes.append("--smoke: tiny subset (M in {3, 10}, |S| in {8, 32}, 1 repeat)")
@@ -533,7 +569,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.point_only:  # a fresh process timing one point for --baseline
         args.point_only.write_text(json.dumps(records, default=str))
         return 0
-    notes.append(f"load average at end (1/5/15 min): {_loadavg()}")
     capped = sorted(
         {(r["backend"], r["n_clients"]) for r in records if r["repeats"] < args.repeats}
     )
@@ -548,8 +583,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     posterior = posterior_error_records(10, args.support_sizes, seed=args.seed)
     sections = {}
     if args.baseline and not args.smoke:
+        notes.append(f"other processes above 20% of a CPU before the baseline: {_busy_processes()}")
         body, _ = baseline_section(args.baseline, args.repeats, args.baseline_pairs, args.seed)
         sections["Malicious-secure protocols against the semi-honest ones"] = body
+    notes.append(f"load average at end (1/5/15 min): {_loadavg()}")
+    notes.append(f"other processes above 20% of a CPU at end: {_busy_processes()}")
     command = "python benchmarks/secure_aggregation.py " + " ".join(
         sys.argv[1:] if argv is None else argv
     )
