@@ -435,7 +435,10 @@ class BOClient(FederatedClient):
             elif not distinct:
                 X = maximize_step_acquisition(acqf, self.bounds, seed=seed, **search)
             else:
-                acqf = self.make_acquisition(model, t, kind=kind) if acqf is None else acqf
+                # the search's seed also seeds the acquisition (KG's fantasies): every
+                # client of the round must build the same one, from the secret seed
+                if acqf is None:
+                    acqf = self.make_acquisition(model, t, seed=seed, kind=kind)
                 # every client of the round runs this same search: in one process it
                 # runs once (keyed by the digest of all its inputs, see shared_search)
                 ranked = SHARED_SEARCHES(

@@ -38,7 +38,7 @@ from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, exp
 from botorch_fed.federation.ledger import Ledger
 from botorch_fed.federation.messages import TIME_PREFIX, Message
 from botorch_fed.federation.transport import Transport
-from botorch_fed.secure.errors import InputError
+from botorch_fed.secure.errors import InputError, SecureAggregationError
 from botorch_fed.secure.limbs import LimbEncoding
 from botorch_fed.secure.wire import parse_frame
 
@@ -104,10 +104,11 @@ class FederatedClient:
     What the server tells every client alike is bound into the next secure sum: each
     client chains the messages whose type is in :attr:`RELAYED` (the federation's
     values: support, hyperparameters, centres requests, rounds), each session's opening
-    fields (``request``, ``arg:*``, ``wide``, ``round``) and the sums the server
-    forwards into a digest (:func:`relayed_digest`), hands it to its backend role with
-    the next session's opening frame (``ClientRole.step(..., transcript=...)``) and
-    starts a new chain. Under ``masking`` and ``ckks`` a session whose contributors
+    fields (``request``, ``arg:*``, ``wide``, ``round``), the sums the server forwards
+    and the sums it accepts into one digest of the whole run (:func:`relayed_digest`;
+    never reset, so an abandoned session cannot clear a divergence) and hands it to its
+    backend role with every session's opening frame (``ClientRole.step(...,
+    transcript=...)``). Under ``masking`` and ``ckks`` a session whose contributors
     were told different values then yields no sum: the server cannot equivocate to
     isolate one client's contribution (docs/security.md, **Relayed values**).
 
@@ -131,7 +132,7 @@ class FederatedClient:
         self._length: int | None = None
         self.round: int | None = None  # the federation round the server last announced
         self._timings: dict[str, float] = {}
-        self.relayed = b""  # digest of the relayed values since the last session's opening
+        self.relayed = b""  # digest of every relayed value of the run so far
 
     def handle(self, message: Message) -> Message:
         r"""Answer one message (the transport calls this)."""
@@ -241,11 +242,10 @@ class FederatedClient:
             self._request = request
             self._length = vector.size
             self.last_sum = None
-            # the session binds what this client was told since the last opening,
-            # this opening's fields included (not its frame: that is per client)
+            # the session binds everything this client was told in the run, this
+            # opening's fields included (not its frame: that is per client)
             opening = {k: v for k, v in payload.items() if k != "data"}
-            transcript = relayed_digest(self.relayed, SECAGG, opening)
-            self.relayed = b""
+            self.relayed = transcript = relayed_digest(self.relayed, SECAGG, opening)
             with self.timed("secure_aggregation"):
                 data = self.secagg.step(
                     bytes(payload["data"]), self._pending, transcript=transcript
@@ -253,6 +253,17 @@ class FederatedClient:
             return {"data": data}
         if self._pending is None:
             raise ProtocolViolation(f"Client {self.client_id}: secure-sum round without a vector.")
+        try:
+            opening = parse_frame(bytes(payload["data"])).round == 0
+        except (SecureAggregationError, KeyError, TypeError):
+            opening = False  # the backend names what is wrong with it
+        if opening:
+            # a new session would take the last request's vector and bind no transcript
+            self._pending = None
+            raise self.violation(
+                "the opening frame of a new secure session came without a request; refusing",
+                self._request,
+            )
         with self.timed("secure_aggregation"):
             data = self.secagg.step(bytes(payload["data"]), self._pending)
         return {"data": data}
@@ -268,6 +279,9 @@ class FederatedClient:
         try:
             self.last_sum = None
             total = self._received_sum(payload, request)
+            # and the sum it accepted (under ckks its own decryption, which the server's
+            # message does not hold): clients holding different sums part ways
+            self.relayed = relayed_digest(self.relayed, "accepted", {"sum": total})
             self.last_sum = total
             return self.sum_received(request, total) or {}
         except ValueError as exc:  # a forged or garbled sum that does not decode

@@ -275,6 +275,10 @@ class CKKSBackend(SecureAggregationBackend):
                 f"key material was made for {material.params} ({material.encryption}), "
                 f"this backend uses {self.params} ({self.encryption})"
             )
+        group_key = getattr(material, "group_key", None)
+        if group_key is not None and not any(group_key):
+            # the canaries and federation_secret() would follow from public values
+            raise ConfigurationError("client key material holds an all-zero group key")
 
     def n_chunks(self, length: int) -> int:
         """Ciphertexts per vector of ``length`` values."""

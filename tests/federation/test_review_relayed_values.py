@@ -1,7 +1,8 @@
 r"""Review of 7f88441 (clients bind what the server told them into the next secure sum)
 from the side of an actively malicious server.
 
-Findings (strict xfails: each fails today and passes once fixed):
+Findings (the review's strict xfails; 2-4 are fixed and are plain tests now, 1 is
+fixed by binding the transcript into masking's key round):
 
 1. ``masking`` checks the transcript only in the consistency round, among the clients
    that reveal shares. A contributor whose consistency reply the server discards (as
@@ -144,12 +145,6 @@ def _tell_apart(clients):
 
 
 @pytest.mark.parametrize("name", _backends("masking", "ckks"))
-@pytest.mark.xfail(
-    strict=True,
-    reason="the relayed chain restarts at every opening, even of a session the server "
-    "abandons, while the state the equivocated values set persists: the next session "
-    "binds nothing of it",
-)
 def test_an_abandoned_opening_launders_an_equivocation(name):
     server, clients = _federation(name)
     _tell_apart(clients)
@@ -177,11 +172,6 @@ def _laundering_broadcast(self, type, payload=None, clients=None):
 
 
 @pytest.mark.parametrize("name", _backends("masking", "ckks"))
-@pytest.mark.xfail(
-    strict=True,
-    reason="test_an_fbo_fedgp_run_stops_when_the_server_equivocates with one abandoned "
-    "opening after the equivocated support: the run completes undetected",
-)
 def test_an_fbo_fedgp_run_with_a_laundering_opening_completes(name, monkeypatch):
     setup = FederationSetup(
         problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0, aggregator=name
@@ -197,11 +187,6 @@ def test_an_fbo_fedgp_run_with_a_laundering_opening_completes(name, monkeypatch)
 
 # --- finding 3: a round-0 frame without `request` binds no transcript ----------------
 @pytest.mark.parametrize("name", _backends("masking", "ckks"))
-@pytest.mark.xfail(
-    strict=True,
-    reason="on_secagg passes transcript= only with `request`; a round-0 frame without it "
-    "starts a session with an empty transcript on the vector of the abandoned opening",
-)
 def test_an_opening_without_request_binds_no_transcript(name):
     server, clients = _federation(name)
     zero = {1: {"arg:scale": 0.0}, 2: {"arg:scale": 0.0}}
@@ -239,12 +224,6 @@ def _per_client_aggregates(views):
 
 
 @pytest.mark.parametrize("name", _backends("ckks"))
-@pytest.mark.xfail(
-    strict=True,
-    reason="ckks: only the server's result message is chained, not the client's own "
-    "decryption: clients given aggregates over different contributor lists hold "
-    "different sums and the next session is accepted",
-)
 def test_ckks_clients_told_different_sums_go_undetected(name):
     server, clients = _federation(name, (0, 1, 2, 3))
     views = {0: (0, 1, 2, 3), 1: (0, 1, 2, 3), 2: (0, 1, 2), 3: (0, 1, 3)}

@@ -2,7 +2,7 @@ r"""Review of 03f7587 / 9c6eac2 (FBO-FedGP's shared global search seeded by the 
 federation secret), from the side of an actively malicious server that knows the public
 run seed and every public parameter and colludes with no client.
 
-Defects are ``xfail(strict=True)`` tests that fail today and pass once fixed; the
+Defects were ``xfail(strict=True)`` tests (those fixed since are plain tests); the
 other tests pin properties that hold and that the existing tests
 (``test_secret_global_seed.py``) do not check.
 """
@@ -169,13 +169,6 @@ def test_docs_do_not_say_masking_hides_the_other_ranks():
 
 
 # --- a search on the shared model still seeded publicly --------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="global_batch='distinct' with acquisition='kg': BOClient.acquire builds the KG "
-    "acquisition with make_acquisition(seed=None), i.e. each client's public "
-    "step_seed(t): the fantasies are seeded by public values and differ per client, so "
-    "the 'one shared search' is not shared (ranks 0 and 1 took points ~1e-3 apart)",
-)
 def test_kg_distinct_fantasies_are_seeded_by_the_secret(monkeypatch):
     seeds = []
     honest = bo_client.make_step_acquisition
@@ -255,12 +248,6 @@ def test_ckks_secret_depends_on_the_group_key_not_only_the_public_key_id():
 
 
 @needs_ckks
-@pytest.mark.xfail(
-    strict=True,
-    reason="ckks accepts client material whose group key is all zero (masking refuses an "
-    "all-zero federation key): federation_secret() = HKDF(0^32, label(key id)) is then "
-    "computable by the server, which holds the key id (and so are the canaries)",
-)
 def test_ckks_all_zero_group_key_is_refused():
     from botorch_fed.secure.ckks_keys import ClientKeyMaterial
 
