@@ -227,7 +227,8 @@ def test_algorithm_help_lists_only_its_options_with_defaults(capsys):
     assert main(["run", "fbo-fedgp", "--help"]) == 0
     text = capsys.readouterr().out
     for flag in ("--support-size INT, --support INT", "--num-rounds INT, --rounds INT",
-                 "--num-init INT, --init INT", "--support-selection {clustered,random}",
+                 "--num-init INT, --init INT", "--support-selection {clustered,random,none}",
+                 "--center-noise FLOAT|none",
                  "--aggregator {plaintext,ckks,masking}", "--objective", "--bounds", "--config",
                  "--checkpoint", "--resume"):  # fmt: skip
         assert flag in text, flag
@@ -309,7 +310,8 @@ def test_run_uses_the_library_defaults_of_fbo_fedgp(tmp_path):
     assert main(["run", "fbo-fedgp", *RUN_SMALL, "--out", str(out)]) == 0
     settings = json.loads(out.read_text())["config"]["settings"]
     defaults = FBOFedGPConfig().resolved()  # the results record the resolved settings
-    for name in ("support_every", "support_growth", "schedule", "hyperparameters", "mixing"):
+    for name in ("support_every", "support_growth", "schedule", "hyperparameters", "mixing",
+                 "support", "center_noise"):  # fmt: skip
         assert settings[name] == getattr(defaults, name), name
 
 
@@ -320,13 +322,23 @@ def test_preset_paper_on_the_command_line_gives_the_papers_algorithm(tmp_path):
     assert main(["run", "fbo-fedgp", *RUN_SMALL, "--preset", "paper", "--out", str(out)]) == 0
     settings = json.loads(out.read_text())["config"]["settings"]
     paper = FBOFedGPConfig.paper().resolved()
-    for name in ("preset", "mixing", "global_model", "global_batch", "hyperparameters"):
+    for name in ("preset", "mixing", "global_model", "global_batch", "hyperparameters",
+                 "support", "center_noise"):  # fmt: skip
         assert settings[name] == getattr(paper, name), name
+    assert (settings["support"], settings["center_noise"]) == ("clustered", 0.0)  # Alg. 1
     # an explicit flag wins over the preset
     assert main(["run", "fbo-fedgp", *RUN_SMALL, "--preset", "paper", "--mixing", "global",
                  "--out", str(out)]) == 0  # fmt: skip
     settings = json.loads(out.read_text())["config"]["settings"]
     assert (settings["mixing"], settings["global_model"]) == ("global", "pitc")
+
+
+def test_center_noise_on_the_command_line_reaches_the_settings(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["run", "fbo-fedgp", *RUN_SMALL, "--support-selection", "clustered",
+                 "--center-noise", "0.05", "--out", str(out)]) == 0  # fmt: skip
+    settings = json.loads(out.read_text())["config"]["settings"]
+    assert (settings["support"], settings["center_noise"]) == ("clustered", 0.05)
 
 
 @pytest.mark.parametrize(
@@ -342,6 +354,9 @@ def test_preset_paper_on_the_command_line_gives_the_papers_algorithm(tmp_path):
         (["--init", "1"], ["`--num-init`/`--init`=1", "`--min-cluster-size`=2"]),
         (["--mixing", "expected", "--acquisition", "ei"], ["`--mixing`", "`--acquisition`"]),
         (["--support-selection", "nearest"], ["--support-selection", "nearest"]),
+        (["--center-noise", "-1"], ["`--center-noise` must be a finite number >= 0"]),
+        (["--center-noise", "0.1", "--support-selection", "random"],
+         ["`--center-noise`=0.1", "`--support-selection`='random'"]),
         (["--seed", "-1"], ["`--seed`"]),
         (["--threads", "0"], ["`--threads`"]),
         (["--rounds", "two"], ["--num-rounds/--rounds", "two"]),

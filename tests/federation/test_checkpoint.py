@@ -89,6 +89,10 @@ def _setup_for(algorithm: str, aggregator: str) -> FederationSetup:
     if get_algorithm(algorithm).settings_class is LDPBOSettings:
         # LDP users draw their Laplace noise from private generators: seeded here
         return FederationSetup(problem="ldp-synthetic", num_clients=3, seed=2, crypto_seed=5)
+    if get_algorithm(algorithm).settings_class is FBOFedGPConfig:
+        # the default's clients noise their k-means centres from private generators
+        # (`center_noise`): seeded here, so the uninterrupted run can be reproduced
+        return _setup(aggregator, crypto_seed=5)
     return _setup(aggregator)
 
 

@@ -96,9 +96,16 @@ def _settings(algorithm: str, **kwargs):
     )
     base.update(kwargs)
     if algorithm == "fbo-fedgp":
-        # k = num_init and singleton clusters: the centres are the raw initial points
-        # (the positive control of the reply check)
-        base = dict(support_size=4, min_cluster_size=1, centers_per_client=NUM_INIT, **base)
+        # k = num_init, singleton clusters and exact centres (the default noises them):
+        # the centres are the raw initial points (the positive control of the reply check)
+        base = dict(
+            support_size=4,
+            min_cluster_size=1,
+            centers_per_client=NUM_INIT,
+            support="clustered",
+            center_noise=0.0,
+            **base,
+        )
         return FBOFedGPConfig(**base)
     return BOSettings(**base)
 

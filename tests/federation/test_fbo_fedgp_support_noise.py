@@ -1,0 +1,226 @@
+r"""FBO-FedGP's support selection (issue 14, finding 7): ``center_noise`` (validation, the
+noise the server receives, its private seed) and the preset's choice of ``support``."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from botorch_fed.federation import FBOFedGPConfig, FederationSetup, build_federation
+from botorch_fed.federation.fbo_fedgp import PRESET_VALUES
+from botorch_fed.inducing import local_centers
+
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+
+
+def _setup(**kwargs) -> FederationSetup:
+    base = dict(problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0)
+    base.update(kwargs)
+    return FederationSetup(**base)
+
+
+def _config(**kwargs) -> FBOFedGPConfig:
+    base = dict(num_init=6, num_rounds=1, support_size=6, raw_samples=16, maxiter=20)
+    base.update(kwargs)
+    return FBOFedGPConfig(**base)
+
+
+# --- validation -------------------------------------------------------------------------
+@pytest.mark.parametrize("value", [-0.1, -1e-300, math.nan, math.inf, -math.inf, True, "0.1"])
+def test_center_noise_must_be_a_finite_non_negative_number(value):
+    with pytest.raises(ValueError, match=r"`center_noise` must be a finite number >= 0"):
+        FBOFedGPConfig(support="clustered", center_noise=value).validate()
+    with pytest.raises(ValueError, match=r"`center_noise`"):  # through the preset too
+        FBOFedGPConfig(center_noise=value).validate()
+
+
+def test_center_noise_needs_the_clustered_support():
+    with pytest.raises(ValueError, match=r"`center_noise`=0.1 .* `support`='random' sends none"):
+        FBOFedGPConfig(support="random", center_noise=0.1).validate()
+    for value in (0, 0.0, 0.05, 1, 2.5):  # any finite value >= 0 with clustered centres
+        FBOFedGPConfig(support="clustered", center_noise=value).validate()
+        FBOFedGPConfig.paper(center_noise=value).validate()
+    FBOFedGPConfig(support="random", center_noise=0.0).validate()
+
+
+# --- presets ----------------------------------------------------------------------------
+def test_the_paper_preset_keeps_exact_clustered_centres():
+    paper = FBOFedGPConfig.paper().resolved()
+    assert (paper.support, paper.center_noise) == ("clustered", 0.0)  # Alg. 1 as published
+    assert PRESET_VALUES["paper"]["support"] == "clustered"
+    assert PRESET_VALUES["paper"]["center_noise"] == 0.0
+
+
+def test_the_default_preset_hides_the_centres():
+    # benchmarks/results/fbo_fedgp_support_privacy.md: the measured choice
+    default = FBOFedGPConfig().resolved()
+    assert (default.support, default.center_noise) == (
+        PRESET_VALUES["default"]["support"],
+        PRESET_VALUES["default"]["center_noise"],
+    )
+    assert default.support == "random" or default.center_noise > 0  # no exact centres
+
+
+def test_support_and_center_noise_resolve_from_the_preset_unless_given():
+    default = PRESET_VALUES["default"]
+    # the fields stay None: replace() re-resolves under another preset
+    cfg = FBOFedGPConfig()
+    assert (cfg.support, cfg.center_noise) == (None, None)
+    paper = dataclasses.replace(cfg, preset="paper").resolved()
+    assert (paper.support, paper.center_noise) == ("clustered", 0.0)
+    # explicit values win over either preset
+    for preset in ("default", "paper"):
+        r = FBOFedGPConfig(preset=preset, support="random").resolved()
+        assert (r.support, r.center_noise) == ("random", 0.0)  # no centres, no noise
+        r = FBOFedGPConfig(preset=preset, support="clustered", center_noise=0.2).resolved()
+        assert (r.support, r.center_noise) == ("clustered", 0.2)
+        r = FBOFedGPConfig(preset=preset, center_noise=0.0, support="clustered").resolved()
+        assert (r.support, r.center_noise) == ("clustered", 0.0)
+    # a chosen clustered support takes the preset's noise for clustered centres
+    r = FBOFedGPConfig(support="clustered").resolved()
+    expected = default["center_noise"] if default["support"] == "clustered" else 0.0
+    assert r.center_noise == expected
+    assert FBOFedGPConfig.paper(support="clustered").resolved().center_noise == 0.0
+    # resolved settings are complete and valid
+    for cfg in (FBOFedGPConfig(), FBOFedGPConfig.paper(), FBOFedGPConfig(support="clustered")):
+        r = cfg.resolved()
+        assert r.support is not None and r.center_noise is not None
+        r.validate()
+
+
+def test_the_run_records_the_resolved_support_settings():
+    # what a checkpoint's manifest and the results hold (runner._run_info)
+    from botorch_fed.federation.runner import _run_info
+
+    info = _run_info("fbo-fedgp", _setup(), _config(support="clustered", center_noise=0.1))
+    assert (info["settings"]["support"], info["settings"]["center_noise"]) == ("clustered", 0.1)
+    info = _run_info("fbo-fedgp", _setup(), _config(preset="paper"))
+    assert (info["settings"]["support"], info["settings"]["center_noise"]) == ("clustered", 0.0)
+
+
+# --- the centres the server receives ------------------------------------------------------
+def _received_centres(setup: FederationSetup, config: FBOFedGPConfig):
+    r"""Run a federation; the centres the server received, by client, with the centres
+    the client's data give without noise (recomputed from its inputs at that time)."""
+    received: dict[int, np.ndarray] = {}
+    exact: dict[int, np.ndarray] = {}
+    server, clients, _ = build_federation(
+        "fbo-fedgp",
+        setup,
+        config,
+        on_receive=lambda cid, reply: (
+            received.__setitem__(cid, np.asarray(reply.payload["centers"]).copy())
+            if reply.type == "centers"
+            else None
+        ),
+    )
+    for cid, client in clients.items():
+        original = client.on_centers
+
+        def recording(payload, original=original, client=client, cid=cid):
+            exact[cid] = local_centers(
+                client.X,
+                k=int(payload["k"]),
+                seed=client.seed,
+                min_cluster_size=client.config.min_cluster_size,
+            ).numpy()
+            return original(payload)
+
+        client.on_centers = recording
+    server.run()
+    return received, exact, server, clients
+
+
+def test_noised_centres_differ_from_the_exact_ones_and_stay_in_the_cube():
+    cfg = _config(support="clustered", center_noise=0.1)
+    received, exact, server, clients = _received_centres(_setup(), cfg)
+    assert sorted(received) == sorted(clients)
+    for cid in clients:
+        got, ref = received[cid], exact[cid]
+        assert got.shape == ref.shape and len(got) >= 1
+        assert ((got >= 0) & (got <= 1)).all()  # clamped: the server accepts them
+        moved = np.abs(got - ref)
+        assert (moved > 1e-6).mean() > 0.9  # noise on (nearly) every coordinate
+        assert moved.max() < 1.0
+    # the run went on: every client holds the server's support, inside the cube
+    for c in clients.values():
+        assert c.support is not None and ((c.support >= 0) & (c.support <= 1)).all()
+    # without noise the server receives exactly the k-means centres
+    received0, exact0, _, _ = _received_centres(
+        _setup(), dataclasses.replace(cfg, center_noise=0.0)
+    )
+    for cid in received0:
+        np.testing.assert_array_equal(received0[cid], exact0[cid])
+        np.testing.assert_array_equal(exact0[cid], exact[cid])  # same data, same k-means
+
+
+def test_a_large_noise_is_clamped_into_the_cube():
+    received, _, _, clients = _received_centres(
+        _setup(), _config(support="clustered", center_noise=5.0)
+    )
+    for got in received.values():
+        assert ((got >= 0) & (got <= 1)).all()
+        assert np.isin(got, [0.0, 1.0]).mean() > 0.5  # most coordinates were pushed out
+    for c in clients.values():
+        assert ((c.support >= 0) & (c.support <= 1)).all()
+
+
+def test_the_noise_is_private_not_derived_from_the_public_seed():
+    cfg = _config(support="clustered", center_noise=0.1)
+    # the same public run seed (initial designs, client seeds, k-means) with two
+    # different private seeds: the same exact centres, different noise
+    a, exact_a, _, clients = _received_centres(_setup(crypto_seed=0), cfg)
+    b, exact_b, _, _ = _received_centres(_setup(crypto_seed=1), cfg)
+    for cid in a:
+        np.testing.assert_array_equal(exact_a[cid], exact_b[cid])
+        assert not np.allclose(a[cid], b[cid])
+    # ... and with OS randomness (no crypto_seed, the deployed case) as well
+    c, _, _, _ = _received_centres(_setup(crypto_seed=None), cfg)
+    d, _, _, _ = _received_centres(_setup(crypto_seed=None), cfg)
+    assert not all(np.allclose(c[cid], d[cid]) for cid in c)
+    # a server that knows the run seed knows each client's public seed; noise drawn from
+    # it (local_centers' default, seed -> noise) is not what the clients sent
+    for cid, client in clients.items():
+        public = local_centers(
+            client.X[: cfg.num_init],
+            k=cfg.centers_per_client,
+            seed=client.seed,
+            noise_std=0.1,
+            min_cluster_size=cfg.min_cluster_size,
+        ).clamp(0.0, 1.0)
+        assert not np.allclose(public.numpy(), a[cid])
+    # the same private seed reproduces the run (tests, reproducible experiments)
+    again, _, _, _ = _received_centres(_setup(crypto_seed=0), cfg)
+    for cid in a:
+        np.testing.assert_array_equal(again[cid], a[cid])
+
+
+def test_the_noise_seed_comes_from_the_private_generator(monkeypatch):
+    import botorch_fed.federation.fbo_fedgp as fbo
+
+    seen = []
+    real = fbo.local_centers
+
+    def spy(X, k, **kwargs):
+        seen.append((X.clone(), kwargs))
+        return real(X, k, **kwargs)
+
+    monkeypatch.setattr(fbo, "local_centers", spy)
+    server, clients, _ = build_federation(
+        "fbo-fedgp", _setup(), _config(support="clustered", center_noise=0.05)
+    )
+    states = {cid: c.private_rng.get_state().clone() for cid, c in clients.items()}
+    server.run()
+    assert len(seen) == len(clients)
+    for X, kwargs in seen:
+        ((cid, client),) = [(i, c) for i, c in clients.items() if torch.equal(c.X[: len(X)], X)]
+        assert kwargs["noise_std"] == 0.05
+        assert kwargs["seed"] == client.seed  # k-means++ seeding: public, as before
+        g = torch.Generator()
+        g.set_state(states[cid])
+        expected = int(torch.randint(2**62, (1,), generator=g).item())
+        assert kwargs["noise_seed"] == expected != client.seed
