@@ -155,8 +155,7 @@ def report(runs: dict[str, dict], out: Path, meta: dict) -> tuple[str, dict]:
         "# FBO-FedGP's support set: the regret cost of hiding cluster centres (issue 14)",
         "",
         f"- commands: {'; '.join(f'`{c}`' for c in meta['commands'])}",
-        f"- machine: {meta['machine']}; versions: {meta['versions']}; git commit "
-        f"{meta['commit']}",
+        f"- machine: {meta['machine']}; versions: {meta['versions']}; git commit {meta['commit']}",
         f"- report written {meta['date']}; every run in `{STEM}_runs.jsonl`",
         "- every run: a federation of `benchmarks/fbo_fedgp_pays.py` (in-process, plaintext "
         "aggregation, GP-UCB, 4 initial points per client; M clients, T rounds as in its "
@@ -223,7 +222,9 @@ def report(runs: dict[str, dict], out: Path, meta: dict) -> tuple[str, dict]:
         lines += [
             "",
             "Wall time per run (s, mean): "
-            + ", ".join(f"{a} {np.mean(times[(preset, a)]):.1f}" for a in arms if times[(preset, a)]),
+            + ", ".join(
+                f"{a} {np.mean(times[(preset, a)]):.1f}" for a in arms if times[(preset, a)]
+            ),
             "",
         ]
         entry = {"pooled": pooled, "per_problem": per_problem}
@@ -308,7 +309,9 @@ def main(argv=None) -> int:
                 fh.write(json.dumps(rec) + "\n")
                 fh.flush()
                 runs[rec["key"]] = rec
-                print(f"{rec['key']}: regret {rec['regret']:.4g} ({rec['time_s']:.1f} s)", flush=True)
+                print(
+                    f"{rec['key']}: regret {rec['regret']:.4g} ({rec['time_s']:.1f} s)", flush=True
+                )
         with commands_file.open("a") as fh:
             fh.write(f"# {time.perf_counter() - t0:.0f} s for {len(todo)} runs, one process\n")
     commands = sorted(

@@ -355,8 +355,10 @@ def test_center_noise_on_the_command_line_reaches_the_settings(tmp_path):
         (["--mixing", "expected", "--acquisition", "ei"], ["`--mixing`", "`--acquisition`"]),
         (["--support-selection", "nearest"], ["--support-selection", "nearest"]),
         (["--center-noise", "-1"], ["`--center-noise` must be a finite number >= 0"]),
-        (["--center-noise", "0.1", "--support-selection", "random"],
-         ["`--center-noise`=0.1", "`--support-selection`='random'"]),
+        (
+            ["--center-noise", "0.1", "--support-selection", "random"],
+            ["`--center-noise`=0.1", "`--support-selection`='random'"],
+        ),
         (["--seed", "-1"], ["`--seed`"]),
         (["--threads", "0"], ["`--threads`"]),
         (["--rounds", "two"], ["--num-rounds/--rounds", "two"]),
