@@ -584,8 +584,11 @@ class FBOFedGPClient(BOClient):
         return {}
 
     def on_round(self, payload: dict) -> dict:
-        t = int(payload["t"])
         self._global_round = None
+        t = payload.get("t")
+        if isinstance(t, bool) or not isinstance(t, int | np.integer) or t < 1:
+            raise self.violation(f"the round `t` must be an integer >= 1, got {t!r}", "round")
+        t = int(t)
         if len(self.X) == 0:  # every evaluation failed so far: a random step, no model
             self.evaluate(self.propose_local(t), t, "local")
             return {"global": False}

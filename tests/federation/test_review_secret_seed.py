@@ -259,12 +259,6 @@ def test_ckks_all_zero_group_key_is_refused():
 
 
 # --- the server's messages ---------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="the round `t` the server sends is not validated: under masking a negative t "
-    "is accepted by `round` and then fails inside secret_step_seed with a ValueError "
-    "instead of a ProtocolViolation (plaintext accepts and runs it)",
-)
 def test_a_negative_round_is_refused_as_a_protocol_violation():
     server, clients, _ = build_federation("fbo-fedgp", _setup("masking"), _config())
     server.run()
