@@ -155,13 +155,6 @@ def test_masking_summary_sum_reveals_every_global_point_whatever_the_seed():
     assert (recovered - truth).abs().max() < 1e-9
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="docs/security.md says that under masking the server's own search finds only "
-    "the best global point and 'most other ranks it misses'; the next round's summed "
-    "summary reveals every global point exactly (test above), so the secret seed hides "
-    "no global point once a further global round is summed. The docs should say so.",
-)
 def test_docs_do_not_say_masking_hides_the_other_ranks():
     text = DOCS.read_text()
     assert "most other ranks it misses" not in text
