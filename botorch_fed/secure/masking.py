@@ -42,10 +42,13 @@ the sender and the recipient:
 
 0. ``advertise_keys``: clients send two fresh X25519 public keys (share encryption,
    masks) and, for every other client ``v`` of the session, a tag under ``K[u->v]``
-   over (session, u, v, keys).
+   over (session, u, v, keys, its transcript).
 1. ``share_keys``: the server sends each client ``v`` the keys of the responders
-   ``U1`` with the tags addressed to ``v``; ``v`` checks every tag (a server that
-   substitutes a key is caught: ``KeyMismatchError``), then sends encrypted Shamir
+   ``U1`` with the tags addressed to ``v``; ``v`` checks every tag against its own
+   transcript (a server that substitutes a key, or told the two clients different
+   values, is caught: ``KeyMismatchError``; every member of ``U1``, hence every
+   contributor, is checked by every other before any masked input exists), then
+   sends encrypted Shamir
    shares of (mask private key, ``b_u``) for every peer and a SHA-256 commitment to
    ``b_u``.
 2. ``masked_input``: the server routes the shares to the responders ``U2``; clients
@@ -168,8 +171,14 @@ def _pair_mac_key(
     return hkdf(shared, info)
 
 
-def _keys_message(session: bytes, sender: int, recipient: int, c_pk: bytes, s_pk: bytes) -> bytes:
-    return label("masking/r0/keys", session, sender, recipient) + c_pk + s_pk
+def _keys_message(
+    session: bytes, sender: int, recipient: int, c_pk: bytes, s_pk: bytes, transcript: bytes
+) -> bytes:
+    # the transcript (ClientRole.step) is the recipient's own when it verifies: a peer
+    # the server told something else fails here, before any masked input is sent, so
+    # no contributor's transcript goes unchecked (not even one the server later drops)
+    head = label("masking/r0/keys", session, sender, recipient) + c_pk + s_pk
+    return head + label("masking/r0/transcript", transcript)
 
 
 def _survivors_message(
@@ -760,7 +769,7 @@ class _MaskingClient(ClientRole):
         others = [v for v in self.client_ids if v != u]
         writer = PayloadWriter().raw(self._c_pk).raw(self._s_pk).u32(len(others))
         for v in others:
-            message = _keys_message(session, u, v, self._c_pk, self._s_pk)
+            message = _keys_message(session, u, v, self._c_pk, self._s_pk, self._transcript)
             writer.u32(v).raw(mac_tag(self._send_keys[v], message))
         return writer.getvalue()
 
@@ -801,11 +810,13 @@ class _MaskingClient(ClientRole):
         session = self.session_id or b""
         for v, tag in tags.items():
             c_pk, s_pk = peers[v]
-            if not mac_verify(self._receive_keys[v], tag, _keys_message(session, v, u, c_pk, s_pk)):
+            message = _keys_message(session, v, u, c_pk, s_pk, self._transcript)
+            if not mac_verify(self._receive_keys[v], tag, message):
                 raise KeyMismatchError(
                     f"the public keys the server forwarded for client {v} carry no valid "
-                    f"tag of client {v} (substituted, altered or from another session); "
-                    "refusing"
+                    f"tag of client {v} over them and this client's transcript "
+                    "(substituted, altered, from another session, or the server told "
+                    "the two clients different values); refusing"
                 )
         flat = [k for pair in peers.values() for k in pair]
         if len(set(flat)) != len(flat):

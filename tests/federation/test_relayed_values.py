@@ -6,10 +6,11 @@ request argument, a broadcast setting, a forwarded sum) can make every client bu
 contribute something it knows (here: zero), so that the secure "sum" is one client's
 private vector. Every client now chains what it was told since the last session
 (:func:`~botorch_fed.federation.roles.relayed_digest`) into the next session: under
-``masking`` the consistency round's signatures cover it (no share is revealed, the
-server gets no sum), under ``ckks`` the guard canaries (the decrypting client refuses
-the aggregate). ``plaintext`` has no such protection (the positive control: the
-attack recovers the victim's vector), nor has a client whose binding is removed.
+``masking`` the key round's tags cover it (every client checks every peer before any
+masked input exists; the consistency round's tags cover it again), under ``ckks``
+the guard canaries (the decrypting client refuses the aggregate). ``plaintext`` has no
+such protection (the positive control: the attack recovers the victim's vector), nor
+has a client whose binding is removed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from botorch_fed.federation.messages import Message
 from botorch_fed.federation.roles import FederatedClient, relayed_digest
 from botorch_fed.secure import (
     InputError,
+    KeyMismatchError,
     TamperedMessageError,
     available_backends,
     get_backend,
@@ -143,9 +145,9 @@ def test_masking_equivocation_yields_no_sum(attack):
     total, errors = _mount("masking", attack, server, clients)
     assert total is None
     assert errors, "no client detected the equivocation"
-    for exc in errors.values():
-        assert "consistency check failed" in str(exc)
-        assert "revealing no shares" in str(exc)
+    for exc in errors.values():  # in the key round, before any masked input exists
+        assert isinstance(exc, KeyMismatchError)
+        assert "told the two clients different values" in str(exc)
 
 
 @pytest.mark.parametrize("attack", ["argument", "relayed setting"])
@@ -297,5 +299,6 @@ def test_an_fbo_fedgp_run_stops_when_the_server_equivocates(name, monkeypatch):
     honest = run_federated("fbo-fedgp", dataclasses.replace(setup), config)
     assert len(honest.best_per_round) == 2  # with an honest server the run completes
     monkeypatch.setattr(FBOFedGPServer, "broadcast", _equivocating_broadcast)
-    with pytest.raises(TamperedMessageError, match="consistency check failed|transcripts differ"):
+    refused = "told the two clients different values|transcripts differ"
+    with pytest.raises(TamperedMessageError, match=refused):
         run_federated("fbo-fedgp", setup, config)

@@ -1,8 +1,8 @@
 r"""Review of 7f88441 (clients bind what the server told them into the next secure sum)
 from the side of an actively malicious server.
 
-Findings (the review's strict xfails; 2-4 are fixed and are plain tests now, 1 is
-fixed by binding the transcript into masking's key round):
+Findings (the review's strict xfails, all fixed and plain tests now; 1 by binding the
+transcript into masking's key round, where every client checks every peer):
 
 1. ``masking`` checks the transcript only in the consistency round, among the clients
    that reveal shares. A contributor whose consistency reply the server discards (as
@@ -116,13 +116,6 @@ def _accepted(name, clients, total):
 
 
 # --- finding 1: masking checks the transcript only among the revealing clients ------
-@pytest.mark.xfail(
-    strict=True,
-    reason="masking checks transcripts only in the consistency round: a contributor whose "
-    "consistency reply the server discards (a dropout after round 2, which the protocol "
-    "tolerates) is summed, its self-mask revealed by the others, its transcript checked "
-    "by nobody (M=4: the server gets the victim's vector)",
-)
 @pytest.mark.parametrize("victim", [0, 3])
 def test_masking_sums_a_victim_whose_consistency_reply_is_dropped(victim):
     server, clients = _federation("masking", (0, 1, 2, 3))
@@ -130,7 +123,7 @@ def test_masking_sums_a_victim_whose_consistency_reply_is_dropped(victim):
     total, errors = _drive(
         server, clients, args={"scale": 1.0}, per_client=zero, drop={3: {victim}}
     )
-    # today no client notices (errors is empty); a fix may refuse anywhere before unmasking
+    # refused in the key round: every client checks every peer's transcript there
     assert total is None, (
         f"the server unmasked {total}: client {victim}'s private vector is {clients[victim].value}"
     )
@@ -257,7 +250,7 @@ def test_a_relayed_value_sent_to_one_client_mid_session_is_bound_into_the_next()
     total, errors = _drive(server, clients, round_=2)
     assert total is None and errors
     refusals = [e for cid, e in errors.items() if cid != "server"]
-    assert refusals and all("consistency check failed" in str(e) for e in refusals)
+    assert refusals and all("told the two clients different values" in str(e) for e in refusals)
 
 
 @pytest.mark.parametrize("name", _backends("masking", "ckks"))
