@@ -73,6 +73,7 @@ References:
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -237,6 +238,8 @@ class FBOFedGPConfig(BOSettings):
         noise = self.center_noise
         if noise is None:  # the preset's noise belongs to its clustered support
             noise = preset["center_noise"] if support == "clustered" else 0.0
+        elif isinstance(noise, numbers.Real) and not isinstance(noise, bool | np.bool_):
+            noise = float(noise)  # a numpy scalar, say: recorded settings hold plain floats
         return replace(
             self,
             mixing=mixing,
@@ -297,8 +300,8 @@ class FBOFedGPConfig(BOSettings):
         MixingSchedule(c=self.schedule)  # validates 0 < c <= 1
         noise = self.center_noise
         if (
-            isinstance(noise, bool)
-            or not isinstance(noise, int | float)
+            isinstance(noise, bool | np.bool_)
+            or not isinstance(noise, numbers.Real)
             or not math.isfinite(noise)
             or noise < 0
         ):
