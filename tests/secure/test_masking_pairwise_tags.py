@@ -140,7 +140,7 @@ def test_both_directions_of_a_pair_have_their_own_key():
 VICTIM = 2
 
 
-def _forge_keys(server, mode):
+def _forge_keys(server, clients, mode):
     """Patch the server's round-1 routing: every recipient but the victim gets the
     victim's keys with a tag the victim did not make for it."""
     honest = server._route_keys
@@ -156,7 +156,9 @@ def _forge_keys(server, mode):
                     keys[VICTIM][2] = RandomSource(9, 3, r).bytes(32)
                 elif mode == "substituted keys, server's own tag":
                     keys[VICTIM][:2] = fake
-                    message = _keys_message(server.session_id, VICTIM, r, *fake)
+                    # over the recipient's own transcript (the server knows what it told)
+                    transcript = clients[r]._transcript
+                    message = _keys_message(server.session_id, VICTIM, r, *fake, transcript)
                     keys[VICTIM][2] = mac_tag(RandomSource(9, 4).bytes(32), message)
                 elif mode == "substituted keys, victim's tag":
                     keys[VICTIM][:2] = fake
@@ -187,7 +189,7 @@ def _forge_keys(server, mode):
 def test_server_forged_key_tags_are_refused(mode):
     ids = list(range(5))
     server, clients = make_roles(get_backend("masking"), ids, seed=3)
-    _forge_keys(server, mode)
+    _forge_keys(server, clients, mode)
     rnd, errors, _ = _session(server, clients, random_inputs(5, 4, seed=3))
     assert rnd == 1 and set(errors) == set(ids) - {VICTIM}
     for cid, exc in errors.items():
@@ -381,7 +383,8 @@ def test_a_colluding_client_cannot_forge_a_key_tag_of_a_third_client():
         def route(payloads, index=index):
             out = honest(payloads)
             u1, keys = masking_keys(out[TARGET], TARGET)
-            message = _keys_message(server.session_id, VICTIM, TARGET, *fake)
+            transcript = clients[TARGET]._transcript
+            message = _keys_message(server.session_id, VICTIM, TARGET, *fake, transcript)
             forgeries = _forgeries(clients[COLLUDER], material, VICTIM, TARGET, message)
             assert len(forgeries) == N_FORGERIES
             keys[VICTIM] = [*fake, forgeries[index]]
