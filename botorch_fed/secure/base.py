@@ -483,10 +483,11 @@ class ClientRole(ABC):
                 session (e.g. the federation values the server relayed to it) that
                 every contributor must have been told identically, or None (nothing).
                 Read with the session's opening frame only (round 0). Under ``masking``
-                it is covered by the consistency round's signatures and under ``ckks``
-                by the guard canaries, so a session whose contributors hold different
-                transcripts yields no sum (``TamperedMessageError`` before any share is
-                revealed, or at decryption); ``plaintext`` ignores it.
+                it is covered by the key round's and the consistency round's tags and
+                under ``ckks`` by the guard canaries, so a session whose contributors
+                hold different transcripts yields no sum (``KeyMismatchError`` before
+                any masked input is sent, or ``TamperedMessageError`` at decryption);
+                ``plaintext`` ignores it.
 
         Returns:
             The reply bytes.
