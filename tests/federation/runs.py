@@ -3,6 +3,10 @@ run after round ``k`` and the parts of a result that must repeat exactly."""
 
 from __future__ import annotations
 
+import pytest
+
+from botorch_fed.secure import available_backends
+
 # (algorithm, aggregator): every registered algorithm, FBO-FedGP under two backends
 ALGORITHMS = [
     ("fbo-fedgp", "plaintext"),
@@ -39,3 +43,16 @@ def comparable(result) -> dict:
     ledger = out.pop("ledger")  # times differ; what was sent must not
     out["bytes"] = (ledger["bytes_per_client"], ledger["messages"])
     return out
+
+
+def backend_params(*names: str) -> list:
+    r"""``pytest.param`` per secure-aggregation backend, skipped where it is not installed."""
+    return [
+        pytest.param(
+            name,
+            marks=[]
+            if name in available_backends()
+            else [pytest.mark.skip(reason=f"{name} backend not installed")],
+        )
+        for name in names
+    ]

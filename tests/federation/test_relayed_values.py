@@ -30,21 +30,13 @@ from botorch_fed.secure import (
     InputError,
     KeyMismatchError,
     TamperedMessageError,
-    available_backends,
     get_backend,
 )
+from tests.federation.runs import backend_params
 from tests.secure.helpers import make_roles
 
 IDS = [0, 1, 2]
-BACKENDS = [
-    pytest.param(
-        name,
-        marks=[]
-        if name in available_backends()
-        else [pytest.mark.skip(reason=f"{name} backend not installed")],
-    )
-    for name in ("masking", "ckks")
-]
+BACKENDS = backend_params("masking", "ckks")
 
 
 class _Client(FederatedClient):

@@ -42,26 +42,14 @@ from botorch_fed.federation.messages import Message
 from botorch_fed.federation.roles import SECAGG, ProtocolViolation
 from botorch_fed.secure import (
     SecureAggregationError,
-    available_backends,
     get_backend,
 )
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
+from tests.federation.runs import backend_params
 from tests.federation.test_relayed_values import _Client
 from tests.secure.helpers import make_roles
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
-
-
-def _backends(*names):
-    return [
-        pytest.param(
-            name,
-            marks=[]
-            if name in available_backends()
-            else [pytest.mark.skip(reason=f"{name} backend not installed")],
-        )
-        for name in names
-    ]
 
 
 def _federation(name, ids=(0, 1, 2), seed=5):
@@ -137,7 +125,7 @@ def _tell_apart(clients):
         client.handle(Message("setting", {"scale": 1.0 if cid == 0 else 0.0}))
 
 
-@pytest.mark.parametrize("name", _backends("masking", "ckks"))
+@pytest.mark.parametrize("name", backend_params("masking", "ckks"))
 def test_an_abandoned_opening_launders_an_equivocation(name):
     server, clients = _federation(name)
     _tell_apart(clients)
@@ -164,7 +152,7 @@ def _laundering_broadcast(self, type, payload=None, clients=None):
     return replies
 
 
-@pytest.mark.parametrize("name", _backends("masking", "ckks"))
+@pytest.mark.parametrize("name", backend_params("masking", "ckks"))
 def test_an_fbo_fedgp_run_with_a_laundering_opening_completes(name, monkeypatch):
     setup = FederationSetup(
         problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0, aggregator=name
@@ -179,7 +167,7 @@ def test_an_fbo_fedgp_run_with_a_laundering_opening_completes(name, monkeypatch)
 
 
 # --- finding 3: a round-0 frame without `request` binds no transcript ----------------
-@pytest.mark.parametrize("name", _backends("masking", "ckks"))
+@pytest.mark.parametrize("name", backend_params("masking", "ckks"))
 def test_an_opening_without_request_binds_no_transcript(name):
     server, clients = _federation(name)
     zero = {1: {"arg:scale": 0.0}, 2: {"arg:scale": 0.0}}
@@ -216,7 +204,7 @@ def _per_client_aggregates(views):
     return aggregate
 
 
-@pytest.mark.parametrize("name", _backends("ckks"))
+@pytest.mark.parametrize("name", backend_params("ckks"))
 def test_ckks_clients_told_different_sums_go_undetected(name):
     server, clients = _federation(name, (0, 1, 2, 3))
     views = {0: (0, 1, 2, 3), 1: (0, 1, 2, 3), 2: (0, 1, 2), 3: (0, 1, 3)}
@@ -253,7 +241,7 @@ def test_a_relayed_value_sent_to_one_client_mid_session_is_bound_into_the_next()
     assert refusals and all("told the two clients different values" in str(e) for e in refusals)
 
 
-@pytest.mark.parametrize("name", _backends("masking", "ckks"))
+@pytest.mark.parametrize("name", backend_params("masking", "ckks"))
 def test_honest_four_client_run_with_federated_fit_and_support_reselection(name):
     r"""M = 4 (masking t = 3 < M, where finding 1 lives): an honest FBO-FedGP run with the
     federated fit and support re-selection completes (a fix must keep it so)."""

@@ -38,19 +38,11 @@ from botorch_fed.federation.messages import Message
 from botorch_fed.federation.objectives import CallableObjective
 from botorch_fed.federation.shared_search import SharedSearchMemo
 from botorch_fed.secure import ConfigurationError, available_backends, get_backend
-from tests.federation.runs import Killed, comparable, kill_after
+from tests.federation.runs import Killed, backend_params, comparable, kill_after
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
-BACKENDS = [
-    pytest.param(
-        name,
-        marks=[]
-        if name in available_backends()
-        else [pytest.mark.skip(reason=f"{name} backend not installed")],
-    )
-    for name in ("plaintext", "masking", "ckks")
-]
+BACKENDS = backend_params("plaintext", "masking", "ckks")
 SMALL = dict(num_init=4, support_size=6, num_restarts=2, raw_samples=16, maxiter=20)
 
 
