@@ -133,6 +133,18 @@ class FederatedClient:
         self.round: int | None = None  # the federation round the server last announced
         self._timings: dict[str, float] = {}
         self.relayed = b""  # digest of every relayed value of the run so far
+        self._torch_rng: torch.Tensor | None = None  # own_torch_rng
+        self._handling = False  # inside handle (with the own stream swapped in)
+
+    def own_torch_rng(self, seed: int) -> None:
+        r"""Give this client its own stream of torch's global random numbers, seeded
+        with ``seed``: every message is handled with it swapped in (and saved after),
+        so what the client draws from the global generator (BoTorch's random restarts,
+        scrambled Sobol starts without a seed) depends on its own history only -- not
+        on the other parties', nor on which process it lives in. Runners call it for
+        every client, so a run ends the same in process and on Flower. The CPU generator
+        only: CUDA generators stay the process's."""
+        self._torch_rng = torch.Generator().manual_seed(int(seed)).get_state()
 
     def handle(self, message: Message) -> Message:
         r"""Answer one message (the transport calls this)."""
@@ -144,7 +156,17 @@ class FederatedClient:
         self._timings = {}
         if message.type in self.RELAYED:
             self.relayed = relayed_digest(self.relayed, message.type, message.payload)
-        payload = handler(message.payload) or {}
+        if self._torch_rng is None or self._handling:  # a nested call: already swapped
+            payload = handler(message.payload) or {}
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.set_rng_state(self._torch_rng)
+                self._handling = True
+                try:
+                    payload = handler(message.payload) or {}
+                finally:
+                    self._handling = False
+                    self._torch_rng = torch.get_rng_state()
         payload.update({f"{TIME_PREFIX}{k}": v for k, v in self._timings.items()})
         return Message(message.type, payload)
 
@@ -169,15 +191,29 @@ class FederatedClient:
         if self._pending is not None:
             raise self.violation("cannot checkpoint in the middle of a secure sum", self._request)
         last = None if self.last_sum is None else torch.from_numpy(self.last_sum.copy())
-        return {"round": self.round, "last_sum": last, "relayed": self.relayed.hex()}
+        rng = None if self._torch_rng is None else self._torch_rng.clone()
+        return {
+            "round": self.round,
+            "last_sum": last,
+            "relayed": self.relayed.hex(),
+            "torch_rng": rng,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         r"""Restore :meth:`state_dict` (subclasses restore theirs). A checkpoint from
-        before the relayed digest existed restores an empty one."""
+        before the relayed digest existed restores an empty one; one from before the
+        client's own torch stream keeps the stream as seeded (the resumed run is then
+        not bit for bit the uninterrupted one)."""
         owner = f"Client {self.client_id}"
         if isinstance(state, Mapping) and "relayed" not in state:
             state = {**state, "relayed": ""}
-        expect_keys(owner, state, ("round", "last_sum", "relayed"))
+        if isinstance(state, Mapping) and "torch_rng" not in state:
+            state = {**state, "torch_rng": self._torch_rng}
+        expect_keys(owner, state, ("round", "last_sum", "relayed", "torch_rng"))
+        rng = state["torch_rng"]
+        if rng is not None:
+            size = torch.get_rng_state().numel()
+            rng = check_tensor(owner, "torch_rng", rng, (size,), torch.uint8).clone()
         last = state["last_sum"]
         if last is not None:
             last = check_tensor(owner, "last_sum", last, (None,)).numpy().copy()
@@ -194,6 +230,7 @@ class FederatedClient:
         self.round = None if state["round"] is None else int(state["round"])
         self.last_sum = last
         self.relayed = relayed
+        self._torch_rng = rng
 
     # --- secure sums -------------------------------------------------------------
     def violation(self, problem: str, request: str | None = None) -> ProtocolViolation:

@@ -186,15 +186,29 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def _secagg_roles(setup: FederationSetup, ids: list[int], material=None):
-    r"""The backend's server and client roles, with fresh key material (generated
-    client-side) or, on resume, the material the checkpoint holds."""
+def secagg_backend(setup: FederationSetup, ids: list[int]):
+    r"""The secure-aggregation backend ``setup.aggregator`` for the clients ``ids``
+    (``plaintext`` also runs with two clients, for baselines and tests)."""
     from botorch_fed.secure import get_backend
 
     options = {}
     if setup.aggregator == "plaintext" and len(ids) < 3:
         options = {"min_clients": 2, "allow_two_clients": True}
-    backend = get_backend(setup.aggregator, **options)
+    return get_backend(setup.aggregator, **options)
+
+
+def secagg_role_seed(setup: FederationSetup, cid: int | None) -> int | None:
+    r"""The seed of a fresh run's secure-aggregation role: the server's (``cid`` None)
+    or client ``cid``'s, derived from ``crypto_seed`` (``None``: OS randomness)."""
+    if setup.crypto_seed is None:
+        return None
+    return setup.crypto_seed if cid is None else setup.crypto_seed + 1 + cid
+
+
+def _secagg_roles(setup: FederationSetup, ids: list[int], material=None):
+    r"""The backend's server and client roles, with fresh key material (generated
+    client-side) or, on resume, the material the checkpoint holds."""
+    backend = secagg_backend(setup, ids)
     seeded = setup.crypto_seed is not None
     if material is None:
         material = backend.setup(ids, seed=setup.crypto_seed)  # client-side key generation
@@ -203,10 +217,12 @@ def _secagg_roles(setup: FederationSetup, ids: list[int], material=None):
         # and masks of the run before it, which a server could replay or subtract; the
         # key material comes from the checkpoint, the per-session randomness from the OS
         seeded = False
-    server = backend.server(material.server_material, seed=setup.crypto_seed if seeded else None)
+    server = backend.server(
+        material.server_material, seed=secagg_role_seed(setup, None) if seeded else None
+    )
     clients = {
         cid: backend.client(
-            cid, material.for_client(cid), seed=setup.crypto_seed + 1 + cid if seeded else None
+            cid, material.for_client(cid), seed=secagg_role_seed(setup, cid) if seeded else None
         )
         for cid in ids
     }
@@ -247,12 +263,23 @@ def build_context(spec: AlgorithmSpec, setup: FederationSetup, settings) -> Buil
     return ctx
 
 
+def make_client(spec: AlgorithmSpec, ctx: BuildContext, cid: int):
+    r"""Client ``cid`` of a run, as every runner builds it (in process, a Flower party):
+    ``spec.make_client`` with the client's own stream of torch's global random numbers
+    (:meth:`~botorch_fed.federation.roles.FederatedClient.own_torch_rng`)."""
+    client = spec.make_client(ctx, cid)
+    own = getattr(client, "own_torch_rng", None)
+    if own is not None:
+        own(ctx.client_seeds[cid] * 7 + 3)
+    return client
+
+
 def _build(spec, ctx: BuildContext, setup, on_receive, material=None):
     if spec.secure_aggregation:
         ctx.secagg_server, ctx.secagg_clients, material = _secagg_roles(
             setup, ctx.client_ids, material
         )
-    clients = {cid: spec.make_client(ctx, cid) for cid in ctx.client_ids}
+    clients = {cid: make_client(spec, ctx, cid) for cid in ctx.client_ids}
     transport = InProcessTransport(clients, on_receive=on_receive)
     server = spec.make_server(ctx, transport)
     for cid, client in clients.items():  # what the harness relies on (AlgorithmSpec)
@@ -525,7 +552,8 @@ def _restore(server, clients, states: dict[str, dict]) -> None:
     server.load_state_dict(states["server"]["state"])
     for cid, client in clients.items():
         client.load_state_dict(states[f"client-{cid}"]["state"])
-    rng = check_tensor("server", "torch_rng", states["server"]["torch_rng"], (None,), torch.uint8)
+    size = torch.get_rng_state().numel()
+    rng = check_tensor("server", "torch_rng", states["server"]["torch_rng"], (size,), torch.uint8)
     torch.set_rng_state(rng)
 
 
