@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[dev,secure,cec]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,secure,cec,flower]"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -14,6 +14,8 @@ Subcommands:
   choices from the fields' ``metadata["choices"]``), so ``botorch-fed run local
   --help`` lists only what ``local`` takes.
 - ``botorch-fed list``: the registered algorithms, one line each.
+- ``botorch-fed flower up | run | down | status``: the same runs on a Flower
+  federation of real processes (:mod:`~botorch_fed.cli.flower`).
 - ``botorch-fed demo``: federated sparse-GP regression on simulated clients; prints
   a table of test RMSE / NLL and timings for each client's own GP, the federated
   dPITC model and an exact GP on pooled data.
@@ -41,6 +43,7 @@ from rich.console import Console
 
 from botorch_fed.cli.config import FromConfig, load_config
 from botorch_fed.cli.demo import demo_config, run_demo
+from botorch_fed.cli.flower import flower_main
 from botorch_fed.cli.parser import build_parser
 from botorch_fed.cli.report import check_output_paths, write_json
 from botorch_fed.cli.run import execute_run, prepare_run, print_error
@@ -172,4 +175,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _list(console)
     if args.command == "demo":
         return _demo(args, console)
+    if args.command == "flower":
+        return flower_main(args, console)
     return _run(parser, argv, args, console)

@@ -15,6 +15,7 @@ import textwrap
 from botorch_fed import __version__
 from botorch_fed.cli.black_box import DEFAULT_PROBLEM
 from botorch_fed.cli.demo import add_demo_parser
+from botorch_fed.cli.flower import add_flower_parser
 from botorch_fed.cli.options import (
     HelpFormatter,
     Option,
@@ -215,4 +216,5 @@ def build_parser() -> argparse.ArgumentParser:
     parser.run_parsers = _run_parser(sub)
     sub.add_parser("list", help="list the registered algorithms")
     add_demo_parser(sub)
+    add_flower_parser(sub)
     return parser

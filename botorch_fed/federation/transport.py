@@ -2,8 +2,9 @@ r"""Transports: how the server's messages reach the clients.
 
 :class:`InProcessTransport` calls the client objects' ``handle`` directly (tests,
 benchmarks, the CLI) and records bytes and the clients' reported stage times in the
-:class:`~botorch_fed.federation.ledger.Ledger`. A deployment over real processes
-(Flower) is to implement the same :class:`Transport` interface; it is not built yet.
+:class:`~botorch_fed.federation.ledger.Ledger`. The deployment over real processes
+implements the same interface on Flower
+(:class:`~botorch_fed.flower.transport.FlowerTransport`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,299 @@
+r"""``botorch-fed flower up | run | down | status``: a federation on Flower, on this machine.
+
+- ``flower up --clients N`` starts a SuperLink, N SuperNodes and N party agents on
+  127.0.0.1 (:mod:`botorch_fed.flower.launcher`), with their own ``FLWR_HOME``, logs
+  and pids in a state folder (``--state-dir``, default a folder in the system's
+  temporary directory).
+- ``flower run <algorithm> [options of botorch-fed run]`` submits a run to it and
+  prints and writes (``--out``, ``--plot``) the same results as ``botorch-fed run``.
+  Flower's own flags: ``--state-dir``, ``--timeout`` (seconds a party may take to
+  answer one message) and ``--on-dropout fail|continue``.
+- ``flower down`` stops exactly the processes ``up`` started; ``flower status`` lists
+  them.
+- ``flower keys --aggregator A --clients N --key-dir D`` writes a key set for parties on
+  separate machines (docs/deployment.md).
+
+Exit codes as ``botorch-fed run``: 0 done, 1 the run failed (the reason is printed),
+2 invalid arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import uuid
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from botorch_fed.flower.run_options import ON_DROPOUT, RUN_CONFIG_DEFAULTS
+
+FLOWER_HELP = """\
+Run a federation on Flower (extra `flower`: pip install "botorch-fed[flower]").
+  botorch-fed flower up --clients 3
+  botorch-fed flower run fbo-fedgp --problem branin --clients 3 --num-rounds 5 --out r.json
+  botorch-fed flower down
+`flower run` takes the options of `botorch-fed run <algorithm>` (not --config,
+--checkpoint, --resume) and --state-dir, --timeout SECONDS, --on-dropout fail|continue.
+"""
+
+
+def default_state_dir() -> str:
+    r"""Where ``flower up`` keeps its state unless told: one folder per user in the
+    system's temporary directory."""
+    return os.path.join(tempfile.gettempdir(), f"botorch-fed-flower-{os.getuid()}")
+
+
+def add_flower_parser(sub: argparse._SubParsersAction) -> None:
+    r"""The ``flower`` sub-command and its ``up`` / ``run`` / ``down`` / ``status``."""
+    p = sub.add_parser(
+        "flower",
+        help="run a federation on Flower (SuperLink + SuperNodes on this machine)",
+        description=FLOWER_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = p.add_subparsers(dest="flower_command", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start a SuperLink, N SuperNodes and party agents")
+    up.add_argument("--clients", type=int, required=True, metavar="N", help="number of parties")
+    up.add_argument("--port", type=int, default=None, help="SuperLink port (default: a free one)")
+    up.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)"
+    )
+    policy = up.add_argument_group(
+        "every party's policy: what its agent accepts from a run (default: none of it)"
+    )
+    policy.add_argument(
+        "--allow-plaintext", action="store_true", help="runs with --aggregator plaintext"
+    )
+    policy.add_argument(
+        "--allow-crypto-seed", action="store_true", help="runs with --crypto-seed (experiments)"
+    )
+    policy.add_argument(
+        "--allow-objective",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="an --objective the parties run (repeatable)",
+    )
+    policy.add_argument(
+        "--share-results",
+        action="store_true",
+        help="the parties send their evaluations at the end (the run's tables and JSON)",
+    )
+    policy.add_argument(
+        "--allow-algorithm",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an algorithm beyond the private ones the parties join (repeatable; 'all')",
+    )
+    policy.add_argument(
+        "--allow-exact-centres",
+        action="store_true",
+        help="FBO-FedGP runs whose clients send exact k-means centres (--center-noise 0)",
+    )
+    policy.add_argument(
+        "--max-epsilon", type=float, default=None, help="the largest LDP epsilon per answer"
+    )
+    run = actions.add_parser(
+        "run",
+        help="submit a run (options of `botorch-fed run <algorithm>`)",
+        add_help=False,
+        prefix_chars="\x00",  # every token goes to `options`, parsed below
+    )
+    run.add_argument("options", nargs=argparse.REMAINDER)
+    keys = actions.add_parser(
+        "keys", help="generate a key set for secure sums: one file per party (a party runs it)"
+    )
+    keys.add_argument("--aggregator", required=True, choices=("masking", "ckks", "plaintext"))
+    keys.add_argument("--clients", type=int, required=True, metavar="N", help="number of parties")
+    keys.add_argument("--key-dir", required=True, help="folder to write the key set into")
+    actions.add_parser("down", help="stop the processes `up` started")
+    actions.add_parser("status", help="list the processes `up` started")
+    for action in (up, actions.choices["down"], actions.choices["status"]):
+        action.add_argument(
+            "--state-dir", default=default_state_dir(), help="the federation's state folder"
+        )
+
+
+def _flower_options(tokens: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    r"""Split ``flower run``'s own flags from the run's options."""
+    p = argparse.ArgumentParser(prog="botorch-fed flower run", add_help=False)
+    p.add_argument("--state-dir", default=default_state_dir())
+    p.add_argument("--timeout", type=float, default=RUN_CONFIG_DEFAULTS["timeout"])
+    p.add_argument("--on-dropout", choices=ON_DROPOUT, default=RUN_CONFIG_DEFAULTS["on-dropout"])
+    own, rest = p.parse_known_args(tokens)
+    if not own.timeout > 0:
+        raise ValueError(f"--timeout must be > 0 seconds, got {own.timeout}.")
+    return own, rest
+
+
+def _without(argv: list[str], flags: tuple[str, ...]) -> list[str]:
+    r"""``argv`` without ``flags`` and their values (``--out F`` and ``--out=F``)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in flags:
+            skip = True
+            continue
+        if arg.split("=", 1)[0] in flags:
+            continue
+        out.append(arg)
+    return out
+
+
+def flower_main(args: argparse.Namespace, console: Console) -> int:
+    r"""Run ``botorch-fed flower <action>``; returns the exit code."""
+    from botorch_fed.cli.run import print_error
+
+    try:
+        from botorch_fed.flower import launcher
+    except ImportError as exc:
+        print_error(console, f"{exc}. Install the extra: pip install 'botorch-fed[flower]'.")
+        return 2
+    action = args.flower_command
+    try:
+        if action == "up":
+            if args.clients < 1:
+                raise ValueError(f"--clients must be >= 1, got {args.clients}.")
+            flags = [f"--allow-objective={name}" for name in args.allow_objective]
+            flags += [f"--allow-algorithm={name}" for name in args.allow_algorithm]
+            flags += [
+                f"--{name.replace('_', '-')}"
+                for name in (
+                    "allow_plaintext",
+                    "allow_crypto_seed",
+                    "share_results",
+                    "allow_exact_centres",
+                )
+                if getattr(args, name)
+            ]
+            if args.max_epsilon is not None:
+                if not args.max_epsilon > 0:
+                    raise ValueError(f"--max-epsilon must be > 0, got {args.max_epsilon}.")
+                flags.append(f"--max-epsilon={args.max_epsilon!r}")
+            fed = launcher.up(
+                args.clients,
+                args.state_dir,
+                port=args.port,
+                timeout=args.timeout,
+                agent_flags=flags,
+            )
+            console.print(
+                f"Flower federation of {args.clients} parties up (SuperLink "
+                f"{fed['address']}); state in {escape(str(args.state_dir))}",
+                soft_wrap=True,
+            )
+            return 0
+        if action == "keys":
+            return _keys(args, console)
+        if action == "down":
+            stopped = launcher.down(args.state_dir)
+            console.print(f"stopped {len(stopped)} processes" if stopped else "nothing running")
+            return 0
+        if action == "status":
+            processes = launcher.status(args.state_dir)["processes"]
+            for name, proc in processes.items():
+                state = "running" if proc["alive"] else "stopped"
+                console.print(f"{name} (pid {proc['pid']}): {state}", markup=False)
+            if not processes:
+                console.print(f"no federation in {escape(str(args.state_dir))}", soft_wrap=True)
+            return 0
+        return _run(args.options, console)
+    except SystemExit as exc:  # argparse's own errors (printed) and --help
+        return exc.code if isinstance(exc.code, int) else 2
+    except launcher.FlowerLaunchError as exc:
+        print_error(console, str(exc))
+        return 1
+    except ValueError as exc:
+        print_error(console, str(exc))
+        return 2
+
+
+def _keys(args: argparse.Namespace, console: Console) -> int:
+    r"""``flower keys``: a fresh key set (OS randomness) in ``--key-dir``."""
+    from botorch_fed.federation.setup import FederationSetup
+    from botorch_fed.flower.keys import write_keyset
+
+    if args.clients < 1:
+        raise ValueError(f"--clients must be >= 1, got {args.clients}.")
+    setup = FederationSetup(num_clients=args.clients, aggregator=args.aggregator)
+    name, server = write_keyset(setup, list(range(args.clients)), args.key_dir)
+    console.print(
+        f"key set {name}: give {escape(str(server.parent))}/client-<i>.key to party i "
+        f"and {escape(str(server))} (public) to the server",
+        soft_wrap=True,
+    )
+    return 0
+
+
+def _run(tokens: list[str], console: Console) -> int:
+    r"""``flower run <algorithm> ...``."""
+    from botorch_fed.cli.report import plot_run, print_run
+    from botorch_fed.cli.run import print_error
+    from botorch_fed.federation.registry import get_algorithm
+    from botorch_fed.federation.runner import RunResult, build_context
+    from botorch_fed.flower import launcher
+    from botorch_fed.flower.keys import write_keyset
+    from botorch_fed.flower.run_options import check_argv, prepare
+
+    if not tokens or tokens[0] in ("-h", "--help"):
+        console.print(FLOWER_HELP, markup=False)
+        return 0
+    own, argv = _flower_options(tokens)
+    if "-h" in argv or "--help" in argv:
+        from botorch_fed.cli.parser import build_parser
+
+        build_parser().parse_args(["run", argv[0], "--help"])  # prints, exits 0
+    run = prepare(check_argv(argv), outputs=True)  # every option checked before anything runs
+    spec = get_algorithm(run.algorithm)
+    clients = len(build_context(spec, run.setup, run.settings).client_ids)
+    state = Path(own.state_dir)
+    fed = launcher.status(state)
+    if fed.get("clients") not in (None, clients):
+        raise ValueError(
+            f"The run has {clients} clients; the federation in {state} has {fed['clients']} "
+            f"parties (`botorch-fed flower up --clients {clients}`)."
+        )
+    keyset, server_key = "", ""
+    if spec.secure_aggregation:
+        keyset, server_key = write_keyset(run.setup, list(range(clients)), state / "keys")
+    runs = state / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    out = os.path.abspath(run.out) if run.out else str(runs / f"{uuid.uuid4().hex}.json")
+    Path(f"{out}.error").unlink(missing_ok=True)  # a failed earlier run's
+    config = {
+        "argv": json.dumps(_without(argv, ("--out", "--plot"))),
+        "out": out,
+        "clients": clients,
+        "timeout": float(own.timeout),
+        "on-dropout": own.on_dropout,
+        "server-key": str(server_key),
+        "keyset": keyset,
+    }
+    code = launcher.submit(state, config, stream=lambda line: console.print(line, markup=False))
+    if os.path.exists(f"{out}.error"):
+        print_error(console, Path(f"{out}.error").read_text().strip(), "the run failed:")
+        return 1
+    if not os.path.exists(out):
+        print_error(
+            console, f"`flwr run` exited with {code} and wrote no results.", "the run failed:"
+        )
+        return 1
+    data = json.loads(Path(out).read_text())
+    result = RunResult(**data)
+    result.best_per_client = {int(k): v for k, v in data["best_per_client"].items()}
+    result.best_point_per_client = {int(k): v for k, v in data["best_point_per_client"].items()}
+    print_run(result, console, run.label)
+    if run.out:
+        console.print(f"results written to {escape(run.out)}", soft_wrap=True)
+    else:
+        os.unlink(out)
+    if run.plot:
+        plot_run(data, run.plot, console)
+    return 0

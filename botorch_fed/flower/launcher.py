@@ -1,0 +1,867 @@
+r"""Process launcher of a loopback Flower federation (``flwr`` 1.41, extra ``flower``).
+
+One federation lives in a *state directory*; :func:`up` starts on ``127.0.0.1``
+
+- one SuperLink (``flower-superlink``, one HTTP port for the Fleet, Control and
+  Runtime APIs),
+- ``clients`` party agents (``python -m botorch_fed.flower.party``), each serving a
+  Unix socket that the ClientApp of its SuperNode talks to,
+- ``clients`` SuperNodes (``flower-supernode``), SuperNode ``i`` with the node config
+  ``partition-id=i num-partitions=N agent="<socket of agent i>"``,
+
+and writes the Flower configuration (``flwr_home/config.toml``, connection
+``local-deployment``) and the Flower App (``app/pyproject.toml``) that
+:func:`submit` runs with ``flwr run``. :func:`down` stops what :func:`up` recorded in
+``federation.json``; :func:`status` reports it.
+
+Layout of a state directory::
+
+    federation.json      the description returned by up (pids, ports, sockets, logs)
+    flwr_home/           FLWR_HOME of every child (config.toml, Flower's own state)
+    app/pyproject.toml   the Flower App (components live in the installed botorch_fed)
+    logs/<name>.log      stdout + stderr of each child (kept by down)
+    keys/                the parties' key folder (``--key-dir``)
+    sockets/             the agents' Unix sockets (a short temporary folder instead
+                         when the state path is too long for a socket address)
+    runs/<id>.toml       run configs written by submit
+
+The module imports neither torch nor flwr: it only starts processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import tomllib
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from queue import Empty, Queue
+from typing import Any
+
+from botorch_fed.flower.run_options import RUN_CONFIG_DEFAULTS
+
+__all__ = [
+    "APP_CONFIG",
+    "CONNECTION",
+    "FlowerLaunchError",
+    "down",
+    "status",
+    "submit",
+    "up",
+]
+
+HOST = "127.0.0.1"
+CONNECTION = "local-deployment"
+FEDERATION_FILE = "federation.json"
+#: run-config keys of the Flower App and their defaults (declared in its pyproject.toml;
+#: ``flwr run`` rejects overrides of keys not declared there)
+APP_CONFIG: dict[str, str | int | float | bool] = dict(RUN_CONFIG_DEFAULTS)
+#: marks every process started by ``up`` (inherited by Flower's own subprocesses),
+#: so ``down`` also finds descendants that were re-parented away from their parent.
+STATE_ENV = "BOTORCH_FED_FLOWER_STATE"
+
+_STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
+_POLL = 0.1
+_LOG_TAIL = 20
+_SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
+# Popen objects of our children, kept so they are neither garbage collected while
+# running (ResourceWarning) nor left as zombies (poll reaps them).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+_EXIT_CODES: dict[int, int] = {}  # of reaped children, for error messages
+
+AgentCommand = Callable[[int, Path], list[str]]
+
+
+class FlowerLaunchError(RuntimeError):
+    r"""A Flower federation could not be started, reached or stopped."""
+
+
+# --------------------------------------------------------------------- processes
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
+    r"""(state, ppid, pgrp, start time) of ``pid`` from ``/proc/<pid>/stat``.
+
+    Args:
+        pid: The process id.
+
+    Returns:
+        The state letter, parent pid, process group and start time (field 22, clock
+        ticks since boot), or ``None`` when there is no such process.
+    """
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # comm (field 2) may hold spaces and parentheses: split after the last ')'
+    fields = raw[raw.rfind(")") + 2 :].split()
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def _start_time(pid: int) -> int | None:
+    r"""Start time (field 22 of ``/proc/<pid>/stat``) of ``pid``, ``None`` if gone."""
+    stat = _proc_stat(pid)
+    return None if stat is None else stat[3]
+
+
+def _reap(pid: int) -> None:
+    r"""Collect ``pid``'s exit status if it is a child of this process (no zombie)."""
+    proc = _CHILDREN.get(pid)
+    if proc is not None:
+        if proc.poll() is not None:
+            _EXIT_CODES[pid] = proc.returncode
+            del _CHILDREN[pid]
+        return
+    try:
+        done, wait_status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child: its parent (or init) reaps it
+        return
+    if done == pid:
+        _EXIT_CODES[pid] = os.waitstatus_to_exitcode(wait_status)
+
+
+def _alive(pid: int, start_time: int | None) -> bool:
+    r"""Whether the process ``pid`` that started at ``start_time`` still runs.
+
+    A zombie (state ``Z``, not reaped because PID 1 of this sandbox does not reap)
+    counts as dead, and so does a pid now held by another process (pid reuse).
+
+    Args:
+        pid: The process id.
+        start_time: Its recorded start time; ``None`` skips the reuse check.
+    """
+    _reap(pid)
+    stat = _proc_stat(pid)
+    if stat is None or stat[0] in "ZXx":
+        return False
+    return start_time is None or stat[3] == start_time
+
+
+def _exit_code(pid: int) -> int | None:
+    r"""Exit code of our child ``pid`` once reaped (negative: killed by that
+    signal), else ``None``."""
+    _reap(pid)
+    return _EXIT_CODES.get(pid)
+
+
+def _process_table() -> dict[int, tuple[int, int]]:
+    r"""``{pid: (ppid, start time)}`` of every live process in ``/proc``."""
+    table = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            stat = _proc_stat(int(entry.name))
+            if stat is not None and stat[0] not in "ZXx":
+                table[int(entry.name)] = (stat[1], stat[3])
+    return table
+
+
+def _descendants(roots: list[int], table: dict[int, tuple[int, int]]) -> set[int]:
+    r"""Pids below ``roots`` in the process tree ``table`` (roots excluded)."""
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = list(roots)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found - set(roots)
+
+
+def _marked(state: Path, table: dict[int, tuple[int, int]]) -> set[int]:
+    r"""Live pids whose environment carries this federation's :data:`STATE_ENV`."""
+    marker = f"{STATE_ENV}={state}".encode()
+    found = set()
+    for pid in table:
+        if pid == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            found.add(pid)
+    return found
+
+
+def _signal(pid: int, sig: int) -> None:
+    r"""Send ``sig`` to ``pid``'s process group if it leads one, else to ``pid``."""
+    stat = _proc_stat(pid)
+    try:
+        if stat is not None and stat[2] == pid:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _terminate(procs: dict[int, int | None], grace: float = _STOP_GRACE) -> None:
+    r"""SIGTERM ``{pid: start time}``, wait up to ``grace`` s, then SIGKILL the rest.
+
+    Args:
+        procs: The processes, each with its start time (checked against pid reuse).
+        grace: Seconds to wait for them to exit after SIGTERM.
+    """
+    live = {pid: t for pid, t in procs.items() if _alive(pid, t)}
+    for pid in live:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while live and time.monotonic() < deadline:
+        time.sleep(0.05)
+        live = {pid: t for pid, t in live.items() if _alive(pid, t)}
+    for pid in live:
+        _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 1.0
+    while live and time.monotonic() < deadline:
+        time.sleep(0.02)
+        live = {pid: t for pid, t in live.items() if _alive(pid, t)}
+
+
+# ------------------------------------------------------------------ state files
+
+
+def _state(state_dir: str | os.PathLike[str], create: bool = False) -> Path:
+    r"""The state folder, private to this user: created ``0700`` (``create``); an
+    existing one must be ours and closed to others, since ``run`` executes what its
+    ``federation.json`` names and ``down`` signals the pids it lists.
+
+    Raises:
+        FlowerLaunchError: The folder belongs to another user, or others can write into
+            it or read it.
+    """
+    state = Path(state_dir).expanduser().resolve()
+    if create and not state.exists():
+        state.mkdir(parents=True, mode=0o700)
+    if state.exists():
+        info = state.stat()
+        if info.st_uid != os.getuid():
+            raise FlowerLaunchError(
+                f"The state folder {state} belongs to another user (uid {info.st_uid}): "
+                "give a folder of your own (--state-dir)."
+            )
+        if info.st_mode & 0o077:
+            raise FlowerLaunchError(
+                f"The state folder {state} is open to other users (mode "
+                f"{oct(info.st_mode & 0o777)}): `chmod 700 {state}`, or give another folder."
+            )
+    return state
+
+
+def _read_federation(state: Path) -> dict[str, Any] | None:
+    r"""The description in ``<state>/federation.json``, ``None`` when there is none."""
+    path = state / FEDERATION_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as err:
+        raise FlowerLaunchError(f"{path} is not valid JSON: {err}") from err
+
+
+def _write_federation(state: Path, fed: dict[str, Any]) -> None:
+    r"""Write ``fed`` to ``<state>/federation.json`` atomically (rename)."""
+    tmp = state / f".{FEDERATION_FILE}.tmp"
+    tmp.write_text(json.dumps(fed, indent=2, sort_keys=True) + "\n")
+    tmp.replace(state / FEDERATION_FILE)
+
+
+def _live_names(fed: dict[str, Any]) -> list[str]:
+    r"""Names of the recorded processes of ``fed`` that still run."""
+    starts = fed.get("start_times", {})
+    return [n for n, pid in fed.get("pids", {}).items() if _alive(pid, starts.get(n))]
+
+
+def _log_tail(path: Path, lines: int = _LOG_TAIL) -> str:
+    r"""The last ``lines`` lines of the log ``path`` (a note if it is empty/missing)."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return f"(no log at {path})"
+    tail = text.splitlines()[-lines:]
+    return "\n".join(tail) if tail else f"({path} is empty)"
+
+
+def _toml_string(value: str) -> str:
+    r"""A TOML basic string of ``value`` (for ``--node-config``; no escapes needed)."""
+    if any(c in value for c in "\"\\'\n\r\t"):
+        raise FlowerLaunchError(
+            f"path {value!r} cannot be passed in --node-config: it holds a quote, "
+            "a backslash or a control character"
+        )
+    return f'"{value}"'
+
+
+def _write_flower_config(flwr_home: Path, port: int) -> Path:
+    r"""Write ``<flwr_home>/config.toml`` naming this SuperLink ``local-deployment``."""
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    path = flwr_home / "config.toml"
+    path.write_text(
+        "[superlink]\n"
+        f'default = "{CONNECTION}"\n\n'
+        f"[superlink.{CONNECTION}]\n"
+        f'address = "{HOST}:{port}"\n'
+        "insecure = true\n"
+    )
+    return path
+
+
+def _write_app(app_dir: Path) -> Path:
+    r"""Write the Flower App ``<app_dir>/pyproject.toml`` (no code: botorch_fed is
+    installed where the SuperLink and SuperNodes run).
+
+    ``flwr run`` requires ``[project]`` ``name`` and ``version`` and
+    ``[tool.flwr.app]`` ``publisher`` and ``components`` (``serverapp``,
+    ``clientapp``); ``description`` and ``license`` only silence warnings.
+    """
+    import tomli_w  # a dependency of flwr, so part of the ``flower`` extra
+
+    app_dir.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "project": {
+            "name": "botorch-fed-app",
+            "version": "1.0.0",
+            "description": "botorch-fed federation run through Flower",
+            "license": "MIT",
+            "dependencies": ["flwr>=1.41.0"],
+        },
+        "tool": {
+            "flwr": {
+                "app": {
+                    "publisher": "botorch-fed",
+                    "components": {
+                        "serverapp": "botorch_fed.flower.server_app:app",
+                        "clientapp": "botorch_fed.flower.client_app:app",
+                    },
+                    "config": dict(APP_CONFIG),
+                }
+            }
+        },
+    }
+    path = app_dir / "pyproject.toml"
+    path.write_text(tomli_w.dumps(doc))
+    return path
+
+
+# ----------------------------------------------------------------------- ports
+
+
+def _free_ports(count: int) -> list[int]:
+    r"""``count`` distinct free TCP ports on :data:`HOST`, chosen by the OS."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((HOST, 0))
+            socks.append(sock)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def _check_port_free(port: int) -> None:
+    r"""Raise :class:`FlowerLaunchError` naming ``port`` if it cannot be bound."""
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise ValueError(f"port must be an int in 1..65535, got {port!r}")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # as uvicorn does, so a TIME_WAIT leftover does not count as taken
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError as err:
+            raise FlowerLaunchError(
+                f"port {port} on {HOST} is taken ({err.strerror}); pick another "
+                "port or leave port=None for a free one"
+            ) from None
+
+
+def _health(port: int) -> bool:
+    r"""Whether ``GET http://127.0.0.1:<port>/health`` answers 200."""
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=0.5) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+# ------------------------------------------------------------------------- up
+
+
+def _default_agent_command(
+    python: str, key_dir: Path, num: int, flags: tuple[str, ...] = ()
+) -> AgentCommand:
+    r"""The party agent command: ``python -m botorch_fed.flower.party ... *flags``."""
+
+    def command(i: int, sock: Path) -> list[str]:
+        return [
+            python, "-m", "botorch_fed.flower.party",
+            "--socket", str(sock),
+            "--partition-id", str(i),
+            "--num-partitions", str(num),
+            "--key-dir", str(key_dir),
+            *flags,
+        ]  # fmt: skip
+
+    return command
+
+
+def _child_env(state: Path, python: str) -> dict[str, str]:
+    r"""Environment of the children: ``python``'s bin dir first on PATH (the Flower
+    console scripts, which also start ``flower-superexec`` by name), FLWR_HOME,
+    unbuffered output, no telemetry, SuperExec polling every 0.1 s, and the
+    :data:`STATE_ENV` marker."""
+    env = dict(os.environ)
+    bin_dir = str(Path(python).parent)
+    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")]).rstrip(os.pathsep)
+    env["FLWR_HOME"] = str(state / "flwr_home")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    # SuperExec polls for tasks every second by default: every message waits for it
+    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.1")
+    env[STATE_ENV] = str(state)
+    return env
+
+
+def _console_script(python: str, name: str) -> str:
+    r"""Path of the console script ``name`` next to ``python`` (error if missing)."""
+    path = Path(python).parent / name
+    if not os.access(path, os.X_OK):
+        raise FlowerLaunchError(
+            f"{name} not found next to python={python!r} (looked for {path}); "
+            "install the extra: pip install 'botorch-fed[flower]'"
+        )
+    return str(path)
+
+
+def _socket_dir(state: Path) -> tuple[Path, bool]:
+    r"""Folder of the agents' sockets and whether it is a temporary one (the state
+    path is too long for a Unix socket address)."""
+    sockets = state / "sockets"
+    if len(str(sockets / "agent-999.sock")) <= _SOCKET_PATH_MAX:
+        return sockets, False
+    return Path(tempfile.mkdtemp(prefix="bfed-")), True
+
+
+def _spawn(
+    fed: dict[str, Any], state: Path, name: str, argv: list[str], env: dict[str, str]
+) -> int:
+    r"""Start ``argv`` as ``name`` (own session, log file, no stdin) and record it
+    in ``fed`` and ``federation.json`` at once."""
+    log = state / "logs" / f"{name}.log"
+    with log.open("wb") as out:
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=state,
+                start_new_session=True,
+            )
+        except OSError as err:
+            raise FlowerLaunchError(f"cannot start {name} ({argv[0]}): {err}") from err
+    _CHILDREN[proc.pid] = proc
+    _EXIT_CODES.pop(proc.pid, None)  # a reused pid
+    fed["pids"][name] = proc.pid
+    fed["start_times"][name] = _start_time(proc.pid)
+    fed["logs"][name] = str(log)
+    fed["argv"][name] = argv
+    _write_federation(state, fed)
+    return proc.pid
+
+
+def _died(fed: dict[str, Any]) -> str | None:
+    r"""Error text for the first recorded process that is no longer running."""
+    for name, pid in fed["pids"].items():
+        if not _alive(pid, fed["start_times"].get(name)):
+            code = _exit_code(pid)
+            how = "exited" if code is None else f"exited with code {code}"
+            log = Path(fed["logs"][name])
+            return (
+                f"{name} (pid {pid}) {how} during start-up; last lines of {log}:\n{_log_tail(log)}"
+            )
+    return None
+
+
+def _wait_ready(fed: dict[str, Any], timeout: float) -> None:
+    r"""Poll until the SuperLink and SuperNodes answer ``/health`` and every agent
+    socket exists; raise :class:`FlowerLaunchError` when a child dies or on timeout."""
+    deadline = time.monotonic() + timeout
+    ports = fed["ports"]
+    pending: dict[str, Callable[[], bool]] = {
+        name: (lambda p=port: _health(p)) for name, port in ports.items()
+    }
+    for name, path in fed["sockets"].items():
+        pending[name] = lambda p=path: Path(p).exists()
+    while True:
+        if (err := _died(fed)) is not None:
+            raise FlowerLaunchError(err)
+        pending = {name: ready for name, ready in pending.items() if not ready()}
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            waiting = ", ".join(f"{n} (log {fed['logs'][n]})" for n in sorted(pending))
+            raise FlowerLaunchError(
+                f"federation in {fed['state_dir']} not ready after timeout={timeout} s;"
+                f" still waiting for: {waiting}"
+            )
+        time.sleep(_POLL)
+
+
+def _check_args(clients: int, timeout: float, python: str) -> None:
+    if not isinstance(clients, int) or isinstance(clients, bool) or clients < 1:
+        raise ValueError(f"clients must be an int >= 1, got {clients!r}")
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0 seconds, got {timeout!r}")
+    if not os.access(python, os.X_OK):
+        raise FlowerLaunchError(f"python={python!r} is not an executable")
+
+
+def _refuse_live(state: Path) -> None:
+    r"""Raise if ``state`` already has a federation with a live process."""
+    fed = _read_federation(state)
+    if fed is not None and (live := _live_names(fed)):
+        raise FlowerLaunchError(
+            f"{state} already has a running federation ({', '.join(live)}); "
+            f"run down({str(state)!r}) (botorch-fed flower down) first"
+        )
+
+
+def up(
+    clients: int,
+    state_dir: str | os.PathLike[str],
+    *,
+    port: int | None = None,
+    timeout: float = 60.0,
+    python: str = sys.executable,
+    agent_command: AgentCommand | None = None,
+    agent_flags: Sequence[str] = (),
+) -> dict[str, Any]:
+    r"""Start a loopback Flower federation of ``clients`` parties and wait until ready.
+
+    Starts the SuperLink, ``clients`` party agents and ``clients`` SuperNodes, each
+    in its own process group with its output in ``<state_dir>/logs/<name>.log``
+    (names ``superlink``, ``agent-<i>``, ``supernode-<i>``), recording them in
+    ``<state_dir>/federation.json`` as they start. Ready means: the SuperLink and
+    every SuperNode answer ``GET /health`` with 200 and every agent has created its
+    socket. Whether the SuperNodes registered at the SuperLink is left to the
+    ServerApp.
+
+    Args:
+        clients: Number of parties (SuperNodes and agents), at least 1.
+        state_dir: Folder of the federation (created if missing).
+        port: SuperLink HTTP port (Fleet, Control and Runtime APIs); ``None`` picks a
+            free one. SuperNode Runtime API ports are always picked free.
+        timeout: Seconds to wait for readiness.
+        python: Interpreter for the agents; its bin dir holds the Flower console
+            scripts and goes first on the children's PATH.
+        agent_command: ``(partition id, socket path) -> argv`` of an agent, for
+            tests; default ``[python, -m, botorch_fed.flower.party, ...]``.
+        agent_flags: Extra flags of every default agent: its policy
+            (``--allow-plaintext``, ``--allow-crypto-seed``, ``--allow-objective M:F``,
+            ``--share-results``; :class:`~botorch_fed.flower.policy.PartyPolicy`).
+
+    Returns:
+        The federation description (what ``federation.json`` holds): ``state_dir``,
+        ``address``, ``clients``, ``ports``/``sockets``/``pids``/``start_times``/
+        ``logs``/``argv`` by process name, ``flwr_home``, ``flower_config``,
+        ``app_dir``, ``key_dir``, ``connection``, ``ready``, ``startup_s``.
+
+    Raises:
+        ValueError: If ``clients``, ``timeout`` or ``port`` is malformed.
+        FlowerLaunchError: If ``port`` is taken or the state folder already has a
+            live federation (nothing started then), or a process died during
+            start-up or ``timeout`` passed (everything started is stopped then; the
+            message names the process and its log tail).
+    """
+    t0 = time.monotonic()
+    _check_args(clients, timeout, python)
+    if port is not None:
+        _check_port_free(port)
+    state = _state(state_dir, create=True)
+    _refuse_live(state)
+    superlink_bin = _console_script(python, "flower-superlink")
+    supernode_bin = _console_script(python, "flower-supernode")
+
+    free = _free_ports(clients + (port is None))
+    link_port = free.pop() if port is None else port
+    sock_dir, sock_tmp = _socket_dir(state)
+    for sub in ("logs", "keys", "runs", "flwr_home"):
+        (state / sub).mkdir(exist_ok=True)
+    sock_dir.mkdir(exist_ok=True)
+    fed: dict[str, Any] = {
+        "state_dir": str(state),
+        "address": f"{HOST}:{link_port}",
+        "connection": CONNECTION,
+        "clients": clients,
+        "python": python,
+        "flwr_home": str(state / "flwr_home"),
+        "flower_config": str(_write_flower_config(state / "flwr_home", link_port)),
+        "app_dir": str(_write_app(state / "app").parent),
+        "key_dir": str(state / "keys"),
+        "socket_dir": str(sock_dir),
+        "socket_dir_temporary": sock_tmp,
+        "ports": {"superlink": link_port},
+        "sockets": {},
+        "pids": {},
+        "start_times": {},
+        "logs": {},
+        "argv": {},
+        "ready": False,
+    }
+    for i in range(clients):
+        fed["ports"][f"supernode-{i}"] = free[i]
+        fed["sockets"][f"agent-{i}"] = str(sock_dir / f"agent-{i}.sock")
+        Path(fed["sockets"][f"agent-{i}"]).unlink(missing_ok=True)  # stale
+    _write_federation(state, fed)
+
+    agent = agent_command or _default_agent_command(
+        python, state / "keys", clients, tuple(agent_flags)
+    )
+    env = _child_env(state, python)
+    try:
+        _spawn(fed, state, "superlink", [
+            superlink_bin, "--insecure", "--disable-runtime-dependency-installation",
+            "--host", HOST, "--port", str(link_port),
+        ], env)  # fmt: skip
+        for i in range(clients):
+            sock = Path(fed["sockets"][f"agent-{i}"])
+            _spawn(fed, state, f"agent-{i}", [str(a) for a in agent(i, sock)], env)
+        for i in range(clients):
+            node_config = (
+                f"partition-id={i} num-partitions={clients} "
+                f"agent={_toml_string(fed['sockets'][f'agent-{i}'])}"
+            )
+            _spawn(fed, state, f"supernode-{i}", [
+                supernode_bin, "--insecure", "--superlink", fed["address"],
+                "--node-config", node_config,
+                "--host", HOST, "--port", str(fed["ports"][f"supernode-{i}"]),
+            ], env)  # fmt: skip
+        _wait_ready(fed, timeout)
+    except BaseException:
+        _stop(state, fed)
+        raise
+    fed["ready"] = True
+    fed["startup_s"] = round(time.monotonic() - t0, 3)
+    _write_federation(state, fed)
+    return fed
+
+
+# ----------------------------------------------------------------------- down
+
+
+_STOP_ORDER = ("supernode-", "agent-", "superlink")
+
+
+def _stop(state: Path, fed: dict[str, Any]) -> list[str]:
+    r"""Stop the recorded processes of ``fed`` and their descendants; return the
+    names of the recorded ones that were running."""
+    table = _process_table()
+    starts = fed.get("start_times", {})
+    live = {n: pid for n, pid in fed.get("pids", {}).items() if _alive(pid, starts.get(n))}
+    roots = list(live.values())
+    # Flower's own processes (flower-superexec, flwr-serverapp, flwr-clientapp), some
+    # in sessions of their own, found before any parent dies and re-parents them.
+    extra = (_descendants(roots, table) | _marked(state, table)) - set(roots)
+    extra.discard(os.getpid())
+    stopped: list[str] = []
+    for prefix in _STOP_ORDER:
+        batch = {n: pid for n, pid in live.items() if n.startswith(prefix)}
+        if prefix == "superlink":  # last: with whatever else is left
+            batch_procs = {pid: starts.get(n) for n, pid in batch.items()}
+            batch_procs |= {pid: table[pid][1] for pid in extra if pid in table}
+        else:
+            batch_procs = {pid: starts.get(n) for n, pid in batch.items()}
+            below = _descendants(list(batch.values()), table) & extra
+            batch_procs |= {pid: table[pid][1] for pid in below}
+            extra -= below
+        _terminate(batch_procs)
+        stopped += sorted(batch)
+    others = sorted(set(live) - set(stopped))  # names outside the known prefixes
+    _terminate({live[n]: starts.get(n) for n in others})
+    stopped += others
+    for path in fed.get("sockets", {}).values():
+        Path(path).unlink(missing_ok=True)
+    if fed.get("socket_dir_temporary"):
+        shutil.rmtree(fed["socket_dir"], ignore_errors=True)
+    return stopped
+
+
+def down(state_dir: str | os.PathLike[str]) -> list[str]:
+    r"""Stop the federation recorded in ``<state_dir>/federation.json``.
+
+    SuperNodes first, then agents, then the SuperLink: each recorded process group
+    gets SIGTERM, then SIGKILL after 3 s. Flower's own subprocesses (SuperExecs,
+    ServerApp/ClientApp processes) are stopped with their parents. Only processes
+    whose start time still matches the record are signalled (no pid reuse). Logs
+    and ``federation.json`` are kept; agent sockets are removed.
+
+    Args:
+        state_dir: The federation's folder.
+
+    Returns:
+        Names of the recorded processes that were running and are now stopped;
+        ``[]`` when nothing ran (or there is no federation there).
+    """
+    state = _state(state_dir)
+    fed = _read_federation(state)
+    if fed is None:
+        return []
+    return _stop(state, fed)
+
+
+def status(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    r"""Whether each recorded process of the federation in ``state_dir`` runs.
+
+    Args:
+        state_dir: The federation's folder.
+
+    Returns:
+        ``{"state_dir", "address", "clients", "running": bool (any process alive),
+        "processes": {name: {"pid", "alive"}}}``; ``processes`` is empty and
+        ``address`` and ``clients`` ``None`` when there is no ``federation.json``.
+    """
+    state = _state(state_dir)
+    fed = _read_federation(state) or {}
+    starts = fed.get("start_times", {})
+    procs = {
+        name: {"pid": pid, "alive": _alive(pid, starts.get(name))}
+        for name, pid in fed.get("pids", {}).items()
+    }
+    return {
+        "state_dir": str(state),
+        "address": fed.get("address"),
+        "clients": fed.get("clients"),
+        "running": any(p["alive"] for p in procs.values()),
+        "processes": procs,
+    }
+
+
+# --------------------------------------------------------------------- submit
+
+
+def _check_run_config(run_config: dict[str, Any], declared: dict[str, Any]) -> None:
+    r"""Raise naming the key if ``run_config`` has a key the App does not declare
+    (``flwr run`` would fail with "Invalid run configuration") or a value whose type
+    differs from the declared default's (an int is fine for a float); flwr itself
+    does not check types."""
+    unknown = sorted(set(run_config) - set(declared))
+    if unknown:
+        raise FlowerLaunchError(
+            f"run_config keys {unknown} are not declared in the Flower App "
+            f"([tool.flwr.app.config] keys: {sorted(declared)}); flwr rejects them"
+        )
+    for key, value in run_config.items():
+        want = type(declared[key])
+        ok = type(value) is want or (want is float and type(value) is int)
+        if not ok:
+            raise TypeError(
+                f"run_config[{key!r}] must be a {want.__name__} (as its default "
+                f"{declared[key]!r}), got {type(value).__name__} {value!r:.60}"
+            )
+
+
+def _pump(proc: subprocess.Popen[str], lines: Queue[str | None]) -> None:
+    r"""Copy ``proc``'s output lines into ``lines``, then ``None``."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
+
+
+def submit(
+    state_dir: str | os.PathLike[str],
+    run_config: dict[str, Any],
+    *,
+    timeout: float | None = None,
+    stream: Callable[[str], Any] | None = None,
+) -> int:
+    r"""Run the Flower App of a live federation: ``flwr run <app> local-deployment
+    --stream --run-config <state>/runs/<id>.toml``.
+
+    Args:
+        state_dir: The federation's folder (started by :func:`up`).
+        run_config: Overrides of the App's run config (keys of :data:`APP_CONFIG`,
+            each value of its default's type; an int for a float is fine).
+        timeout: Seconds before ``flwr run`` is killed (the run itself may go on at
+            the SuperLink until ``down``); ``None`` waits.
+        stream: Called with each output line of ``flwr run`` (default ``print``).
+
+    Returns:
+        The exit code of ``flwr run``. Note: with ``--stream`` it is 0 once the run
+        was submitted and its logs streamed to the end, even when the ServerApp
+        failed; read the ServerApp's own result files for success.
+
+    Raises:
+        FlowerLaunchError: If ``state_dir`` has no live federation, ``run_config``
+            has undeclared keys, or ``timeout`` passed.
+        TypeError: If a ``run_config`` value's type differs from its default's.
+    """
+    import tomli_w
+
+    state = _state(state_dir)
+    fed = _read_federation(state)
+    if fed is None or "superlink" not in _live_names(fed):
+        raise FlowerLaunchError(
+            f"no live federation in {state}: start one with up(clients, {str(state)!r})"
+        )
+    app_dir = Path(fed["app_dir"])
+    with (app_dir / "pyproject.toml").open("rb") as f:
+        declared = tomllib.load(f)["tool"]["flwr"]["app"].get("config", {})
+    _check_run_config(run_config, declared)
+    runs = state / "runs"
+    runs.mkdir(exist_ok=True)
+    run_file = runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.toml"
+    run_file.write_text(tomli_w.dumps(dict(run_config)))
+
+    python = fed["python"]
+    flwr = str(Path(python).parent / "flwr")
+    argv = [flwr, "run", str(app_dir), CONNECTION, "--stream", "--run-config",
+            str(run_file)]  # fmt: skip
+    env = _child_env(state, python)
+    del env[STATE_ENV]  # not part of the federation: down leaves it alone
+    out = print if stream is None else stream
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        env=env,
+        start_new_session=True,
+    )
+    lines: Queue[str | None] = Queue()
+    threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0)
+            try:
+                line = lines.get(timeout=wait)
+            except Empty:
+                raise FlowerLaunchError(
+                    f"flwr run did not finish within timeout={timeout} s (run config {run_file})"
+                ) from None
+            if line is None:
+                return proc.wait()
+            out(line)
+    finally:
+        if proc.poll() is None:
+            _terminate({proc.pid: _start_time(proc.pid)}, grace=1.0)
+            proc.wait()

@@ -1,0 +1,328 @@
+r"""A party's agent: the long-lived process that holds one client of every Flower run.
+
+Flower starts a fresh ``ClientApp`` process for every message, but a client's state
+(its data, GP, keys, a secure sum in progress) lives for the whole run. Each party
+therefore runs one agent next to its SuperNode::
+
+    python -m botorch_fed.flower.party --socket /run/me/party.sock --partition-id 0 \
+        --num-partitions 3 --key-dir /home/me/keys
+
+and points its SuperNode's node config at the socket (``agent="/run/me/party.sock"``).
+The ``ClientApp`` (:mod:`.client_app`) forwards each message to the agent over that
+Unix socket (readable by its owner only; frames of :mod:`.records`, nothing pickled)
+and returns the agent's answer. The agent builds the party's client when a run's first
+message arrives, from the run's options (the run config) and what only the party
+knows: its partition id and its key material (never sent by the server). The client
+is the very object the in-process runner builds (:attr:`AlgorithmSpec.make_client`).
+
+The run's options come from whoever submits the run, so the agent first checks them
+against the party's own :class:`~.policy.PartyPolicy` (its command line:
+``--allow-plaintext``, ``--allow-crypto-seed``, ``--allow-objective``,
+``--share-results``, ``--allow-algorithm``, ``--allow-exact-centres``,
+``--max-epsilon``; by default it accepts none of them).
+
+Besides the protocol's messages the agent answers two of the harness:
+``botorch_fed_hello`` (its partition id, so the server can map Flower's node ids to
+client ids) and ``botorch_fed_report`` (the client's evaluation history and privacy
+ledger, which the server's harness scores as the in-process runner reads them; only
+with ``--share-results``; the run's client is dropped afterwards).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import traceback
+from collections import OrderedDict
+from pathlib import Path
+
+from botorch_fed.federation.roles import ProtocolViolation as ProtocolViolationError
+from botorch_fed.flower.policy import PRIVATE_ALGORITHMS, PartyPolicy, PolicyError
+from botorch_fed.flower.records import encode_frame, read_frame
+from botorch_fed.secure.errors import SecureAggregationError
+
+
+class PartyFailure(RuntimeError):
+    r"""The party's own code failed on a message; the server is told only that."""
+
+
+HELLO = "botorch_fed_hello"
+REPORT = "botorch_fed_report"
+MAX_RUNS = 16
+SHARED_ERRORS = (PolicyError, ProtocolViolationError, SecureAggregationError)
+
+
+class PartyAgent:
+    r"""Holds this party's client of each run and answers its messages.
+
+    Args:
+        partition_id: This party's client id.
+        num_partitions: How many clients the federation has.
+        key_dir: Where this party's key material lies (``<key_dir>/<keyset>/``).
+        threads: torch threads for this party's work.
+        policy: What this party accepts from a run (:class:`PartyPolicy`; default:
+            nothing beyond the protected defaults).
+    """
+
+    def __init__(
+        self,
+        partition_id: int,
+        num_partitions: int,
+        key_dir: str | os.PathLike | None = None,
+        threads: int = 1,
+        policy: PartyPolicy | None = None,
+    ) -> None:
+        if not 0 <= int(partition_id) < int(num_partitions):
+            raise ValueError(
+                f"--partition-id must be in [0, {num_partitions}), got {partition_id}."
+            )
+        self.partition_id = int(partition_id)
+        self.num_partitions = int(num_partitions)
+        self.key_dir = None if key_dir is None else Path(key_dir)
+        self.threads = int(threads)
+        self.policy = PartyPolicy() if policy is None else policy
+        self._runs: OrderedDict[int, object] = OrderedDict()  # least recently used first
+        self._over: dict[int, str] = {}  # run -> why it is over (reported or evicted)
+        self._lock = threading.Lock()
+
+    def answer(self, meta: dict, payload: dict) -> tuple[dict, dict]:
+        r"""Answer one forwarded message: ``(meta, payload)`` in, out.
+
+        A run's client is built at the run's first message and dropped at its report (or,
+        when a new run would make more than :data:`MAX_RUNS`, the run that has waited
+        longest since its last message is dropped); a run is never started again, so a
+        server cannot reset a client mid-run (to have its initial design evaluated
+        again, or its users answer again with fresh noise).
+
+        Raises:
+            PolicyError, ProtocolViolation, SecureAggregationError, ValueError: What the
+                server may be told in full (the run's options, the protocol).
+            PartyFailure: Anything else the party's own code raised (its black box,
+                its models): the server learns only the message and the error's type;
+                the details go to the agent's log.
+        """
+        import torch
+
+        from botorch_fed.federation.messages import Message
+
+        with self._lock:
+            torch.set_num_threads(self.threads)
+            run_id, type_ = int(meta["run"]), str(meta["type"])
+            if type_ == HELLO:
+                return {"ok": True}, {
+                    "partition": self.partition_id,
+                    "clients": self.num_partitions,
+                }
+            if run_id in self._over:
+                raise ProtocolViolationError(
+                    f"Run {run_id} is over for this party ({self._over[run_id]}); "
+                    "a run does not start again."
+                )
+            client = self._runs.get(run_id)
+            if client is None:
+                client = self._runs[run_id] = self._build(meta["config"])
+                while len(self._runs) > MAX_RUNS:  # the least recently active run goes
+                    idle, _ = self._runs.popitem(last=False)
+                    self._over[idle] = (
+                        f"dropped while idle: this party holds at most {MAX_RUNS} runs "
+                        "and newer runs arrived"
+                    )
+            self._runs.move_to_end(run_id)
+            if type_ == REPORT:
+                del self._runs[run_id]
+                self._over[run_id] = "it reported"
+                if not self.policy.share_results:
+                    raise PolicyError(
+                        "This party keeps its evaluations (its agent shares them with "
+                        "--share-results)."
+                    )
+                return {"ok": True}, _report(client)
+            try:
+                reply = _quiet(lambda: client.handle(Message(type_, payload)))
+            except SHARED_ERRORS:
+                raise
+            except Exception as exc:
+                raise PartyFailure(
+                    f"Client {self.partition_id} could not answer {type_!r} "
+                    f"({type(exc).__name__}; the details stay in the party's log)."
+                ) from exc
+            return {"ok": True}, reply.payload
+
+    def _build(self, run_config: dict):
+        r"""This party's client of a run (as the in-process runner builds it)."""
+        import torch
+
+        from botorch_fed.federation.registry import get_algorithm
+        from botorch_fed.federation.runner import (
+            build_context,
+            make_client,
+            secagg_backend,
+            secagg_role_seed,
+        )
+        from botorch_fed.flower.keys import party_material
+        from botorch_fed.flower.run_options import decode_argv, prepare
+
+        run = prepare(decode_argv(run_config), check=self.policy.check_options)
+        spec = get_algorithm(run.algorithm)
+        self.policy.check(spec, run.setup, run.settings)
+        ctx = build_context(spec, run.setup, run.settings)
+        if len(ctx.client_ids) != self.num_partitions:
+            raise ValueError(
+                f"The run has {len(ctx.client_ids)} clients, this federation "
+                f"{self.num_partitions} (--num-partitions)."
+            )
+        cid = self.partition_id
+        if spec.secure_aggregation:
+            setup = run.setup
+            material = party_material(self.key_dir, str(run_config.get("keyset", "")), cid)
+            backend = secagg_backend(setup, ctx.client_ids)
+            ctx.secagg_clients = {
+                cid: backend.client(cid, material, seed=secagg_role_seed(setup, cid))
+            }
+        with torch.random.fork_rng(devices=[]):  # as in process, leaving the agent's alone
+            torch.manual_seed(run.setup.seed)
+            return _quiet(lambda: make_client(spec, ctx, cid))
+
+
+def _quiet(fn):
+    from botorch_fed.cli.run import library_warnings_ignored
+
+    with library_warnings_ignored():
+        return fn()
+
+
+def _report(client) -> dict:
+    r"""What the harness scores: the client's history and privacy ledger (JSON)."""
+    ledger = getattr(client, "privacy_ledger", None)
+    return {
+        "history": json.dumps(client.history),
+        "privacy": "" if ledger is None else json.dumps(ledger.state_dict()),
+    }
+
+
+def serve(agent: PartyAgent, path: str | os.PathLike, ready=None) -> None:
+    r"""Answer connections on the Unix socket ``path`` until the process is stopped.
+
+    Each connection carries one frame in and one frame out. An error becomes an answer
+    ``{"ok": False, "error": ...}`` (the ``ClientApp`` raises it, and Flower reports it
+    to the server).
+    """
+    path = Path(path)
+    if path.exists():
+        path.unlink()
+    old = os.umask(0o177)  # the socket is its owner's only
+    try:
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(path))
+    finally:
+        os.umask(old)
+    server.listen(16)
+    if ready is not None:
+        ready()
+    try:
+        while True:
+            conn, _ = server.accept()
+            threading.Thread(target=_serve_one, args=(agent, conn), daemon=True).start()
+    finally:
+        server.close()
+        path.unlink(missing_ok=True)
+
+
+def _serve_one(agent: PartyAgent, conn: socket.socket) -> None:
+    with conn:
+        try:
+            meta, payload = read_frame(conn)
+        except (OSError, ValueError):  # broken off, or not a frame
+            return
+        try:
+            out_meta, out = agent.answer(meta, payload)
+        except Exception as exc:  # noqa: BLE001 - reported to the server, logged here
+            traceback.print_exc(file=sys.stderr)
+            out_meta, out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, {}
+        try:
+            conn.sendall(encode_frame(out_meta, out))
+        except OSError:
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    r"""``python -m botorch_fed.flower.party``: run one party's agent."""
+    p = argparse.ArgumentParser(
+        prog="python -m botorch_fed.flower.party",
+        description="The agent that holds one party's botorch-fed clients on Flower.",
+    )
+    p.add_argument("--socket", required=True, help="Unix socket path (node config `agent`)")
+    p.add_argument("--partition-id", type=int, required=True, help="this party's client id")
+    p.add_argument("--num-partitions", type=int, required=True, help="number of clients")
+    p.add_argument("--key-dir", default=None, help="folder of this party's key material")
+    p.add_argument("--threads", type=int, default=1, help="torch threads")
+    g = p.add_argument_group("policy: what this party accepts from a run (default: none)")
+    g.add_argument(
+        "--allow-plaintext", action="store_true", help="runs with --aggregator plaintext"
+    )
+    g.add_argument(
+        "--allow-crypto-seed", action="store_true", help="runs with --crypto-seed (experiments)"
+    )
+    g.add_argument(
+        "--allow-objective",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="an --objective this party runs (repeatable)",
+    )
+    g.add_argument(
+        "--share-results",
+        action="store_true",
+        help="send the server this party's evaluations at the end (for the run's JSON)",
+    )
+    g.add_argument(
+        "--allow-algorithm",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="join this algorithm too (repeatable; 'all': every one); by default only "
+        + ", ".join(PRIVATE_ALGORITHMS),
+    )
+    g.add_argument(
+        "--allow-exact-centres",
+        action="store_true",
+        help="FBO-FedGP runs whose clients send exact k-means centres (--center-noise 0)",
+    )
+    g.add_argument(
+        "--max-epsilon",
+        type=float,
+        default=PartyPolicy.max_epsilon,
+        help="the largest LDP epsilon per answer (default %(default)s)",
+    )
+    args = p.parse_args(argv)
+    if not args.max_epsilon > 0:
+        p.error(f"--max-epsilon must be > 0, got {args.max_epsilon}.")
+    policy = PartyPolicy(
+        allow_plaintext=args.allow_plaintext,
+        allow_crypto_seed=args.allow_crypto_seed,
+        objectives=tuple(args.allow_objective),
+        share_results=args.share_results,
+        algorithms=PRIVATE_ALGORITHMS + tuple(args.allow_algorithm),
+        allow_exact_centres=args.allow_exact_centres,
+        max_epsilon=args.max_epsilon,
+    )
+    try:
+        agent = PartyAgent(
+            args.partition_id, args.num_partitions, args.key_dir, args.threads, policy
+        )
+    except ValueError as exc:
+        p.error(str(exc))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    import botorch_fed.federation  # noqa: F401 - the algorithms, before the first message
+
+    serve(agent, args.socket)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - a process of its own
+    sys.exit(main())

@@ -1,0 +1,223 @@
+r"""The botorch-fed ``ServerApp``: any registered algorithm's server program on Flower.
+
+``main`` reads the run's options from the run config (:mod:`.run_options`), builds the
+server program exactly as the in-process runner does
+(:attr:`~botorch_fed.federation.registry.AlgorithmSpec.make_server`) on a
+:class:`~.transport.FlowerTransport`, waits for the parties, maps Flower's node ids
+to client ids (each party's agent names its partition id), runs the program and
+scores the run with the in-process harness (:func:`~botorch_fed.federation.runner.score_run`)
+from the clients' reports. It writes the same JSON as ``botorch-fed run --out`` to the
+run config's ``out`` (on the server's machine), or ``<out>.error`` with the reason
+when the run fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from botorch_fed.federation.messages import Message
+from botorch_fed.flower.party import HELLO, REPORT
+from botorch_fed.flower.run_options import (
+    ON_DROPOUT,
+    RUN_CONFIG_DEFAULTS,
+    decode_argv,
+    prepare,
+)
+from botorch_fed.flower.transport import ClientUnavailable, FlowerTransport
+
+app = ServerApp()
+
+
+class _Reported:
+    r"""A client as its report describes it (what :func:`score_run` reads).
+
+    Raises:
+        ValueError: A report that is not one (naming what is wrong).
+    """
+
+    def __init__(self, report: dict) -> None:
+        try:
+            history = json.loads(report["history"])
+            privacy = report["privacy"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a report ({type(exc).__name__}: {exc})") from None
+        if not isinstance(history, list) or not all(_entry(h) for h in history):
+            raise ValueError("its history is not a list of evaluations")
+        self.history = history
+        self.privacy_ledger = None
+        if privacy:
+            from botorch_fed.privacy.ledger import PrivacyLedger
+
+            self.privacy_ledger = PrivacyLedger()
+            try:
+                self.privacy_ledger.load_state_dict(json.loads(privacy))
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ValueError(f"its privacy ledger does not load ({exc})") from None
+
+
+def _entry(h) -> bool:
+    r"""Whether ``h`` is an evaluation as the clients' histories hold them."""
+    number = (int, float)
+    return (
+        isinstance(h, dict)
+        and isinstance(h.get("round"), int)
+        and isinstance(h.get("step"), str)
+        and (h.get("value") is None or isinstance(h.get("value"), number))
+        and (h.get("x") is None or isinstance(h.get("x"), list))  # FedZero: not recorded
+    )
+
+
+def _config(run_config) -> dict:
+    r"""The deployment's run-config values, checked (``ValueError`` naming the key)."""
+    out = run_config.get("out", "")
+    if not isinstance(out, str) or not os.path.isabs(out):
+        raise ValueError(f"The run config's `out` must be an absolute path, got {out!r}.")
+    timeout = run_config.get("timeout", RUN_CONFIG_DEFAULTS["timeout"])
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError(f"The run config's `timeout` must be > 0 seconds, got {timeout!r}.")
+    on_dropout = run_config.get("on-dropout", RUN_CONFIG_DEFAULTS["on-dropout"])
+    if on_dropout not in ON_DROPOUT:
+        raise ValueError(f"The run config's `on-dropout` must be one of {ON_DROPOUT}.")
+    return {"out": out, "timeout": float(timeout), "on_dropout": on_dropout}
+
+
+def discover(grid, clients: int, timeout: float, log=print) -> dict[int, int]:
+    r"""``{client id: node id}``: waits until ``clients`` SuperNodes are connected and
+    asks each party's agent for its partition id.
+
+    Raises:
+        ClientUnavailable: Too few nodes within ``timeout``, a partition id twice or
+            out of range, or a party that does not answer.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        node_ids = sorted(grid.get_node_ids())
+        if len(node_ids) >= clients:
+            break
+        if time.monotonic() > deadline:
+            raise ClientUnavailable(
+                f"Only {len(node_ids)} of {clients} SuperNodes joined within {timeout:g} s."
+            )
+        time.sleep(0.5)
+    probe = FlowerTransport(
+        grid, dict(enumerate(node_ids)), timeout, describe=lambda i: f"Flower node {node_ids[i]}"
+    )
+    try:
+        replies = probe.exchange(
+            {i: Message(HELLO, {}) for i in range(len(node_ids))}, record=False
+        )
+    except ClientUnavailable as exc:
+        raise ClientUnavailable(
+            f"The discovery failed: {str(exc).split('. The run')[0]}."
+        ) from None
+    nodes: dict[int, int] = {}
+    for i, reply in replies.items():
+        try:
+            cid, size = int(reply.payload["partition"]), int(reply.payload["clients"])
+        except (KeyError, TypeError, ValueError):
+            raise ClientUnavailable(
+                f"Flower node {node_ids[i]} answered the discovery without a partition id: "
+                "its ClientApp is not botorch-fed's."
+            ) from None
+        if size != clients or not 0 <= cid < clients:
+            raise ClientUnavailable(
+                f"Flower node {node_ids[i]} is partition {cid} of {size}; this run has "
+                f"{clients} clients."
+            )
+        if cid in nodes:
+            raise ClientUnavailable(
+                f"Flower nodes {nodes[cid]} and {node_ids[i]} both claim partition {cid}."
+            )
+        nodes[cid] = node_ids[i]
+    log(f"{clients} parties joined: " + ", ".join(f"{c}->{n}" for c, n in sorted(nodes.items())))
+    return nodes
+
+
+def best_per_round(histories: list[list[dict]], rounds: int, minimize: bool) -> list:
+    r"""The best value after each round ``0 .. rounds`` from the clients' histories (what
+    the in-process runner tracks while it runs)."""
+    out, best = [], None
+    entries = sorted((h for hist in histories for h in hist), key=lambda h: h["round"])
+    i = 0
+    for t in range(rounds + 1):
+        while i < len(entries) and entries[i]["round"] <= t:
+            v = entries[i]["value"]
+            if v is not None and (best is None or (v < best if minimize else v > best)):
+                best = v
+            i += 1
+        out.append(best)
+    return out
+
+
+def run_on_flower(grid, run_config, log=print):
+    r"""Run the federation the run config describes; returns the :class:`RunResult`."""
+    import torch
+
+    from botorch_fed.cli.run import library_warnings_ignored
+    from botorch_fed.federation.registry import get_algorithm
+    from botorch_fed.federation.runner import (
+        build_context,
+        score_run,
+        secagg_backend,
+        secagg_role_seed,
+    )
+    from botorch_fed.flower.keys import read_material
+
+    cfg = _config(run_config)
+    run = prepare(decode_argv(run_config))
+    spec = get_algorithm(run.algorithm)
+    ctx = build_context(spec, run.setup, run.settings)
+    ids = ctx.client_ids
+    nodes = discover(grid, len(ids), cfg["timeout"], log)
+    if spec.secure_aggregation:
+        setup = run.setup
+        material = read_material(run_config.get("server-key", ""), "The server")
+        ctx.secagg_server = secagg_backend(setup, ids).server(
+            material, seed=secagg_role_seed(setup, None)
+        )
+    transport = FlowerTransport(grid, nodes, cfg["timeout"], cfg["on_dropout"], log=log)
+    t0 = time.perf_counter()
+    with torch.random.fork_rng(), library_warnings_ignored():
+        torch.manual_seed(run.setup.seed)
+        server = spec.make_server(ctx, transport)
+        total = server.settings.num_rounds
+        server.run(
+            on_round=lambda t: log(f"round {t}/{total} done ({time.perf_counter() - t0:.1f} s)")
+        )
+    time_s = time.perf_counter() - t0
+    live = [cid for cid in ids if cid not in transport.dropped]
+    # a party whose policy keeps its evaluations refuses: the results leave it out
+    reports = transport.exchange(
+        {cid: Message(REPORT, {}) for cid in live}, record=False, tolerate=True
+    )
+    clients = {}
+    for cid in sorted(reports):
+        try:
+            clients[cid] = _Reported(reports[cid].payload)
+        except ValueError as exc:  # scored without it, as a party that keeps its report
+            log(f"client {cid}: its report is left out: {exc}")
+    minimize = ctx.objectives[0].minimize
+    best = best_per_round([c.history for c in clients.values()], total, minimize)
+    return score_run(run.algorithm, run.setup, server, clients, ctx.objectives, best, time_s)
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    r"""Run the federation and write its JSON (or ``<out>.error``)."""
+    from botorch_fed.cli.report import write_json
+
+    out = context.run_config.get("out", "")
+    try:
+        result = run_on_flower(grid, context.run_config)
+    except Exception as exc:
+        if isinstance(out, str) and os.path.isabs(out):
+            Path(f"{out}.error").write_text(f"{type(exc).__name__}: {exc}\n")
+        raise
+    write_json(result.to_dict(), out)
+    print(f"results written to {out}", flush=True)

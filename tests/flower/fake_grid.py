@@ -1,0 +1,95 @@
+r"""A Flower ``Grid`` in memory: the real ``ClientApp``, party agents (on Unix sockets,
+in threads), records and transport, without Flower's processes. Messages go through
+``ClientApp.__call__`` as Flower's ``flwr-clientapp`` calls it, so everything but the
+network is what a deployment runs."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from botorch_fed.flower.client_app import app as client_app
+from botorch_fed.flower.party import PartyAgent, serve
+from botorch_fed.flower.policy import PartyPolicy
+
+# every party of a test federation accepts the seeded, plaintext experiments and shares
+# its results (tests/flower/test_policy.py checks the defaults refuse them)
+EXPERIMENT = PartyPolicy(
+    allow_plaintext=True,
+    allow_crypto_seed=True,
+    share_results=True,
+    algorithms=("all",),
+    allow_exact_centres=True,
+)
+
+RUN_ID = 7
+
+
+class FakeGrid:
+    r"""``clients`` parties (node ids ``1000 + 7 i``) whose agents serve in threads.
+
+    ``drop``: ``{node id: n}``: the node answers its first ``n`` messages, then leaves
+    (its messages get Flower's "destination SuperNode was removed" error reply).
+    """
+
+    def __init__(self, clients: int, folder, key_dir=None, node_ids=None, policy=None) -> None:
+        TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = RUN_ID, 0, 1
+        self.run_config: dict = {}
+        self.sockets = {}
+        self.drop: dict[int, int] = {}
+        self.hang: set[int] = set()  # nodes that take messages and never answer
+        self.answered: dict[int, int] = {}
+        self.pushed: list[Message] = []
+        self._pending: dict[str, Message] = {}
+        self._ids = itertools.count()
+        node_ids = node_ids or [1000 + 7 * i for i in range(clients)]
+        for i, node in enumerate(node_ids):
+            path = os.path.join(folder, f"agent-{i}.sock")
+            ready = threading.Event()
+            agent = PartyAgent(i, clients, key_dir, policy=policy or EXPERIMENT)
+            threading.Thread(target=serve, args=(agent, path, ready.set), daemon=True).start()
+            ready.wait(10)
+            self.sockets[node] = path
+
+    def get_node_ids(self):
+        return list(self.sockets)
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+        return Message(content, dst_node_id, message_type, group_id=group_id)
+
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            mid = f"m{next(self._ids)}"
+            msg.metadata.__dict__["_message_id"] = mid
+            self.pushed.append(msg)
+            node = msg.metadata.dst_node_id
+            self.answered[node] = self.answered.get(node, 0) + 1
+            if node in self.hang and self.answered[node] > 1:  # after the discovery
+                ids.append(mid)
+                continue
+            if self.answered[node] > self.drop.get(node, float("inf")):
+                reply = Message(Error(3, "destination SuperNode was removed"), reply_to=msg)
+            else:
+                context = Context(
+                    run_id=RUN_ID,
+                    node_id=node,
+                    node_config={"agent": self.sockets[node]},
+                    state=RecordDict(),
+                    run_config=dict(self.run_config),
+                )
+                try:
+                    reply = client_app(msg, context)
+                except Exception as exc:  # as flwr-clientapp does
+                    reason = f"{type(exc)}:<'{exc}'>"
+                    reply = Message(Error(2, reason), reply_to=msg)
+            self._pending[mid] = reply
+            ids.append(mid)
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self._pending.pop(m) for m in list(message_ids) if m in self._pending]

@@ -1,0 +1,238 @@
+r"""The process launcher of a loopback Flower federation (botorch_fed.flower.launcher).
+
+The tests marked ``flower`` start real SuperLink/SuperNode processes with stand-in
+party agents (a few lines that bind the Unix socket and sleep), so they do not
+depend on the party module. A session-level safety net calls ``down`` on every
+state folder a test used, so no process outlives the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from botorch_fed.flower import launcher  # noqa: E402
+from botorch_fed.flower.launcher import FlowerLaunchError, down, status, submit, up  # noqa: E402
+
+# a stand-in party agent: serve the Unix socket, exit on SIGTERM
+AGENT = (
+    "import signal, socket, sys, time\n"
+    "s = socket.socket(socket.AF_UNIX)\n"
+    "s.bind(sys.argv[1])\n"
+    "s.listen()\n"
+    "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+    "while True:\n"
+    "    time.sleep(1)\n"
+)
+DYING_AGENT = "import sys\nprint('stand-in agent gives up')\nsys.exit(1)\n"
+
+
+def stand_in(i: int, sock: Path) -> list[str]:
+    return [sys.executable, "-c", AGENT, str(sock)]
+
+
+def dying(i: int, sock: Path) -> list[str]:
+    return [sys.executable, "-c", DYING_AGENT, str(sock)]
+
+
+@pytest.fixture(scope="session")
+def _used_states():
+    r"""Safety net: every state folder handed out is brought down at session end."""
+    states: list[Path] = []
+    yield states
+    for state in states:
+        down(state)
+
+
+@pytest.fixture
+def state(tmp_path_factory, _used_states) -> Path:
+    path = tmp_path_factory.mktemp("fed") / "state"
+    _used_states.append(path)
+    yield path
+    down(path)
+
+
+@pytest.fixture(scope="module")
+def fed(tmp_path_factory, _used_states):
+    r"""One running 2-client federation shared by the read-only tests below."""
+    path = tmp_path_factory.mktemp("fed") / "state"
+    _used_states.append(path)
+    yield up(2, path, agent_command=stand_in, timeout=60)
+    down(path)
+
+
+def _leftovers(state_dir: Path) -> set[int]:
+    r"""Live processes started for this federation (children of Flower's included)."""
+    return launcher._marked(Path(state_dir).resolve(), launcher._process_table())
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.flower
+def test_up_ready_and_recorded(fed):
+    state = Path(fed["state_dir"])
+    assert fed["ready"] and fed["clients"] == 2
+    assert json.loads((state / "federation.json").read_text()) == fed
+    names = {"superlink", "agent-0", "agent-1", "supernode-0", "supernode-1"}
+    assert set(fed["pids"]) == set(fed["start_times"]) == set(fed["logs"]) == names
+    assert set(fed["ports"]) == {"superlink", "supernode-0", "supernode-1"}
+    assert len(set(fed["ports"].values())) == 3
+    for port in fed["ports"].values():
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            assert r.status == 200
+    assert fed["address"] == f"127.0.0.1:{fed['ports']['superlink']}"
+    for name, sock in fed["sockets"].items():
+        assert Path(sock).is_socket(), name
+    st = status(state)
+    assert st["running"] and all(p["alive"] for p in st["processes"].values())
+    for name in names:
+        assert Path(fed["logs"][name]).parent == state / "logs"
+
+
+@pytest.mark.flower
+def test_node_config_carries_agent_socket_as_str(fed):
+    from flwr.common.config import parse_config_args
+
+    argv = fed["argv"]["supernode-1"]
+    node_config = parse_config_args([argv[argv.index("--node-config") + 1]])
+    assert node_config == {
+        "partition-id": 1,
+        "num-partitions": 2,
+        "agent": fed["sockets"]["agent-1"],
+    }
+
+
+@pytest.mark.flower
+def test_flower_config_and_app(fed):
+    state = Path(fed["state_dir"])
+    with (state / "flwr_home" / "config.toml").open("rb") as f:
+        assert tomllib.load(f) == {
+            "superlink": {
+                "default": "local-deployment",
+                "local-deployment": {"address": fed["address"], "insecure": True},
+            }
+        }
+    with (state / "app" / "pyproject.toml").open("rb") as f:
+        app = tomllib.load(f)
+    assert app["tool"]["flwr"]["app"]["publisher"] == "botorch-fed"
+    assert app["tool"]["flwr"]["app"]["components"] == {
+        "serverapp": "botorch_fed.flower.server_app:app",
+        "clientapp": "botorch_fed.flower.client_app:app",
+    }
+    config = app["tool"]["flwr"]["app"]["config"]
+    assert config == launcher.APP_CONFIG
+    assert isinstance(config["timeout"], float) and isinstance(config["clients"], int)
+    # what `flwr run` checks before building the FAB (modules not imported here)
+    from flwr.cli.config_utils import load_and_validate
+
+    _, warnings = load_and_validate(state / "app" / "pyproject.toml", check_module=False)
+    assert warnings == []
+
+
+@pytest.mark.flower
+def test_up_twice_is_refused(fed):
+    before = dict(fed["pids"])
+    with pytest.raises(FlowerLaunchError, match="down"):
+        up(1, fed["state_dir"], agent_command=stand_in)
+    assert json.loads((Path(fed["state_dir"]) / "federation.json").read_text())["pids"] == before
+    assert status(fed["state_dir"])["running"]
+
+
+@pytest.mark.flower
+def test_submit_rejects_undeclared_run_config_keys(fed):
+    with pytest.raises(FlowerLaunchError, match="bogus"):
+        submit(fed["state_dir"], {"bogus": 1})
+    with pytest.raises(TypeError, match="argv"):
+        submit(fed["state_dir"], {"argv": ["a"]})
+    with pytest.raises(TypeError, match="clients"):
+        submit(fed["state_dir"], {"clients": "2"})
+    with pytest.raises(TypeError, match="timeout"):
+        submit(fed["state_dir"], {"timeout": True})
+    assert list((Path(fed["state_dir"]) / "runs").iterdir()) == []  # nothing submitted
+
+
+@pytest.mark.flower
+def test_down_stops_everything(state):
+    fed = up(2, state, agent_command=stand_in)
+    pids = dict(fed["pids"])
+    assert _leftovers(state) >= set(pids.values())
+    stopped = down(state)
+    assert stopped == ["supernode-0", "supernode-1", "agent-0", "agent-1", "superlink"]
+    assert not any(launcher._alive(pid, None) for pid in pids.values())
+    assert _leftovers(state) == set()  # flower-superexec & co. included
+    for port in fed["ports"].values():
+        assert not _listening(port)
+    assert not any(Path(s).exists() for s in fed["sockets"].values())
+    assert Path(fed["logs"]["superlink"]).stat().st_size > 0  # logs kept
+    assert not status(state)["running"]
+    assert down(state) == []
+
+
+@pytest.mark.flower
+def test_taken_port_starts_nothing(state):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(FlowerLaunchError, match=f"port {port}"):
+            up(1, state, port=port, agent_command=stand_in)
+    assert not (state / "federation.json").exists()
+    assert _leftovers(state) == set()
+
+
+@pytest.mark.flower
+def test_child_dying_at_start_is_named_and_everything_stopped(state):
+    with pytest.raises(FlowerLaunchError) as err:
+        up(2, state, agent_command=dying, timeout=30)
+    msg = str(err.value)
+    assert "agent-0" in msg and "exited with code 1" in msg
+    assert "stand-in agent gives up" in msg  # the log tail
+    assert not status(state)["running"]
+    assert _leftovers(state) == set()
+
+
+def test_down_and_status_without_federation(tmp_path):
+    assert down(tmp_path) == []
+    assert down(tmp_path / "missing") == []
+    assert status(tmp_path) == {
+        "state_dir": str(tmp_path.resolve()),
+        "address": None,
+        "clients": None,
+        "running": False,
+        "processes": {},
+    }
+
+
+def test_submit_without_federation(tmp_path):
+    with pytest.raises(FlowerLaunchError, match="no live federation"):
+        submit(tmp_path, {})
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="clients"):
+        up(0, tmp_path)
+    with pytest.raises(ValueError, match="port"):
+        up(1, tmp_path, port=70000)
+    assert not (tmp_path / "federation.json").exists()
+
+
+def test_long_state_path_uses_short_socket_folder(tmp_path):
+    long_state = tmp_path / ("x" * 120)
+    sock_dir, temporary = launcher._socket_dir(long_state)
+    try:
+        assert temporary and len(str(sock_dir / "agent-999.sock")) <= 107
+    finally:
+        sock_dir.rmdir()
+    assert launcher._socket_dir(tmp_path) == (tmp_path / "sockets", False)

@@ -1,0 +1,153 @@
+r"""A real Flower federation on 127.0.0.1: a SuperLink, 3 SuperNodes and 3 party agents
+(``botorch-fed flower up``), FBO-FedGP (plaintext and CKKS) and one algorithm of each
+other server program submitted with ``flwr run`` (every registered algorithm with
+``BOTORCH_FED_FLOWER_ALL=1``) and each JSON compared with the in-process run of the
+same options; then a SuperNode
+is killed mid-run and the run stops naming it. Every process is stopped at the end
+(``down``), and the test checks that none outlives it.
+
+Flower takes a few seconds per message round trip (its SuperNode polls every 3 s and
+starts a process per message), so the runs are short, and they are submitted at once:
+the SuperLink runs them side by side."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from botorch_fed.cli import main  # noqa: E402
+from botorch_fed.federation import available_algorithms, get_algorithm  # noqa: E402
+from botorch_fed.federation.runner import run_federated  # noqa: E402
+from botorch_fed.flower import launcher  # noqa: E402
+from botorch_fed.flower.keys import write_keyset  # noqa: E402
+from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.secure import available_backends  # noqa: E402
+from tests.flower.runs import comparable, short_argv  # noqa: E402
+
+pytestmark = [pytest.mark.flower, pytest.mark.usefixtures("quiet_single_thread")]
+
+CLIENTS = 3
+FLAGS = ["--allow-plaintext", "--allow-crypto-seed", "--share-results", "--allow-algorithm=all"]
+# FBO-FedGP's default fits its hyperparameters by federated maximum likelihood: dozens
+# of secure sums a round, minutes on Flower; `average` takes one
+FBO = ["--hyperparameters", "average"]
+
+
+# one algorithm of each server program besides FBO-FedGP (the Co-KG family shares one,
+# the LDP-BO family another, local and random a third); every registered algorithm
+# runs through the same app code in test_same_as_in_process.py, and all of them here
+# with BOTORCH_FED_FLOWER_ALL=1 (about 7 minutes on 2 cores instead of 2-3)
+REPRESENTATIVES = ("central", "co-kg", "fedzero", "fts", "local", "ldp-moma")
+
+
+def _cases() -> list[tuple[str, list[str]]]:
+    cases = [("fbo-fedgp-plaintext", short_argv("fbo-fedgp", "plaintext") + FBO)]
+    if "ckks" in available_backends():
+        cases.append(("fbo-fedgp-ckks", short_argv("fbo-fedgp", "ckks") + FBO))
+    every = os.environ.get("BOTORCH_FED_FLOWER_ALL") == "1"
+    names = [n for n in available_algorithms() if n != "fbo-fedgp"]
+    cases += [(n, short_argv(n)) for n in names if every or n in REPRESENTATIVES]
+    return cases
+
+
+@pytest.fixture(scope="module")
+def federation(tmp_path_factory):
+    state = tmp_path_factory.mktemp("flower")
+    fed = launcher.up(CLIENTS, state, agent_flags=FLAGS, timeout=120)
+    try:
+        yield state, fed
+    finally:
+        launcher.down(state)
+        _assert_all_stopped(fed)
+
+
+def _assert_all_stopped(fed: dict) -> None:
+    for name, pid in fed["pids"].items():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            continue
+        assert state in ("Z", "X"), f"{name} (pid {pid}) outlived the test: state {state}"
+
+
+def _submit(state, argv: list[str], out: str, lines: list[str] | None = None) -> None:
+    run = prepare(argv)
+    spec = get_algorithm(run.algorithm)
+    keyset, server_key = "", ""
+    if spec.secure_aggregation:
+        keyset, server_key = write_keyset(run.setup, list(range(CLIENTS)), state / "keys")
+    config = {
+        "argv": json.dumps(argv),
+        "out": out,
+        "clients": CLIENTS,
+        "timeout": 120.0,
+        "on-dropout": "fail",
+        "server-key": str(server_key),
+        "keyset": keyset,
+    }
+    sink = lines.append if lines is not None else (lambda line: None)
+    launcher.submit(state, config, stream=sink, timeout=900)
+
+
+def _result(out: str) -> dict:
+    if os.path.exists(f"{out}.error"):
+        raise AssertionError(open(f"{out}.error").read())
+    with open(out) as f:
+        return json.load(f)
+
+
+def test_every_algorithm_on_flower_equals_its_in_process_run(federation, tmp_path):
+    state, _ = federation
+    cases = _cases()
+    outs = {name: str(tmp_path / f"{name}.json") for name, _ in cases}
+    # and one run through the command line, as a user starts it
+    cli_argv = short_argv("random")
+    outs["random-cli"] = str(tmp_path / "random-cli.json")
+    command = ["flower", "run", *cli_argv, "--state-dir", str(state), "--out", outs["random-cli"]]
+    with ThreadPoolExecutor(len(cases) + 1) as pool:
+        jobs = [pool.submit(_submit, state, argv, outs[name]) for name, argv in cases]
+        cli = pool.submit(main, command)
+        for job in jobs:
+            job.result()
+        assert cli.result() == 0
+    for name, argv in [*cases, ("random-cli", cli_argv)]:
+        flower = _result(outs[name])
+        run = prepare(argv)
+        local = comparable(run_federated(run.algorithm, run.setup, run.settings))
+        ledger = flower["ledger"]
+        assert ledger["total_bytes_down"] > 0 and ledger["total_bytes_up"] > 0, name
+        flower = {k: v for k, v in flower.items() if k not in ("time_s", "versions", "ledger")}
+        flower["rounds"] = [[r["round"], sorted(r["stage_s"])] for r in ledger["rounds"]]
+        assert flower.keys() == local.keys(), name
+        for key in flower:
+            assert flower[key] == local[key], (name, key)
+        assert flower["evaluations"], name
+
+
+def test_a_killed_supernode_stops_the_run_naming_it(federation, tmp_path):
+    # runs last in this module: it takes party 2's SuperNode away
+    state, fed = federation
+    argv = short_argv("local", rounds=6)
+    out = str(tmp_path / "killed.json")
+    lines: list[str] = []
+    job = threading.Thread(target=_submit, args=(state, argv, out, lines))
+    job.start()
+    deadline = time.monotonic() + 300
+    while not any("round 1/6 done" in line for line in lines):
+        assert time.monotonic() < deadline and job.is_alive(), "\n".join(lines[-20:])
+        time.sleep(0.2)
+    os.killpg(fed["pids"]["supernode-2"], signal.SIGTERM)
+    job.join(300)
+    assert not job.is_alive()
+    error = open(f"{out}.error").read()
+    assert "ClientUnavailable: client 2 (Flower node" in error, error
+    assert not os.path.exists(out)

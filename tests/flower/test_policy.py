@@ -1,0 +1,114 @@
+r"""A party's agent refuses what its own policy does not allow, whatever the run
+config (written by the server's operator) asks: plaintext sums, a known crypto seed,
+an objective it does not run, the final report of its evaluations. Each test also
+runs the same request with the permission granted, so it fails if the refusal is
+removed or if it refuses everything."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("flwr")
+
+from botorch_fed.federation.roles import ProtocolViolation  # noqa: E402
+from botorch_fed.flower.keys import write_keyset  # noqa: E402
+from botorch_fed.flower.party import REPORT, PartyAgent  # noqa: E402
+from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
+from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
+from tests.flower.fake_grid import FakeGrid  # noqa: E402
+from tests.flower.runs import short_argv  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+
+
+def _first(agent: PartyAgent, argv: list[str], type_: str = "init", keyset: str = ""):
+    config = {"argv": json.dumps(argv), "keyset": keyset}
+    return agent.answer({"run": 1, "type": type_, "config": config}, {})
+
+
+def _without_seed(argv: list[str]) -> list[str]:
+    i = argv.index("--crypto-seed")
+    return argv[:i] + argv[i + 2 :]
+
+
+def test_plaintext_sums_are_refused_unless_allowed(tmp_path):
+    argv = _without_seed(short_argv("fbo-fedgp", "plaintext"))
+    keyset, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
+    with pytest.raises(PolicyError, match="--aggregator plaintext.*--allow-plaintext"):
+        _first(PartyAgent(0, 3, tmp_path), argv, keyset=keyset)
+    # allowed: the client is built and evaluates its initial design
+    agent = PartyAgent(0, 3, tmp_path, policy=PartyPolicy(allow_plaintext=True))
+    meta, _ = _first(agent, argv, keyset=keyset)
+    assert meta["ok"]
+
+
+def test_a_crypto_seed_is_refused_unless_allowed():
+    argv = short_argv("local")
+    with pytest.raises(PolicyError, match="--crypto-seed.*--allow-crypto-seed"):
+        _first(PartyAgent(0, 3), argv)
+    meta, _ = _first(PartyAgent(0, 3, policy=PartyPolicy(allow_crypto_seed=True)), argv)
+    assert meta["ok"]
+
+
+def test_an_objective_is_refused_before_it_is_imported(tmp_path, monkeypatch):
+    # the module would leave a file behind if it were imported
+    marker = tmp_path / "imported"
+    (tmp_path / "party_box.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\ndef f(X):\n    return X.sum(-1)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["local", "--objective", "party_box:f", "--bounds", "0,1;0,1", "--clients", "3"]
+    argv += ["--num-rounds", "1", "--num-init", "2"]
+    for abbreviated in (argv, [a.replace("--objective", "--obj") for a in argv]):
+        with pytest.raises(PolicyError, match="'party_box:f'.*--allow-objective"):
+            _first(PartyAgent(0, 3), abbreviated)
+    assert not marker.exists()
+    meta, _ = _first(PartyAgent(0, 3, policy=PartyPolicy(objectives=("party_box:f",))), argv)
+    assert meta["ok"] and marker.exists()
+
+
+def test_the_report_is_refused_unless_shared(tmp_path):
+    argv = _without_seed(short_argv("local"))
+    keep = PartyAgent(0, 3)
+    _first(keep, argv)
+    with pytest.raises(PolicyError, match="keeps its evaluations.*--share-results"):
+        _first(keep, argv, REPORT)
+    share = PartyAgent(0, 3, policy=PartyPolicy(share_results=True))
+    _first(share, argv)
+    _, report = _first(share, argv, REPORT)
+    assert len(json.loads(report["history"])) == 3  # its initial design (--num-init 3)
+
+
+def test_a_run_completes_without_the_reports_of_parties_that_keep_them(tmp_path):
+    # no party shares its evaluations: the run completes, its results hold none
+    argv = short_argv("local")
+    grid = FakeGrid(3, str(tmp_path), policy=PartyPolicy(allow_crypto_seed=True))
+    grid.run_config = {"argv": json.dumps(argv), "out": str(tmp_path / "o.json")}
+    result = run_on_flower(grid, grid.run_config, log=lambda line: None)
+    assert result.evaluations == [] and result.best_value is None
+    assert result.best_per_client == {}
+
+
+def test_algorithms_that_show_the_server_raw_data_are_refused_unless_allowed():
+    argv = _without_seed(short_argv("central"))
+    with pytest.raises(PolicyError, match="'central'.*--allow-algorithm central"):
+        _first(PartyAgent(0, 3), argv)
+    meta, _ = _first(PartyAgent(0, 3, policy=PartyPolicy(algorithms=("central",))), argv)
+    assert meta["ok"]
+
+
+def test_an_epsilon_above_the_partys_is_refused():
+    argv = ["ldp-tgp", "--problem", "ldp-synthetic", "--clients", "3", "--num-rounds", "2"]
+    with pytest.raises(PolicyError, match="epsilon = 4 per answer, above this party's 1"):
+        _first(PartyAgent(0, 3), [*argv, "--epsilon", "4"])
+    # allowed: the user is built (it answers queries, not `init`)
+    for agent, options in [
+        (PartyAgent(0, 3, policy=PartyPolicy(max_epsilon=4.0)), [*argv, "--epsilon", "4"]),
+        (PartyAgent(0, 3), argv),  # the default epsilon, 1
+    ]:
+        with pytest.raises(ProtocolViolation, match="cannot handle messages of type 'init'"):
+            _first(agent, options)

@@ -1,0 +1,149 @@
+r"""Every registered algorithm on the Flower app ends exactly as the in-process run.
+
+The ServerApp's program (:func:`run_on_flower`), the ``ClientApp``, the party agents
+(on Unix sockets), the records and the :class:`FlowerTransport` run over an in-memory
+``Grid`` (tests/flower/fake_grid.py): everything a deployment runs but Flower's
+processes and network (tests/flower/test_loopback.py starts those). The JSON must equal
+the in-process ``run_federated`` result but for wall times, byte counts (Flower's
+records are larger) and versions."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from botorch_fed.federation import available_algorithms, get_algorithm  # noqa: E402
+from botorch_fed.federation.runner import build_context, run_federated  # noqa: E402
+from botorch_fed.flower.keys import write_keyset  # noqa: E402
+from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
+from botorch_fed.flower.transport import ClientFailed, ClientUnavailable  # noqa: E402
+from botorch_fed.secure import available_backends  # noqa: E402
+from tests.flower.fake_grid import FakeGrid  # noqa: E402
+from tests.flower.runs import comparable, short_argv  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+
+
+def _cases():
+    for name in available_algorithms():
+        yield pytest.param(name, "plaintext", id=name)
+    for name in ("fbo-fedgp", "barycenter-qkg"):
+        for agg in ("masking", "ckks"):
+            marks = [] if agg in available_backends() else [pytest.mark.skip(reason=agg)]
+            yield pytest.param(name, agg, id=f"{name}-{agg}", marks=marks)
+
+
+def flower_run(options, tmp_path, drop=None, on_dropout="fail", timeout=30.0, hang=(), **config):
+    r"""``options`` on the app over a :class:`FakeGrid`; returns ``(result, grid)``."""
+    run = prepare(options)
+    spec = get_algorithm(run.algorithm)
+    ids = build_context(spec, run.setup, run.settings).client_ids
+    keyset, server_key = "", ""
+    if spec.secure_aggregation:
+        keyset, server_key = write_keyset(run.setup, ids, tmp_path / "keys")
+    grid = FakeGrid(len(ids), str(tmp_path), key_dir=tmp_path / "keys")
+    grid.drop = dict(drop or {})
+    grid.hang = set(hang)
+    grid.run_config = {
+        "argv": json.dumps(options),
+        "out": str(tmp_path / "out.json"),
+        "clients": len(ids),
+        "timeout": timeout,
+        "on-dropout": on_dropout,
+        "server-key": str(server_key),
+        "keyset": keyset,
+        **config,
+    }
+    return run_on_flower(grid, grid.run_config, log=lambda line: None), grid
+
+
+@pytest.mark.parametrize("algorithm, aggregator", list(_cases()))
+def test_flower_app_run_equals_in_process_run(algorithm, aggregator, tmp_path):
+    argv = short_argv(algorithm, aggregator)
+    flower, grid = flower_run(argv, tmp_path)
+    run = prepare(argv)
+    local = run_federated(run.algorithm, run.setup, run.settings)
+    a, b = comparable(flower), comparable(local)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key] == b[key], key
+    assert flower.evaluations, "the run evaluated nothing"
+    # every message the server sent went through Flower's records, typed query.<type>
+    assert {m.metadata.message_type.split(".")[0] for m in grid.pushed} == {"query"}
+    # and the ledger counted Flower's bytes (its records are larger than the payloads)
+    sent = flower.ledger["total_bytes_down"]
+    assert sent > local.ledger["total_bytes_down"] > 0
+
+
+def test_a_party_that_leaves_stops_the_run_naming_it(tmp_path):
+    # node 1007 (client 1) answers the discovery and the initialisation, then leaves
+    with pytest.raises(ClientUnavailable, match=r"client 1 \(Flower node 1007\).*removed"):
+        flower_run(short_argv("local"), tmp_path, drop={1007: 2})
+
+
+def test_a_party_that_does_not_answer_in_time_stops_the_run_naming_it(tmp_path):
+    t0 = time.monotonic()
+    with pytest.raises(ClientUnavailable, match=r"client 2 \(Flower node 1014\).*within 0.5 s"):
+        flower_run(short_argv("local"), tmp_path, hang={1014}, timeout=0.5)
+    assert time.monotonic() - t0 < 20
+
+
+def test_a_party_missing_at_discovery_is_named(tmp_path):
+    with pytest.raises(ClientUnavailable, match=r"discovery failed: Flower node 1007.*removed"):
+        flower_run(short_argv("local"), tmp_path, drop={1007: 0})
+
+
+@pytest.mark.skipif("masking" not in available_backends(), reason="masking")
+def test_masking_goes_on_without_a_party_that_left(tmp_path):
+    # 4 parties, masking's threshold 3: node 1021 (client 3) leaves after the
+    # initialisation; the sums go on over the other three
+    argv = short_argv("fbo-fedgp", "masking", rounds=1, clients=4)
+    result, grid = flower_run(argv, tmp_path, drop={1021: 2}, on_dropout="continue")
+    assert result.best_value is not None and np.isfinite(result.best_value)
+    assert {e["client"] for e in result.evaluations} == {0, 1, 2}
+    rounds = {e["round"] for e in result.evaluations}
+    assert rounds == {0, 1}
+
+
+def test_plaintext_sum_cannot_go_on_without_a_party(tmp_path):
+    argv = short_argv("fbo-fedgp", "plaintext", rounds=1)
+    with pytest.raises(Exception, match=r"3 needed \(dropped: \[2\]\)"):
+        flower_run(argv, tmp_path, drop={1014: 2}, on_dropout="continue")
+
+
+def test_a_client_error_stops_the_run_with_its_reason(tmp_path):
+    # a run whose clients cannot be built (the keyset names no files): the agent's
+    # error reaches the server as Flower's error reply, naming client and message
+    argv = short_argv("fbo-fedgp", "masking")
+    with pytest.raises(ClientFailed, match=r"client 0 .*message 'init'.*key material"):
+        flower_run(argv, tmp_path, keyset="masking-0000")
+
+
+@pytest.mark.parametrize(
+    "config, match",
+    [
+        ({"out": "relative.json"}, "`out` must be an absolute path"),
+        ({"timeout": 0.0}, "`timeout` must be > 0"),
+        ({"on-dropout": "ignore"}, "`on-dropout` must be one of"),
+        ({"argv": "fbo-fedgp"}, "`argv` must be a JSON list of str"),
+        ({"argv": json.dumps(["local", "--resume", "x"])}, "--resume is not available"),
+        ({"argv": json.dumps(["local", "--problem", "nope"])}, "nope"),
+        ({"server-key": ""}, "no key material file was given"),
+    ],
+)
+def test_bad_run_config_is_refused_naming_the_key(config, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        flower_run(short_argv("fbo-fedgp", "masking"), tmp_path, **config)
+
+
+def test_more_parties_than_clients_is_refused(tmp_path):
+    grid = FakeGrid(4, str(tmp_path))
+    grid.run_config = {"argv": json.dumps(short_argv("local")), "out": str(tmp_path / "o")}
+    with pytest.raises(ClientUnavailable, match="partition 0 of 4; this run has 3 clients"):
+        run_on_flower(grid, grid.run_config, log=lambda line: None)
