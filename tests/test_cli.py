@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from botorch_fed.cli import build_parser, main
-from botorch_fed.cli.options import setting_options
 from botorch_fed.regression_demo import RegressionDemoConfig, run_regression_demo
+from botorch_fed.runs.options import setting_options
 
 SMALL = ["--clients", "3", "--points", "12", "--support", "8", "--test-points", "64"]
 
@@ -173,8 +173,8 @@ def test_every_fixed_set_of_strings_is_declared_in_field_metadata():
     import dataclasses
     import typing
 
-    from botorch_fed.cli.options import field_type
     from botorch_fed.federation import available_algorithms, get_algorithm
+    from botorch_fed.runs.options import field_type
 
     checked = 0
     for algorithm in available_algorithms():

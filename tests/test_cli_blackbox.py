@@ -256,7 +256,7 @@ def test_results_that_cannot_be_written_after_the_run_exit_1(mod, tmp_path, monk
 
 
 def test_out_is_written_atomically(tmp_path):
-    from botorch_fed.cli.report import write_json
+    from botorch_fed.runs.outputs import write_json
 
     path = tmp_path / "r.json"
     path.write_text('{"old": 1}')

@@ -25,12 +25,11 @@ message naming the flag or the config file's key, before anything runs; 1 a run
 stopped by its black box (``--fail-on-error``, a wrong return shape) or failing, or
 results that could not be written; 130 an interrupted run.
 
-Modules: :mod:`~botorch_fed.cli.parser` (the parsers), :mod:`~botorch_fed.cli.options`
-(options from settings dataclasses), :mod:`~botorch_fed.cli.config` (the TOML file),
-:mod:`~botorch_fed.cli.black_box` (``--problem`` / ``--objective`` / ``--bounds``),
-:mod:`~botorch_fed.cli.arguments` (setup and settings from the arguments),
-:mod:`~botorch_fed.cli.run`, :mod:`~botorch_fed.cli.report` (tables, JSON, plot),
-:mod:`~botorch_fed.cli.demo`.
+Modules: :mod:`~botorch_fed.cli.parser` (the parser), :mod:`~botorch_fed.cli.run` (a
+run with its progress bar), :mod:`~botorch_fed.cli.report` (tables, plot),
+:mod:`~botorch_fed.cli.demo`, :mod:`~botorch_fed.cli.flower`. A run's options, checks
+and output files are described one layer down, in :mod:`botorch_fed.runs` (the Flower
+apps parse them too).
 """
 
 from __future__ import annotations
@@ -41,12 +40,13 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from botorch_fed.cli.config import FromConfig, load_config
 from botorch_fed.cli.demo import demo_config, run_demo
 from botorch_fed.cli.flower import flower_main
 from botorch_fed.cli.parser import build_parser
-from botorch_fed.cli.report import check_output_paths, write_json
-from botorch_fed.cli.run import execute_run, prepare_run, print_error
+from botorch_fed.cli.run import execute_run, print_error
+from botorch_fed.runs.config import FromConfig, load_config
+from botorch_fed.runs.outputs import check_output_paths, write_json
+from botorch_fed.runs.prepare import prepare_run
 
 __all__ = ["build_parser", "main"]
 

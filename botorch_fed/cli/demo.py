@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from botorch_fed.cli.options import rename_to_flags
-from botorch_fed.cli.run import library_warnings_ignored
+from botorch_fed.runs.options import rename_to_flags
+from botorch_fed.runs.prepare import library_warnings_ignored
 
 # RegressionDemoConfig field -> (argparse dest, flag)
 DEMO_FLAGS = {

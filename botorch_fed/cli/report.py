@@ -1,17 +1,12 @@
-r"""What ``botorch-fed run`` reports, and where: the result tables on the console, the
-``--out`` JSON file and the ``--plot`` convergence curve.
-
-:func:`check_output_paths` refuses an ``--out`` / ``--plot`` path that could not be
-written before a run starts, so a long run never ends without its results; the JSON
-file is written atomically (a failure leaves an existing file as it was). Everything
+r"""What ``botorch-fed run`` reports: the result tables on the console and the
+``--plot`` convergence curve (the paths are checked and the ``--out`` JSON written by
+:mod:`botorch_fed.runs.outputs`). Everything
 the user named (objectives, error messages of their black box) is printed verbatim,
 never read as console markup.
 """
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -19,76 +14,6 @@ from rich.markup import escape
 from rich.table import Table
 
 MAX_FAILURES_SHOWN = 5
-
-
-def check_output_paths(
-    paths: dict[str, tuple[str, str | None]], config_path: str | None = None
-) -> None:
-    r"""Refuse output files that could not be written, before a run.
-
-    Args:
-        paths: ``{dest: (label, path)}`` for ``out`` and ``plot``: the flag or config
-            key the path came from and the path (``None`` when not given).
-        config_path: The ``--config`` file (an output must not overwrite it).
-
-    Raises:
-        ValueError: Naming the flag or key and the path.
-        ImportError: ``--plot`` without matplotlib.
-    """
-    seen: dict[str, str] = {}
-    for dest, (label, path) in paths.items():
-        if not path:
-            continue
-        folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            raise ValueError(f"{label} {path}: the folder {folder} does not exist.")
-        if os.path.isdir(path):
-            raise ValueError(f"{label} {path} is a folder; give a file name.")
-        if not os.access(folder, os.W_OK):
-            raise ValueError(f"{label} {path}: the folder {folder} is not writable.")
-        if os.path.exists(path) and not os.access(path, os.W_OK):
-            raise ValueError(f"{label} {path}: the file exists and is not writable.")
-        if config_path and os.path.exists(path) and os.path.samefile(path, config_path):
-            raise ValueError(f"{label} {path} is the --config file; give another file name.")
-        real = os.path.realpath(path)
-        if real in seen:
-            raise ValueError(f"{seen[real]} and {label} name the same file {path}.")
-        seen[real] = label
-        if dest == "plot":
-            check_plot_path(path, label)
-
-
-def check_plot_path(path: str, label: str) -> None:
-    r"""matplotlib is installed and writes the format of ``path`` (by its suffix)."""
-    import importlib.util
-
-    if importlib.util.find_spec("matplotlib") is None:
-        raise ImportError(
-            f"{label} needs matplotlib, which is not installed: pip install 'botorch-fed[plot]'."
-        )
-    suffix = os.path.splitext(path)[1].lstrip(".").lower()
-    if suffix:
-        from matplotlib.backend_bases import FigureCanvasBase
-
-        formats = FigureCanvasBase.get_supported_filetypes()
-        if suffix not in formats:
-            raise ValueError(
-                f"{label} {path}: matplotlib cannot write .{suffix} files (it writes "
-                f"{', '.join(f'.{f}' for f in sorted(formats))})."
-            )
-
-
-def write_json(data: dict, path: str) -> None:
-    r"""``data`` as JSON into ``path``, atomically (a temporary file in the same folder
-    replaces ``path`` once complete)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=2)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def plot_run(data: dict, path: str, console: Console) -> None:

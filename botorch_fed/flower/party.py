@@ -190,7 +190,7 @@ class PartyAgent:
 
 
 def _quiet(fn):
-    from botorch_fed.cli.run import library_warnings_ignored
+    from botorch_fed.runs.prepare import library_warnings_ignored
 
     with library_warnings_ignored():
         return fn()

@@ -50,7 +50,7 @@ OUTPUTS = ("out", "plot")
 
 
 def prepare(argv: list[str], check=None, outputs: bool = False):
-    r"""The checked run (:class:`~botorch_fed.cli.run.PreparedRun`) of ``argv``.
+    r"""The checked run (:class:`~botorch_fed.runs.prepare.PreparedRun`) of ``argv``.
 
     Args:
         argv: ``[algorithm, *options]`` as after ``botorch-fed run``.
@@ -64,11 +64,11 @@ def prepare(argv: list[str], check=None, outputs: bool = False):
         ValueError: An invalid option (argparse's message, or the command line's check
             naming the flag), or one a Flower run does not take.
     """
-    from botorch_fed.cli.parser import build_parser
-    from botorch_fed.cli.run import prepare_run
+    from botorch_fed.runs.parser import build_run_parser
+    from botorch_fed.runs.prepare import prepare_run
 
     check_argv(argv)
-    parser = build_parser()
+    parser = build_run_parser()
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):

@@ -159,7 +159,6 @@ def run_on_flower(grid, run_config, log=print):
     r"""Run the federation the run config describes; returns the :class:`RunResult`."""
     import torch
 
-    from botorch_fed.cli.run import library_warnings_ignored
     from botorch_fed.federation.registry import get_algorithm
     from botorch_fed.federation.runner import (
         build_context,
@@ -168,6 +167,7 @@ def run_on_flower(grid, run_config, log=print):
         secagg_role_seed,
     )
     from botorch_fed.flower.keys import read_material
+    from botorch_fed.runs.prepare import library_warnings_ignored
 
     cfg = _config(run_config)
     run = prepare(decode_argv(run_config))
@@ -210,7 +210,7 @@ def run_on_flower(grid, run_config, log=print):
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     r"""Run the federation and write its JSON (or ``<out>.error``)."""
-    from botorch_fed.cli.report import write_json
+    from botorch_fed.runs.outputs import write_json
 
     out = context.run_config.get("out", "")
     try:

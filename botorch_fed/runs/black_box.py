@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from botorch_fed.cli.config import Config
-from botorch_fed.cli.options import Option
+from botorch_fed.runs.config import Config
+from botorch_fed.runs.options import Option
 
 DEFAULT_PROBLEM = "cec2005-f1"
 

@@ -17,7 +17,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from botorch_fed.cli.options import Option, setting_options
+from botorch_fed.runs.options import Option, setting_options
 
 # top-level keys that are not parser defaults of the same name
 _BLACK_BOX_KEYS = {"objective", "objectives", "bounds", "minimize", "maximize", "settings"}

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from botorch_fed.cli.black_box import make_objectives, resolve_black_box
-from botorch_fed.cli.config import Config
-from botorch_fed.cli.options import Option, rename_to_flags
+from botorch_fed.runs.black_box import make_objectives, resolve_black_box
+from botorch_fed.runs.config import Config
+from botorch_fed.runs.options import Option, rename_to_flags
 
 # FederationSetup field -> the option's dest
 SETUP_DESTS = {

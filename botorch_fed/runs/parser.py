@@ -1,0 +1,211 @@
+r"""The parser of a run's options: ``run <algorithm>`` with one sub-parser per
+registered algorithm.
+
+Each sub-parser holds the black box, federation and run options below, plus the
+algorithm's settings (:mod:`~botorch_fed.runs.options`), so ``botorch-fed run local
+--help`` lists only what ``local`` takes and ``--aggregator`` is offered only to
+algorithms that aggregate securely. The command line (:mod:`botorch_fed.cli.parser`)
+and a Flower run's options (:mod:`botorch_fed.flower.run_options`) both parse with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import textwrap
+
+from botorch_fed.runs.black_box import DEFAULT_PROBLEM
+from botorch_fed.runs.options import (
+    HelpFormatter,
+    Option,
+    add_option,
+    attribute_docs,
+    setting_options,
+)
+
+CONFIG_HELP = """\
+config file (--config FILE, TOML; flags given on the command line override it):
+  problem = "hartmann"                  a built-in test function, or your own black box:
+  objective = "mymod:loss"              one function shared by all `clients`, or
+  [[objectives]]                        one table per client (heterogeneous federation):
+  function = "mymod:make_loss"          called as function(X, **kwargs)
+  kwargs = { client = 0 }               (optional; also `name` for result tables)
+  bounds = [[0, 1], [0, 1], [-5, 5]]    one [lower, upper] pair per dimension, or "0,1;0,1;-5,5"
+  minimize = true                       (or maximize = true)
+  clients = 4                           every option above by its long name with
+  seed = 0                              underscores: init_regions = true, fail_on_error, ...
+  [settings]                            this algorithm's settings by field name:
+  num_rounds = 20                       (num_rounds, not --rounds)
+  [settings.fbo-fedgp]                  settings for one algorithm only (others skip it)
+  support_size = 8
+Python modules are imported from the current directory, then the config file's folder.
+Algorithms without secure aggregation ignore `aggregator`; --resume and --config are
+command-line only."""
+
+
+def _algorithm_parser(
+    sub: argparse._SubParsersAction, spec
+) -> tuple[argparse.ArgumentParser, list[Option]]:
+    r"""The sub-parser of ``run <spec.name>`` and its options."""
+    from botorch_fed.federation.setup import DEFAULT_NUM_CLIENTS, FederationSetup
+    from botorch_fed.secure.registry import BACKENDS
+
+    fed = FederationSetup()
+    settings_name = spec.settings_class.__name__
+    p = sub.add_parser(
+        spec.name,
+        help=spec.summary,
+        formatter_class=HelpFormatter,
+        description="\n\n".join(
+            textwrap.fill(text, 88)
+            for text in (
+                f"{spec.name}: {spec.summary}.",
+                "M clients jointly optimise a black box: a built-in test function (--problem) "
+                "or your own Python function (--objective module:function --bounds ..., or one "
+                "function per client in a --config file).",
+            )
+        ),
+        epilog=CONFIG_HELP,
+    )
+    options: list[Option] = []
+
+    def add(
+        group,
+        flags,
+        dest,
+        kind,
+        default,
+        help,
+        nullable=False,
+        choices=None,
+        key=True,
+        metavar=None,
+    ):
+        option = Option(dest, tuple(flags), kind, nullable, choices, dest if key else None)
+        add_option(group, options, option, default, help, metavar=metavar)
+
+    # fmt: off
+    g = p.add_argument_group("black box (one of --problem, --objective, a --config file)")
+    add(g, ["--problem"], "problem", str, None,
+        f"built-in test function: cec2005-f1 ... cec2005-f20, cokg-f1, cokg-f2, "
+        "ldp-synthetic, ldp-synthetic-matern, l1-regression or a BoTorch "
+        f"synthetic function by name (hartmann, levy, ...); default {DEFAULT_PROBLEM} when "
+        "no --objective is given", metavar="NAME")
+    add(g, ["--dim"], "dim", int, None,
+        "dimension of --problem (default: the function's own)", nullable=True, metavar="D")
+    add(g, ["--noise-std"], "noise_std", float, None,
+        "additive observation noise of --problem: the standard deviation of Gaussian noise "
+        "or the scale of --noise", nullable=True)
+    add(g, ["--noise"], "noise", str, None,
+        "kind of observation noise of --problem: none, gaussian, uniform (U[-s, s], bounded: "
+        "R = s), student-t (3 degrees of freedom), pareto; default: the problem's own "
+        "(ldp-synthetic: uniform, s = 1; others: gaussian --noise-std)",
+        nullable=True, metavar="KIND")
+    add(g, ["--shift"], "shift", float, fed.shift,
+        "per-client shift of --problem (fraction of the domain; 0: one shared function)")
+    add(g, ["--objective"], "objective", str, None,
+        "your own black box, shared by all clients: a function of an n x d tensor "
+        "returning n values, imported from package.module (the current directory is on "
+        "the path)", metavar="MODULE:FUNCTION")
+    add(g, ["--bounds"], "bounds", str, None,
+        'the domain of --objective: "lower,upper" per dimension, separated by ";", e.g. '
+        '"0,1;0,1;-5,5"', metavar="BOUNDS")
+    add(g, ["--maximize"], "maximize", bool, False,
+        "larger values of --objective are better (default: it is minimised)")
+    add(g, ["--fail-on-error"], "fail_on_error", bool, False,
+        "stop the run when an evaluation raises or returns NaN/inf (default: record it in "
+        "the results and carry on)")
+
+    g = p.add_argument_group("federation")
+    add(g, ["--clients"], "clients", int, None,
+        f"number of clients M (default: {DEFAULT_NUM_CLIENTS}, or one per [[objectives]] "
+        "table)", metavar="M")
+    add(g, ["--seed"], "seed", int, fed.seed, "random seed")
+    add(g, ["--crypto-seed"], "crypto_seed", int, None,
+        "seed of the parties' private randomness (key material, LDP users' noise): for "
+        "reproducible experiments only -- whoever knows it can undo the protection "
+        "(default: OS randomness)", nullable=True)
+    add(g, ["--init-regions"], "init_regions", bool, False,
+        "initial designs from a different sub-box per client")
+    add(g, ["--region-width"], "region_width", float, fed.region_width,
+        "side of those sub-boxes (fraction of the domain)")
+    if spec.secure_aggregation:
+        add(g, ["--aggregator"], "aggregator", str, fed.aggregator,
+            "secure-aggregation backend", choices=tuple(BACKENDS))
+    # fmt: on
+
+    g = p.add_argument_group(f"{spec.name} settings ({settings_name})")
+    docs = attribute_docs(spec.settings_class)
+    # the declared defaults, not an instance's: a field left at None may be resolved by
+    # another (FBO-FedGP's `preset`), which must still see None from the command line
+    defaults = {
+        f.name: f.default
+        for f in dataclasses.fields(spec.settings_class)
+        if f.default is not dataclasses.MISSING
+    }
+    instance = spec.settings_class()
+    for f in dataclasses.fields(spec.settings_class):
+        defaults.setdefault(f.name, getattr(instance, f.name))
+    taken = {f for o in options for f in o.flags} | {"--help", "-h"}
+    for option in setting_options(spec.settings_class):
+        clash = taken.intersection(option.flags)
+        if clash:  # a new settings field named like a federation option
+            raise RuntimeError(
+                f"{settings_name}.{option.field}: flag(s) {sorted(clash)} are taken; add it "
+                "to botorch_fed.runs.options.SETTING_FLAGS."
+            )
+        taken.update(option.flags)
+        text = docs.get(option.field) or option.field.replace("_", " ")
+        if option.nullable and defaults[option.field] is None:
+            text += " (default: none)"
+        add_option(g, options, option, defaults[option.field], text.replace("%", "%%"))
+
+    # fmt: off
+    g = p.add_argument_group("run")
+    add(g, ["--config"], "config", str, None,
+        "TOML file with the black box, federation options and [settings] (see below)",
+        key=False, metavar="FILE")
+    add(g, ["--checkpoint"], "checkpoint", str, None,
+        "write the complete state into this folder after every round", metavar="DIR")
+    add(g, ["--resume"], "resume", str, None,
+        "continue the run checkpointed in this folder (give the same options)", key=False,
+        metavar="DIR")
+    add(g, ["--threads"], "threads", int, 1,
+        "torch threads (BO works on small matrices, where threading costs)")
+    add(g, ["--out"], "out", str, None, "write the results as JSON to this file", metavar="FILE")
+    add(g, ["--plot"], "plot", str, None,
+        "draw the convergence curve (regret or best value) into this PNG file", metavar="FILE")
+    # fmt: on
+    return p, options
+
+
+def add_run_parser(
+    sub: argparse._SubParsersAction,
+) -> dict[str, tuple[argparse.ArgumentParser, list[Option]]]:
+    r"""The ``run`` sub-command: one sub-parser per registered algorithm."""
+    from botorch_fed.federation import available_algorithms, get_algorithm
+
+    p = sub.add_parser(
+        "run",
+        help="run a federated optimisation (FBO-FedGP, Co-KG and its family, or a baseline)",
+        description=(
+            "Run M clients jointly optimising a black box with one of the registered "
+            "algorithms. `botorch-fed run <algorithm> --help` lists its options."
+        ),
+    )
+    algorithms = p.add_subparsers(dest="algorithm", required=True, metavar="ALGORITHM")
+    return {
+        name: _algorithm_parser(algorithms, get_algorithm(name)) for name in available_algorithms()
+    }
+
+
+def build_run_parser() -> argparse.ArgumentParser:
+    r"""A ``botorch-fed`` parser with the ``run`` command only (a Flower run's options).
+
+    ``parser.run_parsers[algorithm]`` is ``(sub-parser, options)`` of ``run
+    <algorithm>``.
+    """
+    parser = argparse.ArgumentParser(prog="botorch-fed")
+    sub = parser.add_subparsers(dest="command", required=True)
+    parser.run_parsers = add_run_parser(sub)
+    return parser
