@@ -29,6 +29,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from botorch_fed.flower.policy import add_policy_arguments, policy_flags
 from botorch_fed.flower.run_options import ON_DROPOUT, RUN_CONFIG_DEFAULTS
 
 FLOWER_HELP = """\
@@ -62,41 +63,10 @@ def add_flower_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)"
     )
-    policy = up.add_argument_group(
-        "every party's policy: what its agent accepts from a run (default: none of it)"
-    )
-    policy.add_argument(
-        "--allow-plaintext", action="store_true", help="runs with --aggregator plaintext"
-    )
-    policy.add_argument(
-        "--allow-crypto-seed", action="store_true", help="runs with --crypto-seed (experiments)"
-    )
-    policy.add_argument(
-        "--allow-objective",
-        action="append",
-        default=[],
-        metavar="MODULE:FUNCTION",
-        help="an --objective the parties run (repeatable)",
-    )
-    policy.add_argument(
-        "--share-results",
-        action="store_true",
-        help="the parties send their evaluations at the end (the run's tables and JSON)",
-    )
-    policy.add_argument(
-        "--allow-algorithm",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="an algorithm beyond the private ones the parties join (repeatable; 'all')",
-    )
-    policy.add_argument(
-        "--allow-exact-centres",
-        action="store_true",
-        help="FBO-FedGP runs whose clients send exact k-means centres (--center-noise 0)",
-    )
-    policy.add_argument(
-        "--max-epsilon", type=float, default=None, help="the largest LDP epsilon per answer"
+    add_policy_arguments(
+        up.add_argument_group(
+            "every party's policy: what its agent accepts from a run (default: none of it)"
+        )
     )
     run = actions.add_parser(
         "run",
@@ -161,22 +131,7 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
         if action == "up":
             if args.clients < 1:
                 raise ValueError(f"--clients must be >= 1, got {args.clients}.")
-            flags = [f"--allow-objective={name}" for name in args.allow_objective]
-            flags += [f"--allow-algorithm={name}" for name in args.allow_algorithm]
-            flags += [
-                f"--{name.replace('_', '-')}"
-                for name in (
-                    "allow_plaintext",
-                    "allow_crypto_seed",
-                    "share_results",
-                    "allow_exact_centres",
-                )
-                if getattr(args, name)
-            ]
-            if args.max_epsilon is not None:
-                if not args.max_epsilon > 0:
-                    raise ValueError(f"--max-epsilon must be > 0, got {args.max_epsilon}.")
-                flags.append(f"--max-epsilon={args.max_epsilon!r}")
+            flags = policy_flags(args)
             fed = launcher.up(
                 args.clients,
                 args.state_dir,

@@ -42,7 +42,12 @@ from collections import OrderedDict
 from pathlib import Path
 
 from botorch_fed.federation.roles import ProtocolViolation as ProtocolViolationError
-from botorch_fed.flower.policy import PRIVATE_ALGORITHMS, PartyPolicy, PolicyError
+from botorch_fed.flower.policy import (
+    PartyPolicy,
+    PolicyError,
+    add_policy_arguments,
+    policy_from_arguments,
+)
 from botorch_fed.flower.records import encode_frame, read_frame
 from botorch_fed.secure.errors import SecureAggregationError
 
@@ -261,56 +266,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-partitions", type=int, required=True, help="number of clients")
     p.add_argument("--key-dir", default=None, help="folder of this party's key material")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
-    g = p.add_argument_group("policy: what this party accepts from a run (default: none)")
-    g.add_argument(
-        "--allow-plaintext", action="store_true", help="runs with --aggregator plaintext"
-    )
-    g.add_argument(
-        "--allow-crypto-seed", action="store_true", help="runs with --crypto-seed (experiments)"
-    )
-    g.add_argument(
-        "--allow-objective",
-        action="append",
-        default=[],
-        metavar="MODULE:FUNCTION",
-        help="an --objective this party runs (repeatable)",
-    )
-    g.add_argument(
-        "--share-results",
-        action="store_true",
-        help="send the server this party's evaluations at the end (for the run's JSON)",
-    )
-    g.add_argument(
-        "--allow-algorithm",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="join this algorithm too (repeatable; 'all': every one); by default only "
-        + ", ".join(PRIVATE_ALGORITHMS),
-    )
-    g.add_argument(
-        "--allow-exact-centres",
-        action="store_true",
-        help="FBO-FedGP runs whose clients send exact k-means centres (--center-noise 0)",
-    )
-    g.add_argument(
-        "--max-epsilon",
-        type=float,
-        default=PartyPolicy.max_epsilon,
-        help="the largest LDP epsilon per answer (default %(default)s)",
+    add_policy_arguments(
+        p.add_argument_group("policy: what this party accepts from a run (default: none)")
     )
     args = p.parse_args(argv)
-    if not args.max_epsilon > 0:
-        p.error(f"--max-epsilon must be > 0, got {args.max_epsilon}.")
-    policy = PartyPolicy(
-        allow_plaintext=args.allow_plaintext,
-        allow_crypto_seed=args.allow_crypto_seed,
-        objectives=tuple(args.allow_objective),
-        share_results=args.share_results,
-        algorithms=PRIVATE_ALGORITHMS + tuple(args.allow_algorithm),
-        allow_exact_centres=args.allow_exact_centres,
-        max_epsilon=args.max_epsilon,
-    )
+    try:
+        policy = policy_from_arguments(args)
+    except ValueError as exc:
+        p.error(str(exc))
     try:
         agent = PartyAgent(
             args.partition_id, args.num_partitions, args.key_dir, args.threads, policy

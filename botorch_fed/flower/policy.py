@@ -115,3 +115,71 @@ class PartyPolicy:
                 f"The run names the objective {name!r}, which this party does not run "
                 "(its agent's --allow-objective lists the ones it does)."
             )
+
+
+BOOLEAN_FLAGS = {
+    "allow_plaintext": "runs with --aggregator plaintext",
+    "allow_crypto_seed": "runs with --crypto-seed (experiments)",
+    "share_results": "send the server the party's evaluations at the end (the run's tables "
+    "and JSON)",
+    "allow_exact_centres": "FBO-FedGP runs whose clients send exact k-means centres "
+    "(--center-noise 0)",
+}
+
+
+def add_policy_arguments(group) -> None:
+    r"""The policy's flags on an argparse parser or group: one party's agent
+    (``python -m botorch_fed.flower.party``) and ``botorch-fed flower up`` (for every
+    party it starts) take the same ones."""
+    for name, help_ in BOOLEAN_FLAGS.items():
+        group.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=help_)
+    group.add_argument(
+        "--allow-objective",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="an --objective the party runs (repeatable)",
+    )
+    group.add_argument(
+        "--allow-algorithm",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an algorithm the party joins too (repeatable; 'all': every one); by default "
+        "only " + ", ".join(PRIVATE_ALGORITHMS),
+    )
+    group.add_argument(
+        "--max-epsilon",
+        type=float,
+        default=None,
+        help=f"the largest LDP epsilon per answer (default {PartyPolicy.max_epsilon:g})",
+    )
+
+
+def policy_from_arguments(args) -> PartyPolicy:
+    r"""The :class:`PartyPolicy` of flags parsed with :func:`add_policy_arguments`.
+
+    Raises:
+        ValueError: ``--max-epsilon`` not > 0.
+    """
+    epsilon = PartyPolicy.max_epsilon if args.max_epsilon is None else args.max_epsilon
+    if not epsilon > 0:
+        raise ValueError(f"--max-epsilon must be > 0, got {args.max_epsilon}.")
+    return PartyPolicy(
+        **{name: getattr(args, name) for name in BOOLEAN_FLAGS},
+        objectives=tuple(args.allow_objective),
+        algorithms=PRIVATE_ALGORITHMS + tuple(args.allow_algorithm),
+        max_epsilon=epsilon,
+    )
+
+
+def policy_flags(args) -> list[str]:
+    r"""The flags of :func:`add_policy_arguments` that ``args`` set, as an agent's command
+    line takes them (checked by :func:`policy_from_arguments` first)."""
+    policy_from_arguments(args)
+    flags = [f"--allow-objective={name}" for name in args.allow_objective]
+    flags += [f"--allow-algorithm={name}" for name in args.allow_algorithm]
+    flags += [f"--{name.replace('_', '-')}" for name in BOOLEAN_FLAGS if getattr(args, name)]
+    if args.max_epsilon is not None:
+        flags.append(f"--max-epsilon={args.max_epsilon!r}")
+    return flags

@@ -112,3 +112,40 @@ def test_an_epsilon_above_the_partys_is_refused():
     ]:
         with pytest.raises(ProtocolViolation, match="cannot handle messages of type 'init'"):
             _first(agent, options)
+
+
+def _parsed(argv: list[str]):
+    import argparse
+
+    from botorch_fed.flower.policy import add_policy_arguments
+
+    parser = argparse.ArgumentParser()
+    add_policy_arguments(parser)
+    return parser.parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--allow-plaintext", "--share-results", "--max-epsilon", "2.5"],
+        ["--allow-objective", "m:f", "--allow-objective=n:g", "--allow-algorithm", "all"],
+        ["--allow-crypto-seed", "--allow-exact-centres", "--allow-algorithm", "central"],
+    ],
+)
+def test_flower_up_passes_every_agent_the_policy_it_was_given(flags):
+    from botorch_fed.flower.policy import policy_flags, policy_from_arguments
+
+    given = policy_from_arguments(_parsed(flags))
+    passed = policy_from_arguments(_parsed(policy_flags(_parsed(flags))))  # the agent's
+    assert passed == given
+    assert (given == PartyPolicy()) == (flags == [])
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_a_max_epsilon_not_above_zero_is_refused(value):
+    from botorch_fed.flower.policy import policy_flags, policy_from_arguments
+
+    for build in (policy_from_arguments, policy_flags):
+        with pytest.raises(ValueError, match=f"--max-epsilon must be > 0, got {value}"):
+            build(_parsed(["--max-epsilon", value]))
