@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -49,6 +48,15 @@ from pathlib import Path
 from queue import Empty, Queue
 from typing import Any
 
+from botorch_fed.flower.processes import (
+    alive,
+    descendants,
+    exit_code,
+    process_table,
+    start_time,
+    terminate,
+    track,
+)
 from botorch_fed.flower.run_options import RUN_CONFIG_DEFAULTS
 
 __all__ = [
@@ -71,14 +79,9 @@ APP_CONFIG: dict[str, str | int | float | bool] = dict(RUN_CONFIG_DEFAULTS)
 #: so ``down`` also finds descendants that were re-parented away from their parent.
 STATE_ENV = "BOTORCH_FED_FLOWER_STATE"
 
-_STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
 _POLL = 0.1
 _LOG_TAIL = 20
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
-# Popen objects of our children, kept so they are neither garbage collected while
-# running (ResourceWarning) nor left as zombies (poll reaps them).
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-_EXIT_CODES: dict[int, int] = {}  # of reaped children, for error messages
 
 AgentCommand = Callable[[int, Path], list[str]]
 
@@ -88,97 +91,6 @@ class FlowerLaunchError(RuntimeError):
 
 
 # --------------------------------------------------------------------- processes
-
-
-def _proc_stat(pid: int) -> tuple[str, int, int, int] | None:
-    r"""(state, ppid, pgrp, start time) of ``pid`` from ``/proc/<pid>/stat``.
-
-    Args:
-        pid: The process id.
-
-    Returns:
-        The state letter, parent pid, process group and start time (field 22, clock
-        ticks since boot), or ``None`` when there is no such process.
-    """
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # comm (field 2) may hold spaces and parentheses: split after the last ')'
-    fields = raw[raw.rfind(")") + 2 :].split()
-    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
-
-
-def _start_time(pid: int) -> int | None:
-    r"""Start time (field 22 of ``/proc/<pid>/stat``) of ``pid``, ``None`` if gone."""
-    stat = _proc_stat(pid)
-    return None if stat is None else stat[3]
-
-
-def _reap(pid: int) -> None:
-    r"""Collect ``pid``'s exit status if it is a child of this process (no zombie)."""
-    proc = _CHILDREN.get(pid)
-    if proc is not None:
-        if proc.poll() is not None:
-            _EXIT_CODES[pid] = proc.returncode
-            del _CHILDREN[pid]
-        return
-    try:
-        done, wait_status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:  # not our child: its parent (or init) reaps it
-        return
-    if done == pid:
-        _EXIT_CODES[pid] = os.waitstatus_to_exitcode(wait_status)
-
-
-def _alive(pid: int, start_time: int | None) -> bool:
-    r"""Whether the process ``pid`` that started at ``start_time`` still runs.
-
-    A zombie (state ``Z``, not reaped because PID 1 of this sandbox does not reap)
-    counts as dead, and so does a pid now held by another process (pid reuse).
-
-    Args:
-        pid: The process id.
-        start_time: Its recorded start time; ``None`` skips the reuse check.
-    """
-    _reap(pid)
-    stat = _proc_stat(pid)
-    if stat is None or stat[0] in "ZXx":
-        return False
-    return start_time is None or stat[3] == start_time
-
-
-def _exit_code(pid: int) -> int | None:
-    r"""Exit code of our child ``pid`` once reaped (negative: killed by that
-    signal), else ``None``."""
-    _reap(pid)
-    return _EXIT_CODES.get(pid)
-
-
-def _process_table() -> dict[int, tuple[int, int]]:
-    r"""``{pid: (ppid, start time)}`` of every live process in ``/proc``."""
-    table = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            stat = _proc_stat(int(entry.name))
-            if stat is not None and stat[0] not in "ZXx":
-                table[int(entry.name)] = (stat[1], stat[3])
-    return table
-
-
-def _descendants(roots: list[int], table: dict[int, tuple[int, int]]) -> set[int]:
-    r"""Pids below ``roots`` in the process tree ``table`` (roots excluded)."""
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found: set[int] = set()
-    todo = list(roots)
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found - set(roots)
 
 
 def _marked(state: Path, table: dict[int, tuple[int, int]]) -> set[int]:
@@ -195,40 +107,6 @@ def _marked(state: Path, table: dict[int, tuple[int, int]]) -> set[int]:
         if marker in environ.split(b"\0"):
             found.add(pid)
     return found
-
-
-def _signal(pid: int, sig: int) -> None:
-    r"""Send ``sig`` to ``pid``'s process group if it leads one, else to ``pid``."""
-    stat = _proc_stat(pid)
-    try:
-        if stat is not None and stat[2] == pid:
-            os.killpg(pid, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _terminate(procs: dict[int, int | None], grace: float = _STOP_GRACE) -> None:
-    r"""SIGTERM ``{pid: start time}``, wait up to ``grace`` s, then SIGKILL the rest.
-
-    Args:
-        procs: The processes, each with its start time (checked against pid reuse).
-        grace: Seconds to wait for them to exit after SIGTERM.
-    """
-    live = {pid: t for pid, t in procs.items() if _alive(pid, t)}
-    for pid in live:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while live and time.monotonic() < deadline:
-        time.sleep(0.05)
-        live = {pid: t for pid, t in live.items() if _alive(pid, t)}
-    for pid in live:
-        _signal(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 1.0
-    while live and time.monotonic() < deadline:
-        time.sleep(0.02)
-        live = {pid: t for pid, t in live.items() if _alive(pid, t)}
 
 
 # ------------------------------------------------------------------ state files
@@ -282,7 +160,7 @@ def _write_federation(state: Path, fed: dict[str, Any]) -> None:
 def _live_names(fed: dict[str, Any]) -> list[str]:
     r"""Names of the recorded processes of ``fed`` that still run."""
     starts = fed.get("start_times", {})
-    return [n for n, pid in fed.get("pids", {}).items() if _alive(pid, starts.get(n))]
+    return [n for n, pid in fed.get("pids", {}).items() if alive(pid, starts.get(n))]
 
 
 def _log_tail(path: Path, lines: int = _LOG_TAIL) -> str:
@@ -475,10 +353,9 @@ def _spawn(
             )
         except OSError as err:
             raise FlowerLaunchError(f"cannot start {name} ({argv[0]}): {err}") from err
-    _CHILDREN[proc.pid] = proc
-    _EXIT_CODES.pop(proc.pid, None)  # a reused pid
+    track(proc)
     fed["pids"][name] = proc.pid
-    fed["start_times"][name] = _start_time(proc.pid)
+    fed["start_times"][name] = start_time(proc.pid)
     fed["logs"][name] = str(log)
     fed["argv"][name] = argv
     _write_federation(state, fed)
@@ -488,8 +365,8 @@ def _spawn(
 def _died(fed: dict[str, Any]) -> str | None:
     r"""Error text for the first recorded process that is no longer running."""
     for name, pid in fed["pids"].items():
-        if not _alive(pid, fed["start_times"].get(name)):
-            code = _exit_code(pid)
+        if not alive(pid, fed["start_times"].get(name)):
+            code = exit_code(pid)
             how = "exited" if code is None else f"exited with code {code}"
             log = Path(fed["logs"][name])
             return (
@@ -671,13 +548,13 @@ _STOP_ORDER = ("supernode-", "agent-", "superlink")
 def _stop(state: Path, fed: dict[str, Any]) -> list[str]:
     r"""Stop the recorded processes of ``fed`` and their descendants; return the
     names of the recorded ones that were running."""
-    table = _process_table()
+    table = process_table()
     starts = fed.get("start_times", {})
-    live = {n: pid for n, pid in fed.get("pids", {}).items() if _alive(pid, starts.get(n))}
+    live = {n: pid for n, pid in fed.get("pids", {}).items() if alive(pid, starts.get(n))}
     roots = list(live.values())
     # Flower's own processes (flower-superexec, flwr-serverapp, flwr-clientapp), some
     # in sessions of their own, found before any parent dies and re-parents them.
-    extra = (_descendants(roots, table) | _marked(state, table)) - set(roots)
+    extra = (descendants(roots, table) | _marked(state, table)) - set(roots)
     extra.discard(os.getpid())
     stopped: list[str] = []
     for prefix in _STOP_ORDER:
@@ -687,13 +564,13 @@ def _stop(state: Path, fed: dict[str, Any]) -> list[str]:
             batch_procs |= {pid: table[pid][1] for pid in extra if pid in table}
         else:
             batch_procs = {pid: starts.get(n) for n, pid in batch.items()}
-            below = _descendants(list(batch.values()), table) & extra
+            below = descendants(list(batch.values()), table) & extra
             batch_procs |= {pid: table[pid][1] for pid in below}
             extra -= below
-        _terminate(batch_procs)
+        terminate(batch_procs)
         stopped += sorted(batch)
     others = sorted(set(live) - set(stopped))  # names outside the known prefixes
-    _terminate({live[n]: starts.get(n) for n in others})
+    terminate({live[n]: starts.get(n) for n in others})
     stopped += others
     for path in fed.get("sockets", {}).values():
         Path(path).unlink(missing_ok=True)
@@ -740,7 +617,7 @@ def status(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
     fed = _read_federation(state) or {}
     starts = fed.get("start_times", {})
     procs = {
-        name: {"pid": pid, "alive": _alive(pid, starts.get(name))}
+        name: {"pid": pid, "alive": alive(pid, starts.get(name))}
         for name, pid in fed.get("pids", {}).items()
     }
     return {
@@ -863,5 +740,5 @@ def submit(
             out(line)
     finally:
         if proc.poll() is None:
-            _terminate({proc.pid: _start_time(proc.pid)}, grace=1.0)
+            terminate({proc.pid: start_time(proc.pid)}, grace=1.0)
             proc.wait()

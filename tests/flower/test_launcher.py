@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from botorch_fed.flower import launcher  # noqa: E402
+from botorch_fed.flower import launcher, processes  # noqa: E402
 from botorch_fed.flower.launcher import FlowerLaunchError, down, status, submit, up  # noqa: E402
 
 # a stand-in party agent: serve the Unix socket, exit on SIGTERM
@@ -71,7 +71,7 @@ def fed(tmp_path_factory, _used_states):
 
 def _leftovers(state_dir: Path) -> set[int]:
     r"""Live processes started for this federation (children of Flower's included)."""
-    return launcher._marked(Path(state_dir).resolve(), launcher._process_table())
+    return launcher._marked(Path(state_dir).resolve(), processes.process_table())
 
 
 def _listening(port: int) -> bool:
@@ -170,7 +170,7 @@ def test_down_stops_everything(state):
     assert _leftovers(state) >= set(pids.values())
     stopped = down(state)
     assert stopped == ["supernode-0", "supernode-1", "agent-0", "agent-1", "superlink"]
-    assert not any(launcher._alive(pid, None) for pid in pids.values())
+    assert not any(processes.alive(pid, None) for pid in pids.values())
     assert _leftovers(state) == set()  # flower-superexec & co. included
     for port in fed["ports"].values():
         assert not _listening(port)

@@ -22,7 +22,7 @@ pytest.importorskip("flwr")
 from botorch_fed.federation.registry import get_algorithm  # noqa: E402
 from botorch_fed.federation.roles import ProtocolViolation  # noqa: E402
 from botorch_fed.federation.runner import build_context  # noqa: E402
-from botorch_fed.flower import launcher  # noqa: E402
+from botorch_fed.flower import launcher, processes  # noqa: E402
 from botorch_fed.flower.keys import write_keyset  # noqa: E402
 from botorch_fed.flower.party import MAX_RUNS, REPORT, PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
@@ -216,7 +216,7 @@ def test_submit_refuses_a_state_folder_others_can_write(tmp_path):
         "python": str(evil / "python"),
         "app_dir": str(app),
         "pids": {"superlink": pid},
-        "start_times": {"superlink": launcher._start_time(pid)},
+        "start_times": {"superlink": processes.start_time(pid)},
     }
     (state / "federation.json").write_text(json.dumps(fed))
     try:
