@@ -21,6 +21,7 @@ Layout of a state directory::
     app/pyproject.toml   the Flower App (components live in the installed botorch_fed)
     logs/<name>.log      stdout + stderr of each child (kept by down)
     keys/                the parties' key folder (``--key-dir``)
+    parties/party-<i>.json  each agent's --state-file (runs that ended, epsilon spent)
     sockets/             the agents' Unix sockets (a short temporary folder instead
                          when the state path is too long for a socket address)
     runs/<id>.toml       run configs written by submit
@@ -280,7 +281,7 @@ def _health(port: int) -> bool:
 
 
 def _default_agent_command(
-    python: str, key_dir: Path, num: int, flags: tuple[str, ...] = ()
+    python: str, state: Path, num: int, flags: tuple[str, ...] = ()
 ) -> AgentCommand:
     r"""The party agent command: ``python -m botorch_fed.flower.party ... *flags``."""
 
@@ -290,7 +291,8 @@ def _default_agent_command(
             "--socket", str(sock),
             "--partition-id", str(i),
             "--num-partitions", str(num),
-            "--key-dir", str(key_dir),
+            "--key-dir", str(state / "keys"),
+            "--state-file", str(state / "parties" / f"party-{i}.json"),
             *flags,
         ]  # fmt: skip
 
@@ -478,7 +480,7 @@ def up(
     free = _free_ports(clients + (port is None))
     link_port = free.pop() if port is None else port
     sock_dir, sock_tmp = _socket_dir(state)
-    for sub in ("logs", "keys", "runs", "flwr_home"):
+    for sub in ("logs", "keys", "parties", "runs", "flwr_home"):
         (state / sub).mkdir(exist_ok=True)
     sock_dir.mkdir(exist_ok=True)
     fed: dict[str, Any] = {
@@ -507,9 +509,7 @@ def up(
         Path(fed["sockets"][f"agent-{i}"]).unlink(missing_ok=True)  # stale
     _write_federation(state, fed)
 
-    agent = agent_command or _default_agent_command(
-        python, state / "keys", clients, tuple(agent_flags)
-    )
+    agent = agent_command or _default_agent_command(python, state, clients, tuple(agent_flags))
     env = _child_env(state, python)
     try:
         _spawn(fed, state, "superlink", [

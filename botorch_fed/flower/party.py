@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections import OrderedDict
 from pathlib import Path
@@ -59,6 +61,7 @@ class PartyFailure(RuntimeError):
 HELLO = "botorch_fed_hello"
 REPORT = "botorch_fed_report"
 MAX_RUNS = 16
+IDLE_BEFORE_DROP = 600.0  # seconds a held run must have been idle before it may be dropped
 SHARED_ERRORS = (PolicyError, ProtocolViolationError, SecureAggregationError)
 
 
@@ -81,6 +84,8 @@ class PartyAgent:
         key_dir: str | os.PathLike | None = None,
         threads: int = 1,
         policy: PartyPolicy | None = None,
+        state_file: str | os.PathLike | None = None,
+        clock=time.monotonic,
     ) -> None:
         if not 0 <= int(partition_id) < int(num_partitions):
             raise ValueError(
@@ -91,18 +96,25 @@ class PartyAgent:
         self.key_dir = None if key_dir is None else Path(key_dir)
         self.threads = int(threads)
         self.policy = PartyPolicy() if policy is None else policy
-        self._runs: OrderedDict[int, object] = OrderedDict()  # least recently used first
-        self._over: dict[int, str] = {}  # run -> why it is over (reported or evicted)
+        self._runs: OrderedDict[int, _Held] = OrderedDict()  # least recently active first
+        self._over: dict[int, str] = {}  # run -> why it is over (reported or dropped)
+        self.epsilon_spent = 0.0  # LDP epsilon of every answer, over all runs
+        self._clock = clock
         self._lock = threading.Lock()
+        self.state_file = None if state_file is None else Path(state_file)
+        if self.state_file is not None and self.state_file.exists():
+            self._over, self.epsilon_spent = _read_state(self.state_file)
 
     def answer(self, meta: dict, payload: dict) -> tuple[dict, dict]:
         r"""Answer one forwarded message: ``(meta, payload)`` in, out.
 
-        A run's client is built at the run's first message and dropped at its report (or,
-        when a new run would make more than :data:`MAX_RUNS`, the run that has waited
-        longest since its last message is dropped); a run is never started again, so a
-        server cannot reset a client mid-run (to have its initial design evaluated
-        again, or its users answer again with fresh noise).
+        A run's client is built at the run's first message and dropped at its report; a
+        run is never started again, so a server cannot reset a client mid-run (to have
+        its initial design evaluated again, or its users answer again with fresh noise).
+        The agent holds at most :data:`MAX_RUNS` runs: a new one takes the place of the
+        least recently active run if that one has been idle for more than
+        :data:`IDLE_BEFORE_DROP` seconds, and is refused otherwise. With a
+        ``state_file`` the runs that ended and the epsilon spent outlive the process.
 
         Raises:
             PolicyError, ProtocolViolation, SecureAggregationError, ValueError: What the
@@ -128,25 +140,26 @@ class PartyAgent:
                     f"Run {run_id} is over for this party ({self._over[run_id]}); "
                     "a run does not start again."
                 )
-            client = self._runs.get(run_id)
-            if client is None:
-                client = self._runs[run_id] = self._build(meta["config"])
-                while len(self._runs) > MAX_RUNS:  # the least recently active run goes
-                    idle, _ = self._runs.popitem(last=False)
-                    self._over[idle] = (
-                        f"dropped while idle: this party holds at most {MAX_RUNS} runs "
-                        "and newer runs arrived"
-                    )
-            self._runs.move_to_end(run_id)
+            held = self._runs.get(run_id)
+            if held is not None:
+                self._runs.move_to_end(run_id)
+            elif type_ == REPORT:  # a run never held: nothing to make room for
+                held = _Held(self._build(meta["config"]))
+            else:
+                self._make_room()
+                held = self._runs[run_id] = _Held(self._build(meta["config"]))
+            held.last = self._clock()
+            client = held.client
             if type_ == REPORT:
-                del self._runs[run_id]
-                self._over[run_id] = "it reported"
+                self._runs.pop(run_id, None)
+                self._end(run_id, "it reported")
                 if not self.policy.share_results:
                     raise PolicyError(
                         "This party keeps its evaluations (its agent shares them with "
                         "--share-results)."
                     )
                 return {"ok": True}, _report(client)
+            spent = self._check_total_epsilon(client)
             try:
                 reply = _quiet(lambda: client.handle(Message(type_, payload)))
             except SHARED_ERRORS:
@@ -156,7 +169,63 @@ class PartyAgent:
                     f"Client {self.partition_id} could not answer {type_!r} "
                     f"({type(exc).__name__}; the details stay in the party's log)."
                 ) from exc
+            finally:  # what this message released, answered or not
+                held.last = self._clock()
+                if spent is not None and spent() > 0:
+                    self.epsilon_spent += spent()
+                    self._save()
             return {"ok": True}, reply.payload
+
+    def _make_room(self) -> None:
+        r"""Drop the least recently active run if this agent holds :data:`MAX_RUNS` and
+        that one has been idle long enough; refuse the new run otherwise."""
+        if len(self._runs) < MAX_RUNS:
+            return
+        oldest, held = next(iter(self._runs.items()))
+        idle = self._clock() - held.last
+        if idle <= IDLE_BEFORE_DROP:
+            raise PolicyError(
+                f"This party holds {MAX_RUNS} runs, each active in the last "
+                f"{IDLE_BEFORE_DROP:g} s; it takes no new run now."
+            )
+        del self._runs[oldest]
+        self._end(oldest, f"dropped after {idle:.0f} s idle to make room for a new run")
+
+    def _end(self, run_id: int, why: str) -> None:
+        self._over[run_id] = why
+        self._save()
+
+    def _save(self) -> None:
+        r"""The runs that ended and the epsilon spent, into the state file (atomically)."""
+        if self.state_file is None:
+            return
+        data = {"over": {str(k): v for k, v in self._over.items()}}
+        data["epsilon_spent"] = self.epsilon_spent
+        tmp = self.state_file.with_name(f"{self.state_file.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.state_file)
+
+    def _check_total_epsilon(self, client):
+        r"""Refuse a message whose LDP release would take this party's total epsilon
+        over its policy's ``max_total_epsilon``; return a function giving the epsilon
+        the client released since (``None`` for a client that releases nothing)."""
+        mechanism = getattr(client, "mechanism", None)
+        ledger = getattr(client, "privacy_ledger", None)
+        if mechanism is None or ledger is None:
+            return None
+        cap = self.policy.max_total_epsilon
+        if self.epsilon_spent + float(mechanism.epsilon) > cap * (1 + 1e-12):
+            raise PolicyError(
+                f"This party has spent epsilon = {self.epsilon_spent:g} over its runs; "
+                f"another answer at {float(mechanism.epsilon):g} would exceed its "
+                f"{cap:g} (--max-total-epsilon)."
+            )
+        before = ledger.spent(self.partition_id)[0]
+        return lambda: ledger.spent(self.partition_id)[0] - before
 
     def _build(self, run_config: dict):
         r"""This party's client of a run (as the in-process runner builds it)."""
@@ -192,6 +261,31 @@ class PartyAgent:
         with torch.random.fork_rng(devices=[]):  # as in process, leaving the agent's alone
             torch.manual_seed(run.setup.seed)
             return _quiet(lambda: make_client(spec, ctx, cid))
+
+
+class _Held:
+    r"""A run this agent holds: its client and when it last had a message."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.last = 0.0
+
+
+def _read_state(path: Path) -> tuple[dict[int, str], float]:
+    r"""``(runs that ended, epsilon spent)`` from an agent's state file.
+
+    Raises:
+        ValueError: Naming the file, when it is not what :meth:`PartyAgent._save` writes.
+    """
+    try:
+        data = json.loads(path.read_text())
+        over = {int(k): str(v) for k, v in data["over"].items()}
+        spent = float(data["epsilon_spent"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ValueError(f"--state-file {path}: not an agent state file ({exc}).") from None
+    if not (math.isfinite(spent) and spent >= 0):
+        raise ValueError(f"--state-file {path}: epsilon_spent {spent!r} is not >= 0.")
+    return over, spent
 
 
 def _quiet(fn):
@@ -266,6 +360,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-partitions", type=int, required=True, help="number of clients")
     p.add_argument("--key-dir", default=None, help="folder of this party's key material")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
+    p.add_argument(
+        "--state-file",
+        default=None,
+        help="where the agent keeps the runs that ended and the LDP epsilon spent, across "
+        "restarts (default: in memory only)",
+    )
     add_policy_arguments(
         p.add_argument_group("policy: what this party accepts from a run (default: none)")
     )
@@ -276,7 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(str(exc))
     try:
         agent = PartyAgent(
-            args.partition_id, args.num_partitions, args.key_dir, args.threads, policy
+            args.partition_id,
+            args.num_partitions,
+            args.key_dir,
+            args.threads,
+            policy,
+            state_file=args.state_file,
         )
     except ValueError as exc:
         p.error(str(exc))

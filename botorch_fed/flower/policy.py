@@ -48,7 +48,11 @@ class PartyPolicy:
             takes the clients' exact k-means centres (``--center-noise 0``, the paper's
             preset).
         max_epsilon: The largest LDP ``epsilon`` per answer this party's users accept.
-            The budget a user spends over several runs is not tracked across runs.
+        max_total_epsilon: The most LDP ``epsilon`` this party's agent spends over all
+            the runs it answers, under basic composition (``inf``: no cap). A run's own
+            ``--user-budget`` is the server's to set; this cap is the party's, so a
+            server that starts new runs to ask again (and average the noise away)
+            gets at most ``max_total_epsilon / epsilon`` answers in all.
     """
 
     allow_plaintext: bool = False
@@ -58,6 +62,7 @@ class PartyPolicy:
     algorithms: tuple[str, ...] = PRIVATE_ALGORITHMS
     allow_exact_centres: bool = False
     max_epsilon: float = 1.0
+    max_total_epsilon: float = 10.0
 
     def check(self, spec, setup, settings=None) -> None:
         r"""Refuse a run (``spec``, ``setup``, its ``settings``) this policy does not
@@ -154,6 +159,13 @@ def add_policy_arguments(group) -> None:
         default=None,
         help=f"the largest LDP epsilon per answer (default {PartyPolicy.max_epsilon:g})",
     )
+    group.add_argument(
+        "--max-total-epsilon",
+        type=float,
+        default=None,
+        help="the most LDP epsilon the party spends over all runs ('inf': no cap; default "
+        f"{PartyPolicy.max_total_epsilon:g})",
+    )
 
 
 def policy_from_arguments(args) -> PartyPolicy:
@@ -162,14 +174,17 @@ def policy_from_arguments(args) -> PartyPolicy:
     Raises:
         ValueError: ``--max-epsilon`` not > 0.
     """
-    epsilon = PartyPolicy.max_epsilon if args.max_epsilon is None else args.max_epsilon
-    if not epsilon > 0:
-        raise ValueError(f"--max-epsilon must be > 0, got {args.max_epsilon}.")
+    caps = {}
+    for name in ("max_epsilon", "max_total_epsilon"):
+        value = getattr(args, name)
+        caps[name] = getattr(PartyPolicy, name) if value is None else value
+        if not caps[name] > 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {value}.")
     return PartyPolicy(
         **{name: getattr(args, name) for name in BOOLEAN_FLAGS},
         objectives=tuple(args.allow_objective),
         algorithms=PRIVATE_ALGORITHMS + tuple(args.allow_algorithm),
-        max_epsilon=epsilon,
+        **caps,
     )
 
 
@@ -180,6 +195,7 @@ def policy_flags(args) -> list[str]:
     flags = [f"--allow-objective={name}" for name in args.allow_objective]
     flags += [f"--allow-algorithm={name}" for name in args.allow_algorithm]
     flags += [f"--{name.replace('_', '-')}" for name in BOOLEAN_FLAGS if getattr(args, name)]
-    if args.max_epsilon is not None:
-        flags.append(f"--max-epsilon={args.max_epsilon!r}")
+    for name in ("max_epsilon", "max_total_epsilon"):
+        if getattr(args, name) is not None:
+            flags.append(f"--{name.replace('_', '-')}={getattr(args, name)!r}")
     return flags

@@ -131,6 +131,7 @@ def _parsed(argv: list[str]):
         ["--allow-plaintext", "--share-results", "--max-epsilon", "2.5"],
         ["--allow-objective", "m:f", "--allow-objective=n:g", "--allow-algorithm", "all"],
         ["--allow-crypto-seed", "--allow-exact-centres", "--allow-algorithm", "central"],
+        ["--max-total-epsilon", "inf"],
     ],
 )
 def test_flower_up_passes_every_agent_the_policy_it_was_given(flags):
@@ -142,10 +143,11 @@ def test_flower_up_passes_every_agent_the_policy_it_was_given(flags):
     assert (given == PartyPolicy()) == (flags == [])
 
 
+@pytest.mark.parametrize("flag", ["--max-epsilon", "--max-total-epsilon"])
 @pytest.mark.parametrize("value", ["0", "-1", "nan"])
-def test_a_max_epsilon_not_above_zero_is_refused(value):
+def test_an_epsilon_cap_not_above_zero_is_refused(flag, value):
     from botorch_fed.flower.policy import policy_flags, policy_from_arguments
 
     for build in (policy_from_arguments, policy_flags):
-        with pytest.raises(ValueError, match=f"--max-epsilon must be > 0, got {value}"):
-            build(_parsed(["--max-epsilon", value]))
+        with pytest.raises(ValueError, match=f"{flag} must be > 0, got {value}"):
+            build(_parsed([flag, value]))

@@ -1,8 +1,7 @@
 r"""Security review of the Flower deployment: attacks by a malicious server (who runs
 the SuperLink and writes every run config), and by another local user of a party's
-machine. Each test mounts one attack; every one but the last worked when the review
-was written and failed before its fix landed. The one left, an LDP user's budget
-across runs, is marked ``xfail(strict)`` with the fix it needs.
+machine. Each test mounts one attack; every one worked when the review was written and
+failed before its fix landed.
 
 Everything runs on the agent directly or on the in-memory grid (tests/flower/fake_grid.py):
 no Flower processes."""
@@ -11,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 
-import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
@@ -24,7 +23,7 @@ from botorch_fed.federation.roles import ProtocolViolation  # noqa: E402
 from botorch_fed.federation.runner import build_context  # noqa: E402
 from botorch_fed.flower import launcher, processes  # noqa: E402
 from botorch_fed.flower.keys import write_keyset  # noqa: E402
-from botorch_fed.flower.party import MAX_RUNS, REPORT, PartyAgent  # noqa: E402
+from botorch_fed.flower.party import IDLE_BEFORE_DROP, MAX_RUNS, REPORT, PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from tests.flower.runs import short_argv  # noqa: E402
@@ -106,67 +105,79 @@ def test_a_failed_evaluation_does_not_send_the_private_point_to_the_server(tmp_p
 
 
 # --- 3. a run's client can be reset: evaluated again, its ledger forgotten ----------
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.mark.parametrize("how", ["report", "eviction"])
 def test_a_runs_client_cannot_be_reset_to_evaluate_its_design_again(how):
     argv = _local_argv()
-    agent = PartyAgent(0, 3)  # default policy: keeps its results
+    clock = Clock()
+    agent = PartyAgent(0, 3, clock=clock)  # default policy: keeps its results
     _send(agent, 1, argv, "init")
     if how == "report":
         with pytest.raises(PolicyError):
             _send(agent, 1, argv, REPORT)
     else:
+        clock.now = IDLE_BEFORE_DROP + 1  # run 1 idle long enough to be dropped
         for run in range(2, MAX_RUNS + 2):  # cheap runs of the same server (or another)
-            try:
-                _send(agent, run, argv, "round", {"t": 1})
-            except Exception:  # noqa: BLE001 - a fixed agent may refuse runs beyond MAX_RUNS
-                pass
-    with pytest.raises(Exception, match="init|run"):
-        _send(agent, 1, argv, "init")  # today: a fresh client evaluates its design again
+            _send(agent, run, argv, "round", {"t": 1})
+    with pytest.raises(ProtocolViolation, match="over for this party"):
+        _send(agent, 1, argv, "init")  # before the fix: a fresh client evaluated again
 
 
-def test_the_party_drops_the_least_recently_active_run_not_a_running_one():
-    # CI found this: nine concurrent runs on eight slots dropped a run mid-way
+def test_the_party_refuses_a_new_run_rather_than_drop_an_active_one():
+    # CI found this: nine concurrent runs on eight slots dropped a running one
     argv = _local_argv()
-    agent = PartyAgent(0, 3)
-    _send(agent, 1, argv, "init")
-    for run in range(2, MAX_RUNS + 2):  # run 1 stays active between the newer runs
+    clock = Clock()
+    agent = PartyAgent(0, 3, clock=clock)
+    for run in range(1, MAX_RUNS + 1):
         _send(agent, run, argv, "init")
-        _send(agent, 1, argv, "round", {"t": run - 1})
-    _send(agent, 1, argv, "round", {"t": MAX_RUNS + 1})  # run 1 still holds its client
-    with pytest.raises(ProtocolViolation, match="dropped while idle.*at most"):
-        _send(agent, 2, argv, "round", {"t": 1})  # the longest idle run went
+    clock.now = IDLE_BEFORE_DROP  # every run active within the limit
+    with pytest.raises(PolicyError, match=f"holds {MAX_RUNS} runs.*takes no new run"):
+        _send(agent, 99, argv, "init")
+    clock.now = 2 * IDLE_BEFORE_DROP
+    _send(agent, 1, argv, "round", {"t": 1})  # run 1 active again; run 2 idle longest
+    _send(agent, 100, argv, "init")  # takes run 2's place
+    with pytest.raises(ProtocolViolation, match=r"dropped after \d+ s idle"):
+        _send(agent, 2, argv, "round", {"t": 1})
+    _send(agent, 1, argv, "round", {"t": 2})  # run 1 kept its client
 
 
-# --- 4. LDP: the user's budget is per client object, not per party -----------------
+def test_a_report_of_a_run_never_held_drops_no_other_run():
+    argv = _local_argv()
+    clock = Clock()
+    agent = PartyAgent(0, 3, clock=clock, policy=PartyPolicy(share_results=True))
+    for run in range(1, MAX_RUNS + 1):
+        _send(agent, run, argv, "init")
+    clock.now = 10 * IDLE_BEFORE_DROP  # every run could be dropped now
+    _, report = _send(agent, 999, argv, REPORT)  # a party that never had a message
+    assert json.loads(report["history"]) == []
+    for run in range(1, MAX_RUNS + 1):  # none was dropped for it
+        _send(agent, run, argv, "round", {"t": 1})
+    with pytest.raises(ProtocolViolation, match="it reported"):
+        _send(agent, 999, argv, "init")
+
+
+# --- 4. LDP: the user's budget was per client object, not per party -----------------
 def _ldp_argv() -> list[str]:
     argv = ["ldp-tgp", "--problem", "ldp-synthetic", "--clients", "3", "--num-rounds", "3"]
     return argv + ["--seed", "2", "--epsilon", "1", "--user-budget", "1"]
 
 
-NEW_RUN = (
-    "Fixed for a reset within a run (a run is over for the party after its report). "
-    "Left: " + "An LDP user's budget and release ledger live in the run's client object only "
-    "(no ReleaseLog on Flower): a REPORT reset or a new run id gives the user a fresh "
-    "budget and fresh noise for the same reward, so the server averages the noise away "
-    "(docs/security.md promises 'no noise twice and no budget twice'). Fix: the agent keeps "
-    "one persistent ledger/release log per party across runs and enforces a party-side "
-    "epsilon budget (policy flag), refusing queries beyond it whatever the run says."
-)
-
-
-@pytest.mark.parametrize(
-    "how",
-    [
-        "report",
-        pytest.param("new run", marks=pytest.mark.xfail(strict=True, reason=NEW_RUN)),
-    ],
-)
+@pytest.mark.parametrize("how", ["report", "new run"])
 def test_an_ldp_user_spends_its_budget_once(how):
+    # fixed: a reset within a run (the run is over for the party after its report), and
+    # new runs (the party's own --max-total-epsilon caps what all its runs spend)
     argv = _ldp_argv()
     run = prepare(argv)
     box = build_context(get_algorithm(run.algorithm), run.setup, run.settings).objectives[0]
     query = {"x": box.candidates[37:38].numpy(), "t": 1}  # a point of the finite domain
-    agent = PartyAgent(0, 3)
+    agent = PartyAgent(0, 3, policy=PartyPolicy(max_total_epsilon=3.0))
     _send(agent, 1, argv, "query", query)
     with pytest.raises(Exception, match="budget"):  # the run's own check holds
         _send(agent, 1, argv, "query", query)
@@ -178,12 +189,42 @@ def test_an_ldp_user_spends_its_budget_once(how):
                 _send(agent, 1, argv, REPORT)
         try:
             _, out = _send(agent, rid, argv, "query", query)
-        except Exception:  # noqa: BLE001 - refused: the fix
+        except (PolicyError, ProtocolViolation) as exc:  # refused: the fix
+            assert how == "report" or re.search("--max-total-epsilon|no new run", str(exc))
             continue
         answers.append(out["y"])
-    # today: 40 more releases at one point, 41 epsilon in all against a budget of 1; their
-    # mean is the raw reward up to the Laplace scale / sqrt(40)
-    assert answers == [], f"{len(answers)} releases beyond the budget, mean {np.mean(answers)}"
+    # without the fixes: 40 more releases at one point, 41 epsilon in all; their mean is
+    # the raw reward up to the Laplace scale / sqrt(40). With them: new runs get what the
+    # party's cap leaves (3 epsilon in all: 2 more answers), a reset run nothing
+    assert len(answers) == (0 if how == "report" else 2), answers
+    assert agent.epsilon_spent == (1.0 if how == "report" else 3.0)
+
+
+def test_the_runs_that_ended_and_the_epsilon_spent_outlive_the_agent(tmp_path):
+    state = tmp_path / "party-0.json"
+    argv = _ldp_argv()
+    run = prepare(argv)
+    box = build_context(get_algorithm(run.algorithm), run.setup, run.settings).objectives[0]
+    query = {"x": box.candidates[37:38].numpy(), "t": 1}
+    policy = PartyPolicy(max_total_epsilon=2.0)
+    agent = PartyAgent(0, 3, policy=policy, state_file=state)
+    _send(agent, 1, argv, "query", query)  # epsilon 1 of 2
+    with pytest.raises(PolicyError):
+        _send(agent, 1, argv, REPORT)  # run 1 is over
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o600
+    again = PartyAgent(0, 3, policy=policy, state_file=state)  # the agent restarted
+    assert again.epsilon_spent == 1.0
+    with pytest.raises(ProtocolViolation, match="over for this party"):
+        _send(again, 1, argv, "query", query)
+    _send(again, 2, argv, "query", query)  # epsilon 2 of 2
+    with pytest.raises(PolicyError, match="--max-total-epsilon"):
+        _send(PartyAgent(0, 3, policy=policy, state_file=state), 3, argv, "query", query)
+    state.write_text('{"over": {}, "epsilon_spent": -1}')
+    with pytest.raises(ValueError, match="--state-file .*epsilon_spent -1"):
+        PartyAgent(0, 3, state_file=state)
+    state.write_text("not json")
+    with pytest.raises(ValueError, match="--state-file .*not an agent state file"):
+        PartyAgent(0, 3, state_file=state)
 
 
 # --- 5. privacy-weakening options the policy does not see ----------------------------
