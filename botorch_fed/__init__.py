@@ -1,12 +1,21 @@
 r"""botorch-fed: federated and privacy-preserving Bayesian optimisation for BoTorch.
 
-Subpackages (imports only point down this list):
+Subpackages, top to bottom (imports only point down; ``tests/test_layers.py`` checks it):
 
 - ``botorch_fed.cli``: the ``botorch-fed`` command line.
-- ``botorch_fed.models``: BoTorch models, e.g. the federated sparse GP
-  :class:`~botorch_fed.models.FederatedPITCGP` (dPITC of [FBO-FedGP]).
-- ``botorch_fed.inducing``: the federated k-means support set (Alg. 1 of [FBO-FedGP]).
-- ``botorch_fed.secure``: secure aggregation backends (numpy + crypto, no torch).
+- ``botorch_fed.flower`` (extra ``flower``), ``botorch_fed.tasks``: the Flower deployment;
+  real tuning tasks.
+- ``botorch_fed.runs``: a run's description (options, config file, black box, checks).
+- ``botorch_fed.federation``: the protocol, the algorithms as round-based programs,
+  the in-process runner.
+- ``botorch_fed.ldp``, ``botorch_fed.acquisition``, ``botorch_fed.models``: BoTorch
+  pieces, e.g. the federated sparse GP :class:`~botorch_fed.models.FederatedPITCGP`
+  (dPITC of [FBO-FedGP]).
+- ``botorch_fed.privacy``, ``botorch_fed.zeroth_order``, ``botorch_fed.inducing``: LDP
+  mechanisms; FedZero's estimators; the federated k-means support set (Alg. 1 of
+  [FBO-FedGP]).
+- ``botorch_fed.secure``, ``botorch_fed.test_functions``: secure aggregation backends
+  (numpy + crypto, no torch); test functions.
 
 References:
 

@@ -1,9 +1,16 @@
-r"""Imports only point down the layers of DESIGN.md: every ``botorch_fed`` import (at
-module level or inside a function) of a package names a package of a lower layer."""
+r"""Imports only point down the layers: every ``botorch_fed`` import (at module level or
+inside a function, absolute or relative) of a package names a package of a lower layer.
+
+The order is DESIGN.md's (``../shared/DESIGN.md``: cli, flower, federation,
+acquisition/models, privacy/zeroth_order/inducing, secure/test_functions) with this
+repository's own choices for what it does not name: ``runs`` (a run's description, used
+by cli and flower) and ``tasks``, ``plotting``, ``regression_demo`` (top-level helpers);
+``ldp`` > ``acquisition`` > ``models`` where DESIGN puts the BoTorch pieces on one level."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,13 +39,24 @@ ROOT = Path(botorch_fed.__file__).parent
 
 
 def _imports(path: Path) -> set[str]:
+    r"""The ``botorch_fed`` packages ``path`` imports (``from botorch_fed import x`` and
+    relative imports included)."""
+    here = ["botorch_fed", *path.relative_to(ROOT).with_suffix("").parts][:-1]  # its package
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module)
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up level - 1
+                parent = here[: len(here) - (node.level - 1)]
+                base = ".".join(parent + ([base] if base else []))
+            if base == "botorch_fed":
+                names.update(f"botorch_fed.{alias.name}" for alias in node.names)
+            else:
+                names.add(base)
         elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
-    return {n.split(".")[1] for n in names if n.startswith("botorch_fed.")}
+    found = {n.split(".")[1] for n in names if n.startswith("botorch_fed.")}
+    return {n for n in found if not n.startswith("__")}  # not __version__
 
 
 def _package(path: Path) -> str:
@@ -55,15 +73,33 @@ def test_imports_point_down(package):
     files = [ROOT / f"{package}.py"] if (ROOT / f"{package}.py").exists() else []
     files += sorted((ROOT / package).rglob("*.py")) if (ROOT / package).is_dir() else []
     assert files, package
-    for path in files:
-        for other in _imports(path) - {package}:
-            assert RANKS[other] < RANKS[package], (
-                f"{path.relative_to(ROOT)} imports botorch_fed.{other}, which is not below "
-                f"{package} (DESIGN.md: imports only point down)"
-            )
+    wrong = [
+        f"{path.relative_to(ROOT)} imports botorch_fed.{other}"
+        for path in files
+        for other in sorted(_imports(path) - {package})
+        if RANKS[other] >= RANKS[package]
+    ]
+    assert not wrong, f"imports that do not point below {package}: {wrong}"
 
 
-def test_the_check_sees_an_upward_import(tmp_path):
-    path = tmp_path / "m.py"
-    path.write_text("def f():\n    from botorch_fed.cli.run import execute_run\n")
+def test_the_package_root_imports_nothing_of_its_own():
+    assert _imports(ROOT / "__init__.py") == set()
+
+
+@pytest.mark.parametrize(
+    "where, code",
+    [
+        ("flower/m.py", "def f():\n    from botorch_fed.cli.run import execute_run\n"),
+        ("flower/m.py", "import botorch_fed.cli.run as r\n"),
+        ("flower/m.py", "from botorch_fed import cli\n"),
+        ("flower/m.py", "from ..cli import run\n"),
+        ("flower/sub/m.py", "from ...cli.run import execute_run\n"),
+        ("flower/__init__.py", "from ..cli import run\n"),
+    ],
+)
+def test_the_check_sees_an_upward_import(where, code, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    path = tmp_path / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(code)
     assert _imports(path) == {"cli"}

@@ -202,9 +202,9 @@ def _run(tokens: list[str], console: Console) -> int:
         return 0
     own, argv = _flower_options(tokens)
     if "-h" in argv or "--help" in argv:
-        from botorch_fed.cli.parser import build_parser
+        from botorch_fed.runs.parser import build_run_parser
 
-        build_parser().parse_args(["run", argv[0], "--help"])  # prints, exits 0
+        build_run_parser().parse_args(["run", argv[0], "--help"])  # prints, exits 0
     run = prepare(check_argv(argv), outputs=True)  # every option checked before anything runs
     spec = get_algorithm(run.algorithm)
     clients = len(build_context(spec, run.setup, run.settings).client_ids)

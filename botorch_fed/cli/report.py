@@ -1,8 +1,7 @@
 r"""What ``botorch-fed run`` reports: the result tables on the console and the
-``--plot`` convergence curve (the paths are checked and the ``--out`` JSON written by
-:mod:`botorch_fed.runs.outputs`). Everything
-the user named (objectives, error messages of their black box) is printed verbatim,
-never read as console markup.
+``--plot`` convergence curve (:mod:`botorch_fed.runs.outputs` checks the paths and
+writes the ``--out`` JSON). Everything the user named (objectives, error messages of
+their black box) is printed verbatim, never read as console markup.
 """
 
 from __future__ import annotations

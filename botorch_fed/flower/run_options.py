@@ -2,9 +2,9 @@ r"""A Flower run's options: those of ``botorch-fed run <algorithm>``, in the run
 
 ``botorch-fed flower run <algorithm> ...`` takes the options of ``botorch-fed run``.
 They travel in the Flower run config as ``argv`` (a JSON list of the arguments after
-``run``); the ServerApp and every party read them with the command line's own parser,
-so a run means the same on Flower as in process. The other run-config keys are the
-deployment's own (:data:`RUN_CONFIG_DEFAULTS`).
+``run``); the ServerApp and every party read them with the parser the command line
+uses (:mod:`botorch_fed.runs.parser`), so a run means the same on Flower as in
+process. The other run-config keys are the deployment's own (:data:`RUN_CONFIG_DEFAULTS`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from botorch_fed.runs.arguments import build_settings, build_setup
+from botorch_fed.runs.arguments import SETUP_DESTS, build_settings, build_setup
 from botorch_fed.runs.black_box import import_path
 from botorch_fed.runs.config import Config
 from botorch_fed.runs.options import Option, rename_to_flags
@@ -124,7 +124,6 @@ def prepare_run(
         setup, name = build_setup(spec, args, options, sources, config)
         if spec.check is not None:  # the algorithm's own checks, before the run starts
             from botorch_fed.federation.runner import build_context
-            from botorch_fed.runs.arguments import SETUP_DESTS
 
             names = {o.field: o.label(sources) for o in options if o.field is not None}
             names.update(
