@@ -475,6 +475,9 @@ class FBOFedGPClient(BOClient):
         self._fit_loss = 0.0
         self._fit_prior_grad: np.ndarray | None = None
         self._global_round: int | None = None  # the round this client drew a global step
+        # the last centres sent, by (number of points, k): not checkpointed (a restored
+        # client draws fresh noise once more)
+        self._centers: tuple[tuple[int, int], np.ndarray] | None = None
 
     _FBO_STATE = ("support", "modules", "standardize", "first_moments", "moments_center")
 
@@ -545,6 +548,17 @@ class FBOFedGPClient(BOClient):
         if len(self.X) < self.config.min_cluster_size:  # too few points to share a centre of
             return {"centers": np.empty((0, self.dim))}
         noise = self.config.center_noise
+        key = (len(self.X), k)
+        if self._centers is not None and self._centers[0][0] == key[0]:
+            # asked again about the same data: the same answer, so that a server
+            # asking many times (or for other k) has no fresh noise to average away
+            if self._centers[0][1] != k:
+                raise self.violation(
+                    f"centres of these data were sent with k={self._centers[0][1]}; "
+                    f"asked again with k={k}",
+                    "centers",
+                )
+            return {"centers": self._centers[1].copy()}
         # the noise's seed comes from the private generator: the client's `seed` is
         # public (the server can derive it from the run seed), so noise drawn from it
         # could be subtracted
@@ -559,7 +573,9 @@ class FBOFedGPClient(BOClient):
                 min_cluster_size=self.config.min_cluster_size,
             )
         # noise can push a centre out of the cube, where no support point may lie
-        return {"centers": centers.clamp(0.0, 1.0).numpy()}
+        answer = centers.clamp(0.0, 1.0).numpy()
+        self._centers = (key, answer.copy())
+        return {"centers": answer}
 
     def private_seed_draw(self) -> int:
         r"""A seed drawn from the client's private generator (``private_seed``: OS

@@ -349,7 +349,9 @@ class LDPUserClient(FederatedClient):
 
     def on_query(self, payload: dict) -> dict:
         r"""Answer one query ``{"x", "t"}`` with ``{"y"}`` (privatised if private) or
-        ``{"failed": 1}`` when the evaluation failed (nothing about the value)."""
+        ``{"failed": 1}`` when the evaluation failed (nothing about the value; in a
+        private run the failure counts as a release of ``epsilon``: the bit is not
+        privatised)."""
         x = self._check_query(payload)
         t = int(payload.get("t", -1))
         if self._log is None:
@@ -374,20 +376,34 @@ class LDPUserClient(FederatedClient):
         )
         self.history.append(entry)
         if observed is None:
+            if self.mechanism is not None:
+                # the failure itself is answered in the clear: it counts as a release
+                # against the budget, so a server learns at most budget / epsilon of
+                # these bits (without this, a black box that fails where it is high
+                # gives its failure set away for free)
+                self.privacy_ledger.record(
+                    self.client_id, epsilon=self.mechanism.epsilon, delta=self.mechanism.delta
+                )
+                self._log_release(clipped=0)
             return {"failed": 1}
         y = -observed if self.objective.minimize else observed  # maximisation convention
         if self.mechanism is not None:
             clipped_before = self.privacy_ledger.clipped(self.client_id)
             y = self.mechanism(y.reshape(()))
-            if self._log is not None:  # durable before the reply leaves
-                self._log.append(
-                    {
-                        "releases": self.privacy_ledger.releases(self.client_id),
-                        "position": self.mechanism.position,
-                        "clipped": self.privacy_ledger.clipped(self.client_id) - clipped_before,
-                    }
-                )
+            self._log_release(self.privacy_ledger.clipped(self.client_id) - clipped_before)
         return {"y": float(y.reshape(()))}
+
+    def _log_release(self, clipped: int) -> None:
+        r"""Append the release just counted to the write-ahead log (durable before the
+        reply leaves)."""
+        if self._log is not None:
+            self._log.append(
+                {
+                    "releases": self.privacy_ledger.releases(self.client_id),
+                    "position": self.mechanism.position,
+                    "clipped": clipped,
+                }
+            )
 
     def state_dict(self) -> dict:
         r"""History, the mechanism's generator, the privacy ledger, the objective's state."""

@@ -36,7 +36,9 @@ import math
 import os
 import signal
 import socket
+import stat
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -101,9 +103,12 @@ class PartyAgent:
         self.epsilon_spent = 0.0  # LDP epsilon of every answer, over all runs
         self._clock = clock
         self._lock = threading.Lock()
+        self._started: set[int] = set()  # runs held now (their ids are in the state file)
         self.state_file = None if state_file is None else Path(state_file)
-        if self.state_file is not None and self.state_file.exists():
-            self._over, self.epsilon_spent = _read_state(self.state_file)
+        if self.state_file is not None:
+            _check_state_path(self.state_file)
+            if self.state_file.exists():
+                self._over, self.epsilon_spent = _read_state(self.state_file)
 
     def answer(self, meta: dict, payload: dict) -> tuple[dict, dict]:
         r"""Answer one forwarded message: ``(meta, payload)`` in, out.
@@ -146,8 +151,11 @@ class PartyAgent:
             elif type_ == REPORT:  # a run never held: nothing to make room for
                 held = _Held(self._build(meta["config"]))
             else:
+                client = self._build(meta["config"])  # a run refused drops no other run
                 self._make_room()
-                held = self._runs[run_id] = _Held(self._build(meta["config"]))
+                held = self._runs[run_id] = _Held(client)
+                self._started.add(run_id)
+                self._save()  # a restarted agent refuses it: a run does not start again
             held.last = self._clock()
             client = held.client
             if type_ == REPORT:
@@ -193,21 +201,34 @@ class PartyAgent:
 
     def _end(self, run_id: int, why: str) -> None:
         self._over[run_id] = why
+        self._started.discard(run_id)
         self._save()
 
     def _save(self) -> None:
         r"""The runs that ended and the epsilon spent, into the state file (atomically)."""
         if self.state_file is None:
             return
-        data = {"over": {str(k): v for k, v in self._over.items()}}
-        data["epsilon_spent"] = self.epsilon_spent
-        tmp = self.state_file.with_name(f"{self.state_file.name}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.state_file)
+        data = {
+            "over": {str(k): v for k, v in self._over.items()},
+            "started": sorted(self._started),
+            "epsilon_spent": self.epsilon_spent,
+        }
+        folder = self.state_file.parent
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.state_file.name}.")  # 0600
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.state_file)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
 
     def _check_total_epsilon(self, client):
         r"""Refuse a message whose LDP release would take this party's total epsilon
@@ -271,8 +292,35 @@ class _Held:
         self.last = 0.0
 
 
+def _check_state_path(path: Path) -> None:
+    r"""The state file's folder is this user's and closed to others' writes; the file,
+    if there, is a regular file of this user that only this user can write (another
+    local user must not be able to reset what the party has spent).
+
+    Raises:
+        ValueError: Naming ``--state-file`` and what is wrong.
+    """
+    folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"--state-file {path}: the folder {folder} does not exist.")
+    for what, item in (("the folder", folder), ("the file", path)):
+        try:
+            info = os.lstat(item)
+        except FileNotFoundError:
+            continue
+        if what == "the file" and not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"--state-file {path}: not a regular file (a link?).")
+        if info.st_uid != os.getuid():
+            raise ValueError(f"--state-file {path}: {what} belongs to another user.")
+        if info.st_mode & 0o022:
+            raise ValueError(
+                f"--state-file {path}: {what} is writable by other users "
+                f"(mode {oct(stat.S_IMODE(info.st_mode))}): chmod go-w {item}"
+            )
+
+
 def _read_state(path: Path) -> tuple[dict[int, str], float]:
-    r"""``(runs that ended, epsilon spent)`` from an agent's state file.
+    r"""``(runs that ended or were running, epsilon spent)`` from an agent's state file.
 
     Raises:
         ValueError: Naming the file, when it is not what :meth:`PartyAgent._save` writes.
@@ -280,11 +328,14 @@ def _read_state(path: Path) -> tuple[dict[int, str], float]:
     try:
         data = json.loads(path.read_text())
         over = {int(k): str(v) for k, v in data["over"].items()}
+        started = [int(r) for r in data["started"]]
         spent = float(data["epsilon_spent"])
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ValueError(f"--state-file {path}: not an agent state file ({exc}).") from None
     if not (math.isfinite(spent) and spent >= 0):
         raise ValueError(f"--state-file {path}: epsilon_spent {spent!r} is not >= 0.")
+    for run in started:
+        over.setdefault(run, "it was running when this party's agent restarted")
     return over, spent
 
 

@@ -14,6 +14,7 @@ none of it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 PRIVATE_ALGORITHMS = ("fbo-fedgp", "ldp-tgp", "ldp-ata", "ldp-moma", "local", "random")
@@ -46,8 +47,13 @@ class PartyPolicy:
             posteriors or function values).
         allow_exact_centres: Take part in FBO-FedGP runs whose clustered support set
             takes the clients' exact k-means centres (``--center-noise 0``, the paper's
-            preset).
+            preset), centres with less noise than ``min_center_noise`` or of clusters
+            of fewer than 2 points (``--min-cluster-size 1``).
+        min_center_noise: The least std of the noise on the centres this party sends.
         max_epsilon: The largest LDP ``epsilon`` per answer this party's users accept.
+        min_epsilon: The smallest (a failed evaluation is answered in the clear and
+            counts as an answer at the run's epsilon: a tiny epsilon would otherwise buy
+            many such bits from ``max_total_epsilon``).
         max_total_epsilon: The most LDP ``epsilon`` this party's agent spends over all
             the runs it answers, under basic composition (``inf``: no cap). A run's own
             ``--user-budget`` is the server's to set; this cap is the party's, so a
@@ -63,6 +69,8 @@ class PartyPolicy:
     allow_exact_centres: bool = False
     max_epsilon: float = 1.0
     max_total_epsilon: float = 10.0
+    min_epsilon: float = 0.1
+    min_center_noise: float = 0.1
 
     def check(self, spec, setup, settings=None) -> None:
         r"""Refuse a run (``spec``, ``setup``, its ``settings``) this policy does not
@@ -79,13 +87,21 @@ class PartyPolicy:
             )
         resolved = getattr(settings, "resolved", None)
         settings = resolved() if resolved is not None else settings
-        noise = getattr(settings, "center_noise", None)
-        if getattr(settings, "support", None) == "clustered" and not (noise or 0) > 0:
-            if not self.allow_exact_centres:
+        if getattr(settings, "support", None) == "clustered" and not self.allow_exact_centres:
+            noise = float(getattr(settings, "center_noise", None) or 0.0)
+            if not noise >= self.min_center_noise:
                 raise PolicyError(
-                    "The run has this party send its exact k-means centres (--center-noise "
-                    f"{noise}), points of its own data; this party's agent refuses it "
-                    "(--allow-exact-centres allows it)."
+                    f"The run has this party send its k-means centres with noise of std "
+                    f"{noise:g} (--center-noise), below this party's {self.min_center_noise:g} "
+                    "(--min-center-noise): nearly points of its own data; "
+                    "--allow-exact-centres allows it."
+                )
+            size = int(getattr(settings, "min_cluster_size", 2))
+            if size < 2:
+                raise PolicyError(
+                    f"The run has this party send centres of clusters of {size} point "
+                    "(--min-cluster-size): its own data points, up to the noise; "
+                    "--allow-exact-centres allows it."
                 )
         if spec.name.startswith("ldp-"):  # the private LDP-BO learners
             epsilon = getattr(settings, "epsilon", None)
@@ -94,6 +110,12 @@ class PartyPolicy:
                 raise PolicyError(
                     f"The run asks for epsilon = {epsilon:g} per answer, above this party's "
                     f"{self.max_epsilon:g} (--max-epsilon)."
+                )
+            if not epsilon >= self.min_epsilon:
+                raise PolicyError(
+                    f"The run asks for epsilon = {epsilon:g} per answer, below this party's "
+                    f"{self.min_epsilon:g} (--min-epsilon): every answer, and every failed "
+                    "evaluation, costs at least that much of --max-total-epsilon."
                 )
         if spec.secure_aggregation and setup.aggregator == "plaintext" and not self.allow_plaintext:
             raise PolicyError(
@@ -121,6 +143,8 @@ class PartyPolicy:
                 "(its agent's --allow-objective lists the ones it does)."
             )
 
+
+LIMITS = ("max_epsilon", "max_total_epsilon", "min_epsilon", "min_center_noise")
 
 BOOLEAN_FLAGS = {
     "allow_plaintext": "runs with --aggregator plaintext",
@@ -160,6 +184,19 @@ def add_policy_arguments(group) -> None:
         help=f"the largest LDP epsilon per answer (default {PartyPolicy.max_epsilon:g})",
     )
     group.add_argument(
+        "--min-epsilon",
+        type=float,
+        default=None,
+        help=f"the smallest LDP epsilon per answer (default {PartyPolicy.min_epsilon:g})",
+    )
+    group.add_argument(
+        "--min-center-noise",
+        type=float,
+        default=None,
+        help="the least noise std on the k-means centres the party sends (default "
+        f"{PartyPolicy.min_center_noise:g})",
+    )
+    group.add_argument(
         "--max-total-epsilon",
         type=float,
         default=None,
@@ -175,11 +212,17 @@ def policy_from_arguments(args) -> PartyPolicy:
         ValueError: ``--max-epsilon`` not > 0.
     """
     caps = {}
-    for name in ("max_epsilon", "max_total_epsilon"):
+    for name in LIMITS:
         value = getattr(args, name)
         caps[name] = getattr(PartyPolicy, name) if value is None else value
-        if not caps[name] > 0:
+        if name == "min_center_noise" and not (0 <= caps[name] < math.inf):
+            raise ValueError(f"--min-center-noise must be >= 0 and finite, got {value}.")
+        if name != "min_center_noise" and not caps[name] > 0:
             raise ValueError(f"--{name.replace('_', '-')} must be > 0, got {value}.")
+    if caps["min_epsilon"] > caps["max_epsilon"]:
+        raise ValueError(
+            f"--min-epsilon {caps['min_epsilon']:g} is above --max-epsilon {caps['max_epsilon']:g}."
+        )
     return PartyPolicy(
         **{name: getattr(args, name) for name in BOOLEAN_FLAGS},
         objectives=tuple(args.allow_objective),
@@ -195,7 +238,7 @@ def policy_flags(args) -> list[str]:
     flags = [f"--allow-objective={name}" for name in args.allow_objective]
     flags += [f"--allow-algorithm={name}" for name in args.allow_algorithm]
     flags += [f"--{name.replace('_', '-')}" for name in BOOLEAN_FLAGS if getattr(args, name)]
-    for name in ("max_epsilon", "max_total_epsilon"):
+    for name in LIMITS:
         if getattr(args, name) is not None:
             flags.append(f"--{name.replace('_', '-')}={getattr(args, name)!r}")
     return flags

@@ -244,7 +244,38 @@ def test_a_failed_evaluation_gives_no_reward_and_the_run_goes_on():
     assert len(history) == 12 and server.failed == len(failed) > 0
     assert server.learner.t == 12 - len(failed)  # failures bring no reward
     releases = sum(c.privacy_ledger.to_dict()["total_releases"] for c in clients.values())
-    assert releases == 12 - len(failed)  # nothing released for a failure
+    assert releases == 12  # a failure is an answer in the clear: it counts against the budget
+
+
+@pytest.mark.parametrize("private", [True, False])
+def test_a_failed_evaluation_counts_against_the_users_budget(private):
+    # security review: failures were answered in the clear and spent nothing, so a
+    # server mapped where a black box fails (or, with a noisy one, its value) for free
+    grid = torch.linspace(0, 1, 5).unsqueeze(-1)
+    obj = CallableObjective(
+        lambda X: torch.full_like(X[:, 0], torch.nan),
+        bounds=[[0.0], [1.0]],
+        candidates=grid,
+        reward_bound=1.0,
+        noise_bound=0.0,
+    )
+    name = "ldp-tgp" if private else "tgp"
+    settings = LDPBOSettings(num_rounds=6)
+    if private:
+        settings = LDPBOSettings(num_rounds=6, epsilon=0.5, user_budget=1.0)
+    _, clients, _ = build_federation(
+        name, FederationSetup(objectives=obj, num_clients=3, seed=0, crypto_seed=1), settings
+    )
+    user = clients[0]
+    query = Message("query", {"x": grid[2:3].numpy(), "t": 1})
+    for _ in range(2):
+        assert user.handle(query).payload == {"failed": 1}
+    if private:
+        assert user.privacy_ledger.spent(0)[0] == pytest.approx(1.0)
+        with pytest.raises(ProtocolViolation, match="budget"):
+            user.handle(query)
+    else:
+        assert user.handle(query).payload == {"failed": 1}
 
 
 @pytest.mark.parametrize(

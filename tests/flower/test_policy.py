@@ -101,6 +101,16 @@ def test_algorithms_that_show_the_server_raw_data_are_refused_unless_allowed():
     assert meta["ok"]
 
 
+def test_an_epsilon_below_the_partys_minimum_is_refused():
+    # security review: a tiny epsilon bought many answers (and failure bits) for little
+    argv = ["ldp-tgp", "--problem", "ldp-synthetic", "--clients", "3", "--num-rounds", "2"]
+    with pytest.raises(PolicyError, match="epsilon = 0.001 per answer, below this party's 0.1"):
+        _first(PartyAgent(0, 3), [*argv, "--epsilon", "0.001"])
+    allowed = PartyAgent(0, 3, policy=PartyPolicy(min_epsilon=0.001))
+    with pytest.raises(ProtocolViolation, match="cannot handle messages of type 'init'"):
+        _first(allowed, [*argv, "--epsilon", "0.001"])  # built: it answers queries only
+
+
 def test_an_epsilon_above_the_partys_is_refused():
     argv = ["ldp-tgp", "--problem", "ldp-synthetic", "--clients", "3", "--num-rounds", "2"]
     with pytest.raises(PolicyError, match="epsilon = 4 per answer, above this party's 1"):
@@ -132,6 +142,7 @@ def _parsed(argv: list[str]):
         ["--allow-objective", "m:f", "--allow-objective=n:g", "--allow-algorithm", "all"],
         ["--allow-crypto-seed", "--allow-exact-centres", "--allow-algorithm", "central"],
         ["--max-total-epsilon", "inf"],
+        ["--min-epsilon", "0.5", "--min-center-noise", "0"],
     ],
 )
 def test_flower_up_passes_every_agent_the_policy_it_was_given(flags):
@@ -143,7 +154,7 @@ def test_flower_up_passes_every_agent_the_policy_it_was_given(flags):
     assert (given == PartyPolicy()) == (flags == [])
 
 
-@pytest.mark.parametrize("flag", ["--max-epsilon", "--max-total-epsilon"])
+@pytest.mark.parametrize("flag", ["--max-epsilon", "--max-total-epsilon", "--min-epsilon"])
 @pytest.mark.parametrize("value", ["0", "-1", "nan"])
 def test_an_epsilon_cap_not_above_zero_is_refused(flag, value):
     from botorch_fed.flower.policy import policy_flags, policy_from_arguments
@@ -151,3 +162,12 @@ def test_an_epsilon_cap_not_above_zero_is_refused(flag, value):
     for build in (policy_from_arguments, policy_flags):
         with pytest.raises(ValueError, match=f"{flag} must be > 0, got {value}"):
             build(_parsed([flag, value]))
+
+
+def test_bad_minimums_are_refused():
+    from botorch_fed.flower.policy import policy_from_arguments
+
+    with pytest.raises(ValueError, match="--min-center-noise must be >= 0 and finite, got -1"):
+        policy_from_arguments(_parsed(["--min-center-noise", "-1"]))
+    with pytest.raises(ValueError, match="--min-epsilon 2 is above --max-epsilon 1"):
+        policy_from_arguments(_parsed(["--min-epsilon", "2"]))

@@ -14,6 +14,7 @@ import re
 import stat
 import sys
 
+import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
@@ -148,6 +149,20 @@ def test_the_party_refuses_a_new_run_rather_than_drop_an_active_one():
     _send(agent, 1, argv, "round", {"t": 2})  # run 1 kept its client
 
 
+def test_a_refused_run_drops_no_other_run():
+    argv = _local_argv()
+    clock = Clock()
+    agent = PartyAgent(0, 3, clock=clock)
+    for run in range(1, MAX_RUNS + 1):
+        _send(agent, run, argv, "init")
+    clock.now = 10 * IDLE_BEFORE_DROP  # every run could be dropped now
+    refused = ["central", *argv[1:]]  # the default policy does not join `central`
+    with pytest.raises(PolicyError, match="'central'"):
+        _send(agent, 99, refused, "init")
+    for run in range(1, MAX_RUNS + 1):  # none was dropped for it
+        _send(agent, run, argv, "round", {"t": 1})
+
+
 def test_a_report_of_a_run_never_held_drops_no_other_run():
     argv = _local_argv()
     clock = Clock()
@@ -219,7 +234,7 @@ def test_the_runs_that_ended_and_the_epsilon_spent_outlive_the_agent(tmp_path):
     _send(again, 2, argv, "query", query)  # epsilon 2 of 2
     with pytest.raises(PolicyError, match="--max-total-epsilon"):
         _send(PartyAgent(0, 3, policy=policy, state_file=state), 3, argv, "query", query)
-    state.write_text('{"over": {}, "epsilon_spent": -1}')
+    state.write_text('{"over": {}, "started": [], "epsilon_spent": -1}')
     with pytest.raises(ValueError, match="--state-file .*epsilon_spent -1"):
         PartyAgent(0, 3, state_file=state)
     state.write_text("not json")
@@ -227,15 +242,84 @@ def test_the_runs_that_ended_and_the_epsilon_spent_outlive_the_agent(tmp_path):
         PartyAgent(0, 3, state_file=state)
 
 
+def test_a_run_that_was_running_when_the_agent_restarted_does_not_start_again(tmp_path):
+    # second review: only runs that had ended were kept; a restarted agent evaluated the
+    # initial design of a running run again
+    state = tmp_path / "party-0.json"
+    argv = _local_argv()
+    _send(PartyAgent(0, 3, state_file=state), 1, argv, "init")
+    again = PartyAgent(0, 3, state_file=state)  # crashed and restarted
+    with pytest.raises(ProtocolViolation, match="running when this party's agent restarted"):
+        _send(again, 1, argv, "init")
+    _send(again, 2, argv, "init")  # a new run is fine
+
+
+def test_another_local_user_cannot_swap_or_rewrite_the_state_file(tmp_path):
+    # second review: a planted link was followed, and a file others could write reset
+    # the budget at the next restart
+    folder = tmp_path / "parties"
+    folder.mkdir(mode=0o700)
+    state = folder / "party-0.json"
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    state.symlink_to(victim)
+    with pytest.raises(ValueError, match="not a regular file"):
+        PartyAgent(0, 3, state_file=state)
+    state.unlink()
+    state.write_text('{"over": {}, "started": [], "epsilon_spent": 0}')
+    state.chmod(0o666)
+    with pytest.raises(ValueError, match="writable by other users"):
+        PartyAgent(0, 3, state_file=state)
+    state.chmod(0o600)
+    folder.chmod(0o777)
+    with pytest.raises(ValueError, match="the folder is writable by other users"):
+        PartyAgent(0, 3, state_file=state)
+    folder.chmod(0o700)
+    agent = PartyAgent(0, 3, state_file=state)
+    _send(agent, 1, _local_argv(), "init")
+    assert victim.read_text() == "keep"
+    assert stat.S_IMODE(os.stat(state).st_mode) == 0o600
+    assert sorted(os.listdir(folder)) == ["party-0.json"]  # no temporary file left
+
+
 # --- 5. privacy-weakening options the policy does not see ----------------------------
-def test_the_party_refuses_exact_cluster_centres_unless_allowed(tmp_path):
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (["--center-noise", "0"], "noise of std 0 "),
+        # second review: a noise the old check let through, and clusters of one point
+        (["--center-noise", "1e-300"], "noise of std 1e-300 "),
+        (["--min-cluster-size", "1"], "clusters of 1 point"),
+    ],
+)
+def test_the_party_refuses_exact_cluster_centres_unless_allowed(options, match, tmp_path):
     argv = short_argv("fbo-fedgp", "masking")
     i = argv.index("--crypto-seed")
-    argv = argv[:i] + argv[i + 2 :] + ["--support-selection", "clustered", "--center-noise", "0"]
+    argv = argv[:i] + argv[i + 2 :] + ["--support-selection", "clustered", *options]
+    keyset, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
+    with pytest.raises(PolicyError, match=match):
+        _send(PartyAgent(0, 3, tmp_path), 1, argv, "init", keyset=keyset)
+    allowed = PartyPolicy(allow_exact_centres=True)
+    meta, _ = _send(PartyAgent(0, 3, tmp_path, policy=allowed), 1, argv, "init", keyset=keyset)
+    assert meta["ok"]
+
+
+def test_a_client_sends_its_noisy_centres_once_per_data(tmp_path):
+    # second review: 2000 `centers` requests in one round, each with fresh noise, and
+    # their median was within 0.003 of a private point
+    argv = short_argv("fbo-fedgp", "masking")
+    i = argv.index("--crypto-seed")
+    argv = argv[:i] + argv[i + 2 :] + ["--support-selection", "clustered"]
     keyset, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
     agent = PartyAgent(0, 3, tmp_path)
-    with pytest.raises(PolicyError, match="noise"):
-        _send(agent, 1, argv, "init", keyset=keyset)
+    _send(agent, 1, argv, "init", keyset=keyset)
+    first = _send(agent, 1, argv, "centers", {"k": 2}, keyset=keyset)[1]["centers"]
+    assert len(first)
+    for _ in range(5):
+        again = _send(agent, 1, argv, "centers", {"k": 2}, keyset=keyset)[1]["centers"]
+        np.testing.assert_array_equal(again, first)  # the same noise: nothing to average
+    with pytest.raises(ProtocolViolation, match="sent with k=2; asked again with k=3"):
+        _send(agent, 1, argv, "centers", {"k": 3}, keyset=keyset)
 
 
 # --- 6. the launcher's state folder: another local user ------------------------------
