@@ -3,9 +3,12 @@ r"""``botorch-fed flower up | run | down | status``: a federation on Flower, on 
 - ``flower up --clients N`` starts a SuperLink, N SuperNodes and N party agents on
   127.0.0.1 (:mod:`botorch_fed.flower.launcher`), with their own ``FLWR_HOME``, logs
   and pids in a state folder (``--state-dir``, default a folder in the system's
-  temporary directory).
+  temporary directory) and the folder ``up`` is run from on their import path (a
+  run's ``--objective`` module).
 - ``flower run <algorithm> [options of botorch-fed run]`` submits a run to it and
-  prints and writes (``--out``, ``--plot``) the same results as ``botorch-fed run``.
+  prints and writes (``--out``, ``--plot``) the same results as ``botorch-fed run``;
+  it writes nothing (no key set, no folder) unless the state folder has a live
+  federation of as many parties as the run has clients.
   Flower's own flags: ``--state-dir``, ``--timeout`` (seconds a party may take to
   answer one message) and ``--on-dropout fail|continue``.
 - ``flower down`` stops exactly the processes ``up`` started; ``flower status`` lists
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import tempfile
 import uuid
 from pathlib import Path
@@ -34,11 +38,14 @@ from botorch_fed.flower.run_options import ON_DROPOUT, RUN_CONFIG_DEFAULTS
 
 FLOWER_HELP = """\
 Run a federation on Flower (extra `flower`: pip install "botorch-fed[flower]").
-  botorch-fed flower up --clients 3
-  botorch-fed flower run fbo-fedgp --problem branin --clients 3 --num-rounds 5 --out r.json
+  botorch-fed flower up --clients 3 --share-results
+  botorch-fed flower run fbo-fedgp --problem branin --clients 3 --aggregator masking \\
+      --hyperparameters average --num-rounds 1 --out r.json
   botorch-fed flower down
 `flower run` takes the options of `botorch-fed run <algorithm>` (not --config,
 --checkpoint, --resume) and --state-dir, --timeout SECONDS, --on-dropout fail|continue.
+The parties refuse what their `up` flags do not allow (--aggregator plaintext,
+--crypto-seed, --objective, ...; `botorch-fed flower up --help`).
 """
 
 
@@ -99,6 +106,29 @@ def _flower_options(tokens: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if not own.timeout > 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {own.timeout}.")
     return own, rest
+
+
+def _cli_dir(state: str | os.PathLike[str]) -> str:
+    r"""``--state-dir`` as a user types it (quoted where the shell needs it)."""
+    return shlex.quote(str(state))
+
+
+def _no_federation(state: str | os.PathLike[str], clients: int | str = "N") -> str:
+    r"""What ``flower run`` says when ``state`` has no live federation."""
+    return (
+        f"No live federation in {state}: start one with `botorch-fed flower up --clients "
+        f"{clients} --state-dir {_cli_dir(state)}` (and the policy flags your run needs: "
+        "`botorch-fed flower up --help`)."
+    )
+
+
+def _running(state: str | os.PathLike[str], live: list[str]) -> str:
+    r"""What ``flower up`` says when ``state`` already has a running federation."""
+    return (
+        f"{state} already has a running federation ({', '.join(live)}): stop it with "
+        f"`botorch-fed flower down --state-dir {_cli_dir(state)}`, or start a second "
+        "federation in another folder (`--state-dir DIR`)."
+    )
 
 
 def _without(argv: list[str], flags: tuple[str, ...]) -> list[str]:
@@ -162,6 +192,12 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
         return _run(args.options, console)
     except SystemExit as exc:  # argparse's own errors (printed) and --help
         return exc.code if isinstance(exc.code, int) else 2
+    except launcher.FederationRunningError as exc:  # in the command line's words
+        print_error(console, _running(exc.state, exc.live))
+        return 1
+    except launcher.NoFederationError as exc:
+        print_error(console, _no_federation(exc.state))
+        return 1
     except launcher.FlowerLaunchError as exc:
         print_error(console, str(exc))
         return 1
@@ -208,18 +244,25 @@ def _run(tokens: list[str], console: Console) -> int:
     run = prepare(check_argv(argv), outputs=True)  # every option checked before anything runs
     spec = get_algorithm(run.algorithm)
     clients = len(build_context(spec, run.setup, run.settings).client_ids)
-    state = Path(own.state_dir)
-    fed = launcher.status(state)
-    if fed.get("clients") not in (None, clients):
+    # a live federation before anything is written: no key set, no folder otherwise
+    fed = launcher.status(own.state_dir)
+    state = Path(fed["state_dir"])
+    if not fed["processes"].get("superlink", {}).get("alive"):
+        print_error(console, _no_federation(own.state_dir, clients))
+        return 1
+    if fed["clients"] not in (None, clients):
         raise ValueError(
-            f"The run has {clients} clients; the federation in {state} has {fed['clients']} "
-            f"parties (`botorch-fed flower up --clients {clients}`)."
+            f"The run has {clients} clients; the federation in {own.state_dir} has "
+            f"{fed['clients']} parties: pass `--clients {fed['clients']}` to the run, or "
+            f"start one of {clients} parties (`botorch-fed flower down --state-dir "
+            f"{_cli_dir(own.state_dir)}`, then `botorch-fed flower up --clients {clients} "
+            f"--state-dir {_cli_dir(own.state_dir)}`)."
         )
     keyset, server_key = "", ""
     if spec.secure_aggregation:
         keyset, server_key = write_keyset(run.setup, list(range(clients)), state / "keys")
     runs = state / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
+    runs.mkdir(exist_ok=True)  # the federation's folder exists: never made here
     out = os.path.abspath(run.out) if run.out else str(runs / f"{uuid.uuid4().hex}.json")
     Path(f"{out}.error").unlink(missing_ok=True)  # a failed earlier run's
     config = {

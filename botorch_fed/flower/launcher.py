@@ -9,10 +9,12 @@ One federation lives in a *state directory*; :func:`up` starts on ``127.0.0.1``
 - ``clients`` SuperNodes (``flower-supernode``), SuperNode ``i`` with the node config
   ``partition-id=i num-partitions=N agent="<socket of agent i>"``,
 
-and writes the Flower configuration (``flwr_home/config.toml``, connection
-``local-deployment``) and the Flower App (``app/pyproject.toml``) that
-:func:`submit` runs with ``flwr run``. :func:`down` stops what :func:`up` recorded in
-``federation.json``; :func:`status` reports it.
+each running in the state directory with the folder :func:`up` was called from first
+on its PYTHONPATH (where a run's ``--objective`` module is found), and writes the
+Flower configuration (``flwr_home/config.toml``, connection ``local-deployment``) and
+the Flower App (``app/pyproject.toml``) that :func:`submit` runs with ``flwr run``.
+:func:`down` stops what :func:`up` recorded in ``federation.json``; :func:`status`
+reports it.
 
 Layout of a state directory::
 
@@ -63,7 +65,9 @@ from botorch_fed.flower.run_options import RUN_CONFIG_DEFAULTS
 __all__ = [
     "APP_CONFIG",
     "CONNECTION",
+    "FederationRunningError",
     "FlowerLaunchError",
+    "NoFederationError",
     "down",
     "status",
     "submit",
@@ -89,6 +93,37 @@ AgentCommand = Callable[[int, Path], list[str]]
 
 class FlowerLaunchError(RuntimeError):
     r"""A Flower federation could not be started, reached or stopped."""
+
+
+class NoFederationError(FlowerLaunchError):
+    r"""A state folder has no live federation (no SuperLink running): :func:`submit`.
+
+    Attributes:
+        state: The state folder (resolved).
+    """
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        super().__init__(
+            f"no live federation in {state}: start one with up(clients, {str(state)!r})"
+        )
+
+
+class FederationRunningError(FlowerLaunchError):
+    r"""A state folder already has a running federation: :func:`up`.
+
+    Attributes:
+        state: The state folder (resolved).
+        live: Names of its processes that still run.
+    """
+
+    def __init__(self, state: Path, live: list[str]) -> None:
+        self.state = state
+        self.live = list(live)
+        super().__init__(
+            f"{state} already has a running federation ({', '.join(live)}); run "
+            f"down({str(state)!r}) first, or give up() another state folder for a second one"
+        )
 
 
 # --------------------------------------------------------------------- processes
@@ -299,14 +334,27 @@ def _default_agent_command(
     return command
 
 
-def _child_env(state: Path, python: str) -> dict[str, str]:
+def _import_dir() -> str | None:
+    r"""The folder :func:`up` is called from (``None`` if it no longer exists)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
+def _child_env(state: Path, python: str, import_dir: str | None = None) -> dict[str, str]:
     r"""Environment of the children: ``python``'s bin dir first on PATH (the Flower
-    console scripts, which also start ``flower-superexec`` by name), FLWR_HOME,
-    unbuffered output, no telemetry, SuperExec polling every 0.1 s, and the
-    :data:`STATE_ENV` marker."""
+    console scripts, which also start ``flower-superexec`` by name), ``import_dir``
+    first on PYTHONPATH (the children run in ``state``, so a run's ``--objective
+    mymod:f`` next to where ``up`` was called is found by the agents and, through
+    Flower's own subprocesses, the ServerApp), FLWR_HOME, unbuffered output, no
+    telemetry, SuperExec polling every 0.1 s, and the :data:`STATE_ENV` marker."""
     env = dict(os.environ)
     bin_dir = str(Path(python).parent)
     env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")]).rstrip(os.pathsep)
+    if import_dir:
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join([import_dir, *(p for p in paths if p != import_dir)])
     env["FLWR_HOME"] = str(state / "flwr_home")
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -415,10 +463,7 @@ def _refuse_live(state: Path) -> None:
     r"""Raise if ``state`` already has a federation with a live process."""
     fed = _read_federation(state)
     if fed is not None and (live := _live_names(fed)):
-        raise FlowerLaunchError(
-            f"{state} already has a running federation ({', '.join(live)}); "
-            f"run down({str(state)!r}) (botorch-fed flower down) first"
-        )
+        raise FederationRunningError(state, live)
 
 
 def up(
@@ -436,10 +481,12 @@ def up(
     Starts the SuperLink, ``clients`` party agents and ``clients`` SuperNodes, each
     in its own process group with its output in ``<state_dir>/logs/<name>.log``
     (names ``superlink``, ``agent-<i>``, ``supernode-<i>``), recording them in
-    ``<state_dir>/federation.json`` as they start. Ready means: the SuperLink and
-    every SuperNode answer ``GET /health`` with 200 and every agent has created its
-    socket. Whether the SuperNodes registered at the SuperLink is left to the
-    ServerApp.
+    ``<state_dir>/federation.json`` as they start. The children run in ``state_dir``;
+    the folder ``up`` is called from goes first on their PYTHONPATH (``import_dir``
+    in the description), so a run's ``--objective mymod:f`` written there is found
+    by the agents and the ServerApp. Ready means: the SuperLink and every SuperNode
+    answer ``GET /health`` with 200 and every agent has created its socket. Whether
+    the SuperNodes registered at the SuperLink is left to the ServerApp.
 
     Args:
         clients: Number of parties (SuperNodes and agents), at least 1.
@@ -459,14 +506,15 @@ def up(
         The federation description (what ``federation.json`` holds): ``state_dir``,
         ``address``, ``clients``, ``ports``/``sockets``/``pids``/``start_times``/
         ``logs``/``argv`` by process name, ``flwr_home``, ``flower_config``,
-        ``app_dir``, ``key_dir``, ``connection``, ``ready``, ``startup_s``.
+        ``app_dir``, ``key_dir``, ``import_dir``, ``connection``, ``ready``,
+        ``startup_s``.
 
     Raises:
         ValueError: If ``clients``, ``timeout`` or ``port`` is malformed.
         FlowerLaunchError: If ``port`` is taken or the state folder already has a
-            live federation (nothing started then), or a process died during
-            start-up or ``timeout`` passed (everything started is stopped then; the
-            message names the process and its log tail).
+            live federation (:class:`FederationRunningError`; nothing started then),
+            or a process died during start-up or ``timeout`` passed (everything
+            started is stopped then; the message names the process and its log tail).
     """
     t0 = time.monotonic()
     _check_args(clients, timeout, python)
@@ -493,6 +541,7 @@ def up(
         "flower_config": str(_write_flower_config(state / "flwr_home", link_port)),
         "app_dir": str(_write_app(state / "app").parent),
         "key_dir": str(state / "keys"),
+        "import_dir": _import_dir(),
         "socket_dir": str(sock_dir),
         "socket_dir_temporary": sock_tmp,
         "ports": {"superlink": link_port},
@@ -510,7 +559,7 @@ def up(
     _write_federation(state, fed)
 
     agent = agent_command or _default_agent_command(python, state, clients, tuple(agent_flags))
-    env = _child_env(state, python)
+    env = _child_env(state, python, fed["import_dir"])
     try:
         _spawn(fed, state, "superlink", [
             superlink_bin, "--insecure", "--disable-runtime-dependency-installation",
@@ -685,8 +734,9 @@ def submit(
         failed; read the ServerApp's own result files for success.
 
     Raises:
-        FlowerLaunchError: If ``state_dir`` has no live federation, ``run_config``
-            has undeclared keys, or ``timeout`` passed.
+        FlowerLaunchError: If ``state_dir`` has no live federation
+            (:class:`NoFederationError`), ``run_config`` has undeclared keys, or
+            ``timeout`` passed.
         TypeError: If a ``run_config`` value's type differs from its default's.
     """
     import tomli_w
@@ -694,9 +744,7 @@ def submit(
     state = _state(state_dir)
     fed = _read_federation(state)
     if fed is None or "superlink" not in _live_names(fed):
-        raise FlowerLaunchError(
-            f"no live federation in {state}: start one with up(clients, {str(state)!r})"
-        )
+        raise NoFederationError(state)
     app_dir = Path(fed["app_dir"])
     with (app_dir / "pyproject.toml").open("rb") as f:
         declared = tomllib.load(f)["tool"]["flwr"]["app"].get("config", {})
@@ -710,7 +758,7 @@ def submit(
     flwr = str(Path(python).parent / "flwr")
     argv = [flwr, "run", str(app_dir), CONNECTION, "--stream", "--run-config",
             str(run_file)]  # fmt: skip
-    env = _child_env(state, python)
+    env = _child_env(state, python, fed.get("import_dir"))
     del env[STATE_ENV]  # not part of the federation: down leaves it alone
     out = print if stream is None else stream
     proc = subprocess.Popen(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 
 RUN_CONFIG_DEFAULTS = {
     "argv": "[]",
@@ -75,7 +76,9 @@ def prepare(argv: list[str], check=None, outputs: bool = False):
             args = parser.parse_args(["run", *argv])
     except SystemExit:
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
-        raise ValueError(lines[-1] if lines else f"invalid options {argv}") from None
+        message = lines[-1] if lines else f"invalid options {argv}"
+        # argparse's "<prog>: error: <message>": callers print their own "error:"
+        raise ValueError(re.sub(r"^[^:]*: error: ", "", message, count=1)) from None
     for dest, why in NOT_ON_FLOWER.items():
         if getattr(args, dest, None):
             flag, reason = why.split(": ", 1)

@@ -3,14 +3,28 @@ r"""``botorch-fed flower ...``: what it refuses before any process starts, and `
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import re
+import shlex
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("flwr")
 
 from botorch_fed.cli import main  # noqa: E402
+from botorch_fed.cli.flower import FLOWER_HELP  # noqa: E402
+from botorch_fed.federation.registry import get_algorithm  # noqa: E402
+from botorch_fed.flower import processes  # noqa: E402
+from botorch_fed.flower.policy import add_policy_arguments, policy_from_arguments  # noqa: E402
+from botorch_fed.flower.run_options import prepare  # noqa: E402
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 @pytest.fixture(autouse=True)
@@ -40,11 +54,131 @@ def test_flower_run_refuses_bad_options_before_anything_runs(extra, message, tmp
     assert message in _out(capsys)
 
 
+@pytest.fixture
+def live_federation(tmp_path):
+    r"""A state folder whose ``federation.json`` records a running "superlink" of 3
+    parties (a sleeping stand-in process): what ``flower run`` / ``up`` check first."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    fed = {
+        "state_dir": str(state),
+        "address": "127.0.0.1:1",
+        "clients": 3,
+        "pids": {"superlink": proc.pid},
+        "start_times": {"superlink": processes.start_time(proc.pid)},
+    }
+    (state / "federation.json").write_text(json.dumps(fed))
+    try:
+        yield state
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_flower_run_without_a_federation_says_how_to_start_one(tmp_path, capsys):
     argv = ["flower", "run", "local", "--problem", "branin", "--clients", "3"]
     assert main([*argv, "--num-rounds", "1", "--state-dir", str(tmp_path)]) == 1
     text = _out(capsys)
-    assert "no live federation" in text and str(tmp_path) in text
+    assert "No live federation in" in text and str(tmp_path) in text
+    assert f"`botorch-fed flower up --clients 3 --state-dir {tmp_path}`" in text
+    assert "up(" not in text  # the command line's words, not the Python API's
+
+
+@pytest.mark.parametrize("aggregator", ["ckks", "masking"])
+def test_flower_run_refused_writes_no_keys_and_makes_no_folder(aggregator, tmp_path, capsys):
+    argv = ["flower", "run", "fbo-fedgp", "--problem", "branin", "--clients", "3",
+            "--num-rounds", "1", "--aggregator", aggregator]  # fmt: skip
+    missing = tmp_path / "missing" / "state"
+    assert main([*argv, "--state-dir", str(missing)]) == 1
+    assert "No live federation" in _out(capsys)
+    assert not (tmp_path / "missing").exists()  # not even the parent
+    # and the folder stays usable by status and down (nothing made with mode 755)
+    assert main(["flower", "status", "--state-dir", str(missing)]) == 0
+    assert main(["flower", "down", "--state-dir", str(missing)]) == 0
+    assert not (tmp_path / "missing").exists()
+    # a folder without a live federation gets no key set either
+    empty = tmp_path / "empty"
+    empty.mkdir(mode=0o700)
+    assert main([*argv, "--state-dir", str(empty)]) == 1
+    assert list(empty.iterdir()) == []
+
+
+def test_flower_run_with_other_client_count_says_pass_clients(live_federation, capsys):
+    argv = ["flower", "run", "fbo-fedgp", "--problem", "branin", "--clients", "4",
+            "--num-rounds", "1", "--aggregator", "masking"]  # fmt: skip
+    assert main([*argv, "--state-dir", str(live_federation)]) == 2
+    text = _out(capsys)
+    assert "has 3 parties: pass `--clients 3` to the run" in text
+    assert f"botorch-fed flower up --clients 4 --state-dir {live_federation}" in text
+    assert sorted(p.name for p in live_federation.iterdir()) == ["federation.json"]
+
+
+def test_flower_up_on_a_running_federation_says_how_to_stop_it(live_federation, capsys):
+    before = (live_federation / "federation.json").read_text()
+    assert main(["flower", "up", "--clients", "2", "--state-dir", str(live_federation)]) == 1
+    text = _out(capsys)
+    assert "already has a running federation (superlink)" in text
+    assert f"`botorch-fed flower down --state-dir {live_federation}`" in text
+    assert "second federation in another folder (`--state-dir DIR`)" in text
+    assert "down(" not in text  # the command line's words, not the Python API's
+    assert (live_federation / "federation.json").read_text() == before  # nothing started
+
+
+def test_flower_run_unknown_option_has_one_error_prefix(tmp_path, capsys):
+    argv = ["flower", "run", "local", "--problem", "branin", "--clients", "3", "--bogus", "1"]
+    assert main([*argv, "--state-dir", str(tmp_path)]) == 2
+    text = _out(capsys)
+    assert "error: unrecognized arguments: --bogus 1" in text
+    assert text.count("error:") == 1, text
+    assert main([*argv[:-2], "--rounds", "x", "--state-dir", str(tmp_path)]) == 2
+    text = _out(capsys)
+    assert "error: argument --num-rounds/--rounds: invalid int value: 'x'" in text
+    assert text.count("error:") == 1, text
+
+
+def _commands(text: str) -> list[list[str]]:
+    r"""The ``botorch-fed flower ...`` commands of ``text`` (``\`` continues a line),
+    each as the arguments after ``flower``."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    found = []
+    for line in joined.splitlines():
+        tokens = shlex.split(line.strip()) if "botorch-fed flower " in line else []
+        if tokens and tokens[0].endswith("botorch-fed") and tokens[1] == "flower":
+            found.append(tokens[2:])
+    return found
+
+
+def _check_accepted(commands: list[list[str]]) -> int:
+    r"""Every ``flower run`` of ``commands`` is one that the policy of the ``flower up``
+    before it accepts (its --clients too); returns how many runs were checked."""
+    checked, up, clients = 0, None, None
+    for command in commands:
+        if command[0] == "up":
+            p = argparse.ArgumentParser()
+            p.add_argument("--clients", type=int)
+            add_policy_arguments(p)
+            args = p.parse_args(command[1:])
+            up, clients = policy_from_arguments(args), args.clients
+        elif command[0] == "run":
+            assert up is not None, f"`flower run` before `flower up`: {command}"
+            argv = [a for a in command[1:]]
+            if "--out" in argv:
+                del argv[argv.index("--out") : argv.index("--out") + 2]
+            run = prepare(argv, check=up.check_options)
+            up.check(get_algorithm(run.algorithm), run.setup, run.settings)  # PolicyError
+            assert run.setup.num_clients == clients, command
+            checked += 1
+    return checked
+
+
+def test_flower_help_example_is_accepted_by_the_parties_it_starts():
+    assert _check_accepted(_commands(FLOWER_HELP)) == 1
+
+
+def test_readme_flower_commands_are_accepted_by_the_parties_it_starts():
+    section = README.read_text().split("## A federation on Flower", 1)[1].split("\n## ", 1)[0]
+    assert _check_accepted(_commands(section)) >= 1
 
 
 def test_flower_up_refuses_no_clients(tmp_path, capsys):

@@ -9,7 +9,10 @@ state folder a test used, so no process outlives the tests.
 from __future__ import annotations
 
 import json
+import os
+import re
 import socket
+import subprocess
 import sys
 import tomllib
 import urllib.request
@@ -142,10 +145,21 @@ def test_flower_config_and_app(fed):
 
 
 @pytest.mark.flower
+def test_children_import_from_the_folder_up_was_called_from(fed):
+    assert fed["import_dir"] == os.getcwd()
+    for name in ("superlink", "agent-0", "supernode-1"):
+        environ = Path(f"/proc/{fed['pids'][name]}/environ").read_bytes().split(b"\0")
+        env = dict(e.decode().split("=", 1) for e in environ if b"=" in e)
+        assert env["PYTHONPATH"].split(os.pathsep)[0] == fed["import_dir"], name
+        assert Path(f"/proc/{fed['pids'][name]}/cwd").resolve() == Path(fed["state_dir"])
+
+
+@pytest.mark.flower
 def test_up_twice_is_refused(fed):
     before = dict(fed["pids"])
-    with pytest.raises(FlowerLaunchError, match="down"):
+    with pytest.raises(launcher.FederationRunningError, match="down") as err:
         up(1, fed["state_dir"], agent_command=stand_in)
+    assert err.value.state == Path(fed["state_dir"]) and "superlink" in err.value.live
     assert json.loads((Path(fed["state_dir"]) / "federation.json").read_text())["pids"] == before
     assert status(fed["state_dir"])["running"]
 
@@ -197,7 +211,8 @@ def test_child_dying_at_start_is_named_and_everything_stopped(state):
     with pytest.raises(FlowerLaunchError) as err:
         up(2, state, agent_command=dying, timeout=30)
     msg = str(err.value)
-    assert "agent-0" in msg and "exited with code 1" in msg
+    # both agents die at once: whichever is seen dead first is named
+    assert re.match(r"agent-[01] \(pid \d+\) exited with code 1", msg), msg
     assert "stand-in agent gives up" in msg  # the log tail
     assert not status(state)["running"]
     assert _leftovers(state) == set()
@@ -216,8 +231,40 @@ def test_down_and_status_without_federation(tmp_path):
 
 
 def test_submit_without_federation(tmp_path):
-    with pytest.raises(FlowerLaunchError, match="no live federation"):
+    with pytest.raises(launcher.NoFederationError, match="no live federation") as err:
         submit(tmp_path, {})
+    assert err.value.state == tmp_path.resolve()
+    assert isinstance(err.value, FlowerLaunchError)
+
+
+def test_child_env_puts_the_callers_folder_first_on_pythonpath(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/elsewhere", str(tmp_path)]))
+    monkeypatch.chdir(tmp_path)
+    env = launcher._child_env(tmp_path / "state", sys.executable, launcher._import_dir())
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path), "/elsewhere"]
+    assert env["FLWR_HOME"] == str(tmp_path / "state" / "flwr_home")
+    monkeypatch.delenv("PYTHONPATH")
+    env = launcher._child_env(tmp_path / "state", sys.executable, str(tmp_path))
+    assert env["PYTHONPATH"] == str(tmp_path)
+    env = launcher._child_env(tmp_path / "state", sys.executable)  # no folder: unchanged
+    assert "PYTHONPATH" not in env
+
+
+def test_an_objective_next_to_the_caller_imports_in_a_child(tmp_path, monkeypatch):
+    # what an agent or the ServerApp does with --objective mymod:f, in a child run as up
+    # runs it: in the state folder, with the environment up gives it
+    work, state = tmp_path / "work", tmp_path / "state"
+    work.mkdir()
+    state.mkdir()
+    (work / "bfed_user_objective.py").write_text("def f(X):\n    return 42\n")
+    monkeypatch.chdir(work)
+    env = launcher._child_env(state, sys.executable, launcher._import_dir())
+    code = "import bfed_user_objective as m; print(m.f(None))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=state, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "42"
 
 
 def test_bad_arguments(tmp_path):
