@@ -131,13 +131,24 @@ def test_a_runs_client_cannot_be_reset_to_evaluate_its_design_again(how):
         _send(agent, 1, argv, "init")  # before the fix: a fresh client evaluated again
 
 
+def _full_agent(policy: PartyPolicy | None = None) -> tuple[PartyAgent, Clock]:
+    r"""An agent holding :data:`MAX_RUNS` runs (ids 1..MAX_RUNS) that started at time 0."""
+    clock = Clock()
+    agent = PartyAgent(0, 3, clock=clock, policy=policy)
+    for run in range(1, MAX_RUNS + 1):
+        _send(agent, run, _local_argv(), "init")
+    return agent, clock
+
+
+def _all_answer(agent: PartyAgent) -> None:
+    for run in range(1, MAX_RUNS + 1):  # none was dropped
+        _send(agent, run, _local_argv(), "round", {"t": 1})
+
+
 def test_the_party_refuses_a_new_run_rather_than_drop_an_active_one():
     # CI found this: nine concurrent runs on eight slots dropped a running one
     argv = _local_argv()
-    clock = Clock()
-    agent = PartyAgent(0, 3, clock=clock)
-    for run in range(1, MAX_RUNS + 1):
-        _send(agent, run, argv, "init")
+    agent, clock = _full_agent()
     clock.now = IDLE_BEFORE_DROP  # every run active within the limit
     with pytest.raises(PolicyError, match=f"holds {MAX_RUNS} runs.*takes no new run"):
         _send(agent, 99, argv, "init")
@@ -150,32 +161,22 @@ def test_the_party_refuses_a_new_run_rather_than_drop_an_active_one():
 
 
 def test_a_refused_run_drops_no_other_run():
-    argv = _local_argv()
-    clock = Clock()
-    agent = PartyAgent(0, 3, clock=clock)
-    for run in range(1, MAX_RUNS + 1):
-        _send(agent, run, argv, "init")
+    agent, clock = _full_agent()
     clock.now = 10 * IDLE_BEFORE_DROP  # every run could be dropped now
-    refused = ["central", *argv[1:]]  # the default policy does not join `central`
+    refused = ["central", *_local_argv()[1:]]  # the default policy does not join `central`
     with pytest.raises(PolicyError, match="'central'"):
         _send(agent, 99, refused, "init")
-    for run in range(1, MAX_RUNS + 1):  # none was dropped for it
-        _send(agent, run, argv, "round", {"t": 1})
+    _all_answer(agent)
 
 
 def test_a_report_of_a_run_never_held_drops_no_other_run():
-    argv = _local_argv()
-    clock = Clock()
-    agent = PartyAgent(0, 3, clock=clock, policy=PartyPolicy(share_results=True))
-    for run in range(1, MAX_RUNS + 1):
-        _send(agent, run, argv, "init")
+    agent, clock = _full_agent(PartyPolicy(share_results=True))
     clock.now = 10 * IDLE_BEFORE_DROP  # every run could be dropped now
-    _, report = _send(agent, 999, argv, REPORT)  # a party that never had a message
+    _, report = _send(agent, 999, _local_argv(), REPORT)  # a party never sent a message
     assert json.loads(report["history"]) == []
-    for run in range(1, MAX_RUNS + 1):  # none was dropped for it
-        _send(agent, run, argv, "round", {"t": 1})
+    _all_answer(agent)
     with pytest.raises(ProtocolViolation, match="it reported"):
-        _send(agent, 999, argv, "init")
+        _send(agent, 999, _local_argv(), "init")
 
 
 # --- 4. LDP: the user's budget was per client object, not per party -----------------
