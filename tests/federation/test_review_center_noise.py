@@ -77,13 +77,21 @@ def test_resume_under_os_randomness_continues_the_saved_private_generator(tmp_pa
 
 
 def test_each_selection_draws_fresh_private_noise_so_repeats_average_out():
-    # documented residual (docs/security.md): a cluster sent r times can be averaged
+    # documented residual (docs/security.md): a cluster sent in r selections can be
+    # averaged; asked again about the same data, a client repeats its answer
     server, clients, _ = build_federation("fbo-fedgp", _setup(crypto_seed=3), _config())
     client = clients[0]
     client.X = torch.rand(8, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     exact = local_centers(client.X, k=2, seed=client.seed,
                           min_cluster_size=client.config.min_cluster_size).numpy()  # fmt: skip
-    draws = np.stack([client.on_centers({"k": 2})["centers"] for _ in range(400)])
+    same = [client.on_centers({"k": 2})["centers"] for _ in range(3)]
+    assert all(np.array_equal(d, same[0]) for d in same)  # no fresh noise for the same data
+
+    def selection():
+        client._centers = None  # a selection after the data grew (kept equal here)
+        return client.on_centers({"k": 2})["centers"]
+
+    draws = np.stack([selection() for _ in range(400)])
     assert not np.allclose(draws[0], draws[1])  # fresh noise every selection
     inner = (exact > 0.3) & (exact < 0.7)  # away from the clamp
     err = np.abs(draws.mean(0) - exact)[inner]
