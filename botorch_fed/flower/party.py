@@ -119,7 +119,8 @@ class PartyAgent:
         The agent holds at most :data:`MAX_RUNS` runs: a new one takes the place of the
         least recently active run if that one has been idle for more than
         :data:`IDLE_BEFORE_DROP` seconds, and is refused otherwise. With a
-        ``state_file`` the runs that ended and the epsilon spent outlive the process.
+        ``state_file`` the runs that ended or were running and the epsilon spent
+        outlive the process.
 
         Raises:
             PolicyError, ProtocolViolation, SecureAggregationError, ValueError: What the
@@ -205,7 +206,8 @@ class PartyAgent:
         self._save()
 
     def _save(self) -> None:
-        r"""The runs that ended and the epsilon spent, into the state file (atomically)."""
+        r"""The runs that ended or run now and the epsilon spent, into the state file
+        (atomically)."""
         if self.state_file is None:
             return
         data = {
