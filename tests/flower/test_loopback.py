@@ -45,7 +45,7 @@ FBO = ["--hyperparameters", "average"]
 # the LDP-BO family another, local and random a third); every registered algorithm
 # runs through the same app code in test_same_as_in_process.py, and all of them here
 # with BOTORCH_FED_FLOWER_ALL=1 (about 7 minutes on 2 cores instead of 2-3)
-CONCURRENT = 4
+CONCURRENT = 6
 REPRESENTATIVES = ("central", "co-kg", "fedzero", "fts", "local", "ldp-moma")
 
 
