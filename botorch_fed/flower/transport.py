@@ -47,7 +47,9 @@ class FlowerTransport(Transport):
         timeout: Seconds each ``send`` waits for the replies.
         on_dropout: ``"fail"`` or ``"continue"`` (module docstring).
         ledger: Where bytes and the clients' stage times go.
-        poll: Seconds between two pulls of the replies.
+        poll: Seconds between two pulls of the replies (0.25 s, as Flower's own
+            runtime polls: each pull is an HTTP request the SuperLink answers, and a
+            message's round trip takes seconds anyway).
         log: Called with a line for each dropout.
         describe: How errors name a client (default ``client <id> (Flower node <n>)``).
     """
@@ -59,7 +61,7 @@ class FlowerTransport(Transport):
         timeout: float,
         on_dropout: str = "fail",
         ledger: Ledger | None = None,
-        poll: float = 0.05,
+        poll: float = 0.25,
         log: Callable[[str], None] | None = None,
         describe: Callable[[int], str] | None = None,
     ) -> None:

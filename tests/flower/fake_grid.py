@@ -1,7 +1,10 @@
 r"""A Flower ``Grid`` in memory: the real ``ClientApp``, party agents (on Unix sockets,
-in threads), records and transport, without Flower's processes. Messages go through
-``ClientApp.__call__`` as Flower's ``flwr-clientapp`` calls it, so everything but the
-network is what a deployment runs."""
+in threads), records and transport, without Flower's processes. Every message and
+every reply crosses Flower's wire encoding (:func:`wire`: each object of the message
+deflated to bytes and inflated again, as between a ServerApp, the SuperLink, a
+SuperNode and a ClientApp process), and messages go through ``ClientApp.__call__`` as
+Flower's ``flwr-clientapp`` calls it, so everything but the network and the processes
+is what a deployment runs."""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ import os
 import threading
 
 from flwr.app import Context, Error, Message, RecordDict
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 from flwr.supercore.task_identity import TaskIdentity
 
 from botorch_fed.flower.client_app import app as client_app
@@ -27,6 +32,15 @@ EXPERIMENT = PartyPolicy(
 )
 
 RUN_ID = 7
+
+
+def wire(msg: Message) -> Message:
+    r"""``msg`` as the other end receives it: every nested object deflated to bytes
+    and the message inflated from them (what Flower's push/pull of objects does)."""
+    contents = {oid: obj.deflate() for oid, obj in get_all_nested_objects(msg).items()}
+    out = inflate_object_from_contents(msg.object_id, contents)
+    out.metadata.__dict__["_message_id"] = msg.metadata.message_id
+    return out
 
 
 class FakeGrid:
@@ -67,6 +81,7 @@ class FakeGrid:
             mid = f"m{next(self._ids)}"
             msg.metadata.__dict__["_message_id"] = mid
             self.pushed.append(msg)
+            msg = wire(msg)
             node = msg.metadata.dst_node_id
             self.answered[node] = self.answered.get(node, 0) + 1
             if node in self.hang and self.answered[node] > 1:  # after the discovery
@@ -87,7 +102,7 @@ class FakeGrid:
                 except Exception as exc:  # as flwr-clientapp does
                     reason = f"{type(exc)}:<'{exc}'>"
                     reply = Message(Error(2, reason), reply_to=msg)
-            self._pending[mid] = reply
+            self._pending[mid] = wire(reply)
             ids.append(mid)
         return ids
 
