@@ -156,7 +156,11 @@ def best_per_round(histories: list[list[dict]], rounds: int, minimize: bool) -> 
 
 
 def run_on_flower(grid, run_config, log=print):
-    r"""Run the federation the run config describes; returns the :class:`RunResult`."""
+    r"""Run the federation the run config describes; returns the :class:`RunResult`.
+
+    The server program runs with the run's ``--threads`` torch threads (restored
+    afterwards), as ``botorch-fed run`` runs it; each party's agent works with its own
+    ``--threads``."""
     import torch
 
     from botorch_fed.federation.registry import get_algorithm
@@ -183,13 +187,20 @@ def run_on_flower(grid, run_config, log=print):
         )
     transport = FlowerTransport(grid, nodes, cfg["timeout"], cfg["on_dropout"], log=log)
     t0 = time.perf_counter()
-    with torch.random.fork_rng(), library_warnings_ignored():
-        torch.manual_seed(run.setup.seed)
-        server = spec.make_server(ctx, transport)
-        total = server.settings.num_rounds
-        server.run(
-            on_round=lambda t: log(f"round {t}/{total} done ({time.perf_counter() - t0:.1f} s)")
-        )
+    # `--threads`, as `botorch-fed run` applies it: the server's results depend on it
+    # (Co-KG's barycenter and acquisition differ in the last bits between thread counts)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(run.threads)
+    try:
+        with torch.random.fork_rng(), library_warnings_ignored():
+            torch.manual_seed(run.setup.seed)
+            server = spec.make_server(ctx, transport)
+            total = server.settings.num_rounds
+            server.run(
+                on_round=lambda t: log(f"round {t}/{total} done ({time.perf_counter() - t0:.1f} s)")
+            )
+    finally:
+        torch.set_num_threads(threads)
     time_s = time.perf_counter() - t0
     live = [cid for cid in ids if cid not in transport.dropped]
     # a party whose policy keeps its evaluations refuses: the results leave it out

@@ -9,11 +9,13 @@ records are larger) and versions."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("flwr")
 
@@ -147,3 +149,30 @@ def test_more_parties_than_clients_is_refused(tmp_path):
     grid.run_config = {"argv": json.dumps(short_argv("local")), "out": str(tmp_path / "o")}
     with pytest.raises(ClientUnavailable, match="partition 0 of 4; this run has 3 clients"):
         run_on_flower(grid, grid.run_config, log=lambda line: None)
+
+
+@pytest.mark.parametrize("threads, expected", [([], 1), (["--threads", "2"], 2)])
+def test_the_server_program_runs_with_the_runs_threads(threads, expected, tmp_path, monkeypatch):
+    # Co-KG's decisions differ in the last bits between 1 and 2 threads: the server
+    # program must run as `botorch-fed run` runs it (run.threads), whatever the
+    # ServerApp process was given, and leave the process's setting as it was
+    import botorch_fed.federation.registry as registry
+
+    seen = []
+    original = registry.get_algorithm
+
+    def spying(name):
+        spec = original(name)
+
+        def make_server(ctx, transport):
+            seen.append(torch.get_num_threads())
+            return spec.make_server(ctx, transport)
+
+        return dataclasses.replace(spec, make_server=make_server)
+
+    monkeypatch.setattr(registry, "get_algorithm", spying)
+    before = 3 - expected  # the process's own setting differs from the run's
+    torch.set_num_threads(before)
+    flower_run(short_argv("random", rounds=1) + threads, tmp_path)
+    assert seen == [expected]
+    assert torch.get_num_threads() == before
