@@ -70,6 +70,14 @@ def add_flower_parser(sub: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--timeout", type=float, default=60.0, help="seconds to wait for readiness (default 60)"
     )
+    up.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch threads of every party's agent (default 1); a run's JSON equals "
+        "`botorch-fed run`'s when its --threads is this N too",
+    )
     add_policy_arguments(
         up.add_argument_group(
             "every party's policy: what its agent accepts from a run (default: none of it)"
@@ -161,7 +169,9 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
         if action == "up":
             if args.clients < 1:
                 raise ValueError(f"--clients must be >= 1, got {args.clients}.")
-            flags = policy_flags(args)
+            if args.threads < 1:
+                raise ValueError(f"--threads must be >= 1, got {args.threads}.")
+            flags = [*policy_flags(args), "--threads", str(args.threads)]
             fed = launcher.up(
                 args.clients,
                 args.state_dir,

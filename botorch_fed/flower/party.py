@@ -96,7 +96,9 @@ class PartyAgent:
         self.partition_id = int(partition_id)
         self.num_partitions = int(num_partitions)
         self.key_dir = None if key_dir is None else Path(key_dir)
-        self.threads = int(threads)
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"--threads must be an int >= 1, got {threads!r}.")
+        self.threads = threads
         self.policy = PartyPolicy() if policy is None else policy
         self._runs: OrderedDict[int, _Held] = OrderedDict()  # least recently active first
         self._over: dict[int, str] = {}  # run -> why it is over (reported or dropped)

@@ -158,9 +158,25 @@ def best_per_round(histories: list[list[dict]], rounds: int, minimize: bool) -> 
 def run_on_flower(grid, run_config, log=print):
     r"""Run the federation the run config describes; returns the :class:`RunResult`.
 
-    The server program runs with the run's ``--threads`` torch threads (restored
-    afterwards), as ``botorch-fed run`` runs it; each party's agent works with its own
-    ``--threads``."""
+    The server's side (building the run, the server program, the scoring) runs with
+    the run's ``--threads`` torch threads, restored afterwards, as ``botorch-fed run``
+    runs it: some algorithms' decisions differ in the last bits between thread counts
+    (Co-KG's barycenter and acquisition). Each party's agent works with its own
+    ``--threads`` (``flower up --threads``)."""
+    import torch
+
+    cfg = _config(run_config)
+    run = prepare(decode_argv(run_config))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(run.threads)
+    try:
+        return _run(grid, run_config, cfg, run, log)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(grid, run_config, cfg: dict, run, log):
+    r""":func:`run_on_flower` once the run is prepared and its threads set."""
     import torch
 
     from botorch_fed.federation.registry import get_algorithm
@@ -173,8 +189,6 @@ def run_on_flower(grid, run_config, log=print):
     from botorch_fed.flower.keys import read_material
     from botorch_fed.runs.prepare import library_warnings_ignored
 
-    cfg = _config(run_config)
-    run = prepare(decode_argv(run_config))
     spec = get_algorithm(run.algorithm)
     ctx = build_context(spec, run.setup, run.settings)
     ids = ctx.client_ids
@@ -187,20 +201,13 @@ def run_on_flower(grid, run_config, log=print):
         )
     transport = FlowerTransport(grid, nodes, cfg["timeout"], cfg["on_dropout"], log=log)
     t0 = time.perf_counter()
-    # `--threads`, as `botorch-fed run` applies it: the server's results depend on it
-    # (Co-KG's barycenter and acquisition differ in the last bits between thread counts)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(run.threads)
-    try:
-        with torch.random.fork_rng(), library_warnings_ignored():
-            torch.manual_seed(run.setup.seed)
-            server = spec.make_server(ctx, transport)
-            total = server.settings.num_rounds
-            server.run(
-                on_round=lambda t: log(f"round {t}/{total} done ({time.perf_counter() - t0:.1f} s)")
-            )
-    finally:
-        torch.set_num_threads(threads)
+    with torch.random.fork_rng(), library_warnings_ignored():
+        torch.manual_seed(run.setup.seed)
+        server = spec.make_server(ctx, transport)
+        total = server.settings.num_rounds
+        server.run(
+            on_round=lambda t: log(f"round {t}/{total} done ({time.perf_counter() - t0:.1f} s)")
+        )
     time_s = time.perf_counter() - t0
     live = [cid for cid in ids if cid not in transport.dropped]
     # a party whose policy keeps its evaluations refuses: the results leave it out

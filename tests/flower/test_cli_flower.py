@@ -186,6 +186,45 @@ def test_flower_up_refuses_no_clients(tmp_path, capsys):
     assert "--clients must be >= 1" in _out(capsys)
 
 
+@pytest.mark.parametrize("extra, threads", [([], "1"), (["--threads", "3"], "3")])
+def test_flower_up_gives_every_agent_its_threads(extra, threads, tmp_path, monkeypatch):
+    # a run's JSON equals `botorch-fed run`'s only with the parties' thread count too
+    from botorch_fed.flower import launcher
+    from botorch_fed.flower.party import main as agent_main
+
+    given = {}
+
+    def up(clients, state_dir, **kwargs):
+        given.update(kwargs)
+        return {"address": "127.0.0.1:1"}
+
+    monkeypatch.setattr(launcher, "up", up)
+    argv = ["flower", "up", "--clients", "2", "--state-dir", str(tmp_path), *extra]
+    assert main([*argv, "--allow-plaintext"]) == 0
+    flags = given["agent_flags"]
+    assert flags[-2:] == ["--threads", threads] and "--allow-plaintext" in flags
+    built = {}
+    monkeypatch.setattr("botorch_fed.flower.party.serve", lambda agent, path: built.update(a=agent))
+    monkeypatch.setattr("signal.signal", lambda *args: None)  # the agent's SIGTERM handler
+    agent_main(["--socket", str(tmp_path / "s"), "--partition-id", "0", "--num-partitions", "2"])
+    assert built["a"].threads == 1  # the agent's own default
+    agent_main(["--socket", "s", "--partition-id", "0", "--num-partitions", "2", *flags])
+    assert built["a"].threads == int(threads) and built["a"].policy.allow_plaintext
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_flower_up_and_the_agent_refuse_threads_below_one(value, tmp_path, capsys):
+    from botorch_fed.flower.party import main as agent_main
+
+    argv = ["flower", "up", "--clients", "2", "--threads", value, "--state-dir", str(tmp_path)]
+    assert main(argv) == 2
+    assert f"--threads must be >= 1, got {value}" in _out(capsys)
+    with pytest.raises(SystemExit):
+        agent_main(["--socket", "s", "--partition-id", "0", "--num-partitions", "2",
+                    "--threads", value])  # fmt: skip
+    assert f"--threads must be an int >= 1, got {value}" in _out(capsys)
+
+
 def test_flower_down_and_status_with_nothing_running(tmp_path, capsys):
     assert main(["flower", "down", "--state-dir", str(tmp_path)]) == 0
     assert "nothing running" in _out(capsys)

@@ -152,27 +152,43 @@ def test_more_parties_than_clients_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("threads, expected", [([], 1), (["--threads", "2"], 2)])
-def test_the_server_program_runs_with_the_runs_threads(threads, expected, tmp_path, monkeypatch):
-    # Co-KG's decisions differ in the last bits between 1 and 2 threads: the server
-    # program must run as `botorch-fed run` runs it (run.threads), whatever the
-    # ServerApp process was given, and leave the process's setting as it was
+def test_the_server_side_runs_with_the_runs_threads(threads, expected, tmp_path, monkeypatch):
+    # Co-KG's decisions differ in the last bits between 1 and 2 threads: building the
+    # server, every message it sends and the scoring must run as `botorch-fed run` runs
+    # them (run.threads), whatever the ServerApp process was given, and the process's
+    # setting must be left as it was (torch's setting is per thread with OpenMP: the
+    # party agents' threads of the FakeGrid do not touch this one's)
     import botorch_fed.federation.registry as registry
+    import botorch_fed.federation.runner as runner
 
-    seen = []
-    original = registry.get_algorithm
+    seen: dict[str, list[int]] = {"build": [], "send": [], "score": []}
+    get_algorithm, score_run = registry.get_algorithm, runner.score_run
 
     def spying(name):
-        spec = original(name)
+        spec = get_algorithm(name)
 
         def make_server(ctx, transport):
-            seen.append(torch.get_num_threads())
+            seen["build"].append(torch.get_num_threads())
+            send = transport.send
+
+            def sending(messages):
+                seen["send"].append(torch.get_num_threads())
+                return send(messages)
+
+            transport.send = sending
             return spec.make_server(ctx, transport)
 
         return dataclasses.replace(spec, make_server=make_server)
 
+    def scoring(*args, **kwargs):
+        seen["score"].append(torch.get_num_threads())
+        return score_run(*args, **kwargs)
+
     monkeypatch.setattr(registry, "get_algorithm", spying)
+    monkeypatch.setattr(runner, "score_run", scoring)
     before = 3 - expected  # the process's own setting differs from the run's
     torch.set_num_threads(before)
-    flower_run(short_argv("random", rounds=1) + threads, tmp_path)
-    assert seen == [expected]
+    flower_run(short_argv("local", rounds=2) + threads, tmp_path)
+    assert seen["build"] == seen["score"] == [expected]
+    assert len(seen["send"]) >= 3 and set(seen["send"]) == {expected}, seen["send"]
     assert torch.get_num_threads() == before
