@@ -16,6 +16,8 @@ import numpy as np
 PayloadValue = np.ndarray | bytes | int | float | str | bool
 SCALAR_TYPES = (bytes, int, float, str, bool, np.integer, np.floating, np.bool_)
 TIME_PREFIX = "time:"
+#: the integers a message carries: Flower's records hold an int as sint64 or uint64
+INT_RANGE = (-(2**63), 2**64 - 1)
 
 
 def validate_payload(payload: dict) -> dict:
@@ -29,12 +31,15 @@ def validate_payload(payload: dict) -> dict:
 
     Raises:
         TypeError: Naming the offending key and type.
+        ValueError: A value no message can carry (naming its key): an int outside
+            :data:`INT_RANGE`, or a key or str that is not valid Unicode text.
     """
     if not isinstance(payload, dict):
         raise TypeError(f"A payload must be a dict, got {type(payload).__name__}.")
     for key, value in payload.items():
         if not isinstance(key, str):
             raise TypeError(f"Payload keys must be str, got {key!r}.")
+        _check_text(f"Payload key {key!r}", key)
         if isinstance(value, np.ndarray):
             if value.dtype == object:
                 raise TypeError(f"Payload entry {key!r} is an object array; use numbers.")
@@ -43,7 +48,22 @@ def validate_payload(payload: dict) -> dict:
                 f"Payload entry {key!r} has type {type(value).__name__}; allowed are numpy "
                 "arrays, bytes, int, float, str and bool."
             )
+        elif isinstance(value, int | np.integer) and not isinstance(value, bool):
+            if not INT_RANGE[0] <= int(value) <= INT_RANGE[1]:
+                raise ValueError(
+                    f"Payload entry {key!r} = {int(value)} is outside [-2**63, 2**64 - 1], "
+                    "the integers a message carries; send it as bytes."
+                )
+        elif isinstance(value, str):
+            _check_text(f"Payload entry {key!r}", value)
     return payload
+
+
+def _check_text(what: str, text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode text ({exc.reason}).") from None
 
 
 def _nbytes(value: PayloadValue) -> int:

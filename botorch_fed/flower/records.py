@@ -61,19 +61,37 @@ def _items(payload: dict):
     for key, value in payload.items():
         if not isinstance(key, str):
             raise TypeError(f"Payload keys must be str, got {key!r}.")
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"Payload key {key!r} is not valid Unicode text.") from None
         if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
             raise TypeError(f"Payload entry {key!r} is a {value.dtype} array; use numbers.")
         yield key, value
 
 
 def _python_scalar(key: str, value):
+    r"""``value`` as the Python scalar a ``ConfigRecord`` holds; what Flower's wire
+    encoding cannot carry (an int outside sint64/uint64, text that is not valid
+    Unicode) is refused here, naming the key, instead of failing in Flower's
+    serialisation (as :func:`~botorch_fed.federation.messages.validate_payload` does)."""
     if isinstance(value, np.bool_ | bool):
         return bool(value)
     if isinstance(value, np.integer | int):
+        if not -(2**63) <= int(value) <= 2**64 - 1:
+            raise ValueError(
+                f"Payload entry {key!r} = {int(value)} is outside [-2**63, 2**64 - 1]."
+            )
         return int(value)
     if isinstance(value, np.floating | float):
         return float(value)
-    if isinstance(value, bytes | str):
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"Payload entry {key!r} is not valid Unicode text.") from None
+        return value
+    if isinstance(value, bytes):
         return value
     raise TypeError(f"Payload entry {key!r} has type {type(value).__name__}.")
 
@@ -83,6 +101,8 @@ def to_records(payload: dict):
 
     Raises:
         TypeError: A value that is not a payload value (naming its key).
+        ValueError: An int or text that Flower's wire encoding cannot carry (naming
+            its key).
     """
     from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 

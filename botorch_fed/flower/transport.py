@@ -156,6 +156,7 @@ class FlowerTransport(Transport):
 
     def _failed(self, cid: int, code: int | None, reason: str, type_: str) -> None:
         where = f"{self._describe(cid)}, message {type_!r}"
+        reason = reason.rstrip(".")  # Flower's own reasons end with one
         if code is not None and code not in _UNAVAILABLE:
             raise ClientFailed(f"{where} failed: {reason}")
         if self.on_dropout == "fail":

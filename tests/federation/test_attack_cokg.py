@@ -599,7 +599,8 @@ def _set(key, fn):
         (_set("lengthscale", lambda v: np.full_like(v, 1e300)), "`lengthscale`"),
         (_set("outputscale", lambda v: np.full_like(v, 1e300)), "`outputscale`"),
         (_set("noise", lambda v: 1e-300 * v), "`noise`"),
-        (lambda r: r.__setitem__("num_data", 10**400), "`num_data`"),
+        # the largest int a message carries (10**400 no longer travels: validate_payload)
+        (lambda r: r.__setitem__("num_data", 2**64 - 1), "`num_data`"),
         (lambda r: r.__setitem__("num_data", 4), r"`num_data`=4 \(expected an int in 0..3\)"),
         (_set("mean_constant", lambda v: np.full_like(v, 1e8)), "`mean_constant`"),
         (_set("mean", lambda m: m + 1e8), "`mean_constant`"),
@@ -669,7 +670,7 @@ def test_the_server_refuses_malformed_posteriors_naming_the_agent():
         lambda r: r.__setitem__("best_index", True),
         lambda r: r.__setitem__("best_index", (r["best_index"] + 1) % 16),
         lambda r: r.__setitem__("best_value", math.nan),
-        lambda r: r.__setitem__("best_value", 10**400),
+        lambda r: r.__setitem__("best_value", 2**64 - 1),
     ]
     # one round per case: an agent answers each round's posterior request once
     server, clients = _poisoned(lambda reply: None, num_rounds=len(cases))

@@ -1,18 +1,23 @@
 r"""A Flower ``Grid`` in memory: the real ``ClientApp``, party agents (on Unix sockets,
-in threads), records and transport, without Flower's processes. Every message and
-every reply crosses Flower's wire encoding (:func:`wire`: each object of the message
-deflated to bytes and inflated again, as between a ServerApp, the SuperLink, a
-SuperNode and a ClientApp process), and messages go through ``ClientApp.__call__`` as
-Flower's ``flwr-clientapp`` calls it, so everything but the network and the processes
-is what a deployment runs."""
+in threads), records and transport, without Flower's processes and network. Every
+message and every reply crosses Flower's wire encoding (:func:`wire`: each object of
+the message deflated to bytes and inflated again, as between a ServerApp, the
+SuperLink, a SuperNode and a ClientApp process), messages go through
+``ClientApp.__call__`` as Flower's ``flwr-clientapp`` calls it, and a node that left or
+does not answer gets the SuperLink's own error reply (``MESSAGE_UNAVAILABLE``, once a
+message's TTL passed for a node that does not answer). Not simulated: message ids
+(``m<n>`` instead of Flower's object ids), the ``Context`` crossing the wire, and
+Flower's failures of its own (a ClientApp process that crashes, a push that fails)."""
 
 from __future__ import annotations
 
 import itertools
 import os
 import threading
+import time
 
 from flwr.app import Context, Error, Message, RecordDict
+from flwr.server.superlink.linkstate.utils import MESSAGE_UNAVAILABLE_ERROR_REASON
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 from flwr.supercore.task_identity import TaskIdentity
@@ -47,7 +52,9 @@ class FakeGrid:
     r"""``clients`` parties (node ids ``1000 + 7 i``) whose agents serve in threads.
 
     ``drop``: ``{node id: n}``: the node answers its first ``n`` messages, then leaves
-    (its messages get Flower's "destination SuperNode was removed" error reply).
+    (its messages get the SuperLink's "Message Unavailable" error reply at once).
+    ``hang``: nodes that answer the discovery, then take messages and never answer
+    (the SuperLink's "Message Unavailable" error once a message's TTL passed).
     """
 
     def __init__(self, clients: int, folder, key_dir=None, node_ids=None, policy=None) -> None:
@@ -55,7 +62,8 @@ class FakeGrid:
         self.run_config: dict = {}
         self.sockets = {}
         self.drop: dict[int, int] = {}
-        self.hang: set[int] = set()  # nodes that take messages and never answer
+        self.hang: set[int] = set()
+        self._expires: dict[str, tuple[float, Message]] = {}  # hung messages: TTL ends
         self.answered: dict[int, int] = {}
         self.pushed: list[Message] = []
         self._pending: dict[str, Message] = {}
@@ -73,7 +81,7 @@ class FakeGrid:
         return list(self.sockets)
 
     def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
-        return Message(content, dst_node_id, message_type, group_id=group_id)
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def push_messages(self, messages):
         ids = []
@@ -85,10 +93,11 @@ class FakeGrid:
             node = msg.metadata.dst_node_id
             self.answered[node] = self.answered.get(node, 0) + 1
             if node in self.hang and self.answered[node] > 1:  # after the discovery
+                self._expires[mid] = (time.monotonic() + msg.metadata.ttl, msg)
                 ids.append(mid)
                 continue
             if self.answered[node] > self.drop.get(node, float("inf")):
-                reply = Message(Error(3, "destination SuperNode was removed"), reply_to=msg)
+                reply = Message(Error(3, MESSAGE_UNAVAILABLE_ERROR_REASON), reply_to=msg)
             else:
                 context = Context(
                     run_id=RUN_ID,
@@ -107,4 +116,9 @@ class FakeGrid:
         return ids
 
     def pull_messages(self, message_ids):
+        now = time.monotonic()
+        for mid in list(message_ids):
+            if mid in self._expires and self._expires[mid][0] <= now:
+                error = Error(3, MESSAGE_UNAVAILABLE_ERROR_REASON)
+                self._pending[mid] = Message(error, reply_to=self._expires.pop(mid)[1])
         return [self._pending.pop(m) for m in list(message_ids) if m in self._pending]
