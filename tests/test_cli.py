@@ -78,8 +78,9 @@ def test_demo_uses_only_the_aggregate_for_server_side_sums():
 )
 def test_bad_demo_arguments_exit_2_naming_the_flag(args, message, capsys):
     assert main(["demo", *args]) == 2
-    text = capsys.readouterr().out
-    assert message in text, text
+    captured = capsys.readouterr()
+    text = captured.err  # errors go to standard error, as argparse's
+    assert message in text and "error" not in captured.out, text
     for name in ("num_clients", "support_size", "noise_std", "points_per_client", "num_test"):
         assert name not in text
 

@@ -164,9 +164,10 @@ def test_every_evaluation_failing_is_reported_not_plotted(mod, tmp_path, capsys)
     args = ["run", "random", "--objective", f"{mod}:always_nan", "--bounds", "0,1", *TINY,
             "--out", str(out), "--plot", str(plot)]  # fmt: skip
     assert main(args) == 1  # a run that learnt nothing is not a success
-    text = capsys.readouterr().out
+    captured = capsys.readouterr()
+    text = captured.out
     assert "none (every evaluation failed)" in text and "none (all failed)" in text
-    assert "every evaluation failed (the first: non-finite value nan)" in text
+    assert "every evaluation failed (the first: non-finite value nan)" in captured.err
     assert "no plot written" in text and not plot.exists()
     data = json.loads(out.read_text())
     assert data["best_value"] is None and len(data["failures"]) == 3 * (3 + 2)

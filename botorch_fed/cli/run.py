@@ -10,6 +10,7 @@ and 130 (interrupted; the checkpoint, if any, is complete up to the last round).
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 from rich.console import Console
@@ -31,7 +32,10 @@ from botorch_fed.runs.prepare import PreparedRun, library_warnings_ignored
 
 
 def print_error(console: Console, message: str, title: str = "error:") -> None:
-    r"""``message`` in red after ``title``, verbatim (not read as markup)."""
+    r"""``message`` in red after ``title``, verbatim (not read as markup), on standard
+    error (as argparse's own errors) unless ``console`` writes to a file of its own."""
+    if console.file is sys.stdout:
+        console = Console(stderr=True, color_system=console.color_system)
     console.print(f"[bold red]{title}[/] {escape(message)}", soft_wrap=True)
 
 

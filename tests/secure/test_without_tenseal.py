@@ -139,8 +139,8 @@ def test_cli_reports_missing_tenseal_without_traceback() -> None:
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert "Traceback" not in proc.stdout + proc.stderr
-    text = " ".join(proc.stdout.split())  # undo the console's line wrapping
-    assert "error:" in text
+    text = " ".join(proc.stderr.split())  # undo the console's line wrapping
+    assert "error:" in text and "error:" not in proc.stdout  # on standard error
     assert "TenSEAL is not installed" in text
     assert "botorch-fed[secure]" in text  # not eaten as console markup
     assert "--aggregator masking" in text
