@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from botorch_fed.flower.policy import add_policy_arguments, policy_flags
-from botorch_fed.flower.run_options import ON_DROPOUT, RUN_CONFIG_DEFAULTS
+from botorch_fed.flower.run_options import ON_DROPOUT, RESULTS_WRITTEN, RUN_CONFIG_DEFAULTS
 
 FLOWER_HELP = """\
 Run a federation on Flower (extra `flower`: pip install "botorch-fed[flower]").
@@ -93,7 +93,12 @@ def add_flower_parser(sub: argparse._SubParsersAction) -> None:
     keys = actions.add_parser(
         "keys", help="generate a key set for secure sums: one file per party (a party runs it)"
     )
-    keys.add_argument("--aggregator", required=True, choices=("masking", "ckks", "plaintext"))
+    keys.add_argument(
+        "--aggregator",
+        required=True,
+        choices=("masking", "ckks", "plaintext"),
+        help="the secure-aggregation backend of the runs that will use the key set",
+    )
     keys.add_argument("--clients", type=int, required=True, metavar="N", help="number of parties")
     keys.add_argument("--key-dir", required=True, help="folder to write the key set into")
     actions.add_parser("down", help="stop the processes `up` started")
@@ -104,13 +109,48 @@ def add_flower_parser(sub: argparse._SubParsersAction) -> None:
         )
 
 
+def _flower_run_parser() -> argparse.ArgumentParser:
+    r"""``flower run``'s own flags (the run's options are ``botorch-fed run``'s)."""
+    p = argparse.ArgumentParser(
+        prog="botorch-fed flower run",
+        usage="botorch-fed flower run ALGORITHM [flower run's options] "
+        "[options of `botorch-fed run ALGORITHM`]",
+        description="Submit a run to the federation `botorch-fed flower up` started; it prints "
+        "and writes (--out, --plot) what `botorch-fed run` does. The run's options are those "
+        "of `botorch-fed run ALGORITHM` but --config, --checkpoint and --resume "
+        "(`botorch-fed flower run ALGORITHM --help` lists them).",
+        epilog=FLOWER_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
+    )
+    own = p.add_argument_group("flower run's options")
+    own.add_argument(
+        "--state-dir",
+        default=default_state_dir(),
+        metavar="DIR",
+        help="the federation's state folder (default: %(default)s)",
+    )
+    own.add_argument(
+        "--timeout",
+        type=float,
+        default=RUN_CONFIG_DEFAULTS["timeout"],
+        metavar="SECONDS",
+        help="how long a party may take to answer one message (default: %(default)g)",
+    )
+    own.add_argument(
+        "--on-dropout",
+        choices=ON_DROPOUT,
+        default=RUN_CONFIG_DEFAULTS["on-dropout"],
+        help="a party that does not answer, or whose SuperNode left, stops the run (fail) "
+        "or is left out of the rest of it where the algorithm and backend allow "
+        "(continue) (default: %(default)s)",
+    )
+    return p
+
+
 def _flower_options(tokens: list[str]) -> tuple[argparse.Namespace, list[str]]:
     r"""Split ``flower run``'s own flags from the run's options."""
-    p = argparse.ArgumentParser(prog="botorch-fed flower run", add_help=False)
-    p.add_argument("--state-dir", default=default_state_dir())
-    p.add_argument("--timeout", type=float, default=RUN_CONFIG_DEFAULTS["timeout"])
-    p.add_argument("--on-dropout", choices=ON_DROPOUT, default=RUN_CONFIG_DEFAULTS["on-dropout"])
-    own, rest = p.parse_known_args(tokens)
+    own, rest = _flower_run_parser().parse_known_args(tokens)
     if not own.timeout > 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {own.timeout}.")
     return own, rest
@@ -202,14 +242,17 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
         return _run(args.options, console)
     except SystemExit as exc:  # argparse's own errors (printed) and --help
         return exc.code if isinstance(exc.code, int) else 2
+    except launcher.RunInterrupted as exc:  # Ctrl-C on `flower run`
+        print_error(console, f"{exc}.", "interrupted:")
+        return 130
     except launcher.FederationRunningError as exc:  # in the command line's words
         print_error(console, _running(exc.state, exc.live))
         return 1
     except launcher.NoFederationError as exc:
         print_error(console, _no_federation(exc.state))
         return 1
-    except launcher.FlowerLaunchError as exc:
-        print_error(console, str(exc))
+    except launcher.FlowerLaunchError as exc:  # the launcher's words for `up(port=...)`
+        print_error(console, str(exc).replace("leave port=None", "leave out --port"))
         return 1
     except ValueError as exc:
         print_error(console, str(exc))
@@ -233,6 +276,31 @@ def _keys(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _refused_by_a_party(processes: dict, argv: list[str], spec, run) -> str | None:
+    r"""Why a party agent of this federation would refuse the run (``None``: none
+    would), from the policy flags ``up`` started it with: the parties check every run
+    themselves; this says so before anything is submitted, and without the ServerApp's
+    traceback. Agents started otherwise (flags this parser does not read) are left to
+    their own check."""
+    from botorch_fed.flower.policy import PolicyError, policy_from_arguments
+    from botorch_fed.flower.run_options import check_argv, prepare
+
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    add_policy_arguments(parser)
+    for name in sorted(n for n in processes if n.startswith("agent-")):
+        try:
+            flags, _ = parser.parse_known_args(processes[name].get("argv", []))
+            policy = policy_from_arguments(flags)
+        except (argparse.ArgumentError, ValueError):
+            continue
+        try:
+            prepare(check_argv(argv), check=policy.check_options, outputs=True)
+            policy.check(spec, run.setup, run.settings)
+        except PolicyError as exc:
+            return f"party {name.removeprefix('agent-')}: {exc}"
+    return None
+
+
 def _run(tokens: list[str], console: Console) -> int:
     r"""``flower run <algorithm> ...``."""
     from botorch_fed.cli.report import plot_run, print_run
@@ -243,13 +311,18 @@ def _run(tokens: list[str], console: Console) -> int:
     from botorch_fed.flower.keys import write_keyset
     from botorch_fed.flower.run_options import check_argv, prepare
 
-    if not tokens or tokens[0] in ("-h", "--help"):
-        console.print(FLOWER_HELP, markup=False)
-        return 0
     own, argv = _flower_options(tokens)
+    if not argv or argv[0].startswith("-"):  # no algorithm first
+        parser = _flower_run_parser()
+        if argv[:1] in (["-h"], ["--help"]):
+            parser.print_help()
+            return 0
+        parser.error("the following arguments are required: ALGORITHM")  # exits 2
     if "-h" in argv or "--help" in argv:
         from botorch_fed.runs.parser import build_run_parser
 
+        _flower_run_parser().print_help()
+        print()
         build_run_parser().parse_args(["run", argv[0], "--help"])  # prints, exits 0
     run = prepare(check_argv(argv), outputs=True)  # every option checked before anything runs
     spec = get_algorithm(run.algorithm)
@@ -268,6 +341,17 @@ def _run(tokens: list[str], console: Console) -> int:
             f"{_cli_dir(own.state_dir)}`, then `botorch-fed flower up --clients {clients} "
             f"--state-dir {_cli_dir(own.state_dir)}`)."
         )
+    refused = _refused_by_a_party(fed["processes"], argv, spec, run)
+    if refused is not None:
+        print_error(
+            console,
+            f"{refused} To allow it, start the federation again with that flag: "
+            f"`botorch-fed flower down --state-dir {_cli_dir(own.state_dir)}`, then "
+            "`botorch-fed flower up` with its flags and that one (`botorch-fed flower up "
+            "--help`).",
+            "the parties refuse this run:",
+        )
+        return 1
     keyset, server_key = "", ""
     if spec.secure_aggregation:
         keyset, server_key = write_keyset(run.setup, list(range(clients)), state / "keys")
@@ -284,7 +368,12 @@ def _run(tokens: list[str], console: Console) -> int:
         "server-key": str(server_key),
         "keyset": keyset,
     }
-    code = launcher.submit(state, config, stream=lambda line: console.print(line, markup=False))
+
+    def stream(line: str) -> None:  # the ServerApp's log; where the results go is said below
+        if not line.startswith(RESULTS_WRITTEN):
+            console.print(line, markup=False)
+
+    code = launcher.submit(state, config, stream=stream)
     if os.path.exists(f"{out}.error"):
         print_error(console, Path(f"{out}.error").read_text().strip(), "the run failed:")
         return 1

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -68,6 +69,7 @@ __all__ = [
     "FederationRunningError",
     "FlowerLaunchError",
     "NoFederationError",
+    "RunInterrupted",
     "down",
     "status",
     "submit",
@@ -661,14 +663,15 @@ def status(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
     Returns:
         ``{"state_dir", "address", "clients", "running": bool (any process alive),
-        "processes": {name: {"pid", "alive"}}}``; ``processes`` is empty and
-        ``address`` and ``clients`` ``None`` when there is no ``federation.json``.
+        "processes": {name: {"pid", "alive", "argv"}}}`` (``argv``: the command it
+        was started with); ``processes`` is empty and ``address`` and ``clients``
+        ``None`` when there is no ``federation.json``.
     """
     state = _state(state_dir)
     fed = _read_federation(state) or {}
-    starts = fed.get("start_times", {})
+    starts, argv = fed.get("start_times", {}), fed.get("argv", {})
     procs = {
-        name: {"pid": pid, "alive": alive(pid, starts.get(name))}
+        name: {"pid": pid, "alive": alive(pid, starts.get(name)), "argv": argv.get(name, [])}
         for name, pid in fed.get("pids", {}).items()
     }
     return {
@@ -704,6 +707,47 @@ def _check_run_config(run_config: dict[str, Any], declared: dict[str, Any]) -> N
             )
 
 
+#: the line of ``flwr run`` that names the run it started
+_STARTED = re.compile(r"Successfully started run (\d+)")
+
+
+class RunInterrupted(KeyboardInterrupt):
+    r""":func:`submit` was interrupted (Ctrl-C); the run it started, if any, was
+    stopped at the SuperLink.
+
+    Attributes:
+        run_id: Flower's id of the run (``None``: interrupted before it started).
+    """
+
+    def __init__(self, run_id: int | None, message: str) -> None:
+        self.run_id = run_id
+        super().__init__(message)
+
+
+def _stopped(run_id: int | None) -> str:
+    r"""What happened to the run ``submit`` gave up on (its ``finally`` stops it)."""
+    if run_id is None:
+        return "it had not started"
+    return f"run {run_id} is stopped at the SuperLink (`flwr stop {run_id}`)"
+
+
+def _stop_run(flwr: str, run_id: int, env: dict[str, str]) -> None:
+    r"""``flwr stop <run_id>`` on this federation's SuperLink (best effort: a run that
+    already ended is left as it is)."""
+    try:
+        subprocess.run(
+            [flwr, "stop", str(run_id), CONNECTION],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
 def _pump(proc: subprocess.Popen[str], lines: Queue[str | None]) -> None:
     r"""Copy ``proc``'s output lines into ``lines``, then ``None``."""
     assert proc.stdout is not None
@@ -726,8 +770,8 @@ def submit(
         state_dir: The federation's folder (started by :func:`up`).
         run_config: Overrides of the App's run config (keys of :data:`APP_CONFIG`,
             each value of its default's type; an int for a float is fine).
-        timeout: Seconds before ``flwr run`` is killed (the run itself may go on at
-            the SuperLink until ``down``); ``None`` waits.
+        timeout: Seconds before ``flwr run`` is killed and the run it started is
+            stopped at the SuperLink (``flwr stop``); ``None`` waits.
         stream: Called with each output line of ``flwr run`` (default ``print``).
 
     Returns:
@@ -740,6 +784,8 @@ def submit(
             (:class:`NoFederationError`), ``run_config`` has undeclared keys, or
             ``timeout`` passed.
         TypeError: If a ``run_config`` value's type differs from its default's.
+        RunInterrupted: On Ctrl-C (a ``KeyboardInterrupt``), once the run it started
+            is stopped at the SuperLink.
     """
     import tomli_w
 
@@ -776,6 +822,7 @@ def submit(
     lines: Queue[str | None] = Queue()
     threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
     deadline = None if timeout is None else time.monotonic() + timeout
+    run_id = None
     try:
         while True:
             wait = None if deadline is None else max(deadline - time.monotonic(), 0)
@@ -783,12 +830,19 @@ def submit(
                 line = lines.get(timeout=wait)
             except Empty:
                 raise FlowerLaunchError(
-                    f"flwr run did not finish within timeout={timeout} s (run config {run_file})"
+                    f"flwr run did not finish within timeout={timeout} s (run config "
+                    f"{run_file}); " + _stopped(run_id)
                 ) from None
             if line is None:
                 return proc.wait()
+            if run_id is None and (started := _STARTED.search(line)):
+                run_id = int(started.group(1))
             out(line)
+    except KeyboardInterrupt:
+        raise RunInterrupted(run_id, _stopped(run_id)) from None
     finally:
         if proc.poll() is None:
             terminate({proc.pid: start_time(proc.pid)}, grace=1.0)
             proc.wait()
+            if run_id is not None:  # interrupted or timed out: the run must not go on
+                _stop_run(flwr, run_id, env)

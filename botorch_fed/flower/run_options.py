@@ -32,6 +32,8 @@ answer one message), ``on-dropout`` (``fail``: stop the run naming the party;
 (the name of the key set every party reads its own material from)."""
 
 ON_DROPOUT = ("fail", "continue")
+#: how the ServerApp's log line naming its results file starts
+RESULTS_WRITTEN = "results written to "
 
 NOT_ON_FLOWER = {
     "config": "--config: give the options on the command line",

@@ -25,6 +25,7 @@ from botorch_fed.federation.messages import Message
 from botorch_fed.flower.party import HELLO, REPORT
 from botorch_fed.flower.run_options import (
     ON_DROPOUT,
+    RESULTS_WRITTEN,
     RUN_CONFIG_DEFAULTS,
     decode_argv,
     prepare,
@@ -238,4 +239,4 @@ def main(grid: Grid, context: Context) -> None:
             Path(f"{out}.error").write_text(f"{type(exc).__name__}: {exc}\n")
         raise
     write_json(result.to_dict(), out)
-    print(f"results written to {out}", flush=True)
+    print(f"{RESULTS_WRITTEN}{out}", flush=True)

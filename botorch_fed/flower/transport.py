@@ -17,6 +17,7 @@ does; a plaintext or CKKS sum needs every contributor). A client whose handler r
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping
 
@@ -28,6 +29,20 @@ from botorch_fed.flower.records import flower_type, from_records, to_records, wi
 _UNAVAILABLE = (3, 4, 5, 8)  # MESSAGE / REPLY_MESSAGE / NODE unavailable, CLIENT_APP_CRASHED
 # the ClientApp's error (Flower's reason names its class) when the party's agent is gone
 AGENT_GONE = "client_app.AgentUnavailable'>"
+
+
+# how flwr-clientapp reports a ClientApp's exception: "<class 'module.Name'>:<'message'>"
+_RAISED = re.compile(r"<class '(?:[\w.]+\.)?(\w+)'>:<'(.*)'>", re.DOTALL)
+
+
+def plain_reason(reason: str) -> str:
+    r"""Flower's error ``reason`` as a sentence: a ClientApp's exception as
+    ``Name: message`` (the party agent's own refusals as their message, which names its
+    kind), without the trailing full stop of Flower's own reasons."""
+    if (raised := _RAISED.fullmatch(reason.strip())) is not None:
+        name, message = raised.groups()
+        reason = message if name in ("AgentError", "AgentUnavailable") else f"{name}: {message}"
+    return reason.strip().rstrip(".")
 
 
 class ClientUnavailable(RuntimeError):
@@ -92,6 +107,8 @@ class FlowerTransport(Transport):
         r""":meth:`send`; with ``record=False`` nothing enters the ledger (the harness's
         own messages: discovery and the final report); with ``tolerate=True`` a client
         that fails or does not answer is only logged and left out of the replies."""
+        from flwr.app import Message as FlowerMessage
+
         outgoing, sizes = {}, {}
         for cid in sorted(messages):
             if cid not in self.nodes:
@@ -101,12 +118,12 @@ class FlowerTransport(Transport):
                 raise TypeError(f"Message to client {cid} is a {type(msg).__name__}, not Message.")
             if cid in self.dropped:
                 continue
-            fmsg = self.grid.create_message(
+            fmsg = FlowerMessage(
                 to_records(msg.payload),
-                flower_type(msg.type),
                 self.nodes[cid],
-                str(self.ledger.round),
+                flower_type(msg.type),
                 ttl=self.timeout,  # a late message is not delivered after the run gave up
+                group_id=str(self.ledger.round),
             )
             outgoing[cid] = (msg, fmsg)
             sizes[cid] = wire_bytes(fmsg)
@@ -156,7 +173,7 @@ class FlowerTransport(Transport):
 
     def _failed(self, cid: int, code: int | None, reason: str, type_: str) -> None:
         where = f"{self._describe(cid)}, message {type_!r}"
-        reason = reason.rstrip(".")  # Flower's own reasons end with one
+        reason = plain_reason(reason)
         if code is not None and code not in _UNAVAILABLE:
             raise ClientFailed(f"{where} failed: {reason}")
         if self.on_dropout == "fail":

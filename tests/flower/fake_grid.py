@@ -80,9 +80,6 @@ class FakeGrid:
     def get_node_ids(self):
         return list(self.sockets)
 
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
-        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
-
     def push_messages(self, messages):
         ids = []
         for msg in messages:

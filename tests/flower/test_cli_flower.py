@@ -114,6 +114,42 @@ def test_flower_run_with_other_client_count_says_pass_clients(live_federation, c
     assert sorted(p.name for p in live_federation.iterdir()) == ["federation.json"]
 
 
+@pytest.mark.parametrize(
+    "extra, reason",
+    [
+        (["--crypto-seed", "1"], "party 0: The run sets --crypto-seed"),
+        (["--objective", "bfed_cli_objective:f", "--bounds", "0,1"],
+         "party 0: The run names the objective 'bfed_cli_objective:f'"),
+    ],
+)  # fmt: skip
+def test_flower_run_refused_by_the_parties_policy_says_so_before_submitting(
+    extra, reason, live_federation, tmp_path, monkeypatch, capsys
+):
+    # the agents `up` started with --allow-plaintext only: the run is refused at once,
+    # naming the flag, with no key set written and nothing submitted
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bfed_cli_objective.py").write_text("def f(X):\n    return X.sum(-1)\n")
+    fed = json.loads((live_federation / "federation.json").read_text())
+    flags = ["--allow-plaintext", "--threads", "1"]
+    for i in range(3):
+        fed["pids"][f"agent-{i}"] = fed["pids"]["superlink"]
+        fed["start_times"][f"agent-{i}"] = fed["start_times"]["superlink"]
+        fed.setdefault("argv", {})[f"agent-{i}"] = [
+            sys.executable, "-m", "botorch_fed.flower.party", "--socket", f"a{i}", *flags
+        ]  # fmt: skip
+    (live_federation / "federation.json").write_text(json.dumps(fed))
+    argv = ["flower", "run", "local", "--clients", "3", "--num-rounds", "1", *extra]
+    if "--objective" not in extra:
+        argv += ["--problem", "branin"]
+    assert main([*argv, "--state-dir", str(live_federation)]) == 1
+    captured = capsys.readouterr()
+    text = " ".join(captured.err.split())
+    assert f"the parties refuse this run: {reason}" in text, text
+    assert f"botorch-fed flower down --state-dir {live_federation}" in text
+    assert "Traceback" not in captured.out + captured.err
+    assert sorted(p.name for p in live_federation.iterdir()) == ["federation.json"]
+
+
 def test_flower_up_on_a_running_federation_says_how_to_stop_it(live_federation, capsys):
     before = (live_federation / "federation.json").read_text()
     assert main(["flower", "up", "--clients", "2", "--state-dir", str(live_federation)]) == 1
@@ -245,3 +281,34 @@ def test_flower_keys_writes_one_private_file_per_party(tmp_path, capsys):
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     keys = [(folder / f"client-{i}.key").read_bytes() for i in range(3)]
     assert len(set(keys)) == 3 and all(keys)  # each party's own secret material
+
+
+@pytest.mark.parametrize("argv", [[], ["--state-dir", "x"], ["--timeout", "5"]])
+def test_flower_run_without_an_algorithm_exits_2(argv, capsys):
+    assert main(["flower", "run", *argv]) == 2
+    captured = capsys.readouterr()
+    assert "the following arguments are required: ALGORITHM" in captured.err
+
+
+def test_flower_run_help_lists_its_own_options_and_the_runs(capsys):
+    assert main(["flower", "run", "--help"]) == 0
+    text = capsys.readouterr().out
+    for flag in ("--state-dir DIR", "--timeout SECONDS", "--on-dropout"):
+        assert flag in text
+    assert main(["flower", "run", "local", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--timeout SECONDS" in text and "usage: botorch-fed run local" in text
+
+
+def test_flower_up_on_a_taken_port_says_it_in_the_command_lines_words(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["flower", "up", "--clients", "1", "--port", str(port)]
+        assert main([*argv, "--state-dir", str(tmp_path / "s")]) == 1
+    text = " ".join(capsys.readouterr().err.split())
+    assert f"port {port} on 127.0.0.1 is taken" in text and "leave out --port" in text
+    assert "port=None" not in text

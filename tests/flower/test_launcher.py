@@ -283,3 +283,53 @@ def test_long_state_path_uses_short_socket_folder(tmp_path):
     finally:
         sock_dir.rmdir()
     assert launcher._socket_dir(tmp_path) == (tmp_path / "sockets", False)
+
+
+# a stand-in `flwr`: `run` names its run and streams until killed; `stop` records it
+FAKE_FLWR = """#!/bin/sh
+if [ "$1" = stop ]; then echo "$2 $3" > "$(dirname "$0")/stopped"; exit 0; fi
+echo "Successfully started run 42"
+exec sleep 60
+"""
+
+
+@pytest.fixture
+def fake_federation(tmp_path):
+    r"""A state folder whose federation runs the stand-in ``flwr`` (its ``superlink``
+    a sleeping process of this test): ``(state, bin folder)``."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir(mode=0o700)
+    (bin_dir / "flwr").write_text(FAKE_FLWR)
+    (bin_dir / "flwr").chmod(0o755)
+    link = subprocess.Popen(["sleep", "120"])
+    processes.track(link)
+    fed = {
+        "python": str(bin_dir / "python"),
+        "app_dir": str(launcher._write_app(state / "app").parent),
+        "pids": {"superlink": link.pid},
+        "start_times": {"superlink": processes.start_time(link.pid)},
+    }
+    launcher._write_federation(state, fed)
+    yield state, bin_dir
+    link.kill()
+    link.wait()
+
+
+def test_a_run_that_times_out_is_stopped_at_the_superlink(fake_federation):
+    state, bin_dir = fake_federation
+    with pytest.raises(FlowerLaunchError, match="run 42 is stopped at the SuperLink"):
+        submit(state, {}, stream=lambda line: None, timeout=2)
+    assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+
+
+def test_ctrl_c_on_submit_stops_the_run_it_started(fake_federation):
+    state, bin_dir = fake_federation
+
+    def interrupt(line):
+        raise KeyboardInterrupt  # as Ctrl-C while the run's lines stream
+
+    with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped") as err:
+        submit(state, {}, stream=interrupt)
+    assert err.value.run_id == 42
+    assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]

@@ -94,6 +94,6 @@ def test_the_fake_grid_sends_messages_through_the_wire(task_identity, tmp_path):
     grid = FakeGrid(1, str(tmp_path))
     node = grid.get_node_ids()[0]
     content = RecordDict({"config": ConfigRecord({"x": 2**70})})
-    message = grid.create_message(content, "query.hello", node, "0")
+    message = Message(content, node, "query.hello", group_id="0")
     with pytest.raises(ValueError, match="out of range"):
         grid.push_messages([message])

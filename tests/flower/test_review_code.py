@@ -126,9 +126,6 @@ class _EchoGrid:
         self.push_ids = push_ids
         self._replies: dict[str, FlowerMessage] = {}
 
-    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
-        return FlowerMessage(content, dst_node_id, message_type, group_id=group_id)
-
     def push_messages(self, messages):
         messages = list(messages)
         ids = self.push_ids(len(messages))

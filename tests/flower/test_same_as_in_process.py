@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 
 import numpy as np
@@ -126,8 +127,11 @@ def test_a_client_error_stops_the_run_with_its_reason(tmp_path):
     # a run whose clients cannot be built (the keyset names no files): the agent's
     # error reaches the server as Flower's error reply, naming client and message
     argv = short_argv("fbo-fedgp", "masking")
-    with pytest.raises(ClientFailed, match=r"client 0 .*message 'init'.*key material"):
+    with pytest.raises(ClientFailed, match=r"client 0 .*message 'init'.*key material") as err:
         flower_run(argv, tmp_path, keyset="masking-0000")
+    # as a sentence: the agent's error kind and message, not Flower's wrapping of it
+    assert re.search(r"message 'init' failed: \w+Error: ", str(err.value)), str(err.value)
+    assert "<class" not in str(err.value) and "AgentError" not in str(err.value)
 
 
 @pytest.mark.parametrize(
