@@ -333,3 +333,11 @@ def test_ctrl_c_on_submit_stops_the_run_it_started(fake_federation):
         submit(state, {}, stream=interrupt)
     assert err.value.run_id == 42
     assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+
+
+def test_the_app_in_the_deployment_docs_is_the_one_up_writes(tmp_path):
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "deployment.md").read_text()
+    block = re.search(r"```toml\n# app/pyproject.toml[^\n]*\n(.*?)```", docs, re.DOTALL)
+    assert block, "docs/deployment.md shows no app/pyproject.toml"
+    written = tomllib.loads(launcher._write_app(tmp_path / "app").read_text())
+    assert tomllib.loads(block.group(1)) == written
