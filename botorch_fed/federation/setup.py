@@ -36,6 +36,9 @@ from botorch_fed.test_functions.noise import ObservationNoise
 EVALUATION_ERRORS = ("record", "raise")
 # ``FederationSetup.noise``: None (the problem's default) or one of these
 SETUP_NOISES = ("none", "gaussian", "uniform", "student-t", "pareto")
+#: the largest run seed: the seeds derived from it (``seed * 7919 + i``, ...) fit int64
+MAX_SEED = 2**48
+
 # Client i's ObservationNoise seed: its function's noise seed (seed * 7919 + i) plus
 # this offset (distinct from every client's function seed while num_clients < offset).
 NOISE_SEED_OFFSET = 1_000_003
@@ -132,6 +135,8 @@ class FederationSetup:
             )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"`seed` must be a non-negative integer, got {self.seed!r}.")
+        if self.seed > MAX_SEED:  # the seeds derived from it must fit torch's int64
+            raise ValueError(f"`seed` must be at most 2**48 = {MAX_SEED}, got {self.seed}.")
         if spec.secure_aggregation:
             from botorch_fed.secure.registry import BACKENDS, require_backend
 

@@ -249,6 +249,9 @@ def test_bad_setups_raise_clear_errors():
         run_federated("random", _setup(shift=1.5), BOSettings(num_rounds=1))
     with pytest.raises(ValueError, match="`seed` must be a non-negative integer"):
         run_federated("random", _setup(seed=-1), BOSettings(num_rounds=1))
+    with pytest.raises(ValueError, match=r"`seed` must be at most 2\*\*48 = 281474976710656"):
+        run_federated("random", _setup(seed=2**48 + 1), BOSettings(num_rounds=1))
+    run_federated("random", _setup(seed=2**48), BOSettings(num_rounds=1, num_init=2))  # fine
     with pytest.raises(ValueError, match="`num_init`=1 is below `min_cluster_size`=2"):
         _config(num_init=1).validate()
     _config(num_init=1, support="random").validate()  # no clustering: fine
