@@ -443,3 +443,15 @@ def test_demo_client_sizes_are_unequal_and_sum_exactly():
         sizes = client_sizes(num_clients, mean_size, torch.Generator().manual_seed(0))
         assert sum(sizes) == num_clients * mean_size and min(sizes) >= 2
     assert len(set(client_sizes(10, 100, torch.Generator().manual_seed(1)))) > 1
+
+
+def test_errors_on_standard_error_are_coloured_only_if_it_is_a_terminal(capsys):
+    # standard output a colour terminal, standard error a file: no escape codes there
+    from rich.console import Console
+
+    from botorch_fed.cli.run import print_error
+
+    print_error(Console(force_terminal=True, color_system="truecolor"), "--rounds [0] bad")
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "error: --rounds [0] bad\n"

@@ -276,22 +276,34 @@ def _keys(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+class _StrictParser(argparse.ArgumentParser):
+    r"""Raises ``ValueError`` where argparse would print and exit."""
+
+    def error(self, message: str):
+        raise ValueError(message)
+
+
 def _refused_by_a_party(processes: dict, argv: list[str], spec, run) -> str | None:
     r"""Why a party agent of this federation would refuse the run (``None``: none
-    would), from the policy flags ``up`` started it with: the parties check every run
-    themselves; this says so before anything is submitted, and without the ServerApp's
-    traceback. Agents started otherwise (flags this parser does not read) are left to
-    their own check."""
+    would), read from the command line its agent was started with, with the agent's own
+    parser: the parties check every run themselves; this says so before anything is
+    submitted, and without the ServerApp's traceback. Agents that are not
+    ``python -m botorch_fed.flower.party``, or whose command line this parser cannot
+    read, are left to their own check."""
+    from botorch_fed.flower.launcher import AGENT_MODULE
+    from botorch_fed.flower.party import agent_parser
     from botorch_fed.flower.policy import PolicyError, policy_from_arguments
     from botorch_fed.flower.run_options import check_argv, prepare
 
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    add_policy_arguments(parser)
+    parser = agent_parser(_StrictParser)
     for name in sorted(n for n in processes if n.startswith("agent-")):
+        command = list(processes[name].get("argv", []))
+        module = [i for i in range(len(command) - 1) if command[i : i + 2] == ["-m", AGENT_MODULE]]
+        if not module:
+            continue
         try:
-            flags, _ = parser.parse_known_args(processes[name].get("argv", []))
-            policy = policy_from_arguments(flags)
-        except (argparse.ArgumentError, ValueError):
+            policy = policy_from_arguments(parser.parse_args(command[module[0] + 2 :]))
+        except ValueError:
             continue
         try:
             prepare(check_argv(argv), check=policy.check_options, outputs=True)

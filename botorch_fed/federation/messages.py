@@ -9,6 +9,7 @@ with ``time:`` carry the client's own stage timings (seconds) for the ledger.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,9 +31,11 @@ def validate_payload(payload: dict) -> dict:
         The payload, unchanged.
 
     Raises:
-        TypeError: Naming the offending key and type.
+        TypeError: Naming the offending key and type (arrays must be bool, int or
+            float).
         ValueError: A value no message can carry (naming its key): an int outside
-            :data:`INT_RANGE`, or a key or str that is not valid Unicode text.
+            :data:`INT_RANGE`, a finite float beyond float64, or a key or str that is
+            not valid Unicode text.
     """
     if not isinstance(payload, dict):
         raise TypeError(f"A payload must be a dict, got {type(payload).__name__}.")
@@ -41,8 +44,11 @@ def validate_payload(payload: dict) -> dict:
             raise TypeError(f"Payload keys must be str, got {key!r}.")
         _check_text(f"Payload key {key!r}", key)
         if isinstance(value, np.ndarray):
-            if value.dtype == object:
-                raise TypeError(f"Payload entry {key!r} is an object array; use numbers.")
+            if value.dtype.kind not in "biuf":  # what Flower's ArrayRecord carries
+                raise TypeError(
+                    f"Payload entry {key!r} is a {value.dtype} array; use bool, int or "
+                    "float arrays."
+                )
         elif not isinstance(value, SCALAR_TYPES):
             raise TypeError(
                 f"Payload entry {key!r} has type {type(value).__name__}; allowed are numpy "
@@ -56,6 +62,12 @@ def validate_payload(payload: dict) -> dict:
                 )
         elif isinstance(value, str):
             _check_text(f"Payload entry {key!r}", value)
+        elif isinstance(value, np.floating) and np.isfinite(value):
+            if not math.isfinite(float(value)):
+                raise ValueError(
+                    f"Payload entry {key!r} = {value!s} is beyond float64, the floats a "
+                    "message carries."
+                )
     return payload
 
 

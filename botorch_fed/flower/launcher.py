@@ -33,10 +33,12 @@ The module imports neither torch nor flwr: it only starts processes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -47,7 +49,7 @@ import tomllib
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from queue import Empty, Queue
 from typing import Any
@@ -317,6 +319,10 @@ def _health(port: int) -> bool:
 # ------------------------------------------------------------------------- up
 
 
+#: the module ``python -m`` runs as a party's agent
+AGENT_MODULE = "botorch_fed.flower.party"
+
+
 def _default_agent_command(
     python: str, state: Path, num: int, flags: tuple[str, ...] = ()
 ) -> AgentCommand:
@@ -324,7 +330,7 @@ def _default_agent_command(
 
     def command(i: int, sock: Path) -> list[str]:
         return [
-            python, "-m", "botorch_fed.flower.party",
+            python, "-m", AGENT_MODULE,
             "--socket", str(sock),
             "--partition-id", str(i),
             "--num-partitions", str(num),
@@ -712,8 +718,8 @@ _STARTED = re.compile(r"Successfully started run (\d+)")
 
 
 class RunInterrupted(KeyboardInterrupt):
-    r""":func:`submit` was interrupted (Ctrl-C); the run it started, if any, was
-    stopped at the SuperLink.
+    r""":func:`submit` was interrupted (Ctrl-C, SIGTERM, SIGHUP); the run it started,
+    if any, was stopped at the SuperLink (the message says whether that worked).
 
     Attributes:
         run_id: Flower's id of the run (``None``: interrupted before it started).
@@ -724,18 +730,11 @@ class RunInterrupted(KeyboardInterrupt):
         super().__init__(message)
 
 
-def _stopped(run_id: int | None) -> str:
-    r"""What happened to the run ``submit`` gave up on (its ``finally`` stops it)."""
-    if run_id is None:
-        return "it had not started"
-    return f"run {run_id} is stopped at the SuperLink (`flwr stop {run_id}`)"
-
-
-def _stop_run(flwr: str, run_id: int, env: dict[str, str]) -> None:
-    r"""``flwr stop <run_id>`` on this federation's SuperLink (best effort: a run that
-    already ended is left as it is)."""
+def _stop_run(flwr: str, run_id: int, env: dict[str, str]) -> bool:
+    r"""``flwr stop <run_id>`` on this federation's SuperLink, in its own session (a
+    second Ctrl-C on the terminal does not reach it); whether it succeeded."""
     try:
-        subprocess.run(
+        done = subprocess.run(
             [flwr, "stop", str(run_id), CONNECTION],
             env=env,
             stdin=subprocess.DEVNULL,
@@ -743,9 +742,72 @@ def _stop_run(flwr: str, run_id: int, env: dict[str, str]) -> None:
             stderr=subprocess.DEVNULL,
             timeout=30,
             check=False,
+            start_new_session=True,
         )
     except (OSError, subprocess.TimeoutExpired):
-        pass
+        return False
+    return done.returncode == 0
+
+
+@contextlib.contextmanager
+def _signals(handler: Any, *signums: int) -> Iterator[None]:
+    r"""``handler`` for ``signums`` inside the block, the previous handlers after it
+    (a no-op outside the main thread, where Python cannot set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.getsignal(s) for s in signums}
+    for s in signums:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, previous in saved.items():
+            signal.signal(s, signal.SIG_DFL if previous is None else previous)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _give_up(
+    proc: subprocess.Popen[str] | None,
+    lines: Queue[str | None],
+    run_id: int | None,
+    flwr: str,
+    env: dict[str, str],
+) -> tuple[int | None, str]:
+    r"""Stop ``flwr run`` and the run it started; ``(run id, what became of it)``.
+
+    The run's id is read from ``flwr run``'s output, including lines it printed but
+    ``submit`` had not read yet when it gave up.
+    """
+    if proc is None:
+        return None, "it had not started"
+    if proc.poll() is None:
+        terminate({proc.pid: start_time(proc.pid)}, grace=1.0)
+    proc.wait()
+    end = time.monotonic() + 5.0  # the reader thread ends once flwr run's pipe closes
+    while run_id is None:
+        try:
+            line = lines.get(timeout=max(end - time.monotonic(), 0))
+        except Empty:
+            break
+        if line is None:
+            break
+        if started := _STARTED.search(line):
+            run_id = int(started.group(1))
+    if run_id is None:
+        return None, (
+            "flwr run had not named a run when it was stopped; if it had submitted one, "
+            f"`flwr ls {CONNECTION}` lists it and `flwr stop <id> {CONNECTION}` stops it"
+        )
+    if _stop_run(flwr, run_id, env):
+        return run_id, f"run {run_id} is stopped at the SuperLink (`flwr stop {run_id}`)"
+    return run_id, (
+        f"stopping run {run_id} at the SuperLink failed, so it may still be running: "
+        f"`flwr stop {run_id} {CONNECTION}` stops it"
+    )
 
 
 def _pump(proc: subprocess.Popen[str], lines: Queue[str | None]) -> None:
@@ -784,8 +846,9 @@ def submit(
             (:class:`NoFederationError`), ``run_config`` has undeclared keys, or
             ``timeout`` passed.
         TypeError: If a ``run_config`` value's type differs from its default's.
-        RunInterrupted: On Ctrl-C (a ``KeyboardInterrupt``), once the run it started
-            is stopped at the SuperLink.
+        RunInterrupted: On Ctrl-C (a ``KeyboardInterrupt``), or SIGTERM or SIGHUP in
+            the main thread, once ``flwr run`` and the run it started are stopped; its
+            message says whether stopping the run at the SuperLink succeeded.
     """
     import tomli_w
 
@@ -809,40 +872,46 @@ def submit(
     env = _child_env(state, python, fed.get("import_dir"))
     del env[STATE_ENV]  # not part of the federation: down leaves it alone
     out = print if stream is None else stream
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        env=env,
-        start_new_session=True,
-    )
     lines: Queue[str | None] = Queue()
-    threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
     deadline = None if timeout is None else time.monotonic() + timeout
+    proc: subprocess.Popen[str] | None = None
     run_id = None
-    try:
-        while True:
-            wait = None if deadline is None else max(deadline - time.monotonic(), 0)
-            try:
-                line = lines.get(timeout=wait)
-            except Empty:
-                raise FlowerLaunchError(
-                    f"flwr run did not finish within timeout={timeout} s (run config "
-                    f"{run_file}); " + _stopped(run_id)
-                ) from None
-            if line is None:
-                return proc.wait()
-            if run_id is None and (started := _STARTED.search(line)):
-                run_id = int(started.group(1))
-            out(line)
-    except KeyboardInterrupt:
-        raise RunInterrupted(run_id, _stopped(run_id)) from None
-    finally:
-        if proc.poll() is None:
-            terminate({proc.pid: start_time(proc.pid)}, grace=1.0)
-            proc.wait()
-            if run_id is not None:  # interrupted or timed out: the run must not go on
-                _stop_run(flwr, run_id, env)
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    # SIGTERM and SIGHUP (a closed terminal) stop the run as Ctrl-C does
+    with _signals(_interrupt, signal.SIGTERM, signal.SIGHUP):
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                env=env,
+                start_new_session=True,
+            )
+            threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+            while True:
+                wait = None if deadline is None else max(deadline - time.monotonic(), 0)
+                try:
+                    line = lines.get(timeout=wait)
+                except Empty:
+                    break
+                if line is None:
+                    return proc.wait()
+                if run_id is None and (started := _STARTED.search(line)):
+                    run_id = int(started.group(1))
+                out(line)
+        except KeyboardInterrupt:
+            with _signals(signal.SIG_IGN, *stops):  # a second Ctrl-C must not cut this
+                run_id, what = _give_up(proc, lines, run_id, flwr, env)
+            raise RunInterrupted(run_id, what) from None
+        except BaseException:
+            with _signals(signal.SIG_IGN, *stops):
+                _give_up(proc, lines, run_id, flwr, env)
+            raise
+    with _signals(signal.SIG_IGN, *stops):
+        run_id, what = _give_up(proc, lines, run_id, flwr, env)
+    raise FlowerLaunchError(
+        f"flwr run did not finish within timeout={timeout} s (run config {run_file}); {what}"
+    )

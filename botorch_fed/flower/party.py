@@ -404,11 +404,14 @@ def _serve_one(agent: PartyAgent, conn: socket.socket) -> None:
             pass
 
 
-def main(argv: list[str] | None = None) -> int:
-    r"""``python -m botorch_fed.flower.party``: run one party's agent."""
-    p = argparse.ArgumentParser(
+def agent_parser(parser_class: type[argparse.ArgumentParser] = argparse.ArgumentParser):
+    r"""The agent's command line (``python -m botorch_fed.flower.party``), also read by
+    ``flower run`` to tell which runs the parties refuse. Options must be spelt out:
+    a policy flag is not matched by an abbreviation."""
+    p = parser_class(
         prog="python -m botorch_fed.flower.party",
         description="The agent that holds one party's botorch-fed clients on Flower.",
+        allow_abbrev=False,
     )
     p.add_argument("--socket", required=True, help="Unix socket path (node config `agent`)")
     p.add_argument("--partition-id", type=int, required=True, help="this party's client id")
@@ -424,6 +427,12 @@ def main(argv: list[str] | None = None) -> int:
     add_policy_arguments(
         p.add_argument_group("policy: what this party accepts from a run (default: none)")
     )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    r"""``python -m botorch_fed.flower.party``: run one party's agent."""
+    p = agent_parser()
     args = p.parse_args(argv)
     try:
         policy = policy_from_arguments(args)

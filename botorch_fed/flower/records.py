@@ -15,6 +15,7 @@ is pickled, so a frame can carry only payload values.
 from __future__ import annotations
 
 import json
+import math
 import struct
 
 import numpy as np
@@ -72,8 +73,8 @@ def _items(payload: dict):
 
 def _python_scalar(key: str, value):
     r"""``value`` as the Python scalar a ``ConfigRecord`` holds; what Flower's wire
-    encoding cannot carry (an int outside sint64/uint64, text that is not valid
-    Unicode) is refused here, naming the key, instead of failing in Flower's
+    encoding cannot carry (an int outside sint64/uint64, a finite float beyond float64,
+    text that is not valid Unicode) is refused here, naming the key, instead of failing in Flower's
     serialisation (as :func:`~botorch_fed.federation.messages.validate_payload` does)."""
     if isinstance(value, np.bool_ | bool):
         return bool(value)
@@ -84,6 +85,8 @@ def _python_scalar(key: str, value):
             )
         return int(value)
     if isinstance(value, np.floating | float):
+        if np.isfinite(value) and not math.isfinite(float(value)):
+            raise ValueError(f"Payload entry {key!r} = {value!s} is beyond float64.")
         return float(value)
     if isinstance(value, str):
         try:

@@ -157,7 +157,8 @@ class FlowerTransport(Transport):
             errors[cid] = (None, f"no answer within {self.timeout:g} s")
         for cid, (code, reason) in sorted(errors.items()):
             if tolerate:
-                self._log(f"{self._describe(cid)}, message {outgoing[cid][0].type!r}: {reason}")
+                where = f"{self._describe(cid)}, message {outgoing[cid][0].type!r}"
+                self._log(f"{where}: {plain_reason(reason)}")
                 continue
             self._failed(cid, code, reason, outgoing[cid][0].type)
         out = {}

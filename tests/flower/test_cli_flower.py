@@ -20,7 +20,7 @@ pytest.importorskip("flwr")
 from botorch_fed.cli import main  # noqa: E402
 from botorch_fed.cli.flower import FLOWER_HELP  # noqa: E402
 from botorch_fed.federation.registry import get_algorithm  # noqa: E402
-from botorch_fed.flower import processes  # noqa: E402
+from botorch_fed.flower import launcher, processes  # noqa: E402
 from botorch_fed.flower.policy import add_policy_arguments, policy_from_arguments  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 
@@ -130,13 +130,13 @@ def test_flower_run_refused_by_the_parties_policy_says_so_before_submitting(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "bfed_cli_objective.py").write_text("def f(X):\n    return X.sum(-1)\n")
     fed = json.loads((live_federation / "federation.json").read_text())
-    flags = ["--allow-plaintext", "--threads", "1"]
+    command = launcher._default_agent_command(
+        sys.executable, live_federation, 3, ("--allow-plaintext", "--threads", "1")
+    )
     for i in range(3):
         fed["pids"][f"agent-{i}"] = fed["pids"]["superlink"]
         fed["start_times"][f"agent-{i}"] = fed["start_times"]["superlink"]
-        fed.setdefault("argv", {})[f"agent-{i}"] = [
-            sys.executable, "-m", "botorch_fed.flower.party", "--socket", f"a{i}", *flags
-        ]  # fmt: skip
+        fed.setdefault("argv", {})[f"agent-{i}"] = command(i, tmp_path / f"a{i}")
     (live_federation / "federation.json").write_text(json.dumps(fed))
     argv = ["flower", "run", "local", "--clients", "3", "--num-rounds", "1", *extra]
     if "--objective" not in extra:
@@ -148,6 +148,31 @@ def test_flower_run_refused_by_the_parties_policy_says_so_before_submitting(
     assert f"botorch-fed flower down --state-dir {live_federation}" in text
     assert "Traceback" not in captured.out + captured.err
     assert sorted(p.name for p in live_federation.iterdir()) == ["federation.json"]
+
+
+def test_the_pre_check_reads_agents_as_they_read_themselves(tmp_path):
+    from botorch_fed.cli.flower import _refused_by_a_party
+    from botorch_fed.flower.party import agent_parser
+    from botorch_fed.flower.run_options import check_argv
+
+    argv = ["local", "--problem", "branin", "--clients", "2", "--crypto-seed", "1"]
+    run = prepare(check_argv(argv))
+    spec = get_algorithm(run.algorithm)
+    agent = launcher._default_agent_command(sys.executable, tmp_path, 2)
+
+    def refused(*flags: str, command=agent) -> str | None:
+        processes = {f"agent-{i}": {"argv": [*command(i, tmp_path / "s"), *flags]}
+                     for i in range(2)}  # fmt: skip
+        return _refused_by_a_party(processes, argv, spec, run)
+
+    assert "party 0: The run sets --crypto-seed" in refused()
+    assert refused("--allow-crypto-seed") is None
+    # an agent refuses an abbreviated policy flag, so the pre-check does not read one
+    with pytest.raises(SystemExit):
+        agent_parser().parse_args(agent(0, tmp_path / "s")[3:] + ["--allow-crypto"])
+    assert refused("--allow-crypto") is None
+    # an agent started otherwise is left to its own check
+    assert refused(command=lambda i, sock: ["my-agent", "--socket", str(sock)]) is None
 
 
 def test_flower_up_on_a_running_federation_says_how_to_stop_it(live_federation, capsys):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -286,9 +287,14 @@ def test_long_state_path_uses_short_socket_folder(tmp_path):
 
 
 # a stand-in `flwr`: `run` names its run and streams until killed; `stop` records it
+# (or fails, when a file `stop-fails` lies beside it)
 FAKE_FLWR = """#!/bin/sh
-if [ "$1" = stop ]; then echo "$2 $3" > "$(dirname "$0")/stopped"; exit 0; fi
-echo "Successfully started run 42"
+here="$(dirname "$0")"
+if [ "$1" = stop ]; then
+  [ -e "$here/stop-fails" ] && exit 1
+  echo "$2 $3" > "$here/stopped"; exit 0
+fi
+printf 'Loading project configuration\nSuccessfully started run 42\n'
 exec sleep 60
 """
 
@@ -327,12 +333,77 @@ def test_ctrl_c_on_submit_stops_the_run_it_started(fake_federation):
     state, bin_dir = fake_federation
 
     def interrupt(line):
-        raise KeyboardInterrupt  # as Ctrl-C while the run's lines stream
+        if "started run" in line:
+            raise KeyboardInterrupt  # as Ctrl-C while the run's lines stream
 
     with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped") as err:
         submit(state, {}, stream=interrupt)
     assert err.value.run_id == 42
     assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+
+
+def test_a_run_named_in_lines_not_yet_read_is_stopped(fake_federation):
+    state, bin_dir = fake_federation
+
+    def interrupt(line):
+        raise KeyboardInterrupt  # at the first line: the run's id is still in the pipe
+
+    with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped") as err:
+        submit(state, {}, stream=interrupt)
+    assert err.value.run_id == 42
+    assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+
+
+def test_sigterm_on_submit_stops_the_run_and_restores_the_handler(fake_federation):
+    state, bin_dir = fake_federation
+    caught = []
+
+    def callers_handler(signum, frame):
+        caught.append(signum)
+
+    def terminated(line):
+        if "started run" in line:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    previous = signal.signal(signal.SIGTERM, callers_handler)
+    try:
+        with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped"):
+            submit(state, {}, stream=terminated, timeout=20)
+        assert signal.getsignal(signal.SIGTERM) is callers_handler
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert caught == []  # submit's own handler took it
+    assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+
+
+def test_a_second_ctrl_c_does_not_cut_stopping_the_run(fake_federation, monkeypatch):
+    state, bin_dir = fake_federation
+    real_stop = launcher._stop_run
+
+    def stop_after_another_ctrl_c(*args):
+        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C again
+        return real_stop(*args)
+
+    monkeypatch.setattr(launcher, "_stop_run", stop_after_another_ctrl_c)
+
+    def interrupt(line):
+        if "started run" in line:
+            raise KeyboardInterrupt
+
+    with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped"):
+        submit(state, {}, stream=interrupt)
+    assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_failed_stop_says_the_run_may_still_be_running(fake_federation):
+    state, bin_dir = fake_federation
+    (bin_dir / "stop-fails").touch()
+    with pytest.raises(
+        FlowerLaunchError, match=r"failed, so it may still be running: `flwr stop 42"
+    ):
+        submit(state, {}, stream=lambda line: None, timeout=2)
+    assert not (bin_dir / "stopped").exists()
 
 
 def test_the_app_in_the_deployment_docs_is_the_one_up_writes(tmp_path):

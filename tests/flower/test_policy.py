@@ -88,9 +88,14 @@ def test_a_run_completes_without_the_reports_of_parties_that_keep_them(tmp_path)
     argv = short_argv("local")
     grid = FakeGrid(3, str(tmp_path), policy=PartyPolicy(allow_crypto_seed=True))
     grid.run_config = {"argv": json.dumps(argv), "out": str(tmp_path / "o.json")}
-    result = run_on_flower(grid, grid.run_config, log=lambda line: None)
+    lines = []
+    result = run_on_flower(grid, grid.run_config, log=lines.append)
     assert result.evaluations == [] and result.best_value is None
     assert result.best_per_client == {}
+    # each refusal is logged as the party's sentence, not as Flower's <class ...> text
+    refusals = [line for line in lines if "--share-results" in line]
+    assert len(refusals) == 3, lines
+    assert all("<class" not in line and "PolicyError: " in line for line in refusals), refusals
 
 
 def test_algorithms_that_show_the_server_raw_data_are_refused_unless_allowed():

@@ -5,6 +5,8 @@ is built, naming the key, in process as on Flower."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -77,6 +79,7 @@ def test_every_payload_kind_survives_flowers_wire(name, task_identity):
         ({"seed": -(2**63) - 1}, r"'seed' = -9223372036854775809 is outside"),
         ({"name": "bad \udc80"}, "Payload entry 'name' is not valid Unicode text"),
         ({"bad \ud800": 1}, "Payload key 'bad \\\\ud800' is not valid Unicode text"),
+        ({"big": np.longdouble("1e400")}, r"Payload entry 'big' = 1e\+400 is beyond float64"),
     ],
 )
 def test_what_the_wire_cannot_carry_is_refused_naming_the_key(payload, match, task_identity):
@@ -86,6 +89,26 @@ def test_what_the_wire_cannot_carry_is_refused_naming_the_key(payload, match, ta
         ProtocolMessage("x", payload)  # in process as on Flower
     with pytest.raises(ValueError, match=match.split(" is ")[0]):
         to_records(payload)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.array([1 + 2j]), np.array(["a"]), np.array([1], dtype="datetime64[s]"),
+     np.array([None], dtype=object)],
+)  # fmt: skip
+def test_arrays_of_other_than_numbers_are_refused_in_process_as_on_the_wire(value):
+    match = f"Payload entry 'v' is a {value.dtype} array"
+    with pytest.raises(TypeError, match=re.escape(match)):
+        validate_payload({"v": value})
+    with pytest.raises(TypeError, match=re.escape(match)):
+        to_records({"v": value})
+
+
+def test_a_long_double_within_float64_travels_as_float(task_identity):
+    # only finite values beyond float64 are refused: infinities and NaN are floats too
+    payload = {"x": np.longdouble(0.5), "inf": np.longdouble("-inf"), "nan": np.longdouble("nan")}
+    got = _travel(validate_payload(payload))
+    assert got["x"] == 0.5 and got["inf"] == -np.inf and np.isnan(got["nan"])
 
 
 def test_the_fake_grid_sends_messages_through_the_wire(task_identity, tmp_path):

@@ -194,8 +194,12 @@ def test_the_server_side_runs_with_the_runs_threads(threads, expected, tmp_path,
     monkeypatch.setattr(registry, "get_algorithm", spying)
     monkeypatch.setattr(runner, "score_run", scoring)
     before = 3 - expected  # the process's own setting differs from the run's
+    session = torch.get_num_threads()
     torch.set_num_threads(before)
-    flower_run(short_argv("local", rounds=2) + threads, tmp_path)
+    try:
+        flower_run(short_argv("local", rounds=2) + threads, tmp_path)
+        assert torch.get_num_threads() == before
+    finally:
+        torch.set_num_threads(session)  # the tests after this one keep theirs
     assert seen["build"] == seen["score"] == [expected]
     assert len(seen["send"]) >= 3 and set(seen["send"]) == {expected}, seen["send"]
-    assert torch.get_num_threads() == before
