@@ -64,7 +64,9 @@ def add_flower_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     actions = p.add_subparsers(dest="flower_command", required=True, metavar="ACTION")
-    up = actions.add_parser("up", help="start a SuperLink, N SuperNodes and party agents")
+    up = actions.add_parser(  # a policy flag is spelt out, as the agent takes it
+        "up", help="start a SuperLink, N SuperNodes and party agents", allow_abbrev=False
+    )
     up.add_argument("--clients", type=int, required=True, metavar="N", help="number of parties")
     up.add_argument("--port", type=int, default=None, help="SuperLink port (default: a free one)")
     up.add_argument(

@@ -247,6 +247,17 @@ def test_flower_up_refuses_no_clients(tmp_path, capsys):
     assert "--clients must be >= 1" in _out(capsys)
 
 
+def test_flower_up_takes_policy_flags_only_spelt_out(tmp_path, monkeypatch, capsys):
+    # as each agent takes them (an abbreviation is not read as the flag it starts)
+    def up(*args, **kwargs):
+        raise AssertionError("nothing may start")
+
+    monkeypatch.setattr(launcher, "up", up)
+    argv = ["flower", "up", "--clients", "1", "--allow-crypto", "--state-dir", str(tmp_path)]
+    assert main(argv) == 2
+    assert "unrecognized arguments: --allow-crypto" in _out(capsys)
+
+
 @pytest.mark.parametrize("extra, threads", [([], "1"), (["--threads", "3"], "3")])
 def test_flower_up_gives_every_agent_its_threads(extra, threads, tmp_path, monkeypatch):
     # a run's JSON equals `botorch-fed run`'s only with the parties' thread count too
