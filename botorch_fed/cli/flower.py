@@ -244,9 +244,9 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
         return _run(args.options, console)
     except SystemExit as exc:  # argparse's own errors (printed) and --help
         return exc.code if isinstance(exc.code, int) else 2
-    except launcher.RunInterrupted as exc:  # Ctrl-C on `flower run`
+    except launcher.RunInterrupted as exc:  # Ctrl-C (SIGTERM, SIGHUP) on `flower run`
         print_error(console, f"{exc}.", "interrupted:")
-        return 130
+        return 128 + exc.signum  # as the shell reports a process the signal ended
     except launcher.FederationRunningError as exc:  # in the command line's words
         print_error(console, _running(exc.state, exc.live))
         return 1

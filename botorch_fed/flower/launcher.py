@@ -723,11 +723,21 @@ class RunInterrupted(KeyboardInterrupt):
 
     Attributes:
         run_id: Flower's id of the run (``None``: interrupted before it started).
+        signum: The signal that interrupted it (``signal.SIGINT`` for Ctrl-C).
     """
 
-    def __init__(self, run_id: int | None, message: str) -> None:
+    def __init__(self, run_id: int | None, message: str, signum: int = signal.SIGINT) -> None:
         self.run_id = run_id
+        self.signum = int(signum)
         super().__init__(message)
+
+
+class _Signalled(KeyboardInterrupt):
+    r"""SIGTERM or SIGHUP while :func:`submit` waits (handled as Ctrl-C is)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
 
 
 def _stop_run(flwr: str, run_id: int, env: dict[str, str]) -> bool:
@@ -767,7 +777,7 @@ def _signals(handler: Any, *signums: int) -> Iterator[None]:
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+    raise _Signalled(signum)
 
 
 def _give_up(
@@ -847,8 +857,9 @@ def submit(
             ``timeout`` passed.
         TypeError: If a ``run_config`` value's type differs from its default's.
         RunInterrupted: On Ctrl-C (a ``KeyboardInterrupt``), or SIGTERM or SIGHUP in
-            the main thread, once ``flwr run`` and the run it started are stopped; its
-            message says whether stopping the run at the SuperLink succeeded.
+            the main thread (unless the caller ignores them), once ``flwr run`` and the
+            run it started are stopped; its message says whether stopping the run at
+            the SuperLink succeeded.
     """
     import tomli_w
 
@@ -877,8 +888,10 @@ def submit(
     proc: subprocess.Popen[str] | None = None
     run_id = None
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    # SIGTERM and SIGHUP (a closed terminal) stop the run as Ctrl-C does
-    with _signals(_interrupt, signal.SIGTERM, signal.SIGHUP):
+    # SIGTERM and SIGHUP (a closed terminal) stop the run as Ctrl-C does, unless the
+    # caller ignores them (`nohup botorch-fed flower run ...` must outlive its terminal)
+    caught = [s for s in stops[1:] if signal.getsignal(s) is not signal.SIG_IGN]
+    with _signals(_interrupt, *caught):
         try:
             proc = subprocess.Popen(
                 argv,
@@ -902,10 +915,13 @@ def submit(
                 if run_id is None and (started := _STARTED.search(line)):
                     run_id = int(started.group(1))
                 out(line)
-        except KeyboardInterrupt:
-            with _signals(signal.SIG_IGN, *stops):  # a second Ctrl-C must not cut this
+        except KeyboardInterrupt as interrupt:
+            # a second Ctrl-C must not cut this (one in the instant before the handlers
+            # change still can)
+            with _signals(signal.SIG_IGN, *stops):
                 run_id, what = _give_up(proc, lines, run_id, flwr, env)
-            raise RunInterrupted(run_id, what) from None
+            signum = getattr(interrupt, "signum", signal.SIGINT)
+            raise RunInterrupted(run_id, what, signum) from None
         except BaseException:
             with _signals(signal.SIG_IGN, *stops):
                 _give_up(proc, lines, run_id, flwr, env)

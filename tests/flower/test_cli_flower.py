@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import stat
 import subprocess
 import sys
@@ -148,6 +149,19 @@ def test_flower_run_refused_by_the_parties_policy_says_so_before_submitting(
     assert f"botorch-fed flower down --state-dir {live_federation}" in text
     assert "Traceback" not in captured.out + captured.err
     assert sorted(p.name for p in live_federation.iterdir()) == ["federation.json"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_flower_run_interrupted_exits_as_the_signal_ended_it(
+    signum, live_federation, monkeypatch, capsys
+):
+    def submit(state, config, stream):
+        raise launcher.RunInterrupted(7, "run 7 is stopped at the SuperLink", signum)
+
+    monkeypatch.setattr(launcher, "submit", submit)
+    argv = ["flower", "run", "local", "--problem", "branin", "--clients", "3"]
+    assert main([*argv, "--state-dir", str(live_federation)]) == 128 + signum
+    assert "interrupted: run 7 is stopped at the SuperLink." in _out(capsys)
 
 
 def test_the_pre_check_reads_agents_as_they_read_themselves(tmp_path):

@@ -367,13 +367,33 @@ def test_sigterm_on_submit_stops_the_run_and_restores_the_handler(fake_federatio
 
     previous = signal.signal(signal.SIGTERM, callers_handler)
     try:
-        with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped"):
+        with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped") as err:
             submit(state, {}, stream=terminated, timeout=20)
         assert signal.getsignal(signal.SIGTERM) is callers_handler
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert caught == []  # submit's own handler took it
+    assert err.value.signum == signal.SIGTERM
     assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+
+
+def test_a_hangup_the_caller_ignores_does_not_stop_the_run(fake_federation):
+    # `nohup botorch-fed flower run ...`: closing the terminal must not stop the run
+    state, bin_dir = fake_federation
+
+    def hang_up(line):
+        if "started run" in line:
+            os.kill(os.getpid(), signal.SIGHUP)
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with pytest.raises(FlowerLaunchError, match="did not finish within timeout=2"):
+            submit(state, {}, stream=hang_up, timeout=2)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    except KeyboardInterrupt:  # RunInterrupted: pytest would stop the session on it
+        pytest.fail("an ignored SIGHUP stopped the run")
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def test_a_second_ctrl_c_does_not_cut_stopping_the_run(fake_federation, monkeypatch):
@@ -390,8 +410,14 @@ def test_a_second_ctrl_c_does_not_cut_stopping_the_run(fake_federation, monkeypa
         if "started run" in line:
             raise KeyboardInterrupt
 
-    with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped"):
+    try:
         submit(state, {}, stream=interrupt)
+    except launcher.RunInterrupted as err:
+        assert "run 42 is stopped" in str(err) and err.signum == signal.SIGINT
+    except KeyboardInterrupt:  # the second one escaped: the run was not stopped
+        pytest.fail("a second Ctrl-C cut stopping the run")
+    else:
+        pytest.fail("submit was not interrupted")
     assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
