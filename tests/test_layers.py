@@ -4,7 +4,8 @@ inside a function, absolute or relative) of a package names a package of a lower
 The order is DESIGN.md's (``../shared/DESIGN.md``: cli, flower, federation,
 acquisition/models, privacy/zeroth_order/inducing, secure/test_functions) with this
 repository's own choices for what it does not name: ``runs`` (a run's description, used
-by cli and flower) and ``tasks``, ``plotting``, ``regression_demo`` (top-level helpers);
+by cli and flower), ``tasks``, ``plotting``, ``regression_demo`` (top-level helpers) and
+``payloads`` (what a message may carry, numpy only: the protocol and Flower's records);
 ``ldp`` > ``acquisition`` > ``models`` where DESIGN puts the BoTorch pieces on one level."""
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ RANKS = {
     "inducing": 10,
     "secure": 0,
     "test_functions": 0,
+    "payloads": 0,
 }
 ROOT = Path(botorch_fed.__file__).parent
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 
-import torch
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
@@ -28,7 +27,7 @@ from botorch_fed.cli.report import plot_run, print_run
 from botorch_fed.runs.black_box import import_path
 from botorch_fed.runs.options import rename_to_flags
 from botorch_fed.runs.outputs import write_json
-from botorch_fed.runs.prepare import PreparedRun, library_warnings_ignored
+from botorch_fed.runs.prepare import PreparedRun, library_warnings_ignored, run_threads
 
 
 def print_error(console: Console, message: str, title: str = "error:") -> None:
@@ -103,13 +102,11 @@ def execute_run(run: PreparedRun, console: Console) -> int:
     from botorch_fed.federation.checkpoint import CheckpointError
     from botorch_fed.federation.objectives import EvaluationError, ObjectiveContractError
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(run.threads)
     try:
         # the user's functions may import their own modules lazily: the folders stay on
         # the path for the run, but only when the black box is user code
         folders = run.folders if run.setup.objectives is not None else []
-        with import_path(folders), library_warnings_ignored():
+        with run_threads(run.threads), import_path(folders), library_warnings_ignored():
             result = _run_with_progress(run, console)
     except KeyboardInterrupt:
         return _interrupted(run, console)
@@ -122,8 +119,6 @@ def execute_run(run: PreparedRun, console: Console) -> int:
     except (ValueError, ImportError, OSError) as exc:  # the arguments were fine
         print_error(console, f"{type(exc).__name__}: {exc}", "the run failed:")
         return 1
-    finally:
-        torch.set_num_threads(threads)
     code = 0
     data = result.to_dict()
     failure = None

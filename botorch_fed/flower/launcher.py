@@ -887,6 +887,7 @@ def submit(
     deadline = None if timeout is None else time.monotonic() + timeout
     proc: subprocess.Popen[str] | None = None
     run_id = None
+    failure: BaseException | None = None
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     # SIGTERM and SIGHUP (a closed terminal) stop the run as Ctrl-C does, unless the
     # caller ignores them (`nohup botorch-fed flower run ...` must outlive its terminal)
@@ -915,19 +916,17 @@ def submit(
                 if run_id is None and (started := _STARTED.search(line)):
                     run_id = int(started.group(1))
                 out(line)
-        except KeyboardInterrupt as interrupt:
-            # a second Ctrl-C must not cut this (one in the instant before the handlers
-            # change still can)
-            with _signals(signal.SIG_IGN, *stops):
-                run_id, what = _give_up(proc, lines, run_id, flwr, env)
-            signum = getattr(interrupt, "signum", signal.SIGINT)
-            raise RunInterrupted(run_id, what, signum) from None
-        except BaseException:
-            with _signals(signal.SIG_IGN, *stops):
-                _give_up(proc, lines, run_id, flwr, env)
-            raise
+        except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP, or the caller's stream
+            failure = exc
+    # timed out, interrupted or failed: stop flwr run and the run; a second Ctrl-C must
+    # not cut this (one in the instant before the handlers change still can)
     with _signals(signal.SIG_IGN, *stops):
         run_id, what = _give_up(proc, lines, run_id, flwr, env)
+    if isinstance(failure, KeyboardInterrupt):
+        signum = getattr(failure, "signum", signal.SIGINT)
+        raise RunInterrupted(run_id, what, signum) from None
+    if failure is not None:
+        raise failure
     raise FlowerLaunchError(
         f"flwr run did not finish within timeout={timeout} s (run config {run_file}); {what}"
     )

@@ -15,10 +15,11 @@ is pickled, so a frame can carry only payload values.
 from __future__ import annotations
 
 import json
-import math
 import struct
 
 import numpy as np
+
+from botorch_fed.payloads import validate_payload
 
 CATEGORY = "query"
 ARRAYS = "arrays"
@@ -55,57 +56,29 @@ def protocol_type(flower_message_type: str) -> str:
 
 
 def _items(payload: dict):
-    r"""The payload's entries, checked: str keys, numeric arrays or scalars (this module
-    does not import :mod:`botorch_fed.federation`, to keep the ``ClientApp`` light)."""
-    if not isinstance(payload, dict):
-        raise TypeError(f"A payload must be a dict, got {type(payload).__name__}.")
-    for key, value in payload.items():
-        if not isinstance(key, str):
-            raise TypeError(f"Payload keys must be str, got {key!r}.")
-        try:
-            key.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(f"Payload key {key!r} is not valid Unicode text.") from None
-        if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
-            raise TypeError(f"Payload entry {key!r} is a {value.dtype} array; use numbers.")
-        yield key, value
+    r"""The payload's entries, once :func:`~botorch_fed.payloads.validate_payload`
+    passed it (the rules every message follows, in process as on Flower)."""
+    return validate_payload(payload).items()
 
 
-def _python_scalar(key: str, value):
-    r"""``value`` as the Python scalar a ``ConfigRecord`` holds; what Flower's wire
-    encoding cannot carry (an int outside sint64/uint64, a finite float beyond float64,
-    text that is not valid Unicode) is refused here, naming the key, instead of failing in Flower's
-    serialisation (as :func:`~botorch_fed.federation.messages.validate_payload` does)."""
+def _python_scalar(value):
+    r"""A payload scalar as the Python scalar a ``ConfigRecord`` holds."""
     if isinstance(value, np.bool_ | bool):
         return bool(value)
     if isinstance(value, np.integer | int):
-        if not -(2**63) <= int(value) <= 2**64 - 1:
-            raise ValueError(
-                f"Payload entry {key!r} = {int(value)} is outside [-2**63, 2**64 - 1]."
-            )
         return int(value)
     if isinstance(value, np.floating | float):
-        if np.isfinite(value) and not math.isfinite(float(value)):
-            raise ValueError(f"Payload entry {key!r} = {value!s} is beyond float64.")
         return float(value)
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(f"Payload entry {key!r} is not valid Unicode text.") from None
-        return value
-    if isinstance(value, bytes):
-        return value
-    raise TypeError(f"Payload entry {key!r} has type {type(value).__name__}.")
+    return value  # bytes or str
 
 
 def to_records(payload: dict):
     r"""A payload as Flower's ``RecordDict`` (``"arrays"`` and ``"config"``).
 
     Raises:
-        TypeError: A value that is not a payload value (naming its key).
-        ValueError: An int or text that Flower's wire encoding cannot carry (naming
-            its key).
+        TypeError, ValueError: As :func:`~botorch_fed.payloads.validate_payload`: a
+            value that is not a payload value, or one Flower's wire encoding cannot
+            carry (naming its key).
     """
     from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
@@ -114,7 +87,7 @@ def to_records(payload: dict):
         if isinstance(value, np.ndarray):
             arrays[key] = Array(np.asarray(value, order="C"))
         else:
-            config[key] = _python_scalar(key, value)
+            config[key] = _python_scalar(value)
     return RecordDict({ARRAYS: ArrayRecord(arrays), CONFIG: ConfigRecord(config)})
 
 
@@ -165,7 +138,7 @@ def encode_frame(meta: dict, payload: dict) -> bytes:
             entries.append([key, "y", len(value)])
             blobs.append(value)
         else:
-            scalar = _python_scalar(key, value)
+            scalar = _python_scalar(value)
             kind = {bool: "b", int: "i", float: "f", str: "s"}[type(scalar)]
             entries.append([key, kind, scalar if kind != "f" else scalar.hex()])
     header = json.dumps({"meta": meta, "entries": entries}).encode()

@@ -164,16 +164,12 @@ def run_on_flower(grid, run_config, log=print):
     runs it: some algorithms' decisions differ in the last bits between thread counts
     (Co-KG's barycenter and acquisition). Each party's agent works with its own
     ``--threads`` (``flower up --threads``)."""
-    import torch
+    from botorch_fed.runs.prepare import run_threads
 
     cfg = _config(run_config)
     run = prepare(decode_argv(run_config))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(run.threads)
-    try:
+    with run_threads(run.threads):
         return _run(grid, run_config, cfg, run, log)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(grid, run_config, cfg: dict, run, log):

@@ -329,12 +329,20 @@ def test_a_run_that_times_out_is_stopped_at_the_superlink(fake_federation):
     assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
 
 
-def test_ctrl_c_on_submit_stops_the_run_it_started(fake_federation):
+@pytest.mark.parametrize(
+    "at",
+    [
+        "Successfully started run",  # as Ctrl-C while the run's lines stream
+        "Loading project",  # the first line: the run's id is still in the pipe
+    ],
+    ids=["after-its-id", "before-its-id-was-read"],
+)
+def test_ctrl_c_on_submit_stops_the_run_it_started(at, fake_federation):
     state, bin_dir = fake_federation
 
     def interrupt(line):
-        if "started run" in line:
-            raise KeyboardInterrupt  # as Ctrl-C while the run's lines stream
+        if line.startswith(at):
+            raise KeyboardInterrupt
 
     with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped") as err:
         submit(state, {}, stream=interrupt)
@@ -342,15 +350,15 @@ def test_ctrl_c_on_submit_stops_the_run_it_started(fake_federation):
     assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
 
 
-def test_a_run_named_in_lines_not_yet_read_is_stopped(fake_federation):
+def test_a_failing_stream_stops_the_run_and_its_error_goes_on(fake_federation):
     state, bin_dir = fake_federation
 
-    def interrupt(line):
-        raise KeyboardInterrupt  # at the first line: the run's id is still in the pipe
+    def fail(line):
+        if "started run" in line:
+            raise OSError("the caller's terminal is gone")
 
-    with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped") as err:
-        submit(state, {}, stream=interrupt)
-    assert err.value.run_id == 42
+    with pytest.raises(OSError, match="terminal is gone"):
+        submit(state, {}, stream=fail)
     assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
 
 
