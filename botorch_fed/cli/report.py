@@ -64,6 +64,32 @@ def _releases(privacy: dict) -> str:
     return f"{sum(u['releases'] for u in users):,} / {sum(u['clipped'] for u in users):,}"
 
 
+def _cumulative_rows(result, rounds: int) -> list[tuple[str, str]]:
+    r"""The cumulative regret and its mean, labelled with what they sum and divide by:
+    FedZero's iterates (one per round), every other algorithm's evaluations."""
+    cumulative = getattr(result, "cumulative_regret_per_round", None)
+    if not cumulative or rounds < 1:
+        return []
+    total = cumulative[-1]
+    if getattr(result, "iterate_values_per_round", None):
+        return [
+            (f"cumulative regret R_T of the iterates: sum of f(x_t) - f* over T = {rounds} "
+             "rounds", f"{total:.6g}"),
+            ("mean regret per iterate R_T / T", f"{total / rounds:.6g}"),
+        ]
+    n = sum(
+        1 for e in result.evaluations
+        if e.get("value") is not None and 0 <= e["round"] < len(cumulative)
+    )
+    rows = [
+        (f"cumulative regret R_N: sum of |f(x) - f*| over all N = {n} evaluations (every "
+         "client, initial design included)", f"{total:.6g}"),
+    ]
+    if n:
+        rows.append(("mean regret per evaluation R_N / N", f"{total / n:.6g}"))
+    return rows
+
+
 def print_run(result, console: Console, label: str | None = None) -> None:
     r"""The result tables of a :class:`~botorch_fed.federation.runner.RunResult`:
     federation, stages, clients, failed evaluations (``label``: the black box's name)."""
@@ -109,10 +135,8 @@ def print_run(result, console: Console, label: str | None = None) -> None:
                 "simple regret (best evaluation)",
                 f"{abs(result.best_value - result.optimal_value):.6g}",
             )
-        cumulative = getattr(result, "cumulative_regret_per_round", None)
-        if cumulative and rounds > 0:
-            head.add_row("cumulative regret R_T", f"{cumulative[-1]:.6g}")
-            head.add_row("R_T / T", f"{cumulative[-1] / rounds:.6g}")
+        for row in _cumulative_rows(result, rounds):
+            head.add_row(*row)
     iterates = getattr(result, "iterate_values_per_round", None)
     if iterates:
         head.add_row("value at the last iterate x_n", _number(iterates[-1]))

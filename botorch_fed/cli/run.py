@@ -27,7 +27,7 @@ from botorch_fed.cli.report import plot_run, print_run
 from botorch_fed.runs.black_box import import_path
 from botorch_fed.runs.options import rename_to_flags
 from botorch_fed.runs.outputs import write_json
-from botorch_fed.runs.prepare import PreparedRun, library_warnings_ignored, run_threads
+from botorch_fed.runs.prepare import PreparedRun, library_warnings_ignored
 
 
 def print_error(console: Console, message: str, title: str = "error:") -> None:
@@ -106,7 +106,7 @@ def execute_run(run: PreparedRun, console: Console) -> int:
         # the user's functions may import their own modules lazily: the folders stay on
         # the path for the run, but only when the black box is user code
         folders = run.folders if run.setup.objectives is not None else []
-        with run_threads(run.threads), import_path(folders), library_warnings_ignored():
+        with import_path(folders), library_warnings_ignored():  # threads: run_federated
             result = _run_with_progress(run, console)
     except KeyboardInterrupt:
         return _interrupted(run, console)

@@ -42,6 +42,13 @@ class BuildContext:
         secagg_clients: Each client's secure-aggregation role (algorithms with
             ``secure_aggregation``), else empty.
         secagg_server: The server's secure-aggregation role, or ``None``.
+        crypto_seed: Seed of every party's private randomness (key material, masks,
+            nonces, centre noise, Laplace noise, failed-evaluation redraws):
+            ``setup.crypto_seed``, or in a simulation one derived from ``setup.seed``
+            (:func:`~botorch_fed.federation.runner.build_context`); ``None``: each
+            party draws it from the OS, as in a deployment.
+        private_randomness: Where ``crypto_seed`` comes from: ``"crypto_seed"``,
+            ``"seed"`` (derived from ``setup.seed``) or ``"os"`` (``None``).
     """
 
     setup: Any
@@ -52,6 +59,8 @@ class BuildContext:
     init_regions: list[Tensor | None]
     secagg_clients: dict[int, Any] = field(default_factory=dict)
     secagg_server: Any = None
+    crypto_seed: int | None = None
+    private_randomness: str = "os"
 
     @property
     def client_ids(self) -> list[int]:
@@ -70,9 +79,9 @@ class BuildContext:
         }
 
     def private_seed(self, cid: int) -> int | None:
-        r"""Seed of client ``cid``'s private generator: derived from ``crypto_seed``
-        (tests, reproducible runs) or ``None`` (OS randomness)."""
-        cs = self.setup.crypto_seed
+        r"""Seed of client ``cid``'s private generator: derived from :attr:`crypto_seed`
+        (simulations, tests) or ``None`` (OS randomness)."""
+        cs = self.crypto_seed
         return None if cs is None else (cs * 1_000_003 + 7_919 * cid + 13) % (2**62)
 
 

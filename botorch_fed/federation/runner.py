@@ -17,7 +17,7 @@ import os
 import platform
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,7 +41,11 @@ from botorch_fed.federation.registry import (
     available_algorithms,
     get_algorithm,
 )
-from botorch_fed.federation.setup import FederationSetup
+from botorch_fed.federation.setup import (
+    PRIVATE_RANDOMNESS,
+    FederationSetup,
+    simulation_crypto_seed,
+)
 from botorch_fed.federation.transport import InProcessTransport
 
 
@@ -91,7 +95,8 @@ class RunResult:
             if it failed).
         time_s: Wall time of the run.
         ledger: The ledger (stage times, bytes).
-        config: Setup and algorithm settings.
+        config: Setup and algorithm settings, and where the parties' private randomness
+            came from (``private_randomness``: ``"seed"``, ``"crypto_seed"``, ``"os"``).
         versions: Library versions.
     """
 
@@ -197,42 +202,62 @@ def secagg_backend(setup: FederationSetup, ids: list[int]):
     return get_backend(setup.aggregator, **options)
 
 
-def secagg_role_seed(setup: FederationSetup, cid: int | None) -> int | None:
+def secagg_role_seed(crypto_seed: int | None, cid: int | None) -> int | None:
     r"""The seed of a fresh run's secure-aggregation role: the server's (``cid`` None)
-    or client ``cid``'s, derived from ``crypto_seed`` (``None``: OS randomness)."""
-    if setup.crypto_seed is None:
+    or client ``cid``'s, derived from the run's ``crypto_seed``
+    (:attr:`BuildContext.crypto_seed`; ``None``: OS randomness)."""
+    if crypto_seed is None:
         return None
-    return setup.crypto_seed if cid is None else setup.crypto_seed + 1 + cid
+    return crypto_seed if cid is None else crypto_seed + 1 + cid
 
 
-def _secagg_roles(setup: FederationSetup, ids: list[int], material=None):
+def _secagg_roles(ctx: BuildContext, material=None):
     r"""The backend's server and client roles, with fresh key material (generated
     client-side) or, on resume, the material the checkpoint holds."""
-    backend = secagg_backend(setup, ids)
-    seeded = setup.crypto_seed is not None
+    ids, crypto_seed = ctx.client_ids, ctx.crypto_seed
+    backend = secagg_backend(ctx.setup, ids)
+    seeded = crypto_seed is not None
     if material is None:
-        material = backend.setup(ids, seed=setup.crypto_seed)  # client-side key generation
+        material = backend.setup(ids, seed=crypto_seed)  # client-side key generation
     else:
         # a resume: roles rebuilt from the same seed would repeat the session ids, nonces
         # and masks of the run before it, which a server could replay or subtract; the
         # key material comes from the checkpoint, the per-session randomness from the OS
         seeded = False
     server = backend.server(
-        material.server_material, seed=secagg_role_seed(setup, None) if seeded else None
+        material.server_material, seed=secagg_role_seed(crypto_seed, None) if seeded else None
     )
     clients = {
         cid: backend.client(
-            cid, material.for_client(cid), seed=secagg_role_seed(setup, cid) if seeded else None
+            cid,
+            material.for_client(cid),
+            seed=secagg_role_seed(crypto_seed, cid) if seeded else None,
         )
         for cid in ids
     }
     return server, clients, material
 
 
-def build_context(spec: AlgorithmSpec, setup: FederationSetup, settings) -> BuildContext:
+def build_context(
+    spec: AlgorithmSpec, setup: FederationSetup, settings, private_randomness: str = "os"
+) -> BuildContext:
     r"""Validate ``setup`` and ``settings`` for ``spec`` and derive what the builders need
     (objectives, seeds, initial regions; secure-aggregation roles are added by the
-    caller)."""
+    caller).
+
+    Args:
+        spec: The algorithm.
+        setup: The federation.
+        settings: The algorithm's settings (defaults if ``None``).
+        private_randomness: Where the parties' private randomness comes from when
+            ``setup.crypto_seed`` is ``None``: ``"os"`` (a deployment: each party's own
+            OS entropy) or ``"seed"`` (a simulation: derived from ``setup.seed`` by
+            :func:`~botorch_fed.federation.setup.simulation_crypto_seed`).
+    """
+    if private_randomness not in PRIVATE_RANDOMNESS:
+        raise ValueError(
+            f"`private_randomness`={private_randomness!r} must be one of {PRIVATE_RANDOMNESS}."
+        )
     setup.validate(spec.name)
     if settings is None:
         settings = spec.settings_class()
@@ -258,6 +283,10 @@ def build_context(spec: AlgorithmSpec, setup: FederationSetup, settings) -> Buil
         client_seeds=[setup.seed * 1_000 + 101 * i + 1 for i in range(M)],
         init_regions=regions,
     )
+    if setup.crypto_seed is not None:
+        ctx.crypto_seed, ctx.private_randomness = setup.crypto_seed, "crypto_seed"
+    elif private_randomness == "seed":
+        ctx.crypto_seed, ctx.private_randomness = simulation_crypto_seed(setup.seed), "seed"
     if spec.check is not None:
         spec.check(ctx)
     return ctx
@@ -274,11 +303,9 @@ def make_client(spec: AlgorithmSpec, ctx: BuildContext, cid: int):
     return client
 
 
-def _build(spec, ctx: BuildContext, setup, on_receive, material=None):
+def _build(spec, ctx: BuildContext, on_receive, material=None):
     if spec.secure_aggregation:
-        ctx.secagg_server, ctx.secagg_clients, material = _secagg_roles(
-            setup, ctx.client_ids, material
-        )
+        ctx.secagg_server, ctx.secagg_clients, material = _secagg_roles(ctx, material)
     clients = {cid: make_client(spec, ctx, cid) for cid in ctx.client_ids}
     transport = InProcessTransport(clients, on_receive=on_receive)
     server = spec.make_server(ctx, transport)
@@ -296,6 +323,7 @@ def build_federation(
     setup: FederationSetup,
     settings=None,
     on_receive=None,
+    private_randomness: str = "seed",
 ):
     r"""Create the server program and clients of a run (without running it).
 
@@ -306,13 +334,16 @@ def build_federation(
             ``FBOFedGPConfig`` for FBO-FedGP, ``BOSettings`` for the baselines);
             defaults if ``None``.
         on_receive: Optional transport hook ``(client id, reply) -> None``.
+        private_randomness: Without ``setup.crypto_seed``: ``"seed"`` derives every
+            party's private randomness from ``setup.seed`` (a simulation repeats from
+            its seed), ``"os"`` draws it from the OS as a deployment does.
 
     Returns:
         ``(server, clients, objectives)``.
     """
     spec = get_algorithm(algorithm)
-    ctx = build_context(spec, setup, settings)
-    server, clients, objectives, _ = _build(spec, ctx, setup, on_receive)
+    ctx = build_context(spec, setup, settings, private_randomness)
+    server, clients, objectives, _ = _build(spec, ctx, on_receive)
     return server, clients, objectives
 
 
@@ -385,8 +416,16 @@ def run_federated(
     on_receive=None,
     checkpoint: str | os.PathLike | None = None,
     resume: str | os.PathLike | None = None,
+    private_randomness: str = "seed",
 ) -> RunResult:
     r"""Run one federated optimisation and score it.
+
+    The run holds every party in this process and runs under ``setup.threads`` torch
+    threads (the caller's count is restored afterwards). By default it repeats from
+    ``setup.seed``: every party's private randomness (key material, masks, nonces,
+    centre noise, Laplace noise, failed-evaluation redraws) is derived from it unless
+    ``setup.crypto_seed`` is given, so two runs with the same arguments give the same
+    result (timings aside).
 
     Args:
         algorithm: A registered algorithm (:func:`available_algorithms`):
@@ -404,6 +443,10 @@ def run_federated(
             algorithm, setup and settings required; ``num_rounds`` may be larger to
             extend a finished run). Keeps checkpointing into it unless
             ``checkpoint`` names another folder.
+        private_randomness: Without ``setup.crypto_seed``: ``"seed"`` (default)
+            derives the parties' private randomness from ``setup.seed``; ``"os"`` draws
+            it from the OS, as the parties of a deployment do (the run then does not
+            repeat).
 
     Returns:
         The :class:`RunResult`.
@@ -413,7 +456,7 @@ def run_federated(
             another run (nothing is loaded then).
     """
     spec = get_algorithm(algorithm)
-    ctx = build_context(spec, setup, settings)  # validates setup and settings
+    ctx = build_context(spec, setup, settings, private_randomness)  # validates both
     settings = ctx.settings
     info = _run_info(algorithm, setup, settings) if (checkpoint or resume) else {}
     manifest, states = None, None
@@ -426,7 +469,21 @@ def run_federated(
     with contextlib.ExitStack() as stack:
         if checkpoint is not None:
             stack.enter_context(folder_lock(checkpoint))
+        stack.enter_context(torch_threads(setup.threads))
         return _run(spec, ctx, setup, on_round, on_receive, checkpoint, info, manifest, states)
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    r"""torch's intra-op thread count set to ``threads`` inside the block, the caller's
+    after it (some algorithms' decisions differ in the last bits between thread
+    counts, so a run gets the same count wherever it runs)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _run(spec, ctx, setup, on_round, on_receive, checkpoint, info, manifest, states) -> RunResult:
@@ -443,7 +500,7 @@ def _run(spec, ctx, setup, on_round, on_receive, checkpoint, info, manifest, sta
         material = None
         if states is not None and spec.secure_aggregation:
             material = _material_from(states)
-        server, clients, objectives, material = _build(spec, ctx, setup, on_receive, material)
+        server, clients, objectives, material = _build(spec, ctx, on_receive, material)
         start = None  # a fresh run: initialisation first
         if states is not None:
             _restore(server, clients, states)
@@ -475,7 +532,10 @@ def _run(spec, ctx, setup, on_round, on_receive, checkpoint, info, manifest, sta
 
         server.run(on_round=after_round, start_round=start)
     time_s = elapsed + time.perf_counter() - t_start
-    return score_run(algorithm, setup, server, clients, objectives, best_per_round, time_s)
+    return score_run(
+        algorithm, setup, server, clients, objectives, best_per_round, time_s,
+        private_randomness=ctx.private_randomness,
+    )
 
 
 def _party_states(t: int, server, clients, material) -> dict[str, dict]:
@@ -563,9 +623,19 @@ def _objectives_name(objectives) -> str:
     return names[0] if len(names) == 1 else f"{len(names)} objectives: " + ", ".join(names)
 
 
-def score_run(algorithm, setup, server, clients, objectives, best_per_round, time_s) -> RunResult:
+def score_run(
+    algorithm,
+    setup,
+    server,
+    clients,
+    objectives,
+    best_per_round,
+    time_s,
+    private_randomness: str = "os",
+) -> RunResult:
     r"""The :class:`RunResult` of a finished run (the harness reads the clients'
-    ``history``; it is never part of the protocol)."""
+    ``history``; it is never part of the protocol); ``private_randomness`` is
+    :attr:`BuildContext.private_randomness`, recorded in its ``config``."""
     first = objectives[0]
     minimize = first.minimize
     optimum = first.optimal_value
@@ -604,6 +674,7 @@ def score_run(algorithm, setup, server, clients, objectives, best_per_round, tim
             "algorithm": algorithm,
             "setup": setup.describe(),
             "settings": asdict(server.settings),
+            "private_randomness": private_randomness,
         },
         versions=library_versions(),
         minimize=minimize,

@@ -21,6 +21,7 @@ freedom (its heavy-tailed experiments), and a centred Pareto.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
 from dataclasses import dataclass, fields
@@ -49,6 +50,21 @@ def _is_number(value) -> bool:
 
 
 DEFAULT_NUM_CLIENTS = 10
+#: where a run's private randomness comes from (``run_federated(private_randomness=)``)
+PRIVATE_RANDOMNESS = ("seed", "os")
+
+
+def simulation_crypto_seed(seed: int) -> int:
+    r"""The seed of every party's private randomness in a simulation of run ``seed``.
+
+    A simulation holds every party in one process, so there is nothing to keep from
+    anyone and a run repeats from its public ``seed`` alone. The value is a hash of
+    ``seed`` under a domain tag (below :data:`MAX_SEED`), so it differs from the
+    public seeds derived from ``seed``. It is predictable by design: a deployment never
+    uses it (its parties draw from the OS unless the run has a ``crypto_seed``).
+    """
+    digest = hashlib.sha256(b"botorch-fed/simulation-private-randomness/%d" % seed).digest()
+    return int.from_bytes(digest[:8], "little") % MAX_SEED
 
 
 @dataclass
@@ -65,7 +81,11 @@ class FederationSetup:
             ``objectives`` it must be ``None`` or their dimension.
         num_clients: Number of clients ``M`` (``None``: 10 for a problem, the number
             of objectives otherwise).
-        seed: Seed of the run.
+        seed: Seed of the run: the problem's functions, shifts and noise, the initial
+            designs and every public random choice; in a simulation
+            (:func:`~botorch_fed.federation.runner.run_federated`, ``botorch-fed run``)
+            also every party's private randomness unless ``crypto_seed`` is given
+            (:func:`simulation_crypto_seed`), so a run repeats from its seed.
         aggregator: Secure-aggregation backend of algorithms that aggregate
             (FBO-FedGP): ``plaintext``, ``ckks``, ``masking``.
         noise_std: Additive observation noise of ``problem`` (``None``: none): the
@@ -77,7 +97,13 @@ class FederationSetup:
         region_width: Side of the initial-design sub-boxes (fraction of the domain).
         shift: Per-client shifted ``problem``: maximal shift per coordinate as a
             fraction of the domain width (0: one shared objective).
-        crypto_seed: Seed of the key material (tests only; ``None``: OS randomness).
+        crypto_seed: Seed of every party's private randomness: key material, masks,
+            nonces, centre noise, Laplace noise, failed-evaluation redraws (``None``:
+            derived from ``seed`` in a simulation, the OS's in a deployment, where a
+            party takes part only with ``--allow-crypto-seed``: for experiments).
+        threads: torch's intra-op threads while the run runs (restored afterwards);
+            BO works on small matrices, where threading costs, and some decisions
+            differ in the last bits between thread counts.
         evaluation_errors: ``"record"``: an evaluation that raises or returns
             NaN/inf is recorded in the results and the client carries on (the point
             is never sent anywhere); ``"raise"``: it stops the run.
@@ -110,6 +136,7 @@ class FederationSetup:
     crypto_seed: int | None = None
     evaluation_errors: str = "record"
     noise: str | None = None
+    threads: int = 1
 
     @property
     def clients(self) -> int:
@@ -168,6 +195,9 @@ class FederationSetup:
         cs = self.crypto_seed
         if cs is not None and (isinstance(cs, bool) or not isinstance(cs, int) or cs < 0):
             raise ValueError(f"`crypto_seed` must be a non-negative integer or None, got {cs!r}.")
+        th = self.threads
+        if isinstance(th, bool) or not isinstance(th, int) or th < 1:
+            raise ValueError(f"`threads` must be an integer >= 1, got {th!r}.")
         if self.evaluation_errors not in EVALUATION_ERRORS:
             raise ValueError(
                 f"`evaluation_errors`={self.evaluation_errors!r} must be one of "

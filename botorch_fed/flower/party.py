@@ -281,7 +281,7 @@ class PartyAgent:
             material = party_material(self.key_dir, str(run_config.get("keyset", "")), cid)
             backend = secagg_backend(setup, ctx.client_ids)
             ctx.secagg_clients = {
-                cid: backend.client(cid, material, seed=secagg_role_seed(setup, cid))
+                cid: backend.client(cid, material, seed=secagg_role_seed(ctx.crypto_seed, cid))
             }
         with torch.random.fork_rng(devices=[]):  # as in process, leaving the agent's alone
             torch.manual_seed(run.setup.seed)

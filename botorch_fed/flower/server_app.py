@@ -164,11 +164,11 @@ def run_on_flower(grid, run_config, log=print):
     runs it: some algorithms' decisions differ in the last bits between thread counts
     (Co-KG's barycenter and acquisition). Each party's agent works with its own
     ``--threads`` (``flower up --threads``)."""
-    from botorch_fed.runs.prepare import run_threads
+    from botorch_fed.federation.runner import torch_threads
 
     cfg = _config(run_config)
     run = prepare(decode_argv(run_config))
-    with run_threads(run.threads):
+    with torch_threads(run.setup.threads):
         return _run(grid, run_config, cfg, run, log)
 
 
@@ -194,7 +194,7 @@ def _run(grid, run_config, cfg: dict, run, log):
         setup = run.setup
         material = read_material(run_config.get("server-key", ""), "The server")
         ctx.secagg_server = secagg_backend(setup, ids).server(
-            material, seed=secagg_role_seed(setup, None)
+            material, seed=secagg_role_seed(ctx.crypto_seed, None)
         )
     transport = FlowerTransport(grid, nodes, cfg["timeout"], cfg["on_dropout"], log=log)
     t0 = time.perf_counter()
@@ -219,7 +219,16 @@ def _run(grid, run_config, cfg: dict, run, log):
             log(f"client {cid}: its report is left out: {exc}")
     minimize = ctx.objectives[0].minimize
     best = best_per_round([c.history for c in clients.values()], total, minimize)
-    return score_run(run.algorithm, run.setup, server, clients, ctx.objectives, best, time_s)
+    return score_run(
+        run.algorithm,
+        run.setup,
+        server,
+        clients,
+        ctx.objectives,
+        best,
+        time_s,
+        private_randomness=ctx.private_randomness,
+    )
 
 
 @app.main()

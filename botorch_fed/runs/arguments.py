@@ -30,6 +30,7 @@ SETUP_DESTS = {
     "region_width": "region_width",
     "shift": "shift",
     "evaluation_errors": "fail_on_error",
+    "threads": "threads",
 }
 
 
@@ -116,6 +117,7 @@ def build_setup(
         noise=args.noise,
         shift=args.shift,
         evaluation_errors="raise" if args.fail_on_error else "record",
+        threads=args.threads,
     )
     if spec.secure_aggregation:
         common["aggregator"] = args.aggregator

@@ -120,11 +120,16 @@ def _algorithm_parser(
     add(g, ["--clients"], "clients", int, None,
         f"number of clients M (default: {DEFAULT_NUM_CLIENTS}, or one per [[objectives]] "
         "table)", metavar="M")
-    add(g, ["--seed"], "seed", int, fed.seed, "random seed")
+    add(g, ["--seed"], "seed", int, fed.seed,
+        "seed of the run: problem, initial designs, every random choice; 'run' (a "
+        "simulation, every party in one process) also derives each party's private "
+        "randomness from it, so a run repeats exactly; on Flower each party draws its "
+        "own from the OS")
     add(g, ["--crypto-seed"], "crypto_seed", int, None,
-        "seed of the parties' private randomness (key material, LDP users' noise): for "
-        "reproducible experiments only -- whoever knows it can undo the protection "
-        "(default: OS randomness)", nullable=True)
+        "seed of the parties' private randomness (key material, masks, centre noise, LDP "
+        "users' noise), instead of the default: derived from --seed by 'run', the OS's "
+        "on Flower, where it is for reproducible experiments only -- whoever knows it "
+        "can undo the protection", nullable=True)
     add(g, ["--init-regions"], "init_regions", bool, False,
         "initial designs from a different sub-box per client")
     add(g, ["--region-width"], "region_width", float, fed.region_width,

@@ -37,21 +37,6 @@ def library_warnings_ignored() -> Iterator[None]:
         yield
 
 
-@contextlib.contextmanager
-def run_threads(threads: int) -> Iterator[None]:
-    r"""torch's thread count set to a run's ``--threads`` inside the block, the caller's
-    after it (some algorithms' decisions differ in the last bits between thread
-    counts, so a run gets the same count wherever it runs)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 @dataclass
 class PreparedRun:
     r"""A checked ``run``: what :func:`run_federated` takes and where the results go."""
@@ -61,7 +46,6 @@ class PreparedRun:
     settings: object
     label: str | None  # the user's black box's name (None: a built-in problem)
     folders: list[str]  # where the user's modules are imported from
-    threads: int
     checkpoint: str | None
     resume: str | None
     out: str | None
@@ -154,7 +138,6 @@ def prepare_run(
         settings=settings,
         label=name,
         folders=folders,
-        threads=args.threads,
         checkpoint=args.checkpoint,
         resume=args.resume,
         out=args.out,

@@ -28,6 +28,10 @@ pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 # ----------------------------------------------------------------------------------
 # MT19937 as torch's CPU generator uses it: a brute force over its 32-bit seed space
 # ----------------------------------------------------------------------------------
+# the users' noise from the OS, as in a deployment
+OS = {"private_randomness": "os"}
+
+
 def _mt_outputs(seeds: np.ndarray, n_out: int) -> list[np.ndarray]:
     r"""First ``n_out`` (< 227) tempered MT19937 outputs for each 32-bit seed,
     vectorised over seeds (``init_genrand`` + first twist, only the words needed)."""
@@ -61,6 +65,7 @@ def test_the_mechanism_noise_comes_from_a_256_bit_key_not_a_32_bit_seed():
         "ldp-tgp",
         FederationSetup(problem="ldp-synthetic", num_clients=3, seed=0, crypto_seed=None),
         LDPBOSettings(num_rounds=3),
+        **OS,
     )
     streams = [c.mechanism.generator for c in clients.values()]
     assert all(isinstance(g, KeyStream) for g in streams)
@@ -109,10 +114,10 @@ def test_a_resumed_user_never_reuses_noise_or_forgets_a_release(tmp_path, monkey
 
     monkeypatch.setattr(LDPServer, "run_round", malicious_round)
     with pytest.raises(_ServerCrash):
-        run_federated("ldp-tgp", setup, settings, checkpoint=tmp_path / "ckpt")
+        run_federated("ldp-tgp", setup, settings, checkpoint=tmp_path / "ckpt", **OS)
     target["x"] = x_b  # the resumed round asks somewhere else
     with pytest.raises(_ServerCrash):
-        run_federated("ldp-tgp", setup, settings, resume=tmp_path / "ckpt")
+        run_federated("ldp-tgp", setup, settings, resume=tmp_path / "ckpt", **OS)
     y_a, y_b = seen
     # rewards in the maximisation convention (CallableObjective minimises)
     exact = -float(f(x_a)) + float(f(x_b))
@@ -124,9 +129,9 @@ def test_a_resumed_user_never_reuses_noise_or_forgets_a_release(tmp_path, monkey
     # with a budget of 3 answers, the replayed round is refused outright
     budget = LDPBOSettings(num_rounds=3, epsilon=1.0, beta_scale=0.05, user_budget=3.0)
     with pytest.raises(_ServerCrash):
-        run_federated("ldp-tgp", setup, budget, checkpoint=tmp_path / "b")
+        run_federated("ldp-tgp", setup, budget, checkpoint=tmp_path / "b", **OS)
     with pytest.raises(ProtocolViolation, match="budget"):
-        run_federated("ldp-tgp", setup, budget, resume=tmp_path / "b")
+        run_federated("ldp-tgp", setup, budget, resume=tmp_path / "b", **OS)
 
 
 def test_resume_does_not_erase_releases_from_the_ledger(tmp_path):
@@ -142,6 +147,7 @@ def test_resume_does_not_erase_releases_from_the_ledger(tmp_path):
         "ldp-tgp",
         FederationSetup(objectives=obj, num_clients=1, seed=0, crypto_seed=None),
         LDPBOSettings(num_rounds=3, epsilon=1.0, user_budget=3.0),
+        **OS,
     )
     user, log = clients[0], tmp_path / "client-0.releases.jsonl"
     user.attach_release_log(log)  # as run_federated does with a checkpoint folder

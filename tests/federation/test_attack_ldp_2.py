@@ -36,6 +36,10 @@ def _f(X):
     return 0.8 * X[..., 0] ** 2  # |f| <= 1: never clipped with B = 1, R = 0
 
 
+# OS-entropy keys, as in a deployment
+OS = {"private_randomness": "os"}
+
+
 def _setup():
     obj = CallableObjective(
         _f, bounds=[[0.0], [1.0]], candidates=GRID, reward_bound=1.0, noise_bound=0.0
@@ -80,13 +84,13 @@ def test_resuming_into_a_fresh_folder_does_not_replay_noise(tmp_path, monkeypatc
     # round 1: the user answers at x_a (and logs it in A); the server crashes before
     # round 1's checkpoint: A's checkpoint is round 0, where the user had no release
     with pytest.raises(_ServerCrash):
-        run_federated("ldp-tgp", _setup(), settings, checkpoint=tmp_path / "A")
+        run_federated("ldp-tgp", _setup(), settings, **OS, checkpoint=tmp_path / "A")
     assert (tmp_path / "A" / "client-0.releases.jsonl").exists()
     target["x"] = GRID[9]
     # the documented `checkpoint=` "names another folder" -- nothing else is needed
     with pytest.raises(_ServerCrash):
         run_federated(
-            "ldp-tgp", _setup(), settings, resume=tmp_path / "A", checkpoint=tmp_path / "B"
+            "ldp-tgp", _setup(), settings, resume=tmp_path / "A", checkpoint=tmp_path / "B", **OS
         )
     y_a, y_b = seen
     assert abs((y_a - y_b) - _exact(GRID[2], GRID[9])) > 1e-9
@@ -99,14 +103,19 @@ def test_a_checkpoint_forked_into_two_folders_does_not_double_the_budget(tmp_pat
     # A: round 0's checkpoint, then a crash before any query is sent
     monkeypatch.setattr(LDPServer, "run_round", _malicious_round([], target, True))
     with pytest.raises(_ServerCrash):
-        run_federated("ldp-tgp", _setup(), settings, checkpoint=tmp_path / "A")
+        run_federated("ldp-tgp", _setup(), settings, **OS, checkpoint=tmp_path / "A")
     monkeypatch.setattr(LDPServer, "run_round", _malicious_round(seen, target))
     answers = 0
     for fork, x in (("B", GRID[2]), ("C", GRID[9])):
         target["x"] = x
         try:
             run_federated(
-                "ldp-tgp", _setup(), settings, resume=tmp_path / "A", checkpoint=tmp_path / fork
+                "ldp-tgp",
+                _setup(),
+                settings,
+                resume=tmp_path / "A",
+                checkpoint=tmp_path / fork,
+                **OS,
             )
         except _ServerCrash:
             answers += 1
@@ -137,15 +146,15 @@ def test_a_release_logged_after_a_torn_write_is_not_forgotten(tmp_path, monkeypa
 
     monkeypatch.setattr(LDPServer, "run_round", torn)
     with pytest.raises(_ServerCrash):
-        run_federated("ldp-tgp", _setup(), settings, checkpoint=folder)
+        run_federated("ldp-tgp", _setup(), settings, **OS, checkpoint=folder)
     # resume (round 1's checkpoint): the torn line is skipped, as designed; round 2 is
     # answered at x_a and logged -- onto the torn line; the server crashes again
     monkeypatch.setattr(LDPServer, "run_round", _malicious_round(seen, target))
     with pytest.raises(_ServerCrash):
-        run_federated("ldp-tgp", _setup(), settings, resume=folder)
+        run_federated("ldp-tgp", _setup(), settings, **OS, resume=folder)
     target["x"] = GRID[9]
     with pytest.raises(_ServerCrash):
-        run_federated("ldp-tgp", _setup(), settings, resume=folder)
+        run_federated("ldp-tgp", _setup(), settings, **OS, resume=folder)
     y_a, y_b = seen
     assert abs((y_a - y_b) - _exact(GRID[2], GRID[9])) > 1e-9
 

@@ -103,7 +103,9 @@ def test_the_run_records_the_resolved_support_settings():
 
 
 # --- the centres the server receives ------------------------------------------------------
-def _received_centres(setup: FederationSetup, config: FBOFedGPConfig):
+def _received_centres(
+    setup: FederationSetup, config: FBOFedGPConfig, private_randomness: str = "seed"
+):
     r"""Run a federation; the centres the server received, by client, with the centres
     the client's data give without noise (recomputed from its inputs at that time)."""
     received: dict[int, np.ndarray] = {}
@@ -117,6 +119,7 @@ def _received_centres(setup: FederationSetup, config: FBOFedGPConfig):
             if reply.type == "centers"
             else None
         ),
+        private_randomness=private_randomness,
     )
     for cid, client in clients.items():
         original = client.on_centers
@@ -179,9 +182,14 @@ def test_the_noise_is_private_not_derived_from_the_public_seed():
         np.testing.assert_array_equal(exact_a[cid], exact_b[cid])
         assert not np.allclose(a[cid], b[cid])
     # ... and with OS randomness (no crypto_seed, the deployed case) as well
-    c, _, _, _ = _received_centres(_setup(crypto_seed=None), cfg)
-    d, _, _, _ = _received_centres(_setup(crypto_seed=None), cfg)
+    c, _, _, _ = _received_centres(_setup(crypto_seed=None), cfg, "os")
+    d, _, _, _ = _received_centres(_setup(crypto_seed=None), cfg, "os")
     assert not all(np.allclose(c[cid], d[cid]) for cid in c)
+    # a simulation (no crypto_seed) derives the noise from the run's seed: it repeats
+    e, _, _, _ = _received_centres(_setup(crypto_seed=None), cfg)
+    f, _, _, _ = _received_centres(_setup(crypto_seed=None), cfg)
+    for cid in e:
+        np.testing.assert_array_equal(e[cid], f[cid])
     # a server that knows the run seed knows each client's public seed; noise drawn from
     # it (local_centers' default, seed -> noise) is not what the clients sent
     for cid, client in clients.items():

@@ -88,7 +88,9 @@ class _Recording(Objective):
         return observed, reported
 
 
-def _wire(algorithm: str, T: int = 400, crypto_seed: int | None = 7):
+def _wire(
+    algorithm: str, T: int = 400, crypto_seed: int | None = 7, private_randomness: str = "seed"
+):
     r"""Run ``algorithm`` with every reply the server receives recorded, and every raw
     observation of the users; returns ``(replies, raw per round, the run's L)``."""
     setup = _setup(crypto_seed=crypto_seed)
@@ -100,6 +102,7 @@ def _wire(algorithm: str, T: int = 400, crypto_seed: int | None = 7):
         own,
         LDPBOSettings(num_rounds=T, **SMALL),
         on_receive=lambda cid, reply: replies.append((cid, dict(reply.payload))),
+        private_randomness=private_randomness,
     )
     server.run()
     raw = {}
@@ -134,11 +137,18 @@ def test_the_wire_check_fails_without_privatisation():
 
 
 def test_the_noise_is_private_randomness_not_the_public_seed():
-    first = _wire("ldp-tgp", T=20, crypto_seed=None)[0]
-    second = _wire("ldp-tgp", T=20, crypto_seed=None)[0]
-    assert not np.allclose(first, second)  # same public seed, fresh OS randomness
+    # a deployment's users draw their noise from the OS: the same public seed repeats
+    # nothing
+    first = _wire("ldp-tgp", T=20, crypto_seed=None, private_randomness="os")[0]
+    second = _wire("ldp-tgp", T=20, crypto_seed=None, private_randomness="os")[0]
+    assert not np.allclose(first, second)
     seeded = [_wire("ldp-tgp", T=20, crypto_seed=3)[0] for _ in range(2)]
-    np.testing.assert_array_equal(*seeded)  # reproducible only with the users' seed
+    np.testing.assert_array_equal(*seeded)  # reproducible with the users' seed
+    # a simulation derives it from the run's seed: it repeats, and another seed of the
+    # users' randomness gives other noise
+    simulated = [_wire("ldp-tgp", T=20, crypto_seed=None)[0] for _ in range(2)]
+    np.testing.assert_array_equal(*simulated)
+    assert not np.allclose(simulated[0], seeded[0])
 
 
 def _federation(algorithm="ldp-tgp", T=8, **settings):

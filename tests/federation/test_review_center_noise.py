@@ -23,6 +23,10 @@ pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# the parties' private randomness from the OS, as in a deployment
+OS = {"private_randomness": "os"}
+
+
 def _setup(**kw) -> FederationSetup:
     base = dict(problem="branin", dim=2, num_clients=2, seed=0, crypto_seed=None)
     base.update(kw)
@@ -67,10 +71,12 @@ def test_resume_under_os_randomness_continues_the_saved_private_generator(tmp_pa
     # resumed noise is not a replay the server could average against a fresh draw
     a, b = tmp_path / "a", tmp_path / "b"
     with pytest.raises(Killed):
-        run_federated("fbo-fedgp", _setup(), _config(), checkpoint=a, on_round=kill_after(1))
+        run_federated(
+            "fbo-fedgp", _setup(), _config(), checkpoint=a, on_round=kill_after(1), **OS
+        )
     shutil.copytree(a, b)
-    ra = run_federated("fbo-fedgp", _setup(), _config(), resume=a)
-    rb = run_federated("fbo-fedgp", _setup(), _config(), resume=b)
+    ra = run_federated("fbo-fedgp", _setup(), _config(), resume=a, **OS)
+    rb = run_federated("fbo-fedgp", _setup(), _config(), resume=b, **OS)
     assert comparable(ra) == comparable(rb)
     settings = load_checkpoint(a)[0]["settings"]  # resolved settings round trip
     assert (settings["support"], settings["center_noise"]) == ("clustered", 0.1)

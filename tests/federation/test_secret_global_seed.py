@@ -199,8 +199,13 @@ def test_every_client_derives_the_same_secret_seed(aggregator):
         assert len(own) == 3 and seed not in own  # a client's own search: its own seed
     assert len({clients[0].search_seed(t) for t in range(1, 20)}) == 19  # per round
     # another federation (other keys), the same public seeds: other search seeds
-    for other in (_setup(aggregator, crypto_seed=1), _setup(aggregator, crypto_seed=None)):
-        _, others, _ = build_federation("fbo-fedgp", other, _config())
+    for other, randomness in (
+        (_setup(aggregator, crypto_seed=1), "seed"),
+        (_setup(aggregator, crypto_seed=None), "os"),
+    ):
+        _, others, _ = build_federation(
+            "fbo-fedgp", other, _config(), private_randomness=randomness
+        )
         assert others[0].search_seed(1) != clients[0].search_seed(1)
     # crypto_seed (tests only) makes the federation key reproducible, as every key
     _, again, _ = build_federation("fbo-fedgp", setup, _config())
@@ -325,11 +330,13 @@ def test_the_shared_search_is_memoised_under_the_secret_seed(monkeypatch):
 def test_resume_takes_the_secret_from_the_checkpointed_key_material(tmp_path, monkeypatch):
     shared_search.SHARED_SEARCHES.clear()
     config = _config(num_rounds=2)
-    # without crypto_seed: the federation key is OS randomness, so nothing but the
-    # checkpointed material can give the resumed clients the run's secret
-    setup = _setup("masking", crypto_seed=None)
+    # OS randomness (a deployment's): nothing but the checkpointed material can give
+    # the resumed clients the run's secret
+    setup, os_randomness = _setup("masking", crypto_seed=None), {"private_randomness": "os"}
     with pytest.raises(Killed):
-        run_federated("fbo-fedgp", setup, config, checkpoint=tmp_path, on_round=kill_after(1))
+        run_federated(
+            "fbo-fedgp", setup, config, checkpoint=tmp_path, on_round=kill_after(1), **os_randomness
+        )
     _, states = load_checkpoint(tmp_path)
     material = states["client-0"]["secagg_material"].numpy().tobytes()
     secret = get_backend("masking").client(0, material).federation_secret()
@@ -341,7 +348,7 @@ def test_resume_takes_the_secret_from_the_checkpointed_key_material(tmp_path, mo
         return seed
 
     monkeypatch.setattr(FBOFedGPClient, "search_seed", recording)
-    resumed = run_federated("fbo-fedgp", setup, config, resume=tmp_path)
+    resumed = run_federated("fbo-fedgp", setup, config, resume=tmp_path, **os_randomness)
     assert seeds == [(2, secret_step_seed(secret, setup.seed, 2))] * 3
     assert resumed.steps["global"] == 3 * 2
 

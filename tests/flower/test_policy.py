@@ -53,6 +53,27 @@ def test_a_crypto_seed_is_refused_unless_allowed():
     assert meta["ok"]
 
 
+def test_a_partys_private_randomness_comes_from_the_os_not_the_run_seed():
+    r"""A simulation derives its parties' randomness from the public seed; a party
+    agent never does: two agents of one run config draw different noise keys, and
+    neither is the simulation's."""
+    from botorch_fed.federation import build_federation
+
+    argv = _without_seed(short_argv("ldp-tgp"))
+    config = {"argv": json.dumps(argv), "keyset": ""}
+    keys = [
+        bytes(PartyAgent(0, 3)._build(config).mechanism.generator.state()[:32].tolist())
+        for _ in range(2)
+    ]
+    run = prepare(argv)
+    _, simulated, _ = build_federation("ldp-tgp", run.setup, run.settings)
+    simulated_key = bytes(simulated[0].mechanism.generator.state()[:32].tolist())
+    assert keys[0] != keys[1] and simulated_key not in keys
+    # control: the simulation's key repeats from the seed
+    _, again, _ = build_federation("ldp-tgp", run.setup, run.settings)
+    assert bytes(again[0].mechanism.generator.state()[:32].tolist()) == simulated_key
+
+
 def test_an_objective_is_refused_before_it_is_imported(tmp_path, monkeypatch):
     # the module would leave a file behind if it were imported
     marker = tmp_path / "imported"
