@@ -31,8 +31,8 @@ from botorch_fed.acquisition import (
     qCoMaxValueEntropy,
 )
 from botorch_fed.acquisition._rng import isolated_seed
-from tests.acquisition.test_co_kg import ToyGP, barycenter_models, cond_factor, grid, toy
-from tests.tolerances import assert_close
+from tests.helpers.cokg_toys import ToyGP, barycenter_models, cond_factor, grid, toy
+from tests.helpers.tolerances import assert_close
 
 DTYPES = [torch.float64, torch.float32]
 

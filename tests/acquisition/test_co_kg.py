@@ -16,12 +16,9 @@ from botorch.acquisition import PosteriorMean, qKnowledgeGradient
 from botorch.exceptions.errors import BotorchTensorDimensionError, UnsupportedError
 from botorch.models import SingleTaskGP
 from botorch.models.deterministic import GenericDeterministicModel
-from botorch.models.transforms.outcome import Standardize
 from botorch.optim import optimize_acqf
 from botorch.optim.initializers import gen_batch_initial_conditions
 from botorch.sampling import SobolQMCNormalSampler
-from gpytorch.kernels import RBFKernel, ScaleKernel
-from gpytorch.likelihoods import GaussianLikelihood
 from torch import Tensor
 
 from botorch_fed.acquisition import (
@@ -30,73 +27,23 @@ from botorch_fed.acquisition import (
     qCoKnowledgeGradient,
 )
 from botorch_fed.acquisition._rng import isolated_seed
-from botorch_fed.models import BarycenterGP
-from tests.tolerances import assert_close
+from tests.helpers.cokg_toys import (
+    NOISE,
+    ToyGP,
+    barycenter_models,
+    cond_factor,
+    grid,
+    toy,
+)
+from tests.helpers.tolerances import assert_close
 
 DTYPES = [torch.float64, torch.float32]
-LENGTHSCALE = 0.25
-OUTPUTSCALE = 1.5
-NOISE = 0.01
-CONSTANT = 0.3
 BOUNDS01 = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
 
 
 # ----------------------------------------------------------------------------------
 # Models and the dense reference
 # ----------------------------------------------------------------------------------
-
-
-class ToyGP:
-    r"""Training data and fixed hyperparameters of an RBF GP: a ``SingleTaskGP`` and
-    a dense float64 reference posterior built from the same numbers."""
-
-    def __init__(self, X: Tensor, Y: Tensor, noise: float = NOISE) -> None:
-        self.X, self.Y, self.noise = X, Y, noise
-
-    def model(self, dtype: torch.dtype = torch.float64, standardize: bool = False) -> SingleTaskGP:
-        d = self.X.shape[-1]
-        kernel = ScaleKernel(RBFKernel(ard_num_dims=d)).to(dtype)
-        kernel.base_kernel.lengthscale = torch.full((1, d), LENGTHSCALE, dtype=dtype)
-        kernel.outputscale = torch.tensor(OUTPUTSCALE, dtype=dtype)
-        likelihood = GaussianLikelihood().to(dtype)
-        likelihood.noise = torch.tensor([self.noise], dtype=dtype)
-        model = SingleTaskGP(
-            self.X.to(dtype),
-            self.Y.to(dtype),
-            covar_module=kernel,
-            likelihood=likelihood,
-            outcome_transform=Standardize(1) if standardize else None,
-        )
-        if not standardize:
-            model.mean_module.constant.data.fill_(CONSTANT)
-        return model.eval()
-
-    def posterior(self, P: Tensor) -> tuple[Tensor, Tensor]:
-        r"""Dense posterior mean ``p`` and covariance ``p x p`` of ``f`` at ``P``."""
-        X, y, P = self.X.double(), self.Y.double()[:, 0], P.double()
-        K = rbf(X, X) + self.noise * torch.eye(len(X), dtype=torch.float64)
-        Kp = rbf(P, X)
-        mean = CONSTANT + Kp @ torch.linalg.solve(K, y - CONSTANT)
-        cov = rbf(P, P) - Kp @ torch.linalg.solve(K, Kp.T)
-        return mean, cov
-
-
-def rbf(A: Tensor, B: Tensor) -> Tensor:
-    return OUTPUTSCALE * torch.exp(-0.5 * torch.cdist(A, B).pow(2) / LENGTHSCALE**2)
-
-
-def toy(seed: int, n: int, d: int = 2, noise: float = NOISE) -> ToyGP:
-    g = torch.Generator().manual_seed(seed)
-    X = torch.rand(n, d, generator=g, dtype=torch.float64)
-    Y = torch.sin(4.0 * X).sum(-1, keepdim=True) + 0.1 * torch.randn(
-        n, 1, generator=g, dtype=torch.float64
-    )
-    return ToyGP(X, Y, noise)
-
-
-def grid(k: int, dtype: torch.dtype = torch.float64) -> Tensor:
-    t = torch.linspace(0.0, 1.0, k, dtype=dtype)
-    return torch.cartesian_prod(t, t)
 
 
 def hand_fantasy_means(toy_gp: ToyGP, X_actual: Tensor, P: Tensor, base: Tensor) -> Tensor:
@@ -124,14 +71,6 @@ def hand_fantasy_means(toy_gp: ToyGP, X_actual: Tensor, P: Tensor, base: Tensor)
 def base_samples(sampler: SobolQMCNormalSampler) -> Tensor:
     r"""The sampler's base samples as ``nf x q``."""
     return sampler.base_samples.reshape(sampler.base_samples.shape[0], -1)
-
-
-def cond_factor(toy_gp: ToyGP, n_points: int) -> float:
-    r"""Rounding amplification of the dense posterior: ``cond(K + noise I)`` times the
-    number of points involved (a generous polynomial factor)."""
-    X = toy_gp.X.double()
-    K = rbf(X, X) + toy_gp.noise * torch.eye(len(X), dtype=torch.float64)
-    return float(torch.linalg.cond(K)) * (len(X) + n_points)
 
 
 @pytest.fixture(scope="module")
@@ -644,17 +583,6 @@ def test_bad_optimize_inputs(toys) -> None:
 # ----------------------------------------------------------------------------------
 # On BarycenterGPs (the models Co-KG is built for)
 # ----------------------------------------------------------------------------------
-
-
-def barycenter_models(N: int) -> tuple[BarycenterGP, list[BarycenterGP], Tensor]:
-    r"""Central and local BarycenterGPs of ``N`` agents' SingleTaskGPs on a 6 x 6 grid."""
-    support = grid(6)
-    posteriors = [toy(20 + n, 4 + n).model().posterior(support) for n in range(N)]
-    means = torch.stack([p.mean[:, 0] for p in posteriors]).detach()
-    covs = torch.stack([p.distribution.covariance_matrix for p in posteriors]).detach()
-    kernel = toy(0, 1).model().covar_module  # the agents' shared prior kernel
-    central = BarycenterGP(support, means, covs, kernel, noise=NOISE, mean_constant=CONSTANT)
-    return central, central.agent_models(), support
 
 
 def test_discrete_mode_on_barycenter_gps_equals_their_fantasies() -> None:

@@ -17,7 +17,8 @@ from botorch.optim import optimize_acqf
 from scipy.stats import binomtest
 
 from botorch_fed.acquisition import MixedLocalGlobalUCB, MixingSchedule, model_input_dim
-from tests.acquisition.toy_models import (
+from tests.helpers.tolerances import assert_close, assert_within, eps
+from tests.helpers.toy_models import (
     dense_gp_posterior,
     make_pitc,
     make_stgp,
@@ -25,7 +26,6 @@ from tests.acquisition.toy_models import (
     toy_data,
     ucb_error_bound,
 )
-from tests.tolerances import assert_close, assert_within, eps
 
 DTYPES = [torch.float32, torch.float64]
 D = 2

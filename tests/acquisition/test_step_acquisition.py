@@ -29,7 +29,8 @@ from botorch_fed.acquisition import (
     supports_pathwise_sampling,
     thompson_sample_candidate,
 )
-from tests.acquisition.toy_models import (
+from tests.helpers.tolerances import assert_close, assert_within, tol
+from tests.helpers.toy_models import (
     dense_gp_posterior,
     make_pitc,
     make_stgp,
@@ -37,7 +38,6 @@ from tests.acquisition.toy_models import (
     toy_data,
     ucb_error_bound,
 )
-from tests.tolerances import assert_close, assert_within, tol
 
 DTYPES = [torch.float32, torch.float64]
 D = 2

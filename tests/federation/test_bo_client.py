@@ -28,8 +28,8 @@ from botorch_fed.federation.fts import FTSClient, RandomFourierFeatures
 from botorch_fed.federation.problem import ClientObjective
 from botorch_fed.models.exact_mll import exact_mll_closure
 from botorch_fed.test_functions import get_test_function
-from tests.acquisition.toy_models import make_pitc
-from tests.tolerances import assert_close
+from tests.helpers.tolerances import assert_close
+from tests.helpers.toy_models import make_pitc
 
 SEED = 3
 T = 4  # the round of the steps below

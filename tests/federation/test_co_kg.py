@@ -42,7 +42,7 @@ from botorch_fed.federation.co_kg import (
     shared_kernel,
 )
 from botorch_fed.inducing import grid_support
-from tests.federation.runs import Killed, comparable, kill_after
+from tests.helpers.federation_runs import Killed, comparable, kill_after
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

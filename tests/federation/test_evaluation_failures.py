@@ -35,7 +35,7 @@ from botorch_fed.federation import (
     run_federated,
 )
 from botorch_fed.federation.bo_client import MIN_DISTANCE
-from tests.federation.runs import ALGORITHMS, IDS
+from tests.helpers.federation_runs import ALGORITHMS, IDS
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

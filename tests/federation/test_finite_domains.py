@@ -30,7 +30,7 @@ from botorch_fed.federation.checkpoint import MANIFEST, CheckpointError, load_ch
 from botorch_fed.federation.problem import ClientObjective, client_shifts
 from botorch_fed.federation.setup import NOISE_SEED_OFFSET
 from botorch_fed.test_functions import LDPSynthetic, ObservationNoise, get_test_function
-from tests.federation.runs import Killed, comparable, kill_after
+from tests.helpers.federation_runs import Killed, comparable, kill_after
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

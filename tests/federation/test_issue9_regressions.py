@@ -30,7 +30,7 @@ from botorch_fed.federation import (
 from botorch_fed.federation import checkpoint as ckpt
 from botorch_fed.federation.checkpoint import MANIFEST, CheckpointError, load_checkpoint
 from botorch_fed.federation.independent import PacingServer
-from tests.federation.runs import Killed, comparable, kill_after
+from tests.helpers.federation_runs import Killed, comparable, kill_after
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

@@ -32,8 +32,8 @@ from botorch_fed.secure import (
     TamperedMessageError,
     get_backend,
 )
-from tests.federation.runs import backend_params
-from tests.secure.helpers import make_roles
+from tests.helpers.federation_runs import backend_params
+from tests.helpers.secure_roles import make_roles
 
 IDS = [0, 1, 2]
 BACKENDS = backend_params("masking", "ckks")

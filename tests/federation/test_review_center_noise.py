@@ -17,7 +17,7 @@ import torch
 from botorch_fed.federation import FBOFedGPConfig, FederationSetup, build_federation, run_federated
 from botorch_fed.federation.checkpoint import load_checkpoint
 from botorch_fed.inducing import local_centers
-from tests.federation.runs import Killed, comparable, kill_after
+from tests.helpers.federation_runs import Killed, comparable, kill_after
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 ROOT = Path(__file__).resolve().parents[2]

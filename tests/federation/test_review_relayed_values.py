@@ -45,9 +45,9 @@ from botorch_fed.secure import (
     get_backend,
 )
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
-from tests.federation.runs import backend_params
 from tests.federation.test_relayed_values import _Client
-from tests.secure.helpers import make_roles
+from tests.helpers.federation_runs import backend_params
+from tests.helpers.secure_roles import make_roles
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

@@ -32,7 +32,7 @@ from botorch_fed.models import (
     compute_local_summary,
 )
 from tests.federation.test_shared_search import _pitc, _search
-from tests.models.dense_pitc import make_modules, random_federation
+from tests.helpers.dense_pitc import make_modules, random_federation
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 SETTINGS = dict(num_init=2, num_rounds=2, num_restarts=2, raw_samples=16, maxiter=10)

@@ -38,7 +38,7 @@ from botorch_fed.federation.messages import Message
 from botorch_fed.federation.objectives import CallableObjective
 from botorch_fed.federation.shared_search import SharedSearchMemo
 from botorch_fed.secure import ConfigurationError, available_backends, get_backend
-from tests.federation.runs import Killed, backend_params, comparable, kill_after
+from tests.helpers.federation_runs import Killed, backend_params, comparable, kill_after
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

@@ -27,7 +27,7 @@ from botorch_fed.federation import (
     run_federated,
 )
 from botorch_fed.federation.problem import ClientObjective
-from tests.federation.runs import ALGORITHMS, IDS
+from tests.helpers.federation_runs import ALGORITHMS, IDS
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

@@ -14,7 +14,7 @@ from botorch_fed.acquisition import ranked_step_candidates
 from botorch_fed.federation import FBOFedGPConfig, FederationSetup, build_federation, shared_search
 from botorch_fed.federation.shared_search import SharedSearchMemo
 from botorch_fed.models import FederatedPICGP, FederatedPITCGP, SparseSummary, compute_local_summary
-from tests.models.dense_pitc import make_modules, random_federation
+from tests.helpers.dense_pitc import make_modules, random_federation
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 SEARCH = {"num_restarts": 2, "raw_samples": 16, "maxiter": 10}

@@ -9,7 +9,7 @@ import pytest
 
 from botorch_fed.federation.roles import FederatedClient, ProtocolViolation
 from botorch_fed.secure import SecureAggregationError, get_backend
-from tests.secure.helpers import make_roles
+from tests.helpers.secure_roles import make_roles
 
 IDS = [0, 1, 2]
 

@@ -35,7 +35,7 @@ from botorch_fed.flower import launcher  # noqa: E402
 from botorch_fed.flower.keys import write_keyset  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.secure import available_backends  # noqa: E402
-from tests.flower.runs import comparable, short_argv  # noqa: E402
+from tests.helpers.flower_runs import comparable, short_argv  # noqa: E402
 
 pytestmark = [pytest.mark.flower, pytest.mark.usefixtures("quiet_single_thread")]
 

@@ -18,8 +18,8 @@ from botorch_fed.flower.party import REPORT, PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
-from tests.flower.fake_grid import FakeGrid  # noqa: E402
-from tests.flower.runs import short_argv  # noqa: E402
+from tests.helpers.fake_grid import FakeGrid  # noqa: E402
+from tests.helpers.flower_runs import short_argv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

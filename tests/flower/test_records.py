@@ -1,5 +1,5 @@
 r"""Payloads on Flower's wire: every kind a protocol message carries survives
-:func:`to_records`, Flower's own encoding (tests/flower/fake_grid.py's :func:`wire`) and
+:func:`to_records`, Flower's own encoding (tests/helpers/fake_grid.py's :func:`wire`) and
 :func:`from_records` unchanged; what the wire cannot carry is refused when the message
 is built, naming the key, in process as on Flower."""
 
@@ -17,7 +17,7 @@ from flwr.app import ConfigRecord, Message, RecordDict  # noqa: E402
 from botorch_fed.federation.messages import INT_RANGE, validate_payload  # noqa: E402
 from botorch_fed.federation.messages import Message as ProtocolMessage  # noqa: E402
 from botorch_fed.flower.records import from_records, to_records  # noqa: E402
-from tests.flower.fake_grid import FakeGrid, wire  # noqa: E402
+from tests.helpers.fake_grid import FakeGrid, wire  # noqa: E402
 
 
 def _travel(payload: dict) -> dict:

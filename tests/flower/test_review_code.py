@@ -32,7 +32,7 @@ from botorch_fed.flower.transport import (  # noqa: E402
     FlowerTransport,
 )
 from botorch_fed.secure import available_backends  # noqa: E402
-from tests.flower.runs import short_argv  # noqa: E402
+from tests.helpers.flower_runs import short_argv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
@@ -187,7 +187,7 @@ def test_a_malformed_frame_raises_value_error(header):
 @pytest.mark.skipif("masking" not in available_backends(), reason="masking")
 def test_a_party_whose_agent_died_drops_out_under_masking(tmp_path, monkeypatch):
     import tests.flower.test_same_as_in_process as same
-    from tests.flower.fake_grid import FakeGrid
+    from tests.helpers.fake_grid import FakeGrid
 
     class AgentDies(FakeGrid):
         def push_messages(self, messages):

@@ -3,7 +3,7 @@ the SuperLink and writes every run config), and by another local user of a party
 machine. Each test mounts one attack; every one worked when the review was written and
 failed before its fix landed.
 
-Everything runs on the agent directly or on the in-memory grid (tests/flower/fake_grid.py):
+Everything runs on the agent directly or on the in-memory grid (tests/helpers/fake_grid.py):
 no Flower processes."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from botorch_fed.flower.keys import write_keyset  # noqa: E402
 from botorch_fed.flower.party import IDLE_BEFORE_DROP, MAX_RUNS, REPORT, PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
-from tests.flower.runs import short_argv  # noqa: E402
+from tests.helpers.flower_runs import short_argv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

@@ -2,7 +2,7 @@ r"""Every registered algorithm on the Flower app ends exactly as the in-process 
 
 The ServerApp's program (:func:`run_on_flower`), the ``ClientApp``, the party agents
 (on Unix sockets), the records and the :class:`FlowerTransport` run over an in-memory
-``Grid`` (tests/flower/fake_grid.py): everything a deployment runs but Flower's
+``Grid`` (tests/helpers/fake_grid.py): everything a deployment runs but Flower's
 processes and network (tests/flower/test_loopback.py starts those). The JSON must equal
 the in-process ``run_federated`` result but for wall times, byte counts (Flower's
 records are larger) and versions."""
@@ -27,8 +27,8 @@ from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
 from botorch_fed.flower.transport import ClientFailed, ClientUnavailable  # noqa: E402
 from botorch_fed.secure import available_backends  # noqa: E402
-from tests.flower.fake_grid import FakeGrid  # noqa: E402
-from tests.flower.runs import comparable, short_argv  # noqa: E402
+from tests.helpers.fake_grid import FakeGrid  # noqa: E402
+from tests.helpers.flower_runs import comparable, short_argv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

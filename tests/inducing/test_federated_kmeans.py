@@ -8,7 +8,7 @@ import torch
 from botorch.exceptions.errors import BotorchTensorDimensionError, InputDataError
 
 from botorch_fed.inducing import global_support, local_centers, random_support
-from tests.tolerances import eps, tol
+from tests.helpers.tolerances import eps, tol
 
 DTYPES = [torch.float32, torch.float64]
 

@@ -7,9 +7,10 @@ feature-adaptive truncation ``r_i = sum_tau u_{i,tau} y_tau 1{|u_{i,tau} y_tau| 
 Alg. 4 (each play enters the dictionary with probability ``min(q sigma~^2_{t-1}(x_i), 1)``);
 Thm. 2 (``b = sqrt(v / ln(4 m_t T / delta))``, ``beta_{t+1}``). The learner truncates every
 past payoff at the current round's ``b`` (its ``m_t``; see its docstring) and the
-brute force does the same. The reference features are :func:`tests.ldp.dense.nystrom_features`
-on the learner's own dictionary (read from ``learner.model.embedding.dictionary``); the
-truncation loop is :func:`tests.ldp.dense.tofu`.
+brute force does the same. The reference features are
+:func:`tests.helpers.ldp_dense.nystrom_features` on the learner's own dictionary (read
+from ``learner.model.embedding.dictionary``); the truncation loop is
+:func:`tests.helpers.ldp_dense.tofu`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import math
 import torch
 
 from botorch_fed.ldp import ATAGPUCB, RewardModel
-from tests.ldp import dense
-from tests.ldp.common import DOMAIN, kernel, make, play, rewards
-from tests.tolerances import assert_close
+from tests.helpers import ldp_dense as dense
+from tests.helpers.ldp_learners import DOMAIN, kernel, make, play, rewards
+from tests.helpers.tolerances import assert_close
 
 F64 = torch.float64
 PRIVATE = RewardModel(B=1.0, R=0.5, epsilon=2.0)

@@ -2,7 +2,7 @@ r"""Box domains (``candidates=None``: ``optimize_acqf`` on ``[0, 1]^d``) and flo
 
 References: the UCB step ``argmax_x mu(x) + beta sigma(x)`` of Alg. 1-3 line 4-6 (BoTorch's
 ``UpperConfidenceBound`` takes ``beta^2``); on a box the proposal is compared with a dense
-21 x 21 grid search of the dense-GP UCB (:mod:`tests.ldp.dense`).
+21 x 21 grid search of the dense-GP UCB (:mod:`tests.helpers.ldp_dense`).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from botorch_fed.ldp import ATAGPUCB, GPUCB, TGPUCB, MoMAGPUCB, RewardModel
-from tests.ldp import dense
-from tests.ldp.common import DOMAIN, LEARNER_CLASSES, make, rewards
+from tests.helpers import ldp_dense as dense
+from tests.helpers.ldp_learners import DOMAIN, LEARNER_CLASSES, make, rewards
 
 F64 = torch.float64
 # the first UCB step on the prior is constant in x: BoTorch then picks its initial

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from botorch_fed.ldp import ATAGPUCB, GPUCB, TGPUCB, MoMAGPUCB
-from tests.ldp import dense
-from tests.ldp.common import DOMAIN, make, rewards
-from tests.tolerances import assert_close
+from tests.helpers import ldp_dense as dense
+from tests.helpers.ldp_learners import DOMAIN, make, rewards
+from tests.helpers.tolerances import assert_close
 
 F64 = torch.float64
 

@@ -4,12 +4,12 @@ References ([LDP-BO], ``shared/papers/002``): eqs. (2)-(3) ``mu_t = k_t(x)' (K_t
 ``sigma_t^2 = k(x, x) - k_t(x)' (K_t + lam I)^-1 k_t(x)`` over all ``t`` plays (a repeated
 point is a repeated row); ``gamma_t = 0.5 ln det(I + K_t / lam)`` of the plays; Alg. 2
 (``b_t = B + R + L ln t``, ``y 1{|y| <= b_t}``, ``beta_t`` of line 5 with ``b_{t-1}`` and
-``gamma_{t-1}``). The reference is :mod:`tests.ldp.dense` (``torch.linalg.solve`` and
+``gamma_{t-1}``). The reference is :mod:`tests.helpers.ldp_dense` (``torch.linalg.solve`` and
 ``slogdet`` on the SE kernel of explicit differences).
 
 Tolerances: as in ``tests/models/test_feature_gp.py``, ``10 n (cond(K_D) + cond(K_t + lam I))``
 times ``eps(float64)``: the learner's Nystrom features amplify rounding by ``cond(K_D)``
-(``K_D`` the distinct plays, ``~6e4`` on :data:`~tests.ldp.common.DOMAIN`), the solves by
+(``K_D`` the distinct plays, ``~6e4`` on :data:`~tests.helpers.ldp_learners.DOMAIN`), the solves by
 the condition number of the regularised Gram matrix, with ``n``-term sums.
 """
 
@@ -20,9 +20,9 @@ import math
 import torch
 
 from botorch_fed.ldp import GPUCB, TGPUCB, RewardModel
-from tests.ldp import dense
-from tests.ldp.common import DOMAIN, make, play, rewards
-from tests.tolerances import assert_close
+from tests.helpers import ldp_dense as dense
+from tests.helpers.ldp_learners import DOMAIN, make, play, rewards
+from tests.helpers.tolerances import assert_close
 
 F64 = torch.float64
 

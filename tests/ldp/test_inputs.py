@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from botorch_fed.ldp import ATAGPUCB, GPUCB, TGPUCB, MoMAGPUCB, RewardModel, run_learner
-from tests.ldp.common import LEARNER_CLASSES, PRIVATE, kernel, make
+from tests.helpers.ldp_learners import LEARNER_CLASSES, PRIVATE, kernel, make
 
 F64 = torch.float64
 

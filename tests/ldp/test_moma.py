@@ -6,7 +6,7 @@ the ``n`` epoch points, ``V_n = Phi_n' Phi_n + lam I`` with one row per *epoch*,
 ``theta_{n,j} = V_n^-1 sum_i y_{i,j} phi(x_i)``, ``r_j = median_{s != j} ||theta_{n,j} -
 theta_{n,s}||_{V_n}``, ``k* = argmin r_j``, ``mu = phi' theta_{n,k*}``, ``sigma^2 = k - phi' phi
 + lam phi' V_n^-1 phi``); Thm. 4 / Cor. 1 (``beta_{n+1}`` with ``m_n`` and ``c``). The brute
-force (:func:`tests.ldp.dense.median_of_means`) takes the ``V``-norms as
+force (:func:`tests.helpers.ldp_dense.median_of_means`) takes the ``V``-norms as
 ``sqrt(z' V z)`` and the statistical median; the tests use ``k = 4`` (three distances:
 the median is the middle one, no convention involved).
 """
@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from botorch_fed.ldp import MoMAGPUCB, RewardModel
-from tests.ldp import dense
-from tests.ldp.common import DOMAIN, make, rewards
-from tests.tolerances import assert_close
+from tests.helpers import ldp_dense as dense
+from tests.helpers.ldp_learners import DOMAIN, make, rewards
+from tests.helpers.tolerances import assert_close
 
 F64 = torch.float64
 K = 4

@@ -42,7 +42,7 @@ from botorch_fed.ldp import (
     run_learner,
 )
 from botorch_fed.privacy import LaplaceMechanism
-from tests.ldp import dense
+from tests.helpers import ldp_dense as dense
 
 F64 = torch.float64
 GRID = torch.linspace(0, 1, 30, dtype=F64).unsqueeze(-1)

@@ -13,7 +13,7 @@ from botorch.exceptions.errors import UnsupportedError
 from botorch_fed.ldp import ATAGPUCB, GPUCB, MoMAGPUCB
 from botorch_fed.ldp import parameters as P
 from botorch_fed.models import FeatureSpaceGP, NystromEmbedding, ata_estimate
-from tests.ldp.common import DOMAIN, PRIVATE, kernel, make
+from tests.helpers.ldp_learners import DOMAIN, PRIVATE, kernel, make
 
 F64 = torch.float64
 

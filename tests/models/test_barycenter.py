@@ -10,7 +10,7 @@ import torch
 from botorch.exceptions.warnings import OptimizationWarning
 
 from botorch_fed.models import bures_wasserstein_barycenter
-from tests.tolerances import assert_close, tol
+from tests.helpers.tolerances import assert_close, tol
 
 DTYPES = [torch.float32, torch.float64]
 # the iteration stops at a relative change of 1e-10 (its default `tol`); with the

@@ -16,8 +16,8 @@ from botorch_fed.models import (
     SparseSummary,
     compute_local_summary,
 )
-from tests.models.dense_pitc import make_modules, random_federation
-from tests.tolerances import assert_close
+from tests.helpers.dense_pitc import make_modules, random_federation
+from tests.helpers.tolerances import assert_close
 
 pytestmark = pytest.mark.usefixtures("quiet_seeded")
 KINDS = ["pitc", "pic"]

@@ -21,7 +21,7 @@ from botorch.optim import optimize_acqf
 from gpytorch.kernels import RBFKernel, ScaleKernel
 
 from botorch_fed.models import FeatureSpaceGP, NystromEmbedding
-from tests.tolerances import assert_close, eps
+from tests.helpers.tolerances import assert_close, eps
 
 F64 = torch.float64
 DTYPES = [torch.float32, torch.float64]

@@ -25,7 +25,8 @@ from botorch_fed.models import (
     FederatedPITCMarginals,
     marginal_predictor,
 )
-from tests.acquisition.toy_models import (
+from tests.helpers.tolerances import assert_close, assert_within
+from tests.helpers.toy_models import (
     dense_gp_posterior,
     make_kernel,
     make_likelihood,
@@ -34,7 +35,6 @@ from tests.acquisition.toy_models import (
     toy_data,
     ucb_error_bound,
 )
-from tests.tolerances import assert_close, assert_within
 
 DTYPES = [torch.float32, torch.float64]
 D = 3

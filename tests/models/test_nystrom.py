@@ -15,7 +15,7 @@ import torch
 from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 
 from botorch_fed.models import NystromEmbedding, nystrom_embedding, sample_dictionary
-from tests.tolerances import assert_close, eps
+from tests.helpers.tolerances import assert_close, eps
 
 F64 = torch.float64
 DTYPES = [torch.float32, torch.float64]

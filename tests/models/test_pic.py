@@ -25,14 +25,14 @@ from botorch_fed.models import (
     compute_local_summary,
     default_jitter,
 )
-from tests.models.dense_pitc import (
+from tests.helpers.dense_pitc import (
     dense_pitc_covariance,
     exact_gp_posterior,
     jittered_kss,
     make_modules,
     random_federation,
 )
-from tests.tolerances import assert_close
+from tests.helpers.tolerances import assert_close
 
 DTYPES = [torch.float32, torch.float64]
 pytestmark = pytest.mark.usefixtures("quiet_seeded")

@@ -35,13 +35,13 @@ from botorch_fed.models import (
     default_jitter,
     support_cholesky,
 )
-from tests.models.dense_pitc import (
+from tests.helpers.dense_pitc import (
     dense_pitc_posterior,
     exact_gp_posterior,
     make_modules,
     random_federation,
 )
-from tests.tolerances import assert_close, tol
+from tests.helpers.tolerances import assert_close, tol
 
 DTYPES = [torch.float32, torch.float64]
 # The model computes in float64 whatever the input dtype; float32 results differ from

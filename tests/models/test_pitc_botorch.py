@@ -50,8 +50,8 @@ from botorch_fed.models import (
     fit_local_average,
     pitc_loss_and_adjoint,
 )
-from tests.models.dense_pitc import make_modules, random_federation
-from tests.tolerances import assert_close, tol
+from tests.helpers.dense_pitc import make_modules, random_federation
+from tests.helpers.tolerances import assert_close, tol
 
 DTYPES = [torch.float32, torch.float64]
 

@@ -30,14 +30,14 @@ from botorch_fed.models import (
     pitc_log_marginal_likelihood,
     pitc_loss_and_adjoint,
 )
-from tests.models.dense_pitc import (
+from tests.helpers.dense_pitc import (
     dense_pitc_covariance,
     dense_pitc_log_likelihood,
     jittered_kss,
     make_modules,
     random_federation,
 )
-from tests.tolerances import assert_close
+from tests.helpers.tolerances import assert_close
 
 
 @pytest.fixture(autouse=True)

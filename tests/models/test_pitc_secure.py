@@ -13,7 +13,7 @@ from botorch_fed.models import (
     fit_federated_pitc,
 )
 from botorch_fed.secure import make_aggregator
-from tests.models.dense_pitc import make_modules, random_federation
+from tests.helpers.dense_pitc import make_modules, random_federation
 
 
 def _setting(num_clients: int = 4, d: int = 2, m: int = 8):

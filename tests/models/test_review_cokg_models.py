@@ -35,7 +35,7 @@ from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 
 from botorch_fed.models import BarycenterGP
-from tests.tolerances import assert_close
+from tests.helpers.tolerances import assert_close
 
 F64 = torch.float64
 MU0 = 0.2

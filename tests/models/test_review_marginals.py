@@ -31,13 +31,13 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from botorch_fed.acquisition import CachedLogExpectedImprovement, CachedUpperConfidenceBound
 from botorch_fed.models import FederatedPICGP, FederatedPITCGP, marginal_predictor
-from tests.acquisition.toy_models import (
+from tests.helpers.tolerances import assert_close
+from tests.helpers.toy_models import (
     make_kernel,
     make_likelihood,
     make_stgp,
     toy_data,
 )
-from tests.tolerances import assert_close
 
 D = 3
 BETA = 2.25

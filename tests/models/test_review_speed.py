@@ -20,8 +20,8 @@ from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 from gpytorch.likelihoods import GaussianLikelihood
 
 from botorch_fed.models import FederatedPICGP, FederatedPITCGP
-from tests.models.dense_pitc import make_modules, random_federation
-from tests.tolerances import assert_close
+from tests.helpers.dense_pitc import make_modules, random_federation
+from tests.helpers.tolerances import assert_close
 
 pytestmark = pytest.mark.usefixtures("quiet_seeded")
 

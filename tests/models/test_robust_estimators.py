@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from botorch_fed.models import ata_estimate, median_of_means_estimate, ridge_estimate
-from tests.tolerances import assert_close
+from tests.helpers.tolerances import assert_close
 
 F64 = torch.float64
 DTYPES = [torch.float32, torch.float64]

@@ -13,8 +13,7 @@ from botorch_fed.secure import (
     get_backend,
 )
 from botorch_fed.secure.wire import HEADER_SIZE, TAG_SIZE, parse_frame, seal_frame
-
-from .helpers import drive, flip, make_roles, random_inputs
+from tests.helpers.secure_roles import drive, flip, make_roles, random_inputs
 
 N_ROUNDS = {"plaintext": 1, "masking": 4, "ckks": 2}
 ROUND_CASES = [(n, r) for n, k in N_ROUNDS.items() for r in range(k)]

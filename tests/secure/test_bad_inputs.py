@@ -19,8 +19,7 @@ from botorch_fed.secure import (
 )
 from botorch_fed.secure import fixed_point as fp
 from botorch_fed.secure.ckks_keys import CKKSParameters, ServerKeyMaterial
-
-from .helpers import make_roles, plain_sum, random_inputs
+from tests.helpers.secure_roles import make_roles, plain_sum, random_inputs
 
 # The round in which each backend reads the input vector.
 INPUT_ROUND = {"plaintext": 0, "masking": 2, "ckks": 0}

@@ -24,8 +24,7 @@ from botorch_fed.secure import (
 )
 from botorch_fed.secure.ckks_keys import GUARD_BUDGET_BITS, REL_ERROR_BITS
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
-
-from .helpers import drive, make_roles, plain_sum
+from tests.helpers.secure_roles import drive, make_roles, plain_sum
 
 IDS = [0, 1, 2, 3]
 

@@ -12,8 +12,7 @@ from botorch_fed.secure import (
     get_backend,
     run_protocol,
 )
-
-from .helpers import make_roles, plain_sum, random_inputs
+from tests.helpers.secure_roles import make_roles, plain_sum, random_inputs
 
 TOL = {"plaintext": 1e-12, "masking": 1e-10, "ckks": 1e-8}
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from botorch_fed.secure import ProtocolError, SecureAggregationError, get_backend
-
-from .helpers import flip, make_roles, random_inputs
+from tests.helpers.secure_roles import flip, make_roles, random_inputs
 
 IDS = [0, 1, 2, 3]
 

@@ -25,8 +25,7 @@ import pytest
 from botorch_fed.secure import SecureAggregationError, get_backend
 from botorch_fed.secure import base as secure_base
 from botorch_fed.secure.wire import CLIENT_TO_SERVER
-
-from .helpers import make_roles, plain_sum, random_inputs
+from tests.helpers.secure_roles import make_roles, plain_sum, random_inputs
 
 IDS = [0, 1, 2, 3]
 LENGTH = 3

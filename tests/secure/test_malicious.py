@@ -18,8 +18,7 @@ from botorch_fed.secure import (
     get_backend,
 )
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
-
-from .helpers import (
+from tests.helpers.secure_roles import (
     drive,
     make_roles,
     masking_keys,

@@ -14,8 +14,7 @@ import pytest
 
 from botorch_fed.secure import ProtocolError, TamperedMessageError, get_backend
 from botorch_fed.secure.wire import PayloadReader
-
-from .helpers import make_roles, plain_sum, random_inputs, recording
+from tests.helpers.secure_roles import make_roles, plain_sum, random_inputs, recording
 
 IDS = [0, 1, 2, 3]
 

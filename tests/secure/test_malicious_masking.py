@@ -24,8 +24,7 @@ from botorch_fed.secure import (
 from botorch_fed.secure.crypto import RandomSource, x25519_keypair
 from botorch_fed.secure.masking import default_threshold
 from botorch_fed.secure.wire import PayloadWriter
-
-from .helpers import (
+from tests.helpers.secure_roles import (
     make_roles,
     masking_keys,
     masking_reply_tags,

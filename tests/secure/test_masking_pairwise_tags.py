@@ -41,8 +41,7 @@ from botorch_fed.secure.masking import (
     _survivors_message,
 )
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
-
-from .helpers import (
+from tests.helpers.secure_roles import (
     make_roles,
     masking_keys,
     masking_material,

@@ -9,8 +9,7 @@ import tenseal as ts
 from botorch_fed.secure import fixed_point as fp
 from botorch_fed.secure import get_backend
 from botorch_fed.secure.wire import HEADER_SIZE, TAG_SIZE, PayloadReader, parse_frame
-
-from .helpers import drive, make_roles, plain_sum, random_inputs
+from tests.helpers.secure_roles import drive, make_roles, plain_sum, random_inputs
 
 
 def _all_bytes(obj, seen=None):

@@ -13,8 +13,7 @@ import pytest
 
 from botorch_fed.secure import get_backend
 from botorch_fed.secure.errors import SecureAggregationError
-
-from .helpers import plain_sum, random_inputs
+from tests.helpers.secure_roles import plain_sum, random_inputs
 
 IDS = [0, 1, 2, 3]
 CRYPTO_SEED = 5  # secret to the server (experiments only), unlike the run's seed

@@ -37,8 +37,7 @@ from botorch_fed.secure.crypto import (
 )
 from botorch_fed.secure.masking import _pair_mask, _self_mask, _survivors_message
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
-
-from .helpers import (
+from tests.helpers.secure_roles import (
     make_roles,
     masking_keys,
     masking_material,

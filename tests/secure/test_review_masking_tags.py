@@ -29,8 +29,7 @@ from botorch_fed.secure import (
 from botorch_fed.secure.crypto import ed25519_sign, mac_tag, mac_verify
 from botorch_fed.secure.masking import _keys_message, _static_key_message, _survivors_message
 from botorch_fed.secure.wire import PayloadWriter
-
-from .helpers import (
+from tests.helpers.secure_roles import (
     make_roles,
     masking_material,
     masking_reply_tags,

@@ -20,8 +20,8 @@ from botorch_fed.test_functions import (
     CEC2005F17,
     load_cec2005_data,
 )
-from tests.test_functions import numpy_reference as ref
-from tests.tolerances import assert_close, assert_within, eps, tol
+from tests.helpers import cec_numpy_reference as ref
+from tests.helpers.tolerances import assert_close, assert_within, eps, tol
 
 pytestmark = pytest.mark.skipif(
     not ref.HAS_OPFUNU, reason="needs the optional extra botorch-fed[cec]"

@@ -10,7 +10,7 @@ import torch
 from scipy.optimize import minimize
 
 from botorch_fed.test_functions import CoKGRosenbrock, CoKGSinCosBowl
-from tests.tolerances import assert_within, eps
+from tests.helpers.tolerances import assert_within, eps
 
 
 def _f1(x1, x2):

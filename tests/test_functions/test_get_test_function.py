@@ -20,7 +20,7 @@ from botorch_fed.test_functions import (
     get_test_function,
     list_test_functions,
 )
-from tests.test_functions import numpy_reference as ref
+from tests.helpers import cec_numpy_reference as ref
 
 needs_cec = pytest.mark.skipif(not ref.HAS_OPFUNU, reason="needs botorch-fed[cec]")
 

@@ -26,7 +26,7 @@ from botorch_fed.test_functions import (
     get_test_function_class,
     list_test_functions,
 )
-from tests.tolerances import assert_close
+from tests.helpers.tolerances import assert_close
 
 
 def _draws(seed: int, num_points: int = 100, num_centers: int = 100):

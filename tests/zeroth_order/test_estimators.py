@@ -8,7 +8,7 @@ import torch
 from scipy import stats
 
 from botorch_fed.zeroth_order import ESTIMATORS, get_estimator, l1_gradient, l1_sign, l2_gradient
-from tests.tolerances import assert_close
+from tests.helpers.tolerances import assert_close
 
 DTYPES = [torch.float32, torch.float64]
 

@@ -18,7 +18,7 @@ from botorch_fed.zeroth_order import (
     fedzero_step,
     simulate_fedzero,
 )
-from tests.tolerances import assert_close
+from tests.helpers.tolerances import assert_close
 
 F64 = torch.float64
 

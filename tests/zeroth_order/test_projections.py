@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from botorch_fed.zeroth_order import Box, L1Ball, L2Ball, Simplex, sample_l1_sphere
-from tests.tolerances import assert_close, eps
+from tests.helpers.tolerances import assert_close, eps
 
 DTYPES = [torch.float32, torch.float64]
 D = 6

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from scipy import stats
 
 from botorch_fed.zeroth_order import l1_sign, sample_l1_sphere, sample_l2_sphere, sampling
-from tests.tolerances import tol
+from tests.helpers.tolerances import tol
 
 DTYPES = [torch.float32, torch.float64]
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from botorch_fed.zeroth_order import estimators, l1_gradient, release_scratch
-from tests.tolerances import assert_close
+from tests.helpers.tolerances import assert_close
 
 DTYPES = [torch.float32, torch.float64]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from botorch_fed.ldp import ATAGPUCB, GPUCB, TGPUCB, MoMAGPUCB, RewardModel, make_kernel
-from tests.ldp.dense import F64, LENGTHSCALE
+from tests.helpers.ldp_dense import F64, LENGTHSCALE
 
 #: 10 points, spacing 0.1: cond(K_D) ~ 6e4 for the SE kernel with l = 0.2, so the
 #: exact learners' Nystrom map on all distinct plays keeps every eigenvalue (rtol 1e-10).

@@ -17,7 +17,7 @@ from gpytorch.means import ConstantMean
 from torch import Tensor
 
 from botorch_fed.models import FederatedPITCGP, default_jitter
-from tests.tolerances import gp_posterior_error_factors, sqrt_error
+from tests.helpers.tolerances import gp_posterior_error_factors, sqrt_error
 
 NOISE = 1e-3
 OUTPUTSCALE = 1.3
@@ -130,8 +130,8 @@ def ucb_error_bound(
     r"""Rounding-error bound of ``UCB = mean + sqrt(beta) sigma`` of :func:`make_stgp`'s
     model computed in ``dtype``, at each of the ``n*`` test points.
 
-    :func:`~tests.tolerances.gp_posterior_error_factors` for the mean and variance;
-    the variance error enters ``sigma`` through :func:`~tests.tolerances.sqrt_error`.
+    :func:`~tests.helpers.tolerances.gp_posterior_error_factors` for the mean and variance;
+    the variance error enters ``sigma`` through :func:`~tests.helpers.tolerances.sqrt_error`.
     With ``standardize`` the model works on ``(Y - mean) / std`` (BoTorch's
     ``Standardize``) and its moments are scaled back by ``std`` and ``std^2``.
     """
