@@ -1,12 +1,43 @@
-r"""Fixtures shared across the test packages (opted into with ``pytestmark``)."""
+r"""Fixtures shared across the test packages (opted into with ``pytestmark``), and the
+session settings of ``make test`` and ``make test-matrix``:
+
+- torch's threads and ``torch.backends.mkldnn`` as
+  :func:`tests.mkl_probe.apply_session_settings` sets them: under pytest-xdist (``-n 2``,
+  setup.cfg) each worker takes ``cpu_count / workers`` threads (at least 1), so two
+  workers do not oversubscribe two cores, unless ``BOTORCH_FED_TEST_THREADS`` says how
+  many; ``BOTORCH_FED_TEST_MKLDNN=0`` turns mkldnn off (``make test-matrix`` varies both);
+- every test under ``tests/flower/`` runs on one worker (xdist group ``flower``,
+  ``--dist loadgroup``): those tests start SuperLinks and SuperNodes on free ports that
+  the OS picks, and one worker at a time picking them cannot race another for a port.
+"""
 
 from __future__ import annotations
 
+import os
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 from botorch.exceptions.warnings import InputDataWarning
+
+from tests.mkl_probe import apply_session_settings
+
+FLOWER_TESTS = Path(__file__).parent / "flower"
+
+
+def pytest_configure(config) -> None:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    try:
+        apply_session_settings(workers)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if FLOWER_TESTS in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.xdist_group("flower"))
 
 
 @pytest.fixture

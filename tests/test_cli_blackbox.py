@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -654,3 +657,28 @@ def test_algorithm_placeholder_in_paths(mod, tmp_path):
     for algorithm in ("random", "local"):
         assert json.loads((tmp_path / f"{algorithm}.json").read_text())["algorithm"] == algorithm
         assert (tmp_path / f"ckpt-{algorithm}" / "checkpoint.json").is_file()
+
+
+# --- the config file's folder on the import path -------------------------------------
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_config_folder_does_not_shadow_libraries(tmp_path):
+    r"""The folder of a config file (and the current directory) is not put in front of
+    ``sys.path`` for the run: a module planted next to a config file that names only a
+    built-in problem cannot shadow a library the run imports lazily (``sympy``)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "exp.toml").write_text('problem = "cec2005-f1"\n')  # names no user code
+    marker = tmp_path / "PLANTED_CODE_RAN"
+    (shared / "sympy.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+        "raise ImportError('planted')\n"
+    )
+    cwd = tmp_path / "clean"
+    cwd.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    subprocess.run(
+        [sys.executable, "-m", "botorch_fed.cli", "run", "fbo-fedgp", "--config",
+         str(shared / "exp.toml"), "--rounds", "1", "--clients", "3", "--dim", "2"],
+        cwd=cwd, env=env, capture_output=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert not marker.exists()

@@ -1,5 +1,5 @@
 r"""Tests for :class:`botorch_fed.acquisition.qCoExpectedImprovement` and
-:class:`botorch_fed.acquisition.qCoMaxValueEntropy` (issue 10, items 3 and 5).
+:class:`botorch_fed.acquisition.qCoMaxValueEntropy`.
 
 With ``beta = 0`` each equals BoTorch's class on the central model (Co-ES: the sum of
 GIBBON's greedy increments); ``beta > 0`` adds ``beta`` times BoTorch's class on each

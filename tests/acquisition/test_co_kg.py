@@ -1,32 +1,40 @@
 r"""Tests for :class:`botorch_fed.acquisition.qCoKnowledgeGradient` and
-:func:`botorch_fed.acquisition.optimize_co_acquisition` (issue 10, items 3 and 5).
+:func:`botorch_fed.acquisition.optimize_co_acquisition`.
 
 References are independent of GPyTorch's prediction code: a dense RBF-GP posterior
 (textbook solves), fantasies drawn with the acquisition's own base samples and
-conditioned by hand, and a brute-force Monte Carlo estimate with its own draws.
+conditioned by hand, and a brute-force Monte Carlo estimate with its own draws. The
+last section checks Co-KG (and Co-EI / Co-ES where they share a behaviour) on the
+BarycenterGPs it is built for, against an exact GPyTorch-free reference.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
 from botorch.acquisition import PosteriorMean, qKnowledgeGradient
+from botorch.acquisition.objective import ScalarizedPosteriorTransform
 from botorch.exceptions.errors import BotorchTensorDimensionError, UnsupportedError
 from botorch.models import SingleTaskGP
 from botorch.models.deterministic import GenericDeterministicModel
 from botorch.optim import optimize_acqf
 from botorch.optim.initializers import gen_batch_initial_conditions
 from botorch.sampling import SobolQMCNormalSampler
+from gpytorch.kernels import RBFKernel, ScaleKernel
 from torch import Tensor
 
 from botorch_fed.acquisition import (
     gen_co_kg_initial_conditions,
     optimize_co_acquisition,
+    qCoExpectedImprovement,
     qCoKnowledgeGradient,
+    qCoMaxValueEntropy,
 )
 from botorch_fed.acquisition._rng import isolated_seed
+from botorch_fed.models import BarycenterGP
 from tests.helpers.cokg_toys import (
     NOISE,
     ToyGP,
@@ -39,6 +47,7 @@ from tests.helpers.tolerances import assert_close
 
 DTYPES = [torch.float64, torch.float32]
 BOUNDS01 = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+F64 = torch.float64
 
 
 # ----------------------------------------------------------------------------------
@@ -697,3 +706,173 @@ def test_discrete_mode_with_plain_optimize_acqf(toys) -> None:
         assert cands.shape == (2, 2)
         with pytest.raises(RuntimeError, match="n_sample"):
             optimize_acqf(acqf, BOUNDS01, q=2, num_restarts=2, raw_samples=8)
+
+
+# ----------------------------------------------------------------------------------
+# On BarycenterGPs of agents observing the same design: an exact reference
+# ----------------------------------------------------------------------------------
+# ``N`` agents observing the *same* support points have identical posterior
+# covariances, so the central barycenter GP is the GP on the averaged outcomes, and each
+# agent model is the GP on its own outcomes (data on the support); both are written out
+# below with a hand-coded RBF kernel, and the KG terms are brute-forced with independent
+# draws.
+
+LS, OS, MU0, SAME_DESIGN_NOISE = 0.3, 1.5, 0.3, 0.05
+
+
+@pytest.fixture
+def _user_warnings_ignored():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
+
+
+def same_design_rbf(A: Tensor, B: Tensor) -> Tensor:
+    return OS * torch.exp(-0.5 * torch.cdist(A, B).pow(2) / LS**2)
+
+
+def same_design_posterior(Xd: Tensor, y: Tensor, P: Tensor) -> tuple[Tensor, Tensor]:
+    r"""Textbook GP posterior (constant mean ``MU0``, hand-coded RBF) at ``P``."""
+    K = same_design_rbf(Xd, Xd) + SAME_DESIGN_NOISE * torch.eye(len(Xd), dtype=F64)
+    Kp = same_design_rbf(P, Xd)
+    mean = MU0 + Kp @ torch.linalg.solve(K, y - MU0)
+    return mean, same_design_rbf(P, P) - Kp @ torch.linalg.solve(K, Kp.T)
+
+
+def same_design_models(N: int = 2, side: int = 6, n: int = 6, seed: int = 0):
+    r"""Central BarycenterGP, its agent models, the support, the shared design and the
+    agents' outcomes (``N x n``)."""
+    S = grid(side)
+    g = torch.Generator().manual_seed(seed)
+    Xd = S[torch.randperm(len(S), generator=g)[:n]]
+    Ys = torch.sin(4 * Xd).sum(-1) + 0.5 * torch.randn(N, n, generator=g, dtype=F64)
+    k = ScaleKernel(RBFKernel()).to(F64)
+    k.base_kernel.lengthscale = LS
+    k.outputscale = OS
+    means, covs = [], []
+    for y in Ys:
+        m = SingleTaskGP(Xd, y.unsqueeze(-1), covar_module=k, outcome_transform=None)
+        m.likelihood.noise = SAME_DESIGN_NOISE
+        m.mean_module.constant.data.fill_(MU0)
+        with torch.no_grad():
+            post = m.eval().posterior(S)
+        means.append(post.mean[:, 0])
+        covs.append(post.covariance_matrix)
+    central = BarycenterGP(
+        S, torch.stack(means), torch.stack(covs), k, noise=SAME_DESIGN_NOISE, mean_constant=MU0
+    )
+    return central, central.agent_models(), S, Xd, Ys
+
+
+def same_design_brute_force_kg(Xd: Tensor, y: Tensor, X: Tensor, P: Tensor, num: int, seed: int):
+    r"""``E[max_P E[f(P) | y(X)]]`` by ``num`` independent draws; (mean, sd of a draw)."""
+    q = len(X)
+    mean, cov = same_design_posterior(Xd, y, torch.cat([X, P]))
+    A = cov[:q, :q] + SAME_DESIGN_NOISE * torch.eye(q, dtype=F64)
+    L = torch.linalg.cholesky(A)
+    gain = torch.linalg.solve(A, cov[:q, q:])
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(num, q, generator=g, dtype=F64)
+    best = (mean[q:] + (z @ L.T) @ gain).amax(-1)
+    return best.mean(), best.std()
+
+
+@pytest.mark.usefixtures("_user_warnings_ignored")
+def test_co_kg_on_barycenter_gps_matches_independent_brute_force() -> None:
+    r"""Discrete Co-KG (inner max over the support) = central q-KG + beta * sum of
+    local KG, each brute-forced from the dense textbook GP with its own draws; the
+    tolerance is 4 standard errors of the difference (the acquisition's QMC error
+    bounded by the plain MC error of its ``nf`` draws)."""
+    N, beta, nf, num = 2, 0.7, 2048, 100_000
+    central, locals_, S, Xd, Ys = same_design_models(N)
+    X = torch.tensor([[0.15, 0.75], [0.8, 0.3]], dtype=F64)
+    acqf = qCoKnowledgeGradient(
+        central, locals_, beta=beta, num_fantasies=nf, discrete_support=S, seed=3
+    )
+    value = acqf(X).item()
+    terms = [(Ys.mean(0), X, 1.0)] + [(Ys[n], X[n : n + 1], beta) for n in range(N)]
+    bf, var = 0.0, 0.0
+    for k, (y, x, w) in enumerate(terms):
+        m, sd = same_design_brute_force_kg(Xd, y, x, S, num, seed=100 + k)
+        bf += w * m.item()
+        var += (w * sd.item()) ** 2 * (1 / num + 1 / nf)
+    se = math.sqrt(var)
+    assert abs(value - bf) < 4 * se, (value, bf, se)
+    # power: the KG gain over the current maxima is many standard errors
+    current = sum(w * same_design_posterior(Xd, y, S)[0].max().item() for y, _, w in terms)
+    assert value - current > 10 * se
+
+
+@pytest.mark.usefixtures("_user_warnings_ignored")
+def test_beta_zero_on_barycenter_gp_is_botorch_qkg_and_batch_dims() -> None:
+    central, locals_, _, _, _ = same_design_models(2)
+    nf = 6
+    acqf = qCoKnowledgeGradient(central, locals_, beta=0.0, num_fantasies=nf, seed=11)
+    qkg = qKnowledgeGradient(
+        central, num_fantasies=None, sampler=SobolQMCNormalSampler(torch.Size([nf]), seed=11)
+    )
+    X = torch.rand(2, 3, 2 + nf, 2, generator=torch.Generator().manual_seed(0), dtype=F64)
+    value = acqf(X)
+    assert value.shape == (2, 3)
+    assert torch.equal(value, qkg(X))
+    assert torch.equal(value.reshape(-1), acqf(X.reshape(6, 2 + nf, 2)))
+
+
+@pytest.mark.usefixtures("_user_warnings_ignored")
+def test_unsupported_arguments_are_refused_not_ignored() -> None:
+    central, locals_, S, _, _ = same_design_models(2)
+    pt = ScalarizedPosteriorTransform(weights=torch.tensor([1.0], dtype=F64))
+    for kwargs in ({"posterior_transform": pt}, {"objective": None}, {"X_pending": S[:1]}):
+        with pytest.raises(TypeError):
+            qCoKnowledgeGradient(central, locals_, num_fantasies=2, seed=0, **kwargs)
+    for acqf in (
+        qCoKnowledgeGradient(central, locals_, num_fantasies=2, seed=0),
+        qCoExpectedImprovement(central, locals_, beta=0.5, seed=0),
+        qCoMaxValueEntropy(central, locals_, beta=0.5, candidate_set=S, seed=0),
+    ):
+        with pytest.raises(UnsupportedError, match="X_pending"):
+            acqf.set_X_pending(S[:1])
+
+
+# float32 inputs, and the discrete mode under optimize_acqf's default initialiser: a
+# known limitation, documented in qCoKnowledgeGradient (use optimize_co_acquisition);
+# the strict xfail turns into a failure once the discrete mode works there or explains.
+
+
+@pytest.mark.usefixtures("_user_warnings_ignored")
+@pytest.mark.parametrize("kind", ["co-kg", "co-ei"])
+def test_float32_inputs_on_barycenter_gps(kind: str) -> None:
+    central, locals_, _, _, _ = same_design_models(2)
+    if kind == "co-kg":
+        acqf = qCoKnowledgeGradient(central, locals_, beta=0.5, num_fantasies=4, seed=0)
+        q = acqf.get_augmented_q_batch_size(2)
+    else:
+        acqf = qCoExpectedImprovement(central, locals_, beta=0.5, seed=0)
+        q = 2
+    X = torch.rand(3, q, 2, generator=torch.Generator().manual_seed(1), dtype=F64)
+    expected = acqf(X).detach()
+    value = acqf(X.float())
+    assert value.dtype == torch.float32
+    assert (value.double() - expected).abs().max() < 1e-3 * expected.abs().max()
+
+
+@pytest.mark.usefixtures("_user_warnings_ignored")
+@pytest.mark.xfail(
+    strict=True,
+    reason="the discrete mode is a qKnowledgeGradient, so optimize_acqf's default "
+    "initialiser (gen_one_shot_kg_initial_conditions) runs and fails with torch's "
+    "opaque 'cannot sample n_sample <= 0 samples' instead of working or naming the fix",
+)
+def test_discrete_mode_with_default_optimize_acqf_works_or_explains() -> None:
+    central, locals_, S, _, _ = same_design_models(2)
+    acqf = qCoKnowledgeGradient(
+        central, locals_, beta=0.5, num_fantasies=4, discrete_support=S, seed=0
+    )
+    try:
+        cands, _ = optimize_acqf(
+            acqf, BOUNDS01, q=2, num_restarts=2, raw_samples=8, options={"maxiter": 5}
+        )
+    except Exception as e:  # a clear error is an acceptable fix
+        assert "discrete" in str(e) or "ic_generator" in str(e), str(e)
+    else:
+        assert cands.shape == (2, 2)

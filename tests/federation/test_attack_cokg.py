@@ -1,4 +1,4 @@
-r"""Attacks on the Co-KG federation protocol (issue 10, item 4), from a security review.
+r"""Attacks on the Co-KG federation protocol by a malicious server (and agent).
 
 The attacker runs the server: actively malicious, it knows the run's public seeds
 (the agents' seeds, hence their warm-up designs) and runs its own code, so it calls
@@ -6,11 +6,9 @@ The attacker runs the server: actively malicious, it knows the run's public seed
 secure-aggregation role receives; no agent colludes with it unless a test says so.
 Section 3 turns it around: a malicious or broken *agent* against an honest server.
 
-Tests marked ``xfail(strict=True)`` demonstrate a defect that exists today: each one
-asserts the protection that is missing, so it fails now and starts passing (which a
-strict xfail reports as an error) once the defect is fixed -- then drop the marker.
-The other tests are attacks the code resists; each names the line whose removal makes
-it fail.
+Each test is an attack the code resists and names the code whose removal makes it
+fail, except one that pins a documented limit of the secure mean (two rounds of secure
+sums reveal the outcomes on a small support).
 """
 
 from __future__ import annotations
@@ -217,13 +215,13 @@ def test_secure_weights_other_than_uniform_are_refused_in_the_settings():
 
 
 def test_two_rounds_of_secure_sums_reveal_outcomes_with_a_small_support():
-    # NOT fixed (a property of the secure mean, documented in docs/security.md, "Co-KG"):
-    # an honest-but-curious server stacks the sums of two rounds (inputs: public warm-up
+    # A property of the secure mean, documented in docs/security.md, "Co-KG": an
+    # honest-but-curious server stacks the sums of two rounds (inputs: public warm-up
     # seeds + its own assignments) and solves for all outcomes with 16 support points
-    # and 18 data points (no noise is added). The review's xfail asserted that it fails;
-    # hiding the outcomes needs noise (differential privacy) or aggregated covariances
-    # and hyperparameters, which the lead's fix does not include. This test now pins
-    # the documented claim: two rounds suffice on a small support.
+    # and 18 data points (no noise is added). Hiding the outcomes would need noise
+    # (differential privacy) or aggregated covariances and hyperparameters, which the
+    # secure mean does not add. This test pins the documented claim: two rounds
+    # suffice on a small support.
     N, NI = 3, 6
     setup = _setup()
     settings = _qkg(mean_aggregation="secure", num_init=NI, num_rounds=2, local_refit_every=1)

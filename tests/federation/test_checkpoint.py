@@ -1,6 +1,8 @@
-r"""Checkpoint and resume: a run killed after round k and resumed ends bit for bit as the
-uninterrupted run, for every registered algorithm; corrupt, altered or foreign
-checkpoints are refused before anything is loaded."""
+r"""Checkpoint and resume: a run killed after round k (0 included) and resumed ends bit for
+bit as the uninterrupted run, for every registered algorithm; corrupt, altered or foreign
+checkpoints, and manifests or states that do not fit the run, are refused before anything
+is loaded; a run neither overwrites another run's checkpoint nor writes through a link
+planted in its folder, and keeps its party files private to the user."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import hashlib
 import json
 import os
 import pickle
+import stat
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,12 +24,14 @@ from botorch_fed.federation import (
     FederationSetup,
     FedZeroSettings,
     LDPBOSettings,
+    ProtocolViolation,
     available_algorithms,
     get_algorithm,
     run_federated,
 )
 from botorch_fed.federation import checkpoint as ckpt
 from botorch_fed.federation.checkpoint import MANIFEST, CheckpointError, load_checkpoint
+from botorch_fed.federation.fbo_fedgp import FBOFedGPServer
 from botorch_fed.secure import available_backends
 from tests.helpers.federation_runs import Killed, comparable, kill_after
 
@@ -373,3 +379,268 @@ def test_resume_after_failed_evaluations(tmp_path, algorithm):
         run_federated(algorithm, setup(), settings(), checkpoint=tmp_path, on_round=kill_after(2))
     resumed = run_federated(algorithm, setup(), settings(), resume=tmp_path)
     assert comparable(resumed) == comparable(full)
+
+
+# --- short noiseless runs: resume from round 0, the folder, the manifest -----------------
+NUM_CLIENTS, NUM_INIT, SHORT_ROUNDS = 3, 3, 3
+
+
+def _noiseless_setup(seed: int = 2, **kwargs) -> FederationSetup:
+    return FederationSetup(problem="branin", num_clients=NUM_CLIENTS, seed=seed, **kwargs)
+
+
+def _short_settings(algorithm: str, **kwargs):
+    small = dict(
+        num_init=NUM_INIT, num_rounds=SHORT_ROUNDS, num_restarts=2, raw_samples=16, maxiter=15
+    )
+    small.update(kwargs)
+    if algorithm == "fbo-fedgp":
+        return FBOFedGPConfig(support_size=5, support_every=2, schedule=1.0, **small)
+    return BOSettings(**small)
+
+
+def _rewrite_party(folder, name, state, manifest) -> None:
+    r"""Replace party ``name``'s file and fix its digest (a consistent but altered
+    checkpoint)."""
+    _rewrite(folder, manifest["files"][name], state, manifest)
+
+
+@pytest.mark.parametrize("algorithm", ["local", "fbo-fedgp"])
+def test_resume_from_the_round_0_checkpoint_is_bit_for_bit(tmp_path, algorithm):
+    # private randomness seeded: FBO-FedGP's default noises its centres from it
+    setup = _noiseless_setup(crypto_seed=5)
+    full = run_federated(algorithm, setup, _short_settings(algorithm))
+    with pytest.raises(Killed):
+        run_federated(
+            algorithm,
+            setup,
+            _short_settings(algorithm),
+            checkpoint=tmp_path,
+            on_round=kill_after(0),
+        )
+    assert load_checkpoint(tmp_path)[0]["round"] == 0
+    resumed = run_federated(algorithm, setup, _short_settings(algorithm), resume=tmp_path)
+    assert resumed.steps["init"] == NUM_CLIENTS * NUM_INIT  # no initial design twice
+    assert len(resumed.best_per_round) == SHORT_ROUNDS + 1
+    assert comparable(resumed) == comparable(full)
+
+
+# --- the checkpoint folder: another run's, a file, a planted link, permissions ------------
+@pytest.mark.parametrize("how", ["fresh", "resume-into-another-folder"])
+def test_a_run_refuses_to_overwrite_another_checkpoint(tmp_path, how):
+    precious, other = tmp_path / "precious", tmp_path / "other"
+    run_federated("local", _noiseless_setup(seed=5), _short_settings("local"), checkpoint=precious)
+    before = {p.name: p.read_bytes() for p in precious.iterdir()}
+    with pytest.raises(CheckpointError, match="precious"):
+        if how == "fresh":
+            run_federated(
+                "local", _noiseless_setup(seed=6), _short_settings("local"), checkpoint=precious
+            )
+        else:
+            with pytest.raises(Killed):
+                run_federated(
+                    "local",
+                    _noiseless_setup(seed=6),
+                    _short_settings("local"),
+                    checkpoint=other,
+                    on_round=kill_after(1),
+                )
+            run_federated(
+                "local",
+                _noiseless_setup(seed=6),
+                _short_settings("local"),
+                resume=other,
+                checkpoint=precious,
+            )
+    assert {p.name: p.read_bytes() for p in precious.iterdir()} == before
+
+
+def test_a_crash_while_saving_into_a_used_folder_keeps_its_checkpoint(tmp_path, monkeypatch):
+    with pytest.raises(Killed):  # run A stopped after its initial designs
+        run_federated(
+            "local",
+            _noiseless_setup(seed=5),
+            _short_settings("local"),
+            checkpoint=tmp_path,
+            on_round=kill_after(0),
+        )
+    real = ckpt._write_atomically
+
+    def crash_at_the_manifest(path, data):
+        if path.name == MANIFEST:
+            raise Killed  # run B dies after writing its party files
+        real(path, data)
+
+    monkeypatch.setattr(ckpt, "_write_atomically", crash_at_the_manifest)
+    with pytest.raises((Killed, CheckpointError)):  # refused up front is fine too
+        run_federated(
+            "local", _noiseless_setup(seed=6), _short_settings("local"), checkpoint=tmp_path
+        )
+    monkeypatch.setattr(ckpt, "_write_atomically", real)
+    manifest, _ = load_checkpoint(tmp_path)  # raises: run A's files were overwritten
+    assert manifest["round"] == 0 and manifest["setup"]["seed"] == 5
+
+
+def test_a_checkpoint_path_that_is_a_file_is_refused_before_any_evaluation(tmp_path):
+    calls = []
+
+    def loss(X):
+        calls.append(len(X))
+        return (X**2).sum(-1)
+
+    path = tmp_path / "a-file"
+    path.write_text("not a folder")
+    objective = CallableObjective(loss, [[0.0, 0.0], [1.0, 1.0]])
+    setup = FederationSetup(objectives=objective, num_clients=2)
+    with pytest.raises(ValueError, match="checkpoint"):
+        run_federated("local", setup, _short_settings("local"), checkpoint=path)
+    assert calls == []
+    assert path.read_text() == "not a folder"
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _tiny_run(folder):
+    setup = FederationSetup(problem="cec2005-f1", dim=2, num_clients=3, seed=0)
+    return run_federated(
+        "local", setup, BOSettings(num_init=3, num_rounds=1, raw_samples=16), checkpoint=folder
+    )
+
+
+def test_planted_symlink_does_not_redirect_the_manifest_write(tmp_path, umask_022):
+    victim = tmp_path / "precious.txt"
+    victim.write_text("precious user data\n")
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    os.symlink(victim, folder / "checkpoint.json.tmp")  # planted by someone else
+    try:
+        _tiny_run(folder)
+    except (CheckpointError, OSError):
+        pass  # refusing the folder is fine too
+    assert victim.read_text() == "precious user data\n"
+
+
+def test_checkpoint_files_are_private(tmp_path, umask_022):
+    folder = tmp_path / "ck"
+    _tiny_run(folder)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in folder.iterdir()}
+    assert all(mode & 0o077 == 0 for name, mode in modes.items() if name.endswith(".pt")), modes
+
+
+# --- manifests and states that do not fit the run ---------------------------------------
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"round": None},
+        {"best_per_round": None},
+        {"time_s": None},
+        {"round": "2"},
+        {"best_per_round": "oops"},
+    ],
+    ids=["no-round", "no-best", "no-time", "round-str", "best-str"],
+)
+def test_a_manifest_with_bad_entries_is_a_checkpoint_error(tmp_path, edit):
+    with pytest.raises(Killed):
+        run_federated(
+            "local",
+            _noiseless_setup(),
+            _short_settings("local"),
+            checkpoint=tmp_path,
+            on_round=kill_after(2),
+        )
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
+    for key, value in edit.items():
+        if value is None:
+            manifest.pop(key)
+        else:
+            manifest[key] = value
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError):
+        run_federated("local", _noiseless_setup(), _short_settings("local"), resume=tmp_path)
+
+
+def test_a_manifest_round_that_disagrees_with_the_files_is_refused(tmp_path):
+    with pytest.raises(Killed):
+        run_federated(
+            "local",
+            _noiseless_setup(),
+            _short_settings("local"),
+            checkpoint=tmp_path,
+            on_round=kill_after(2),
+        )
+    manifest = json.loads((tmp_path / MANIFEST).read_text())
+    manifest["round"] = 1
+    manifest["best_per_round"] = manifest["best_per_round"][:2]
+    (tmp_path / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(CheckpointError, match="round"):
+        run_federated("local", _noiseless_setup(), _short_settings("local"), resume=tmp_path)
+
+
+def test_a_partial_local_gp_state_is_refused(tmp_path):
+    with pytest.raises(Killed):
+        run_federated(
+            "local",
+            _noiseless_setup(),
+            _short_settings("local", local_refit_every=3),
+            checkpoint=tmp_path,
+            on_round=kill_after(1),
+        )
+    manifest, states = load_checkpoint(tmp_path)
+    state = states["client-0"]
+    assert state["state"]["local_fitter"]["state"]  # there is a fitted state to lose
+    state["state"]["local_fitter"]["state"] = {}
+    _rewrite_party(tmp_path, "client-0", state, manifest)
+    with pytest.raises(CheckpointError, match="Client 0"):
+        run_federated(
+            "local",
+            _noiseless_setup(),
+            _short_settings("local", local_refit_every=3),
+            resume=tmp_path,
+        )
+
+
+def test_nested_manifest_is_a_checkpoint_error(tmp_path):
+    (tmp_path / "checkpoint.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(tmp_path)
+
+
+def test_malicious_support_does_not_deny_resume(tmp_path, monkeypatch):
+    setup = FederationSetup(problem="cec2005-f1", dim=2, num_clients=3, seed=0)
+
+    def cfg(rounds):
+        return FBOFedGPConfig(num_init=4, num_rounds=rounds, raw_samples=16, support_size=4)
+
+    honest = FBOFedGPServer.run_round
+
+    def malicious(self, t):
+        honest(self, t)
+        self.broadcast("support", {"support": np.zeros(6)})  # a 1-D "support", last message
+
+    monkeypatch.setattr(FBOFedGPServer, "run_round", malicious)
+    try:
+        run_federated("fbo-fedgp", setup, cfg(1), checkpoint=tmp_path / "ck")
+    except (ProtocolViolation, ValueError):
+        return  # refused on receipt: fine too
+    monkeypatch.setattr(FBOFedGPServer, "run_round", honest)
+    run_federated("fbo-fedgp", setup, cfg(2), resume=tmp_path / "ck")
+
+
+@pytest.mark.parametrize("case", ["function-not-wrapped", "settings-of-wrong-type"])
+def test_checkpointing_keeps_the_clear_errors(tmp_path, case):
+    if case == "function-not-wrapped":
+        setup = FederationSetup(objectives=[lambda X: X.sum(-1)] * 2)
+        settings, match = _short_settings("local"), "CallableObjective"
+    else:
+        setup, settings, match = _noiseless_setup(), {"num_rounds": 2}, "BOSettings"
+    with pytest.raises(ValueError, match=match):  # the control: no checkpoint
+        run_federated("local", setup, settings)
+    with pytest.raises(ValueError, match=match):
+        run_federated("local", setup, settings, checkpoint=tmp_path)

@@ -1,7 +1,7 @@
-r"""Co-KG on the federation protocol (issue 10, item 4): the four algorithms end to end,
-what the server receives (and what it can reconstruct from it), checkpoints, settings,
-the secure-mean path, and the knowledge-gradient baselines ("data sharing" = central
-q-KG, "no collaboration" = local KG)."""
+r"""Co-KG on the federation protocol: the four algorithms end to end, what the server
+receives (and what it can reconstruct from it), checkpoints, settings, the secure-mean
+path, and the knowledge-gradient baselines ("data sharing" = central q-KG, "no
+collaboration" = local KG)."""
 
 from __future__ import annotations
 

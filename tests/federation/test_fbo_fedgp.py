@@ -1,7 +1,10 @@
-r"""FBO-FedGP on the federation protocol: privacy, determinism, options, baselines."""
+r"""FBO-FedGP on the federation protocol: privacy (what the server receives, and what the
+clients' public coins reveal about failed evaluations), determinism, presets and options
+(with their command-line forms), baselines."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import statistics
@@ -11,8 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+from botorch_fed.acquisition import MixingSchedule
+from botorch_fed.acquisition._rng import uniform_draws
+from botorch_fed.cli import build_parser
 from botorch_fed.federation import (
     BOSettings,
+    CallableObjective,
     FBOFedGPConfig,
     FederationSetup,
     Message,
@@ -20,8 +27,14 @@ from botorch_fed.federation import (
     build_federation,
     run_federated,
 )
+from botorch_fed.federation.fbo_fedgp import (
+    PRESET_VALUES,
+    FBOFedGPClient,
+    global_modules,
+)
 from botorch_fed.federation.messages import TIME_PREFIX
-from botorch_fed.models import OUTCOME_MOMENTS_LENGTH, SparseSummary
+from botorch_fed.federation.problem import initial_design
+from botorch_fed.models import OUTCOME_MOMENTS_LENGTH, SparseSummary, compute_local_summary
 from botorch_fed.models import federated_standardize as fs
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
@@ -572,7 +585,7 @@ def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregato
         assert exempt_a["theta"] and differ("theta")
 
 
-# --- presets and the options of issue 13 ---------------------------------------------------
+# --- presets and options ---------------------------------------------------------------
 def test_presets_fill_what_is_left_unset():
     from botorch_fed.federation.fbo_fedgp import PRESET_VALUES
 
@@ -641,8 +654,7 @@ def test_default_global_steps_use_each_clients_pic_model(monkeypatch):
 def test_batch_rule_takes_the_shared_sequential_greedy_batch():
     # the clients of a round compute the same q-batch on the same dPITC model and take
     # the point of their rank: recompute the batch independently from client 0's model
-    # (under the seed each client derives itself: the server sends none since issue 14,
-    # finding 7; this test used to read it from the server's message)
+    # (under the seed each client derives itself: the server sends none)
     from botorch.acquisition import qUpperConfidenceBound
 
     from botorch_fed.acquisition import maximize_step_acquisition
@@ -678,6 +690,76 @@ def test_batch_rule_takes_the_shared_sequential_greedy_batch():
     assert torch.cdist(X, X).add(torch.eye(3)).min() > 1e-6  # three different points
 
 
+def _one_round_config(**kwargs) -> FBOFedGPConfig:
+    return _config(**{"num_rounds": 1, **kwargs})
+
+
+def _global_points(clients) -> torch.Tensor:
+    r"""The ``k x d`` points the clients evaluated in their (single) global step."""
+    rows = [
+        torch.tensor(h["x"], dtype=torch.float64)
+        for c in clients.values()
+        for h in c.history
+        if h["step"] == "global"
+    ]
+    return torch.stack(rows)
+
+
+def test_default_preset_with_pitc_model_does_not_make_all_clients_evaluate_one_point():
+    cfg = _one_round_config(global_model="pitc")
+    assert cfg.resolved().mixing == "global"  # every client steps on the shared model
+    server, clients, _ = build_federation("fbo-fedgp", _setup(), cfg)
+    server.run()
+    X = _global_points(clients)
+    assert len(X) == 3
+    # three clients, three evaluations of the one shared model: they must not coincide
+    assert (torch.cdist(X, X) + torch.eye(3)).min() > 1e-6
+
+
+def test_dataclasses_replace_of_preset_gives_the_new_presets_algorithm():
+    paper = dataclasses.replace(FBOFedGPConfig(), preset="paper")
+    assert paper.preset == "paper"
+    for name, value in PRESET_VALUES["paper"].items():
+        assert getattr(paper.resolved(), name) == value, name
+    # the same root cause: a KG config derived from the default one is refused, while
+    # FBOFedGPConfig(acquisition="kg") is valid
+    dataclasses.replace(FBOFedGPConfig(), acquisition="kg").validate()
+
+
+def test_paper_preset_with_pic_model_is_accepted():
+    cfg = FBOFedGPConfig.paper(global_model="pic")
+    cfg.validate()
+    assert cfg.resolved().global_batch == "independent"
+
+
+def test_expected_mixing_with_batch_rule_is_refused_or_honoured(monkeypatch):
+    cfg = _one_round_config(mixing="expected", global_batch="batch")
+    try:
+        cfg.validate()
+    except ValueError:
+        return  # refusing the combination is fine too
+    calls = []
+    original = FBOFedGPClient._batch_point
+
+    def recording(self, model, t, *args):
+        calls.append(self.client_id)
+        return original(self, model, t, *args)
+
+    monkeypatch.setattr(FBOFedGPClient, "_batch_point", recording)
+    server, clients, _ = build_federation("fbo-fedgp", _setup(), cfg)
+    server.run()
+    assert len(calls) == 3, "the 'batch' rule was not used by the global clients"
+
+
+def test_nullable_preset_options_accept_none_on_the_command_line():
+    parser = build_parser()
+    args = parser.parse_args(
+        ["run", "fbo-fedgp", "--problem", "branin", "--mixing", "none", "--global-model", "none"]
+    )
+    assert getattr(args, "settings.mixing") is None
+    assert getattr(args, "settings.global_model") is None
+
+
 def test_support_is_clamped_into_the_unit_cube(monkeypatch):
     # k-means centres are means of unit-cube points; rounding may leave one a few ulps
     # outside, which every client would refuse as a protocol violation
@@ -696,3 +778,121 @@ def test_support_is_clamped_into_the_unit_cube(monkeypatch):
     server.run()
     for c in clients.values():
         assert ((c.support >= 0) & (c.support <= 1)).all()
+
+
+# --- the public local/global coins and failed evaluations ------------------------------
+# A client draws its public local/global coin from its own generator, seeded from the
+# run's public seed. Were ``BOClient.avoid_failures`` to redraw a candidate near a failed
+# point from that generator, the coin sequence would show that a redraw happened: a
+# malicious server that steers one client's global candidate onto a point ``P`` would
+# learn whether that client has a failed point within ``MIN_DISTANCE`` of ``P``, and even
+# an honest-but-curious server under ``masking`` would see which client's coins left the
+# sequence its public seed predicts.
+SEED, M, DIM, NUM_INIT = 5, 3, 2, 4
+UNIT = [[0.0, 0.0], [1.0, 1.0]]
+
+
+def _client_seed(cid: int) -> int:
+    return SEED * 1_000 + 101 * cid + 1  # public: derived from the run's seed
+
+
+class TransientFailure:
+    r"""Fails on its ``fail_call``-th call (-1: never); a bowl elsewhere."""
+
+    def __init__(self, fail_call: int):
+        self.calls, self.fail_call = 0, fail_call
+
+    def __call__(self, Z):
+        self.calls += 1
+        if self.calls == self.fail_call:
+            raise RuntimeError("transient failure")
+        return ((Z - 0.3) ** 2).sum(-1)
+
+
+def _steered_probe(failing_client: int, victim: int) -> bool:
+    r"""A plaintext server steers ``victim``'s global candidate onto the victim's second
+    initial point ``P`` (public: Sobol from the public seed) with a forged summary sum
+    (one fake observation at ``P``, ``P`` the only support point), then picks the round
+    ``t`` of a ``round`` message so that ``p_t`` separates the victim's next uniform
+    draw with and without a redraw; returns the victim's coin ("global")."""
+    objs = [
+        CallableObjective(TransientFailure(2 if i == failing_client else -1), UNIT)
+        for i in range(M)
+    ]
+    setup = FederationSetup(objectives=objs, seed=SEED, aggregator="plaintext", crypto_seed=0)
+    cfg = FBOFedGPConfig(num_init=NUM_INIT, num_rounds=3, raw_samples=64, num_restarts=4)
+    server, _, _ = build_federation("fbo-fedgp", setup, cfg)
+    P = initial_design(NUM_INIT, DIM, _client_seed(victim), None)[1:2]
+    server.initialize()
+    server.support = P
+    server.broadcast("support", {"support": P.numpy()})
+    modules = global_modules(DIM)  # the clients' modules: defaults, never refreshed
+    server.standardize_outcomes()
+    fake = compute_local_summary(
+        P, torch.tensor([[10.0]], dtype=torch.float64), P, *modules
+    ).to_numpy()
+    honest_broadcast = server.broadcast
+
+    def forged(type, payload=None, clients=None):
+        return honest_broadcast(
+            type, {"sum": fake} if type == "secagg_result" else payload, clients
+        )
+
+    server.broadcast = forged
+    server.secure_sum("summary", SparseSummary.packed_length(1))
+    server.broadcast = honest_broadcast
+    server.send({victim: Message("global_step", {"t": 1, "rank": 0, "count": 1})})
+    schedule = MixingSchedule(c=0.5)
+    clean = torch.Generator().manual_seed(_client_seed(victim))
+    redrawn = torch.Generator().manual_seed(_client_seed(victim))
+    torch.rand(1, DIM, generator=redrawn, dtype=torch.float64)
+    lo, hi = sorted([float(uniform_draws(1, clean)[0]), float(uniform_draws(1, redrawn)[0])])
+    t = next(t for t in range(1, 10**6) if lo < schedule.prob_local(t) <= hi)
+    return bool(server.send({victim: Message("round", {"t": t})})[victim].payload["global"])
+
+
+def test_malicious_server_cannot_locate_a_failed_point():
+    # world A: client 0's evaluation at its 2nd initial point failed; world B: client 1's.
+    # The attack needs the victim to take a global step it did not draw (to land it on
+    # the probed point): a client refuses that, in either world.
+    for world in (0, 1):
+        for victim in (0, 1):
+            with pytest.raises(ProtocolViolation, match="drew no global step"):
+                _steered_probe(world, victim)
+
+
+def _coins(fail_near_optimum: bool) -> list[list[bool]]:
+    def bowl(Z):
+        return ((Z - 0.3) ** 2).sum(-1)
+
+    def flaky(Z):
+        if ((Z - 0.3) ** 2).sum() < 0.01:
+            raise RuntimeError("solver crash")
+        return bowl(Z)
+
+    objs = [
+        CallableObjective(flaky if (i == 1 and fail_near_optimum) else bowl, UNIT) for i in range(M)
+    ]
+    setup = FederationSetup(objectives=objs, seed=SEED, aggregator="masking", crypto_seed=0)
+    coins: list[list[bool]] = [[] for _ in range(M)]
+
+    def on_receive(cid, reply):
+        if reply.type == "round":
+            coins[cid].append(bool(reply.payload["global"]))
+
+    server, clients, _ = build_federation(
+        "fbo-fedgp",
+        setup,
+        FBOFedGPConfig(num_init=NUM_INIT, num_rounds=10, raw_samples=32),
+        on_receive=on_receive,
+    )
+    server.run()
+    if fail_near_optimum:  # the scenario is as intended: client 1's evaluations failed
+        assert len(clients[1].failures) >= 1
+    return coins
+
+
+def test_coins_do_not_depend_on_failures_passive_server():
+    # client 1's black box crashes near the optimum; the coins the server sees must be
+    # those of the run in which nothing fails (they are draws of the client's seed only)
+    assert _coins(True) == _coins(False)

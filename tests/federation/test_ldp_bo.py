@@ -259,8 +259,8 @@ def test_a_failed_evaluation_gives_no_reward_and_the_run_goes_on():
 
 @pytest.mark.parametrize("private", [True, False])
 def test_a_failed_evaluation_counts_against_the_users_budget(private):
-    # security review: failures were answered in the clear and spent nothing, so a
-    # server mapped where a black box fails (or, with a noisy one, its value) for free
+    # a failure is an answer in the clear: were it free, a server could map where a
+    # black box fails (or, with a noisy one, its value) without spending any budget
     grid = torch.linspace(0, 1, 5).unsqueeze(-1)
     obj = CallableObjective(
         lambda X: torch.full_like(X[:, 0], torch.nan),

@@ -234,6 +234,40 @@ def test_callable_may_use_autograd():
     assert torch.isfinite(observed).all()
 
 
+def test_a_list_of_tensors_that_require_grad_is_accepted():
+    w = torch.tensor([1.0, -2.0], dtype=torch.float64, requires_grad=True)
+
+    def loss(Z):  # e.g. a torch model's loss per point, returned as a list
+        return [(z * w).sum() ** 2 for z in Z]
+
+    objective = CallableObjective(loss, [[0.0, 0.0], [1.0, 1.0]])
+    X = torch.tensor([[0.25, 0.5], [1.0, 0.0]], dtype=torch.float64)
+    observed, reported = objective.evaluate(X)
+    expected = torch.stack([v.detach() for v in loss(X)])
+    assert torch.equal(observed, expected) and torch.equal(reported, expected)
+
+
+def test_a_ragged_return_value_is_a_contract_error():
+    objective = CallableObjective(lambda Z: [1.0, [2.0]], [[0.0, 0.0], [1.0, 1.0]])
+    with pytest.raises(ObjectiveContractError, match="<lambda>"):
+        objective.evaluate(torch.rand(2, 2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [np.ma.masked, np.ma.array([5.0], mask=[True])],
+    ids=["masked-constant", "masked-array"],
+)
+def test_masked_values_are_not_reported_as_numbers(value):
+    objective = CallableObjective(lambda Z: value, [[0.0, 0.0], [1.0, 1.0]])
+    X = torch.rand(1, 2, dtype=torch.float64)
+    try:
+        observed, reported = objective.evaluate(X)
+    except ObjectiveContractError:
+        return
+    assert not torch.isfinite(observed).any() and not torch.isfinite(reported).any()
+
+
 # --- argument checks ----------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
 r"""The algorithm registry: look-ups, refusals, and its promise -- a new algorithm is its
-own module plus one registration, and ``run_federated`` runs it.
+own module plus one registration, and ``run_federated`` runs it (and refuses, before the
+run, a client that keeps no ``history``).
 
 The toy algorithms below live only in this file (a settings dataclass, a client and a
 server built from the existing ``BOClient`` / ``PacingServer`` / ``secure_sum``
@@ -22,6 +23,7 @@ from botorch_fed.federation import (
     BuildContext,
     CallableObjective,
     FBOFedGPConfig,
+    FederatedClient,
     FederationSetup,
     available_algorithms,
     build_federation,
@@ -249,6 +251,45 @@ def test_a_registered_secure_algorithm_gets_the_aggregator(toys):
         "toy-perturb", FederationSetup(objectives=objective, num_clients=1), settings
     )
     assert server.secagg is None and clients[0].secagg is None
+
+
+class _NoHistoryClient(FederatedClient):
+    r"""A user's client that forgot the ``history`` the harness scores."""
+
+    calls: list = []
+
+    def __init__(self, cid, objective):
+        super().__init__(cid)
+        self.objective = objective
+
+    def on_init(self, payload):
+        _NoHistoryClient.calls.append("init")
+        self.objective.evaluate(torch.rand(1, self.objective.dim, dtype=torch.float64))
+        return {}
+
+    def on_round(self, payload):
+        _NoHistoryClient.calls.append("round")
+        return {}
+
+
+def test_a_client_without_history_is_refused_before_the_run():
+    spec = AlgorithmSpec(
+        name="toy-no-history",
+        summary="a client without history (test toy)",
+        settings_class=BOSettings,
+        make_client=lambda ctx, cid: _NoHistoryClient(cid, ctx.objectives[cid]),
+        make_server=lambda ctx, transport: PacingServer(transport, ctx.settings),
+    )
+    register_algorithm(spec)
+    _NoHistoryClient.calls = []
+    try:
+        objective = CallableObjective(lambda Z: Z.sum(-1), [[0.0, 0.0], [1.0, 1.0]])
+        setup = FederationSetup(objectives=objective, num_clients=2)
+        with pytest.raises((TypeError, ValueError), match="history"):
+            run_federated("toy-no-history", setup, BOSettings(num_rounds=2))
+        assert _NoHistoryClient.calls == []
+    finally:
+        unregister_algorithm("toy-no-history")
 
 
 def test_toys_are_gone_after_the_fixture():

@@ -1,5 +1,4 @@
-r"""Clients bind what the server told them into the next secure sum (issue 14, finding 6
-and the equivocation attack of the review of issue 8).
+r"""Clients bind what the server told them into the next secure sum.
 
 The attack: a server that sends different clients different federation values (a
 request argument, a broadcast setting, a forwarded sum) can make every client but one
@@ -11,11 +10,19 @@ masked input exists; the consistency round's tags cover it again), under ``ckks`
 the guard canaries (the decrypting client refuses the aggregate). ``plaintext`` has no
 such protection (the positive control: the attack recovers the victim's vector), nor
 has a client whose binding is removed.
+
+The binding also holds against a server that deviates within a session: a contributor
+whose consistency reply it discards is checked all the same (in the key round, where
+every client checks every peer); an opening it abandons does not restart the chain, so an
+equivocation before it is bound into the next session; a round-0 frame without
+``request`` does not get it the vector of an earlier, abandoned opening; and under
+``ckks`` clients handed aggregates over different contributor lists notice.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import numpy as np
 import pytest
@@ -23,15 +30,22 @@ import pytest
 from botorch_fed.federation import FBOFedGPConfig, FederationSetup, run_federated
 from botorch_fed.federation import roles as roles_module
 from botorch_fed.federation.checkpoint import CheckpointError
-from botorch_fed.federation.fbo_fedgp import FBOFedGPServer
+from botorch_fed.federation.fbo_fedgp import OUTCOME_MOMENTS_LENGTH, FBOFedGPServer
 from botorch_fed.federation.messages import Message
-from botorch_fed.federation.roles import FederatedClient, relayed_digest
+from botorch_fed.federation.roles import (
+    SECAGG,
+    FederatedClient,
+    ProtocolViolation,
+    relayed_digest,
+)
 from botorch_fed.secure import (
     InputError,
     KeyMismatchError,
+    SecureAggregationError,
     TamperedMessageError,
     get_backend,
 )
+from botorch_fed.secure.wire import PayloadReader, PayloadWriter
 from tests.helpers.federation_runs import backend_params
 from tests.helpers.secure_roles import make_roles
 
@@ -42,7 +56,7 @@ BACKENDS = backend_params("masking", "ckks")
 class _Client(FederatedClient):
     r"""A client whose next vector depends on what the server told it: its private
     vector times a ``scale`` (an argument, a relayed setting, or 0 when the forwarded
-    sum is "too large", as a far-off mean zeroes the centred moments of issue 8)."""
+    sum is "too large", as a far-off mean zeroes FBO-FedGP's centred outcome moments)."""
 
     RELAYED = frozenset({"setting"})  # "note" is meant for one client only
 
@@ -98,9 +112,11 @@ def _finish(clients, forwarded=None, per_client=None):
         client.on_secagg_result(payload)
 
 
-def _federation(name, seed=5):
-    server, roles = make_roles(get_backend(name), IDS, seed=seed)
-    return server, {cid: _Client(cid, roles[cid]) for cid in IDS}
+def _federation(name, ids=None, seed=5):
+    r"""A secure-aggregation server and ``_Client`` parties ``ids`` (default ``IDS``)."""
+    ids = IDS if ids is None else list(ids)
+    server, roles = make_roles(get_backend(name), ids, seed=seed)
+    return server, {cid: _Client(cid, roles[cid]) for cid in ids}
 
 
 def _unbind(monkeypatch):
@@ -294,3 +310,212 @@ def test_an_fbo_fedgp_run_stops_when_the_server_equivocates(name, monkeypatch):
     refused = "told the two clients different values|transcripts differ"
     with pytest.raises(TamperedMessageError, match=refused):
         run_federated("fbo-fedgp", setup, config)
+
+
+# --- a malicious server against the binding: dropped replies, abandoned openings ------
+# (a session driven by hand: a client's refusal counts as a dropout, the server may
+# discard replies, abandon a session or open one without the federation's fields)
+def _drive(
+    server, clients, request="a", round_=1, args=None, per_client=None, *,
+    stop_after=None, opening=True, drop=None,
+):  # fmt: skip
+    r"""One secure session run by a malicious server: ``per_client[cid]`` replaces
+    opening fields of client ``cid``; a client that raises counts as a dropout (the
+    server goes on with the others); ``stop_after``: abandon the session after that
+    round; ``opening=False``: round-0 frames without the federation's opening fields;
+    ``drop[rnd]``: clients whose reply to round ``rnd`` the server discards.
+    Returns what the server obtains and the errors."""
+    per_client = per_client or {}
+    out, rnd, errors = server.start(sorted(clients), 3), 0, {}
+    while isinstance(out, dict):
+        replies = {}
+        for cid, msg in out.items():
+            payload = {"data": msg}
+            if rnd == 0 and opening:
+                payload.update(request=request, wide=0, round=round_)
+                payload.update({f"arg:{k}": v for k, v in (args or {}).items()})
+                payload.update(per_client.get(cid, {}))
+            try:
+                replies[cid] = clients[cid].on_secagg(payload)["data"]
+            except (SecureAggregationError, ProtocolViolation) as exc:
+                errors[cid] = exc
+        for cid in (drop or {}).get(rnd, ()):
+            replies.pop(cid, None)
+        if stop_after == rnd:
+            return None, errors
+        rnd += 1
+        try:
+            out = server.step(replies)
+        except SecureAggregationError as exc:
+            errors["server"] = exc
+            return None, errors
+    return out, errors
+
+
+def _accepted(name, clients, total):
+    r"""The sum the attack produced: the server's (masking) or the one every client
+    accepted (ckks), else None."""
+    if name == "masking":
+        return total
+    results = [c.secagg.result for c in clients.values()]
+    return None if any(r is None for r in results) else results[0]
+
+
+# --- masking checks every contributor's transcript, dropped replies or not ---------
+@pytest.mark.usefixtures("quiet_single_thread")
+@pytest.mark.parametrize("victim", [0, 3])
+def test_masking_does_not_sum_a_victim_whose_consistency_reply_is_dropped(victim):
+    server, clients = _federation("masking", (0, 1, 2, 3))
+    zero = {cid: {"arg:scale": 0.0} for cid in (0, 1, 2, 3) if cid != victim}
+    total, errors = _drive(
+        server, clients, args={"scale": 1.0}, per_client=zero, drop={3: {victim}}
+    )
+    # refused in the key round: every client checks every peer's transcript there
+    assert total is None, (
+        f"the server unmasked {total}: client {victim}'s private vector is {clients[victim].value}"
+    )
+
+
+# --- an opening that never yields a sum does not restart the chain ----------------
+def _tell_apart(clients):
+    r"""The relayed-setting equivocation of ``_mount``: client 0 keeps its vector, the
+    others will contribute zeros."""
+    for cid, client in clients.items():
+        client.handle(Message("setting", {"scale": 1.0 if cid == 0 else 0.0}))
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+@pytest.mark.parametrize("name", backend_params("masking", "ckks"))
+def test_an_abandoned_opening_does_not_launder_an_equivocation(name):
+    server, clients = _federation(name)
+    _tell_apart(clients)
+    _drive(server, clients, stop_after=0)  # opened (every chain restarts), abandoned
+    total, errors = _drive(server, clients)
+    leaked = _accepted(name, clients, total)
+    assert leaked is None, f"{name}: {leaked} is client 0's vector {clients[0].value}"
+
+
+def _laundering_broadcast(self, type, payload=None, clients=None):
+    r"""``FBOFedGPServer.broadcast`` that sends client 0 another support, then opens a
+    secure session (the round-0 frames of a ``moments`` sum) and abandons it."""
+    ids = self.client_ids if clients is None else tuple(clients)
+    payload = dict(payload or {})
+    if type != "support":
+        return self.send(dict.fromkeys(ids, Message(type, payload)))
+    moved = np.clip(np.asarray(payload["support"]) + 0.01, 0.0, 1.0)
+    replies = self.send(
+        {cid: Message(type, {**payload, "support": moved} if cid == 0 else payload) for cid in ids}
+    )
+    frames = self.secagg.start(ids, OUTCOME_MOMENTS_LENGTH)
+    opening = {"request": "moments", "wide": 0, "round": int(self.ledger.round)}
+    self.send({cid: Message(SECAGG, {"data": d, **opening}) for cid, d in frames.items()})
+    return replies
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+@pytest.mark.parametrize("name", backend_params("masking", "ckks"))
+def test_an_fbo_fedgp_run_with_a_laundering_opening_stops(name, monkeypatch):
+    setup = FederationSetup(
+        problem="branin", dim=2, num_clients=3, seed=0, crypto_seed=0, aggregator=name
+    )
+    config = FBOFedGPConfig.paper(
+        num_init=4, support_size=6, num_restarts=2, raw_samples=16, maxiter=20,
+        mixing="global", num_rounds=1,
+    )  # fmt: skip
+    monkeypatch.setattr(FBOFedGPServer, "broadcast", _laundering_broadcast)
+    with pytest.raises((SecureAggregationError, ProtocolViolation)):
+        run_federated("fbo-fedgp", setup, config)
+
+
+# --- a round-0 frame without `request` leaks nothing -------------------------------
+@pytest.mark.usefixtures("quiet_single_thread")
+@pytest.mark.parametrize("name", backend_params("masking", "ckks"))
+def test_an_opening_without_request_leaks_no_vector(name):
+    server, clients = _federation(name)
+    zero = {1: {"arg:scale": 0.0}, 2: {"arg:scale": 0.0}}
+    _drive(server, clients, args={"scale": 1.0}, per_client=zero, stop_after=0)
+    total, errors = _drive(server, clients, opening=False)
+    leaked = _accepted(name, clients, total)
+    assert leaked is None, f"{name}: {leaked} is client 0's vector {clients[0].value}"
+
+
+# --- ckks: what a client decrypted is bound ----------------------------------------
+def _per_client_aggregates(views):
+    r"""``_CKKSServer._aggregate`` that hands client ``cid`` the (genuine) aggregate of
+    ``views[cid]`` (each holds the client and >= min_clients contributors)."""
+
+    def aggregate(self, payloads):
+        n = self.backend.n_chunks(self.length)
+        cts = {}
+        for cid, data in payloads.items():
+            reader = PayloadReader(data)
+            assert reader.u32() == n
+            cts[cid] = [self._ts.ckks_vector_from(self.context, reader.blob()) for _ in range(n)]
+        self._contributors = tuple(sorted(payloads))
+        out = {}
+        for cid, view in views.items():
+            writer = PayloadWriter().ids(view).u32(n)
+            for k in range(n):
+                acc = cts[view[0]][k] + cts[view[1]][k]
+                for v in view[2:]:
+                    acc = acc + cts[v][k]
+                writer.blob(acc.serialize())
+            out[cid] = writer.getvalue()
+        return out
+
+    return aggregate
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+@pytest.mark.parametrize("name", backend_params("ckks"))
+def test_ckks_clients_told_different_sums_detect_it(name):
+    server, clients = _federation(name, (0, 1, 2, 3))
+    views = {0: (0, 1, 2, 3), 1: (0, 1, 2, 3), 2: (0, 1, 2), 3: (0, 1, 3)}
+    server._aggregate = types.MethodType(_per_client_aggregates(views), server)
+    _, errors = _drive(server, clients)
+    detected = bool(errors)
+    sums = {}
+    if not detected:
+        for cid, client in clients.items():
+            try:
+                client.on_secagg_result({})
+            except ProtocolViolation:
+                detected = True
+            sums[cid] = client.last_sum
+        del server._aggregate
+        _, errors = _drive(server, clients, request="b", round_=2)  # uses last_sum
+        detected = bool(errors)
+    assert detected, f"clients accepted different sums {sums} and then the next session"
+
+
+# --- relayed values mid-session, and an honest run of four clients ----------------
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_a_relayed_value_sent_to_one_client_mid_session_is_bound_into_the_next():
+    r"""A relayed message after a session's last backend round, before its result, to
+    one client only: the next masking session yields no sum (M = 3, t = 3)."""
+    server, clients = _federation("masking")
+    total, errors = _drive(server, clients)
+    assert not errors and total is not None
+    clients[1].handle(Message("setting", {"scale": 0.0}))
+    for client in clients.values():
+        client.on_secagg_result({"sum": total})
+    total, errors = _drive(server, clients, round_=2)
+    assert total is None and errors
+    refusals = [e for cid, e in errors.items() if cid != "server"]
+    assert refusals and all("told the two clients different values" in str(e) for e in refusals)
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+@pytest.mark.parametrize("name", backend_params("masking", "ckks"))
+def test_honest_four_client_run_with_federated_fit_and_support_reselection(name):
+    r"""M = 4 (masking t = 3 < M: a contributor's consistency reply may be dropped): an
+    honest FBO-FedGP run with the federated fit and support re-selection completes."""
+    setup = FederationSetup(
+        problem="branin", dim=2, num_clients=4, seed=1, crypto_seed=0, aggregator=name
+    )
+    config = FBOFedGPConfig.paper(
+        num_init=4, support_size=6, num_restarts=2, raw_samples=16, maxiter=20,
+        mixing="global", num_rounds=2, support_every=1, hyperparameters="federated",
+    )  # fmt: skip
+    result = run_federated("fbo-fedgp", dataclasses.replace(setup), config)
+    assert len(result.best_per_round) == 3

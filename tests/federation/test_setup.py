@@ -1,11 +1,11 @@
 r"""FederationSetup with the user's objectives, and the results of a run in the user's
 convention.
 
-Bad combinations are refused with a ValueError naming the argument; every algorithm
-accepts ``objectives=``; a run that maximises ``f`` makes exactly the decisions of
-one that minimises ``-f`` and reports the negated numbers (the convention is applied
-once, in the client); results are JSON (strict: no NaN) and carry a regret only when
-the optimum is known.
+Bad combinations and bad values are refused with a ValueError naming the argument;
+every algorithm accepts ``objectives=``; a run that maximises ``f`` makes exactly the
+decisions of one that minimises ``-f`` and reports the negated numbers (the convention
+is applied once, in the client); results are JSON (strict: no NaN) and carry a regret
+only when the optimum is known.
 """
 
 from __future__ import annotations
@@ -163,6 +163,32 @@ def test_too_few_clients_for_the_algorithm_are_refused():
 def test_bad_evaluation_errors_setting_is_refused():
     setup = FederationSetup(objectives=[_objective()] * 2, evaluation_errors="ignore")
     assert "record" in _refused(setup, "evaluation_errors")
+
+
+def _problem_setup(seed: int = 2, **kwargs) -> FederationSetup:
+    return FederationSetup(problem="branin", num_clients=3, seed=seed, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "algorithm, field, value",
+    [
+        ("fbo-fedgp", "crypto_seed", -1),
+        ("fbo-fedgp", "crypto_seed", 1.5),
+        ("local", "init_regions", "no"),
+        ("local", "noise_std", math.inf),
+        ("local", "noise_std", "0.1"),
+        ("local", "shift", "0.1"),
+        ("local", "beta", "1"),
+    ],
+)
+def test_bad_setup_values_are_named(algorithm, field, value):
+    if field == "beta":
+        with pytest.raises(ValueError, match=f"`{field}`"):
+            BOSettings(beta=value).validate()
+        return
+    setup = _problem_setup(**{field: value})
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        setup.validate(algorithm)
 
 
 def test_describe_is_json():

@@ -1,6 +1,5 @@
-"""A client never passes an earlier session's sum off as the result of a new request
-(issue 14; found by the audit of docs/security.md): a new request and any integrity
-error clear the backend's last sum."""
+"""A client never passes an earlier session's sum off as the result of a new request:
+a new request and any integrity error clear the backend's last sum."""
 
 from __future__ import annotations
 

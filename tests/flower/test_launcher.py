@@ -3,7 +3,8 @@ r"""The process launcher of a loopback Flower federation (botorch_fed.flower.lau
 The tests marked ``flower`` start real SuperLink/SuperNode processes with stand-in
 party agents (a few lines that bind the Unix socket and sleep), so they do not
 depend on the party module. A session-level safety net calls ``down`` on every
-state folder a test used, so no process outlives the tests.
+state folder a test used, so no process outlives the tests. The state folder is private
+to its user: ``up`` makes it so, and ``submit`` runs nothing from one others can write.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tomllib
@@ -236,6 +238,54 @@ def test_submit_without_federation(tmp_path):
         submit(tmp_path, {})
     assert err.value.state == tmp_path.resolve()
     assert isinstance(err.value, FlowerLaunchError)
+
+
+# the state folder: another local user must not be able to plant files in it
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_submit_refuses_a_state_folder_others_can_write(tmp_path):
+    state = tmp_path / "botorch-fed-flower-victim"
+    state.mkdir()
+    os.chmod(state, 0o777)  # as another user would leave it
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    marker = tmp_path / "pwned"
+    flwr = evil / "flwr"
+    flwr.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    flwr.chmod(0o755)
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "pyproject.toml").write_text("[tool.flwr.app]\npublisher = 'x'\n")
+    pid = os.getpid()  # any live process of the victim passes for the SuperLink
+    fed = {
+        "python": str(evil / "python"),
+        "app_dir": str(app),
+        "pids": {"superlink": pid},
+        "start_times": {"superlink": processes.start_time(pid)},
+    }
+    (state / "federation.json").write_text(json.dumps(fed))
+    try:
+        launcher.submit(state, {}, stream=lambda line: None)
+    except Exception:  # noqa: BLE001 - refused, as it must be
+        pass
+    assert not marker.exists(), "the victim ran the attacker's `flwr`"
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_up_makes_a_private_state_folder(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name in ("python", "flower-superlink", "flower-supernode"):
+        (fake / name).write_text("#!/bin/sh\nexit 1\n")
+        (fake / name).chmod(0o755)
+    state = tmp_path / "state"
+    old = os.umask(0o022)
+    try:
+        with pytest.raises(launcher.FlowerLaunchError):
+            launcher.up(1, state, timeout=5, python=str(fake / "python"))
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE(os.stat(state).st_mode)
+    assert mode & 0o077 == 0, oct(mode)
 
 
 def test_child_env_puts_the_callers_folder_first_on_pythonpath(tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 r"""A party's agent refuses what its own policy does not allow, whatever the run
 config (written by the server's operator) asks: plaintext sums, a known crypto seed,
-an objective it does not run, the final report of its evaluations. Each test also
+an objective it does not run, the final report of its evaluations, algorithms that show
+the server raw data, exact cluster centres, an epsilon outside its bounds. Each test also
 runs the same request with the permission granted, so it fails if the refusal is
 removed or if it refuses everything."""
 
@@ -24,9 +25,15 @@ from tests.helpers.flower_runs import short_argv  # noqa: E402
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
 
-def _first(agent: PartyAgent, argv: list[str], type_: str = "init", keyset: str = ""):
+def _send(agent: PartyAgent, run: int, argv: list[str], type_: str, payload=None, keyset=""):
+    r"""One message of run ``run`` as the ClientApp forwards it (the run config is the
+    server's)."""
     config = {"argv": json.dumps(argv), "keyset": keyset}
-    return agent.answer({"run": 1, "type": type_, "config": config}, {})
+    return agent.answer({"run": run, "type": type_, "config": config}, payload or {})
+
+
+def _first(agent: PartyAgent, argv: list[str], type_: str = "init", keyset: str = ""):
+    return _send(agent, 1, argv, type_, keyset=keyset)
 
 
 def _without_seed(argv: list[str]) -> list[str]:
@@ -127,8 +134,29 @@ def test_algorithms_that_show_the_server_raw_data_are_refused_unless_allowed():
     assert meta["ok"]
 
 
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (["--center-noise", "0"], "noise of std 0 "),
+        # a noise too small to hide anything, and clusters of one point
+        (["--center-noise", "1e-300"], "noise of std 1e-300 "),
+        (["--min-cluster-size", "1"], "clusters of 1 point"),
+    ],
+)
+def test_the_party_refuses_exact_cluster_centres_unless_allowed(options, match, tmp_path):
+    argv = short_argv("fbo-fedgp", "masking")
+    i = argv.index("--crypto-seed")
+    argv = argv[:i] + argv[i + 2 :] + ["--support-selection", "clustered", *options]
+    keyset, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
+    with pytest.raises(PolicyError, match=match):
+        _send(PartyAgent(0, 3, tmp_path), 1, argv, "init", keyset=keyset)
+    allowed = PartyPolicy(allow_exact_centres=True)
+    meta, _ = _send(PartyAgent(0, 3, tmp_path, policy=allowed), 1, argv, "init", keyset=keyset)
+    assert meta["ok"]
+
+
 def test_an_epsilon_below_the_partys_minimum_is_refused():
-    # security review: a tiny epsilon bought many answers (and failure bits) for little
+    # a tiny epsilon would buy many answers (and failure bits) for little
     argv = ["ldp-tgp", "--problem", "ldp-synthetic", "--clients", "3", "--num-rounds", "2"]
     with pytest.raises(PolicyError, match="epsilon = 0.001 per answer, below this party's 0.1"):
         _first(PartyAgent(0, 3), [*argv, "--epsilon", "0.001"])

@@ -1,11 +1,14 @@
 r"""Payloads on Flower's wire: every kind a protocol message carries survives
 :func:`to_records`, Flower's own encoding (tests/helpers/fake_grid.py's :func:`wire`) and
 :func:`from_records` unchanged; what the wire cannot carry is refused when the message
-is built, naming the key, in process as on Flower."""
+is built, naming the key, in process as on Flower; a malformed frame makes
+:func:`decode_frame` raise ``ValueError``."""
 
 from __future__ import annotations
 
+import json
 import re
+import struct
 
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ from flwr.app import ConfigRecord, Message, RecordDict  # noqa: E402
 
 from botorch_fed.federation.messages import INT_RANGE, validate_payload  # noqa: E402
 from botorch_fed.federation.messages import Message as ProtocolMessage  # noqa: E402
-from botorch_fed.flower.records import from_records, to_records  # noqa: E402
+from botorch_fed.flower.records import decode_frame, from_records, to_records  # noqa: E402
 from tests.helpers.fake_grid import FakeGrid, wire  # noqa: E402
 
 
@@ -120,3 +123,21 @@ def test_the_fake_grid_sends_messages_through_the_wire(task_identity, tmp_path):
     message = Message(content, node, "query.hello", group_id="0")
     with pytest.raises(ValueError, match="out of range"):
         grid.push_messages([message])
+
+
+def _body(header: bytes) -> bytes:
+    return struct.pack("<Q", len(header)) + header
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+@pytest.mark.parametrize(
+    "header",
+    [
+        json.dumps({"meta": {}, "entries": [["k", "a", "<f8", [2**70]]]}).encode(),
+        b"[" * 100_000 + b"]" * 100_000,
+    ],
+    ids=["shape-beyond-int64", "deeply-nested-header"],
+)
+def test_a_malformed_frame_raises_value_error(header):
+    with pytest.raises(ValueError, match="malformed frame"):
+        decode_frame(_body(header))

@@ -5,12 +5,14 @@ The ServerApp's program (:func:`run_on_flower`), the ``ClientApp``, the party ag
 ``Grid`` (tests/helpers/fake_grid.py): everything a deployment runs but Flower's
 processes and network (tests/flower/test_loopback.py starts those). The JSON must equal
 the in-process ``run_federated`` result but for wall times, byte counts (Flower's
-records are larger) and versions."""
+records are larger) and versions. A run whose parties leave, do not answer, fail or
+send a malformed report stops naming them, or goes on without them where it can."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import time
 
@@ -20,14 +22,13 @@ import torch
 
 pytest.importorskip("flwr")
 
-from botorch_fed.federation import available_algorithms, get_algorithm  # noqa: E402
-from botorch_fed.federation.runner import build_context, run_federated  # noqa: E402
-from botorch_fed.flower.keys import write_keyset  # noqa: E402
+from botorch_fed.federation import available_algorithms  # noqa: E402
+from botorch_fed.federation.runner import run_federated  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
 from botorch_fed.flower.transport import ClientFailed, ClientUnavailable  # noqa: E402
 from botorch_fed.secure import available_backends  # noqa: E402
-from tests.helpers.fake_grid import FakeGrid  # noqa: E402
+from tests.helpers.fake_grid import FakeGrid, flower_run  # noqa: E402
 from tests.helpers.flower_runs import comparable, short_argv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
@@ -40,30 +41,6 @@ def _cases():
         for agg in ("masking", "ckks"):
             marks = [] if agg in available_backends() else [pytest.mark.skip(reason=agg)]
             yield pytest.param(name, agg, id=f"{name}-{agg}", marks=marks)
-
-
-def flower_run(options, tmp_path, drop=None, on_dropout="fail", timeout=30.0, hang=(), **config):
-    r"""``options`` on the app over a :class:`FakeGrid`; returns ``(result, grid)``."""
-    run = prepare(options)
-    spec = get_algorithm(run.algorithm)
-    ids = build_context(spec, run.setup, run.settings).client_ids
-    keyset, server_key = "", ""
-    if spec.secure_aggregation:
-        keyset, server_key = write_keyset(run.setup, ids, tmp_path / "keys")
-    grid = FakeGrid(len(ids), str(tmp_path), key_dir=tmp_path / "keys")
-    grid.drop = dict(drop or {})
-    grid.hang = set(hang)
-    grid.run_config = {
-        "argv": json.dumps(options),
-        "out": str(tmp_path / "out.json"),
-        "clients": len(ids),
-        "timeout": timeout,
-        "on-dropout": on_dropout,
-        "server-key": str(server_key),
-        "keyset": keyset,
-        **config,
-    }
-    return run_on_flower(grid, grid.run_config, log=lambda line: None), grid
 
 
 @pytest.mark.parametrize("algorithm, aggregator", list(_cases()))
@@ -117,6 +94,25 @@ def test_masking_goes_on_without_a_party_that_left(tmp_path):
     assert rounds == {0, 1}
 
 
+@pytest.mark.skipif("masking" not in available_backends(), reason="masking")
+def test_a_party_whose_agent_died_drops_out_under_masking(tmp_path, monkeypatch):
+    import tests.helpers.fake_grid as fake_grid
+
+    class AgentDies(FakeGrid):
+        def push_messages(self, messages):
+            messages = list(messages)
+            for msg in messages:  # client 3 (node 1021): its agent dies after init
+                node = msg.metadata.dst_node_id
+                if node == 1021 and self.answered.get(node, 0) >= 2:
+                    self.sockets[node] = os.path.join(os.path.dirname(self.sockets[node]), "gone")
+            return super().push_messages(messages)
+
+    monkeypatch.setattr(fake_grid, "FakeGrid", AgentDies)
+    argv = short_argv("fbo-fedgp", "masking", rounds=1, clients=4)
+    result, _ = fake_grid.flower_run(argv, tmp_path, on_dropout="continue")
+    assert {e["client"] for e in result.evaluations} == {0, 1, 2}
+
+
 def test_plaintext_sum_cannot_go_on_without_a_party(tmp_path):
     argv = short_argv("fbo-fedgp", "plaintext", rounds=1)
     with pytest.raises(Exception, match=r"3 needed \(dropped: \[2\]\)"):
@@ -132,6 +128,35 @@ def test_a_client_error_stops_the_run_with_its_reason(tmp_path):
     # as a sentence: the agent's error kind and message, not Flower's wrapping of it
     assert re.search(r"message 'init' failed: \w+Error: ", str(err.value)), str(err.value)
     assert "<class" not in str(err.value) and "AgentError" not in str(err.value)
+
+
+def test_a_malformed_report_is_named(tmp_path, monkeypatch):
+    import botorch_fed.flower.party as party
+    import botorch_fed.flower.server_app as server_app
+    import tests.helpers.fake_grid as fake_grid
+
+    honest = party._report
+
+    def report(client):
+        out = honest(client)
+        if client.client_id == 1:
+            out["history"] = json.dumps([{"x": [0.5, 0.5], "value": 1.0, "step": "init"}])
+        return out
+
+    monkeypatch.setattr(party, "_report", report)
+    # the run is scored without that report, and the log names the client
+    lines = []
+    monkeypatch.setattr(fake_grid, "run_on_flower", _with_log(server_app.run_on_flower, lines))
+    result, _ = flower_run(short_argv("random"), tmp_path)
+    assert {e["client"] for e in result.evaluations} == {0, 2}
+    assert any(line.startswith("client 1: its report is left out") for line in lines), lines
+
+
+def _with_log(run, lines):
+    def logged(grid, config, log=None):
+        return run(grid, config, log=lines.append)
+
+    return logged
 
 
 @pytest.mark.parametrize(

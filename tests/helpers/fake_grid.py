@@ -7,11 +7,15 @@ SuperLink, a SuperNode and a ClientApp process), messages go through
 does not answer gets the SuperLink's own error reply (``MESSAGE_UNAVAILABLE``, once a
 message's TTL passed for a node that does not answer). Not simulated: message ids
 (``m<n>`` instead of Flower's object ids), the ``Context`` crossing the wire, and
-Flower's failures of its own (a ClientApp process that crashes, a push that fails)."""
+Flower's failures of its own (a ClientApp process that crashes, a push that fails).
+
+:func:`flower_run` runs ``botorch-fed run`` options on the ServerApp's program over a
+:class:`FakeGrid`."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 import time
@@ -22,9 +26,14 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 from flwr.supercore.task_identity import TaskIdentity
 
+from botorch_fed.federation import get_algorithm
+from botorch_fed.federation.runner import build_context
 from botorch_fed.flower.client_app import app as client_app
+from botorch_fed.flower.keys import write_keyset
 from botorch_fed.flower.party import PartyAgent, serve
 from botorch_fed.flower.policy import PartyPolicy
+from botorch_fed.flower.run_options import prepare
+from botorch_fed.flower.server_app import run_on_flower
 
 # every party of a test federation accepts the seeded, plaintext experiments and shares
 # its results (tests/flower/test_policy.py checks the defaults refuse them)
@@ -119,3 +128,30 @@ class FakeGrid:
                 error = Error(3, MESSAGE_UNAVAILABLE_ERROR_REASON)
                 self._pending[mid] = Message(error, reply_to=self._expires.pop(mid)[1])
         return [self._pending.pop(m) for m in list(message_ids) if m in self._pending]
+
+
+def flower_run(options, tmp_path, drop=None, on_dropout="fail", timeout=30.0, hang=(), **config):
+    r"""``options`` on the app over a :class:`FakeGrid`; returns ``(result, grid)``.
+
+    The grid class and the ServerApp's program are looked up in this module when called,
+    so a test can replace either (``monkeypatch.setattr(fake_grid, "FakeGrid", ...)``)."""
+    run = prepare(options)
+    spec = get_algorithm(run.algorithm)
+    ids = build_context(spec, run.setup, run.settings).client_ids
+    keyset, server_key = "", ""
+    if spec.secure_aggregation:
+        keyset, server_key = write_keyset(run.setup, ids, tmp_path / "keys")
+    grid = FakeGrid(len(ids), str(tmp_path), key_dir=tmp_path / "keys")
+    grid.drop = dict(drop or {})
+    grid.hang = set(hang)
+    grid.run_config = {
+        "argv": json.dumps(options),
+        "out": str(tmp_path / "out.json"),
+        "clients": len(ids),
+        "timeout": timeout,
+        "on-dropout": on_dropout,
+        "server-key": str(server_key),
+        "keyset": keyset,
+        **config,
+    }
+    return run_on_flower(grid, grid.run_config, log=lambda line: None), grid

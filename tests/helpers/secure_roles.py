@@ -179,3 +179,14 @@ def write_masking_material(parts: dict) -> bytes:
         for part in entry:
             writer.raw(part)
     return writer.raw(parts["federation"]).getvalue()
+
+
+def run_roles(setup, material=None):
+    r"""The secure-aggregation roles of an FBO-FedGP run of ``setup``, as the in-process
+    runner builds them: fresh key material, or (a resume) ``material``; returns
+    ``(server, clients, material)``."""
+    from botorch_fed.federation.registry import get_algorithm
+    from botorch_fed.federation.runner import _secagg_roles, build_context
+
+    ctx = build_context(get_algorithm("fbo-fedgp"), setup, None)
+    return _secagg_roles(ctx, material)

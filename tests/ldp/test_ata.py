@@ -20,6 +20,8 @@ import math
 import torch
 
 from botorch_fed.ldp import ATAGPUCB, RewardModel
+from botorch_fed.ldp import parameters as P
+from botorch_fed.models import ata_estimate
 from tests.helpers import ldp_dense as dense
 from tests.helpers.ldp_learners import DOMAIN, kernel, make, play, rewards
 from tests.helpers.tolerances import assert_close
@@ -162,3 +164,22 @@ def test_ata_beta_is_thm2_with_the_current_dictionary_size():
         6 * rho * math.log(4 * horizon / delta) / acc**2,
         rel_tol=1e-12,
     )
+
+
+def test_ata_truncates_every_payoff_at_the_current_b_t():
+    r"""TOFU truncates all payoffs at round t's threshold b_t (m_t); Alg. 1 line 10's
+    ``b_tau`` differs only through ``m_tau`` (documented in ATAGPUCB)."""
+    rw = PRIVATE
+    learner = make(ATAGPUCB, q=3.0, seed=4)
+    g = torch.Generator().manual_seed(4)
+    dims = []
+    for _ in range(20):
+        learner.observe(learner.propose(), float(2 * torch.randn(1, generator=g, dtype=F64)))
+        dims.append(learner.model.embedding.dim)
+    Phi = learner.model.embedding(learner.X)
+    m = dims[-1]
+    b = torch.full_like(
+        learner.y, P.ata_truncation(rw.reward_second_moment, m, learner.horizon, learner.delta)
+    )
+    expected, _ = ata_estimate(Phi, learner.y, learner.lam, b)
+    assert torch.allclose(learner.model.theta, expected, atol=1e-10)

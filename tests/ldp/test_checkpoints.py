@@ -5,17 +5,23 @@ and both continue for 20 rounds on identical rewards: the proposals must be iden
 and the surrogates' means agree (the rebuilt surrogate is computed from the restored
 plays, rewards, dictionary and ``k*``; for MoMA by one ridge solve instead of the
 median-of-means pass, so agreement is to rounding, ``10 n cond`` eps). MoMA is also saved
-in the middle of an epoch; ATA's and MoMA's dictionaries must come back.
+in the middle of an epoch; ATA's and MoMA's dictionaries must come back. A loaded
+state that contradicts itself (a ``gamma`` that is not the plays') and a
+``FeatureSpaceGP``'s ``state_dict`` either round-trip or are refused.
 """
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
+from botorch.exceptions.errors import UnsupportedError
 
 from botorch_fed.ldp import ATAGPUCB, GPUCB, TGPUCB, MoMAGPUCB
+from botorch_fed.models import FeatureSpaceGP, NystromEmbedding
 from tests.helpers import ldp_dense as dense
-from tests.helpers.ldp_learners import DOMAIN, make, rewards
+from tests.helpers.ldp_learners import DOMAIN, kernel, make, rewards
 from tests.helpers.tolerances import assert_close
 
 F64 = torch.float64
@@ -77,3 +83,31 @@ def test_state_dict_is_a_snapshot_and_rejects_foreign_states():
     bad["y"] = torch.zeros(3, dtype=F64)
     with pytest.raises(ValueError, match="`y`"):
         fresh.load_state_dict(bad)
+
+
+def test_feature_space_gp_state_dict_round_trips_or_refuses():
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(12, 1, generator=g, dtype=F64)
+    y = torch.sin(6 * X).squeeze(-1)
+    emb = NystromEmbedding(kernel(), X[:6])
+    source = FeatureSpaceGP.ridge(emb, X, y, 0.1)
+    target = FeatureSpaceGP.ridge(emb, X, -y, 0.1)
+    try:
+        target.load_state_dict(source.state_dict())
+    except (RuntimeError, NotImplementedError, ValueError, UnsupportedError):
+        return
+    assert torch.allclose(target.posterior(X).mean, source.posterior(X).mean)
+
+
+def test_loaded_gamma_agrees_with_the_plays_or_raises():
+    learner = make(GPUCB)
+    for y in torch.linspace(-1, 1, 6, dtype=F64):
+        learner.observe(learner.propose(), y)
+    state = copy.deepcopy(learner.state_dict())
+    state["gamma"] = learner.gamma + 100.0
+    fresh = make(GPUCB)
+    try:
+        fresh.load_state_dict(state)
+    except ValueError:
+        return
+    assert fresh.gamma == pytest.approx(learner.gamma, rel=1e-9)

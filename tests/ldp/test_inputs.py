@@ -148,3 +148,15 @@ def test_the_domain_is_the_learners_own_copy():
     assert float(learner.candidates[0]) == 0.05
     with pytest.raises(ValueError, match="`x`"):
         learner.observe(torch.tensor([[0.777]], dtype=F64), 0.1)
+
+
+def test_box_learner_rejects_points_outside_the_unit_cube():
+    learner = make(GPUCB, candidates=None)
+    with pytest.raises(ValueError):
+        learner.observe(torch.tensor([[1.7]], dtype=F64), 0.0)
+
+
+def test_observe_rejects_a_vector_reward_with_value_error():
+    learner = make(GPUCB)
+    with pytest.raises(ValueError):
+        learner.observe(learner.propose(), torch.tensor([1.0, 2.0], dtype=F64))

@@ -14,13 +14,14 @@ the median is the middle one, no convention involved).
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
 
 from botorch_fed.ldp import MoMAGPUCB, RewardModel
 from tests.helpers import ldp_dense as dense
-from tests.helpers.ldp_learners import DOMAIN, make, rewards
+from tests.helpers.ldp_learners import DOMAIN, PRIVATE, kernel, make, rewards
 from tests.helpers.tolerances import assert_close
 
 F64 = torch.float64
@@ -205,3 +206,26 @@ def test_moma_beta_is_thm4_and_defaults_are_the_papers():
     assert plain.k == math.ceil(24 * math.log(4 * math.e * 500 / 0.05))
     rho = (1 + acc) / (1 - acc)
     assert math.isclose(plain.q, 6 * rho * math.log(4 * 500 / 0.05) / acc**2, rel_tol=1e-12)
+
+
+def test_moma_epoch_plays_one_point_or_raises():
+    learner = make(MoMAGPUCB, k=4)
+    proposed = learner.propose()
+    other = DOMAIN[0:1] if not torch.equal(proposed, DOMAIN[0:1]) else DOMAIN[1:2]
+    try:
+        learner.observe(other, 1.0)
+        for _ in range(3):
+            learner.observe(learner.propose(), 1.0)
+    except ValueError:
+        return
+    assert bool((learner.X == learner.X[0]).all()), learner.X.flatten().tolist()
+
+
+def test_moma_with_k_above_the_horizon_warns_or_raises():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            MoMAGPUCB(kernel(), 1, 100, PRIVATE, candidates=DOMAIN)
+        except ValueError:
+            return
+    assert any("epoch" in str(w.message) or "horizon" in str(w.message) for w in caught)

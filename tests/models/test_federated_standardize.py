@@ -109,7 +109,7 @@ def test_accurate_for_large_offsets_small_spreads_and_extreme_magnitudes(case, d
 
 
 def test_old_one_pass_float_formula_fails_where_the_two_passes_do_not():
-    # issue 8: (sum y^2 - n mean^2) / (n - 1) in float64
+    # the old one-pass formula: (sum y^2 - n mean^2) / (n - 1) in float64
     for case, bad in (("offset 1e8, spread 1", 0.5), ("offset 1e5, spread 1e-3", 0.5)):
         Y = CASES[case]()
         y = Y.reshape(-1)

@@ -1,21 +1,34 @@
-r"""Marginal predictors and the cached-factor UCB / log-EI (issue 13's speed pass).
+r"""Marginal predictors and the cached-factor UCB / log-EI: drop-in replacements for
+BoTorch's ``UpperConfidenceBound`` / ``LogExpectedImprovement`` (the same values and
+gradients to rounding, never a stale cache, BoTorch's own path where not covered).
 
 Checked against an independent dense computation (the exact GP written out), against
 BoTorch's own classes on the same model (values and gradients), and for staleness:
 every change of the model after the predictor was built must reach the next value.
+The staleness references are BoTorch's plain classes on the same model after
+``model.train(); model.eval()`` (which clears gpytorch's prediction caches and
+re-transforms the training inputs), so they see the model's state now.
 """
 
 from __future__ import annotations
+
+import copy
+import pickle
 
 import pytest
 import torch
 from botorch import settings as botorch_settings
 from botorch.acquisition import LogExpectedImprovement, UpperConfidenceBound
 from botorch.acquisition.objective import ScalarizedPosteriorTransform
+from botorch.fit import fit_gpytorch_mll
 from botorch.models import ModelListGP, SingleTaskGP
 from botorch.models.transforms import Normalize, Standardize
+from botorch.models.transforms.input import InputPerturbation
 from botorch.optim import optimize_acqf
 from gpytorch import settings as gpytorch_settings
+from gpytorch.distributions import MultivariateNormal
+from gpytorch.kernels import MaternKernel, ScaleKernel
+from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from botorch_fed.acquisition import CachedLogExpectedImprovement, CachedUpperConfidenceBound
 from botorch_fed.models import (
@@ -53,6 +66,28 @@ def _value_and_grad(acqf, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return value.detach(), grad
 
 
+def _X(dtype: torch.dtype, shape: tuple[int, ...] = (6,), seed: int = 5) -> torch.Tensor:
+    r"""Test points ``shape x 1 x D`` (for the default shape, those of ``_X_test``)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(*shape, 1, D, generator=g, dtype=torch.float64).to(dtype)
+
+
+def _fresh(model, cls=UpperConfidenceBound, **kw):
+    r"""BoTorch's plain class on the model's state now (gpytorch caches cleared)."""
+    model.train()
+    model.eval()
+    return cls(model, **kw)
+
+
+def _compare(cached, plain, X, dtype, factor=1e3):
+    va, ga = _value_and_grad(cached, X)
+    vb, gb = _value_and_grad(plain, X)
+    # the posterior in a different order of operations: rounding amplified by the
+    # train covariance's condition number (~1e3 for these toy models)
+    assert_close(va, vb, dtype=dtype, factor=factor)
+    assert_close(ga, gb, dtype=dtype, factor=10 * factor, scale=gb.abs().max().clamp_min(1))
+
+
 def _pitc_models(dtype: torch.dtype, standardize: bool = False) -> dict:
     clients = [toy_data(seed, 12, D, dtype) for seed in range(3)]
     support = toy_data(9, 8, D, dtype)[0]
@@ -71,7 +106,7 @@ def _pitc_models(dtype: torch.dtype, standardize: bool = False) -> dict:
     return {"pitc": pitc, "pic": pic}
 
 
-# --- against an independent computation -------------------------------------------------
+# --- against an independent computation and BoTorch's own classes ------------------------
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_exact_gp_marginals_match_the_dense_posterior(dtype):
     X, Y = toy_data(0, 15, D, dtype)
@@ -154,6 +189,105 @@ def test_optimize_acqf_finds_the_same_point():
     assert_close(found[0], found[1], dtype=torch.float64, factor=1e6)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "scale"),
+    [
+        (torch.float32, 1e-3),
+        (torch.float64, 1e-6),
+        (torch.float32, 1.0),
+        (torch.float64, 1.0),
+    ],
+)
+def test_standardize_small_outcomes_match_botorch(dtype, scale):
+    X, Y = toy_data(1, 20, D, dtype)
+    model = SingleTaskGP(X, scale * Y, outcome_transform=Standardize(m=1)).eval()
+    X_test = _X(dtype)
+    with torch.no_grad():
+        value = CachedUpperConfidenceBound(model, beta=BETA)(X_test)
+        expected = _fresh(model, beta=BETA)(X_test)
+    assert_close(value, expected, dtype=dtype, factor=1e3, scale=expected.abs().max())
+
+
+def test_federated_standardize_small_outcomes_match_botorch():
+    dtype = torch.float32
+    clients = [(X, 1e-3 * Y) for X, Y in (toy_data(s, 12, D, dtype) for s in range(3))]
+    support = toy_data(9, 8, D, dtype)[0]
+    with torch.no_grad():
+        model = FederatedPITCGP.from_client_data(
+            clients, support, make_kernel(D, dtype), make_likelihood(dtype),
+            outcome_transform=Standardize(m=1),
+        )  # fmt: skip
+        X_test = _X(dtype)
+        value = CachedUpperConfidenceBound(model, beta=BETA)(X_test)
+        expected = UpperConfidenceBound(model, beta=BETA)(X_test)
+    assert_close(value, expected, dtype=dtype, factor=1e3, scale=expected.abs().max())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("maximize", [True, False])
+def test_batched_X_with_transforms_match_botorch(dtype, maximize):
+    X, Y = toy_data(2, 20, D, dtype)
+    X = 4 * X - 1  # Normalize does something
+    model = SingleTaskGP(
+        X, 3 * Y + 1, outcome_transform=Standardize(m=1), input_transform=Normalize(d=D)
+    ).eval()
+    X_test = 4 * _X(dtype, shape=(2, 3)) - 1
+    for cached, plain, kw in [
+        (CachedUpperConfidenceBound, UpperConfidenceBound, {"beta": 2.1}),
+        (CachedLogExpectedImprovement, LogExpectedImprovement, {"best_f": 3 * Y.max() + 1}),
+    ]:
+        a = cached(model, maximize=maximize, **kw)
+        b = plain(model, maximize=maximize, **kw)
+        _compare(a, b, X_test, dtype)
+        assert a._predictor is not None
+        assert a(X_test).shape == (2, 3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fitted_model_matches_botorch(dtype):
+    X, Y = toy_data(3, 20, D, dtype)
+    model = SingleTaskGP(X, Y)
+    fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+    model.eval()
+    a = CachedLogExpectedImprovement(model, best_f=Y.max())
+    b = LogExpectedImprovement(model, best_f=Y.max())
+    _compare(a, b, _X(dtype), dtype)
+    assert a._predictor is not None
+
+
+def test_standardize_trained_in_float32_then_double():
+    X, Y = toy_data(0, 15, D, torch.float32)
+    model = make_stgp(X, Y, standardize=True).double()
+    X_test = _X(torch.float64)
+    with torch.no_grad():
+        value = CachedUpperConfidenceBound(model, beta=BETA)(X_test)
+        expected = _fresh(model, beta=BETA)(X_test)
+    assert_close(value, expected, dtype=torch.float64, factor=1e3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["pitc", "pic"])
+def test_federated_with_input_and_outcome_transforms(dtype, kind):
+    clients = [toy_data(seed, 12, D, dtype) for seed in range(3)]
+    clients = [(4 * X - 1, 3 * Y + 1) for X, Y in clients]
+    support = 4 * toy_data(9, 8, D, dtype)[0] - 1
+    bounds = torch.tensor([[-1.0] * D, [3.0] * D], dtype=dtype)
+    with torch.no_grad():
+        model = FederatedPITCGP.from_client_data(
+            clients, support, make_kernel(D, dtype), make_likelihood(dtype),
+            outcome_transform=Standardize(m=1), input_transform=Normalize(d=D, bounds=bounds),
+        )  # fmt: skip
+        if kind == "pic":
+            X_own, Y_own = clients[0]
+            model = FederatedPICGP.from_pitc(model, X_own, model.outcome_transform(Y_own)[0])
+    assert marginal_predictor(model) is not None
+    X_test = 4 * _X(dtype, shape=(2, 3)) - 1
+    for maximize in (True, False):
+        a = CachedLogExpectedImprovement(model, best_f=4.0, maximize=maximize)
+        b = LogExpectedImprovement(model, best_f=4.0, maximize=maximize)
+        _compare(a, b, X_test, dtype)
+
+
 # --- staleness: every change of the model reaches the next value ------------------------
 def _changes():
     def lengthscale(model):
@@ -211,6 +345,115 @@ def test_a_changed_federated_model_is_refused_or_rebuilt(kind):
         model.posterior(X_test)
 
 
+def test_matern_nu_change_reaches_the_exact_gp_acquisition():
+    X, Y = toy_data(0, 15, D, torch.float64)
+    kernel = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=D)).double()
+    model = SingleTaskGP(X, Y, covar_module=kernel, outcome_transform=None).eval()
+    cached = CachedUpperConfidenceBound(model, beta=BETA)
+    X_test = _X(torch.float64)
+    with torch.no_grad():
+        before = cached(X_test)
+        model.covar_module.base_kernel.nu = 0.5
+        after = cached(X_test)
+        fresh = _fresh(model, beta=BETA)(X_test)
+    assert (fresh - before).abs().max() > 1e-2  # the change matters
+    assert_close(after, fresh, dtype=torch.float64, factor=1e3)
+
+
+def test_reassigned_model_is_used():
+    X, Y = toy_data(0, 15, D, torch.float64)
+    first = make_stgp(X, Y)
+    second = make_stgp(X, -3 * Y, lengthscale=0.2)
+    cached = CachedUpperConfidenceBound(first, beta=BETA)
+    X_test = _X(torch.float64)
+    with torch.no_grad():
+        cached(X_test)
+        cached.model = second
+        value = cached(X_test)
+        expected = _fresh(second, beta=BETA)(X_test)
+    assert_close(value, expected, dtype=torch.float64, factor=1e3)
+
+
+def test_model_changes_reach_the_acquisition():
+    X, Y = toy_data(0, 15, D, torch.float64)
+    model = make_stgp(X, Y, standardize=True)
+    cached = CachedUpperConfidenceBound(model, beta=BETA)
+    X_test = _X(torch.float64)
+
+    def swap_transform(m):
+        m.outcome_transform = Standardize(m=1).double()
+        m.outcome_transform(3 * Y + 2)  # trained on other outcomes
+        m.outcome_transform.eval()
+
+    def noise_setter(m):
+        m.likelihood.noise = 0.05
+
+    for change in (swap_transform, noise_setter):
+        with torch.no_grad():
+            before = cached(X_test)
+            change(model)
+            after = cached(X_test)
+            fresh = _fresh(model, beta=BETA)(X_test)
+        assert (fresh - before).abs().max() > 1e-4, change.__name__
+        assert_close(after, fresh, dtype=torch.float64, factor=1e3, msg=change.__name__)
+
+
+def test_dtype_round_trip_reaches_the_acquisition():
+    X, Y = toy_data(0, 15, D, torch.float64)
+    model = make_stgp(X + 1e-3 * torch.pi, Y)  # inputs not float32 numbers
+    cached = CachedUpperConfidenceBound(model, beta=BETA)
+    X_test = _X(torch.float64)
+    with torch.no_grad():
+        before = cached(X_test)
+        model.to(torch.float32)
+        model.to(torch.float64)  # the same tensors, rounded
+        after = cached(X_test)
+        fresh = _fresh(model, beta=BETA)(X_test)
+    assert (fresh - before).abs().max() > 1e-8
+    assert_close(after, fresh, dtype=torch.float64, factor=1e3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_setter_reaches_the_acquisition():
+    X, Y = toy_data(0, 15, D, torch.float64)
+    model = make_stgp(X, Y).to("cuda")
+    cached = CachedUpperConfidenceBound(model, beta=BETA)
+    X_test = _X(torch.float64).cuda()
+    with torch.no_grad():
+        before = cached(X_test)
+        model.covar_module.base_kernel.lengthscale = 0.5
+        after = cached(X_test)
+        fresh = _fresh(model, beta=BETA)(X_test)
+    assert (fresh - before).abs().max() > 1e-3
+    assert_close(after.cpu(), fresh.cpu(), dtype=torch.float64, factor=1e3)
+
+
+def test_setter_reaches_the_predictor_on_any_device():
+    # the recorded values are compared on every device (a device other than the CPU can
+    # only be emulated here: the copies of the values exist whatever the device)
+    X, Y = toy_data(0, 15, D, torch.float64)
+    model = make_stgp(X, Y)
+    predictor = marginal_predictor(model)
+    assert len(predictor._values) == len(predictor._tensors)
+    model.covar_module.base_kernel.lengthscale = 0.5
+    assert not predictor.is_current()
+
+
+def test_deepcopy_and_pickle_of_the_acquisition():
+    X, Y = toy_data(0, 15, D, torch.float64)
+    model = make_stgp(X, Y, standardize=True)
+    acqf = CachedUpperConfidenceBound(model, beta=BETA)
+    X_test = _X(torch.float64)
+    with torch.no_grad():
+        ref = acqf(X_test)
+        for other in (copy.deepcopy(acqf), pickle.loads(pickle.dumps(acqf))):
+            assert_close(other(X_test), ref, dtype=torch.float64, factor=10)
+            other.model.covar_module.base_kernel.lengthscale = 0.5
+            expected = _fresh(other.model, beta=BETA)(X_test)
+            assert_close(other(X_test), expected, dtype=torch.float64, factor=1e3)
+        assert_close(acqf(X_test), ref, dtype=torch.float64, factor=10)  # untouched
+
+
 # --- where the cached path does not apply ------------------------------------------------
 def test_fallbacks_take_botorchs_path():
     X, Y = toy_data(0, 15, D, torch.float64)
@@ -258,3 +501,80 @@ def test_a_federated_kernel_setting_change_reaches_the_acquisition():
         kernel.base_kernel.nu = 0.5
         with pytest.raises(Exception, match="structure"):
             cached(_X_test(torch.float64))
+
+
+def test_singletaskgp_subclass_with_own_forward_falls_back():
+    class ShiftedGP(SingleTaskGP):
+        def forward(self, x):
+            mvn = super().forward(x)
+            return MultivariateNormal(mvn.mean + 5.0 * x[..., 0], mvn.lazy_covariance_matrix)
+
+    X, Y = toy_data(0, 15, D, torch.float64)
+    model = ShiftedGP(
+        X, Y, covar_module=make_kernel(D, torch.float64), likelihood=make_likelihood(torch.float64),
+        outcome_transform=None,
+    ).eval()  # fmt: skip
+    X_test = _X(torch.float64)
+    with torch.no_grad():
+        value = CachedUpperConfidenceBound(model, beta=BETA)(X_test)
+        expected = _fresh(model, beta=BETA)(X_test)
+    assert_close(value, expected, dtype=torch.float64, factor=1e3)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        pytest.param(lambda: gpytorch_settings.prior_mode(True), id="prior_mode"),
+        pytest.param(lambda: gpytorch_settings.skip_posterior_variances(True), id="skip_variances"),
+    ],
+)
+def test_gpytorch_posterior_settings_fall_back(setting):
+    X, Y = toy_data(0, 15, D, torch.float64)
+    model = make_stgp(X, Y)
+    X_test = _X(torch.float64)
+    with setting(), torch.no_grad():
+        value = CachedUpperConfidenceBound(model, beta=BETA)(X_test)
+        expected = _fresh(model, beta=BETA)(X_test)
+    assert_close(value, expected, dtype=torch.float64, factor=1e3)
+
+
+def test_fallback_models_equal_botorch():
+    X, Y = toy_data(0, 15, D, torch.float64)
+    X_test = _X(torch.float64)
+    fixed = SingleTaskGP(X, Y, train_Yvar=torch.full_like(Y, 1e-3)).eval()
+    batched = SingleTaskGP(X.expand(2, -1, -1), torch.stack([Y, -Y])).eval()
+    listgp = ModelListGP(make_stgp(X, Y))
+    for model, Xm in ((fixed, X_test), (batched, X_test.unsqueeze(1)), (listgp, X_test)):
+        a = CachedUpperConfidenceBound(model, beta=BETA)
+        b = UpperConfidenceBound(model, beta=BETA)
+        with torch.no_grad():
+            assert torch.equal(a(Xm), b(Xm))
+        assert a._predictor is None
+
+
+def test_input_perturbation_behaves_as_botorch():
+    # BoTorch's analytic classes refuse the n_p perturbed outputs per point; so must
+    # the cached ones (the same error, not a silently different shape)
+    X, Y = toy_data(0, 15, D, torch.float64)
+    perturb = InputPerturbation(0.01 * torch.randn(4, D, dtype=torch.float64))
+    model = SingleTaskGP(X, Y, input_transform=perturb, outcome_transform=None).eval()
+    errors = []
+    for cls in (CachedUpperConfidenceBound, UpperConfidenceBound):
+        with pytest.raises(AssertionError) as info, torch.no_grad():
+            cls(model, beta=BETA)(_X(torch.float64))
+        errors.append(str(info.value))
+    assert errors[0] == errors[1]
+
+
+def test_float32_inputs_on_a_float64_model_take_botorchs_path():
+    X, Y = toy_data(0, 15, D, torch.float64)
+    model = make_stgp(X, Y)
+    a = CachedUpperConfidenceBound(model, beta=BETA)
+    with torch.no_grad():
+        a(_X(torch.float64))
+        value = a(_X(torch.float32))
+    model_b = make_stgp(X, Y)
+    with torch.no_grad():
+        expected = UpperConfidenceBound(model_b, beta=BETA)(_X(torch.float32))
+    assert value.dtype == expected.dtype == torch.float32
+    assert torch.equal(value, expected)

@@ -47,7 +47,7 @@ DTYPES = [torch.float32, torch.float64]
 # The model computes in float64 whatever the input dtype; float32 results differ from
 # a float64 reference on the same (rounded) inputs by the final rounding of the
 # outputs (<= eps32 / 2 relative to each entry).
-F64_TOL = 1e-10  # dense PITC vs dPITC in float64 (the bar)
+F64_TOL = 1e-10  # dense PITC vs dPITC in float64 (the required accuracy)
 
 
 def _tol(dtype, scale: float = 1.0, f64_tol: float = F64_TOL) -> float:

@@ -7,6 +7,8 @@ dPITC posterior is the exact GP posterior) and dense computations.
 
 from __future__ import annotations
 
+import hashlib
+import warnings
 from copy import deepcopy
 
 import pytest
@@ -50,6 +52,7 @@ from botorch_fed.models import (
     fit_local_average,
     pitc_loss_and_adjoint,
 )
+from botorch_fed.models.pitc import _SCALARS, _structure, _structure_key, _summary_modules
 from tests.helpers.dense_pitc import make_modules, random_federation
 from tests.helpers.tolerances import assert_close, tol
 
@@ -495,7 +498,7 @@ def test_observations_far_from_the_support_barely_move_the_posterior():
 
 # --- float32 -------------------------------------------------------------------------------
 def test_float32_model_is_float64_maths_on_rounded_inputs():
-    r"""The issue's setting (lengthscale 1, noise 1e-4, an ill-conditioned support): a
+    r"""An ill-conditioned setting (lengthscale 1, noise 1e-4, cond(K_SS) > 1e8): a
     float32 model equals the float64 model on the same float32-rounded data up to the
     final rounding of its outputs."""
     d = 2
@@ -534,7 +537,7 @@ def test_noise_too_small_for_float64_is_a_clear_error():
         compute_local_summary(X, Y, support, k, lik, mean, train_Yvar=torch.full_like(Y, 1e-300))
 
 
-# --- state edge cases (review of issue 8) ---------------------------------------------------
+# --- state edge cases ------------------------------------------------------------------------
 def test_derived_models_keep_their_own_record_of_the_state():
     clients, support, k, lik, mean = _setting()
     X_test = torch.rand(4, support.shape[-1], dtype=torch.float64)
@@ -584,6 +587,56 @@ def test_module_structure_changes_are_detected():
     model.outcome_transform = Log()
     with pytest.raises(HyperparametersChangedError, match="structure"):
         model.posterior(X_test)
+
+
+@pytest.fixture
+def _warnings_ignored():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _old_structure_key(modules) -> int:
+    r"""``_structure_key`` as it was before commit 979e08b (settings as a list, parts as
+    a list), i.e. the value stored in the persistent ``summary_structure`` buffer of
+    FederatedPITCGP state dicts saved by those versions."""
+    parts = []
+    for path, module in modules:
+        if module is None:
+            parts.append((path, None))
+            continue
+        settings = sorted(
+            (k, v if not isinstance(v, tuple) else tuple(v))
+            for k, v in vars(module).items()
+            if k != "training"
+            and (
+                isinstance(v, _SCALARS)
+                or (isinstance(v, tuple) and all(isinstance(e, _SCALARS) for e in v))
+            )
+        )
+        parts.append((path, type(module).__module__, type(module).__qualname__, settings))
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True) >> 1
+
+
+@pytest.mark.usefixtures("_warnings_ignored")
+def test_structure_key_values_are_those_of_saved_state_dicts():
+    kernel = ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=2))
+    modules = _summary_modules([("covar_module", kernel), ("likelihood", GaussianLikelihood())])
+    assert _structure_key(modules) == _old_structure_key(modules)
+
+
+@pytest.mark.usefixtures("_warnings_ignored")
+def test_structure_compares_nan_settings_by_identity():
+    r"""``_structure`` compares with ``==``: a NaN setting read twice is the same object,
+    so an unchanged module is not reported as changed."""
+    kernel = MaternKernel(nu=2.5)
+    kernel.some_setting = float("nan")
+    modules = _summary_modules([("k", kernel)])
+    before = _structure(modules)
+    assert _structure(modules) == before
+    kernel.nu = 1.5
+    assert _structure(modules) != before
 
 
 def test_dtype_conversions_keep_the_summary_in_float64():

@@ -12,7 +12,7 @@ from botorch_fed.secure import (
     get_backend,
     run_protocol,
 )
-from tests.helpers.secure_roles import make_roles, plain_sum, random_inputs
+from tests.helpers.secure_roles import drive, make_roles, plain_sum, random_inputs
 
 TOL = {"plaintext": 1e-12, "masking": 1e-10, "ckks": 1e-8}
 
@@ -80,8 +80,8 @@ def test_ckks_variants(options: dict) -> None:
 
 
 def test_ckks_release_to_server_was_removed() -> None:
-    # issue 14, finding 4: a noise-flooded sum returned to the server could be
-    # averaged out by re-randomised queries; the option is refused with the reason
+    # a noise-flooded sum returned to the server could be averaged out by re-randomised
+    # queries; the option is refused with the reason
     with pytest.raises(ConfigurationError, match="'server' was removed"):
         get_backend("ckks", release="server")
     with pytest.raises(ConfigurationError, match="unknown option 'release_noise'"):
@@ -182,8 +182,6 @@ def test_masking_is_deterministic_given_seed() -> None:
     def transcript(seed):
         server, clients = make_roles(backend, sorted(inputs), seed=seed)
         received: list = []
-        from .helpers import drive
-
         total = drive(server, clients, inputs, received=received)
         return total, received
 

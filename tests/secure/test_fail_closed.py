@@ -1,5 +1,5 @@
-"""Clients fail closed (issue 14, finding 10): after a malformed, misrouted or
-unauthenticated frame of a session, even the genuine frame is refused."""
+"""Clients fail closed: after a malformed, misrouted or unauthenticated frame of a
+session, even the genuine frame is refused."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from botorch_fed.secure import ProtocolError, SecureAggregationError, get_backen
 from tests.helpers.secure_roles import flip, make_roles, random_inputs
 
 IDS = [0, 1, 2, 3]
+SEED = 11
 
 
 @pytest.fixture(scope="module")
@@ -75,3 +76,19 @@ def test_a_damaged_opening_frame_spoils_its_session(name, damage, ckks_backend):
     with pytest.raises(ProtocolError, match="used before"):
         clients[0].step(messages[0], inputs[0])
     assert clients[0].result is None
+
+
+def _step(clients, messages, inputs):
+    return {cid: clients[cid].step(msg, inputs[cid]) for cid, msg in sorted(messages.items())}
+
+
+def test_a_bad_round0_frame_mid_session_ends_the_session():
+    ids = [0, 1, 2, 3]
+    server, clients = make_roles(get_backend("masking"), ids, seed=SEED)
+    inputs = random_inputs(4, 3, seed=SEED)
+    first = server.start(ids, 3)
+    out = server.step(_step(clients, first, inputs))
+    with pytest.raises(ProtocolError, match="addressed|used before"):
+        clients[0].step(first[1], inputs[0])  # client 1's round-0 frame, misrouted
+    with pytest.raises(ProtocolError, match="never joined"):
+        clients[0].step(out[0], inputs[0])

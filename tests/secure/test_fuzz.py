@@ -1,4 +1,4 @@
-"""Seeded fuzzing of every backend's deserialisers (issue 14): 2,000 mutations per backend.
+"""Seeded fuzzing of every backend's deserialisers: 2,000 mutations per backend.
 
 Each mutation alters exactly one frame of one session, in one of two ways:
 

@@ -1,10 +1,12 @@
-"""A malicious server mixing CKKS sessions (issue 14, finding 3).
+"""A malicious server mixing CKKS sessions.
 
-The server chooses session ids. Before, canaries depended only on (group key,
-session id, client, chunk), so a reused id let it mix ciphertexts across sessions or
-pass a stale aggregate off as the new sum. Now a client refuses a session id it has
-joined before, and every session is bound to a fresh nonce of each client: clients
-that restarted (and so forgot the ids they joined) still refuse a replay.
+The server chooses session ids. Canaries that depended only on (group key, session id,
+client, chunk) would let a reused id mix ciphertexts across sessions or pass a stale
+aggregate off as the new sum. A client refuses a session id it has joined before, and
+every session is bound to a fresh nonce of each client: clients that restarted (and so
+forgot the ids they joined) still refuse a replay. A run resumed from a checkpoint with
+``crypto_seed`` draws its roles' per-session randomness from the OS, so it repeats no
+session id or nonce of the run before it.
 """
 
 from __future__ import annotations
@@ -12,11 +14,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from botorch_fed.secure import ProtocolError, TamperedMessageError, get_backend
+from botorch_fed.secure import (
+    ProtocolError,
+    SecureAggregationError,
+    TamperedMessageError,
+    get_backend,
+)
 from botorch_fed.secure.wire import PayloadReader
-from tests.helpers.secure_roles import make_roles, plain_sum, random_inputs, recording
+from tests.helpers.secure_roles import make_roles, plain_sum, random_inputs, recording, run_roles
 
 IDS = [0, 1, 2, 3]
+CRYPTO_SEED = 5  # secret to the server (experiments only), unlike the run's seed
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +159,87 @@ def test_nonces_differ_between_sessions_and_clients(ckks_backend):
         ids = reader.ids()
         seen += [reader.raw(16) for _ in ids]
     assert len(set(seen)) == len(seen) == 8
+
+
+# --- a run resumed from a checkpoint with crypto_seed ---------------------------------
+# The server knows every public seed (the run's ``seed``), not ``crypto_seed``, and
+# colludes with no client; the resumed roles keep the checkpoint's key material.
+
+
+def _drive(server, clients, inputs, *, route=None, aggregate=None, ids=IDS):
+    """One session by hand; ``route``/``aggregate`` replace the server's handlers.
+    Returns ``(recorded, errors)``: the honest handlers' inputs and outputs and each
+    client's error."""
+    recorded: dict = {}
+    honest_route, honest_aggregate = server._route_nonces, server._aggregate
+
+    def rec(name, honest, replacement):
+        def wrapped(payloads):
+            recorded[name + "_in"] = dict(payloads)
+            out = (replacement or honest)(payloads)
+            recorded[name + "_out"] = dict(out)
+            return out
+
+        return wrapped
+
+    server._route_nonces = rec("route", honest_route, route)
+    server._aggregate = rec("aggregate", honest_aggregate, aggregate)
+    errors = {}
+    try:
+        messages = server.start(ids, len(inputs[ids[0]]))
+        while isinstance(messages, dict):
+            replies = {}
+            for cid, msg in sorted(messages.items()):
+                try:
+                    replies[cid] = clients[cid].step(msg, inputs[cid])
+                except SecureAggregationError as exc:
+                    errors[cid] = exc
+            if errors or not replies:
+                break
+            messages = server.step(replies)
+    finally:
+        server._route_nonces, server._aggregate = honest_route, honest_aggregate
+    return recorded, errors
+
+
+def test_resumed_seeded_roles_refuse_a_stale_aggregate_under_the_old_session_id(ckks_backend):
+    from botorch_fed.federation.setup import FederationSetup
+
+    setup = FederationSetup(
+        problem="hartmann", dim=3, num_clients=4, aggregator="ckks", crypto_seed=CRYPTO_SEED
+    )
+    server, clients, material = run_roles(setup)
+    first = random_inputs(4, 6, seed=11)
+    recorded, errors = _drive(server, clients, first)
+    assert not errors
+    old_session, old_aggregate = server.session_id, recorded["aggregate_out"]
+    # the run is interrupted and resumed: the checkpoint holds the same key material; the
+    # server reuses the old session id on purpose and hands out the old aggregate
+    server, clients, _ = run_roles(setup, material)
+    real = server._rand.bytes
+    server._rand.bytes = lambda n: old_session if n == 16 else real(n)
+    second = random_inputs(4, 6, seed=12)
+    _, errors = _drive(server, clients, second, aggregate=lambda payloads: old_aggregate)
+    assert server.session_id == old_session
+    stale = [c for c in IDS if c not in errors and clients[c].result is not None]
+    accepted_stale = [
+        c for c in stale if np.abs(clients[c].result - plain_sum(first)).max() <= 1e-8
+    ]
+    assert accepted_stale == [], f"clients {accepted_stale} accepted the old sum as new"
+
+
+def test_nonces_are_fresh_across_a_restart_with_crypto_seed(ckks_backend):
+    from botorch_fed.federation.setup import FederationSetup
+
+    setup = FederationSetup(
+        problem="hartmann", dim=3, num_clients=4, aggregator="ckks", crypto_seed=CRYPTO_SEED
+    )
+    seen = []
+    server, clients, material = run_roles(setup)
+    for restart in range(2):
+        if restart:
+            server, clients, _ = run_roles(setup, material)
+        recorded, errors = _drive(server, clients, random_inputs(4, 3, seed=restart))
+        assert not errors
+        seen += [bytes(p) for p in recorded["route_in"].values()]
+    assert len(set(seen)) == len(seen)

@@ -3,6 +3,8 @@ with ``f_h(x) = E f(x + h U)``, ``U`` uniform in the unit ball of the same norm)
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 from scipy import stats
@@ -199,6 +201,48 @@ def test_registry():
     assert get_estimator("l2") is l2_gradient
     with pytest.raises(ValueError, match="`estimator`"):
         get_estimator("l3")
+
+
+# --- autograd through the estimator, and the inputs f is given ------------------------
+# (x + h z and x - h z are computed in one (2, ..., d) buffer: f still gets a tensor that
+# owns its storage)
+def _f(Z):
+    return (Z**2).sum(-1)
+
+
+def test_l2_gradient_with_h_that_requires_grad():
+    x = torch.rand(6, 3, dtype=torch.float64)
+    h = torch.tensor(0.1, dtype=torch.float64, requires_grad=True)
+    g = l2_gradient(_f, x, h, torch.Generator().manual_seed(0))
+    ref = l2_gradient(_f, x, 0.1, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(g.detach(), ref)
+    assert g.requires_grad
+
+
+def test_l2_gradient_under_forward_mode_ad():
+    x = torch.rand(6, 3, dtype=torch.float64)
+
+    def est(x):
+        return l2_gradient(_f, x, 0.1, torch.Generator().manual_seed(0))
+
+    g, tangent = torch.func.jvp(est, (x,), (torch.ones_like(x),))
+    torch.testing.assert_close(g, est(x))
+    assert tangent.shape == x.shape
+
+
+@pytest.mark.parametrize("name", ["l1", "l2"])
+def test_objective_input_owns_its_storage(name):
+    seen = []
+
+    def f(Z):
+        # what an objective that serialises its query points (to a worker, a log, a
+        # checkpoint) sends: the whole storage of the tensor it was given
+        seen.append(pickle.loads(pickle.dumps(Z)).untyped_storage().nbytes())
+        return Z.sum(-1)
+
+    x = torch.rand(8, 16, dtype=torch.float64)
+    (l1_gradient if name == "l1" else l2_gradient)(f, x, 0.1, torch.Generator().manual_seed(0))
+    assert seen == [x.numel() * x.element_size()] * 2
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -1,6 +1,8 @@
 r"""Tests of FedZero (Alg. 1), its Cor. 3.2 defaults, the server step and the batched
 simulation; the optimisation error of the averaged iterate falls like
-``sqrt(d / (n m))`` (Cor. 3.2)."""
+``sqrt(d / (n m))`` (Cor. 3.2). The federated program (``run_federated``) survives an
+iterate on a face of the shrunk domain, honours a context problem's settings, refuses a
+malformed sign message and flags an optimum outside Theta."""
 
 from __future__ import annotations
 
@@ -9,6 +11,14 @@ import math
 import pytest
 import torch
 
+from botorch_fed.federation import (
+    CallableObjective,
+    FederationSetup,
+    FedZeroSettings,
+    ProtocolViolation,
+    build_federation,
+    run_federated,
+)
 from botorch_fed.zeroth_order import (
     Box,
     FedZero,
@@ -326,3 +336,69 @@ def test_cuda_simulation():
         f, dom, x0, 4, 10, eta=0.05, h=0.05, generator=torch.Generator(device="cuda").manual_seed(0)
     ).run()
     assert res.last.device.type == "cuda"
+
+
+# --- the federated FedZero program (run_federated / build_federation) --------------------
+def _linear_run(lower: float, h: float, domain: str = "box"):
+    d = 3
+    obj = CallableObjective(lambda X: X.sum(-1), bounds=[[lower] * d, [lower + 2.0] * d])
+    setup = FederationSetup(objectives=obj, num_clients=2, seed=0)
+    # f increasing in every coordinate, large eta: the iterate sits on the lower face
+    return run_federated(
+        "fedzero", setup, FedZeroSettings(num_rounds=10, eta=1.0, h=h, domain=domain)
+    )
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+@pytest.mark.parametrize("domain", ["box", "l1-ball"])
+def test_protocol_survives_iterate_on_shrunk_face_float32_h(domain):
+    res = _linear_run(-1.0, 0.7, domain)
+    assert res.recommendation is not None
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_protocol_survives_float64_rounding_at_face():
+    res = _linear_run(-0.085, 0.25)
+    assert res.recommendation is not None
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+@pytest.mark.parametrize("kw", [dict(noise_std=1.0), dict(shift=0.2)])
+def test_context_problem_honours_noise_and_shift(kw):
+    settings = FedZeroSettings(num_rounds=5)
+    base = run_federated(
+        "fedzero", FederationSetup(problem="l1-regression", dim=5, num_clients=2, seed=0), settings
+    )
+    try:
+        other = run_federated(
+            "fedzero",
+            FederationSetup(problem="l1-regression", dim=5, num_clients=2, seed=0, **kw),
+            settings,
+        )
+    except ValueError:
+        return  # refusing the unsupported setting is an acceptable fix
+    assert other.recommendation["x"] != base.recommendation["x"]
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_sign_message_of_wrong_length_is_refused():
+    d = 4
+    obj = CallableObjective(lambda X: X.sum(-1), bounds=[[-1.0] * d, [1.0] * d])
+    server, clients, _ = build_federation(
+        "fedzero",
+        FederationSetup(objectives=obj, num_clients=2, seed=0),
+        FedZeroSettings(num_rounds=2, eta=0.1, h=0.1, message="sign"),
+    )
+    clients[1].on_round = lambda payload: {"scale": 1.0, "signs": b"\xff\x00\x00"}
+    with pytest.raises(ProtocolViolation):
+        server.run()
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_an_optimum_outside_theta_is_flagged():
+    r"""l1-regression's planted x* (||x*||_1 = 1.43 at dim 10) lies outside the shrunk
+    l1 ball: the regrets are against an optimum Theta does not contain, which the run
+    says (a warning) instead of reporting regrets that silently cannot vanish."""
+    setup = FederationSetup(problem="l1-regression", dim=10, num_clients=4, seed=0)
+    with pytest.warns(UserWarning, match="outside Theta"):
+        run_federated("fedzero", setup, FedZeroSettings(num_rounds=50, domain="l1-ball"))

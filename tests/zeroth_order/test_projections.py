@@ -13,6 +13,8 @@ from tests.helpers.tolerances import assert_close, eps
 
 DTYPES = [torch.float32, torch.float64]
 D = 6
+F64 = torch.float64
+EPS64 = torch.finfo(F64).eps
 
 
 def _sets(dtype):
@@ -212,3 +214,38 @@ def test_cuda_projection():
     ):
         p = C.project(y)
         assert p.device.type == "cuda" and C.contains(p).all()
+
+
+# --- rounding: float radii and steps, float32 extremes, batched radii ---------------------
+# Tolerances are a few ulps of the dtype under test (the quantities are single roundings
+# away from exact); one intra-op thread and warnings ignored (quiet_single_thread), as in
+# the federated FedZero tests.
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_float_radius_keeps_float64_precision():
+    ball = L1Ball(torch.zeros(3, dtype=F64), 0.1)
+    p = ball.project(torch.tensor([[5.0, 0.0, 0.0]], dtype=F64))
+    assert abs(p[0, 0].item() - 0.1) <= 4 * EPS64  # one rounding (a float32 radius: 1.5e-9 off)
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_box_shrink_by_float_h_keeps_queries_inside():
+    box = Box(-torch.ones(2, dtype=F64), torch.ones(2, dtype=F64))
+    s = box.shrink(0.7)
+    assert bool(((s.lower - 0.7) >= -1.0).all()) and bool(((s.upper + 0.7) <= 1.0).all())
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_l2_ball_projection_of_large_float32_point():
+    p = L2Ball(torch.zeros(3), 1.0).project(torch.full((1, 3), 1e20))
+    expected = torch.full((1, 3), 1 / math.sqrt(3))
+    assert (p - expected).abs().max().item() <= 8 * torch.finfo(torch.float32).eps
+
+
+@pytest.mark.usefixtures("quiet_single_thread")
+def test_l1_ball_batched_radius_unbatched_point():
+    ball = L1Ball(torch.zeros(3, dtype=F64), torch.tensor([1.0, 2.0], dtype=F64))
+    try:
+        p = ball.project(torch.full((3,), 5.0, dtype=F64))
+    except ValueError:
+        return
+    assert p.shape == (2, 3)

@@ -3,8 +3,12 @@ standard Laplace vector / its l1 norm)."""
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 import torch
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -185,6 +189,63 @@ def test_bad_batch_dtype_generator():
         sample_l1_sphere(2, d=2, dtype=torch.int64)
     with pytest.raises(ValueError, match="`generator`"):
         sample_l2_sphere(2, d=2, generator=0)
+
+
+def test_words_key_is_drawn_on_the_cpu_whatever_the_default_device():
+    n = sampling.WORDS_MIN_NUMEL
+    torch.manual_seed(7)
+    expected = sample_l1_sphere(n, d=1, dtype=torch.float64)
+    torch.manual_seed(7)
+    with torch.device("meta"):
+        z = sample_l1_sphere(n, d=1, device="cpu", dtype=torch.float64)
+    assert z.device.type == "cpu"
+    assert torch.equal(z, expected)
+
+
+# --- seeded directions across NumPy's CPU dispatch (np.log2 magnitudes) -----------------
+# (scratch_words_path: the random-word sampler at test sizes in this process)
+_DRAW = r"""
+import torch
+from botorch_fed.zeroth_order import sample_l1_sphere
+for dtype in (torch.float32, torch.float64):
+    z = sample_l1_sphere(64, d=1024, generator=torch.Generator().manual_seed(0), dtype=dtype)
+    print(" ".join(map(float.hex, z.double().flatten().tolist())))
+"""
+
+
+def _avx512_features() -> list[str]:
+    um = np._core._multiarray_umath if hasattr(np, "_core") else np.core._multiarray_umath
+    found = {k for k, v in um.__cpu_features__.items() if v}
+    return [f for f in um.__cpu_dispatch__ if f.startswith(("AVX512", "X86_V4")) and f in found]
+
+
+@pytest.mark.usefixtures("scratch_words_path")
+def test_seeded_l1_directions_across_numpy_cpu_dispatch():
+    # np.log2 runs SVML on AVX-512 (<= 2.05 ulp) and libm elsewhere (< 1 ulp): a seeded
+    # direction's magnitudes may differ in the last bits between such hosts (documented
+    # in sample_l1_sphere), but its signs, which FedZero's seed message uses (the server
+    # redraws them), are the random words' top bits and agree exactly
+    features = _avx512_features()
+    if not features:
+        pytest.skip("NumPy uses no AVX-512 code on this host: nothing to compare")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def draw(disable: str | None) -> list[torch.Tensor]:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": repo}
+        env.pop("NPY_DISABLE_CPU_FEATURES", None)
+        if disable:
+            env["NPY_DISABLE_CPU_FEATURES"] = disable
+        run = subprocess.run(
+            [sys.executable, "-c", _DRAW], env=env, capture_output=True, text=True, check=True
+        )
+        lines = run.stdout.strip().splitlines()
+        return [torch.tensor([float.fromhex(v) for v in line.split()]) for line in lines]
+
+    avx512, other = draw(None), draw(" ".join(features))
+    for dtype, a, b in zip((torch.float32, torch.float64), avx512, other, strict=True):
+        assert torch.equal(a > 0, b > 0)
+        # each magnitude within 2 + 1 ulp (SVML, libm), the norm likewise, one division
+        torch.testing.assert_close(a, b, rtol=8 * torch.finfo(dtype).eps, atol=0)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -10,6 +10,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from botorch_fed.zeroth_order import estimators, l1_gradient, release_scratch
 from tests.helpers.tolerances import assert_close
@@ -277,6 +278,52 @@ def test_outputs_kept_by_a_subclass_are_never_written():
         l1_gradient(lambda Z: Z.sum(-1), x, 0.1, torch.Generator().manual_seed(seed))
     assert len(_Recording.log) == 4
     assert all(torch.equal(out, value) for out, value in _Recording.log)
+
+
+# What anything still refers to when ``f`` returns is left to it and never written again,
+# also where ``_holders``' counts (taken just before and just after ``f``) do not see the
+# reference: one taken before the "before" count, or a storage swapped in by ``f``.
+class _RecordOutputs(TorchDispatchMode):
+    r"""A debugging / tracing mode that keeps every op's output (and a copy of its value
+    at the time) -- a reference that exists before ``_holders``' "before" count."""
+
+    def __init__(self):
+        super().__init__()
+        self.log = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if "addcmul" in str(func):
+            self.log.append((out, out.clone()))
+        return out
+
+
+def test_outputs_recorded_by_a_mode_are_never_written():
+    x = torch.rand(4, 3)
+    with _RecordOutputs() as mode:
+        l1_gradient(lambda Z: Z.sum(-1), x, 0.1, torch.Generator().manual_seed(0))
+        l1_gradient(lambda Z: Z.sum(-1), x, 0.1, torch.Generator().manual_seed(1))
+    assert len(mode.log) == 4
+    for out, value in mode.log:
+        assert torch.equal(out, value)
+
+
+def test_storage_swapped_in_by_f_is_never_written():
+    x = torch.rand(4, 3)
+    arrays, values = [], []
+
+    def f(Z):
+        arr = np.clip(Z.numpy(), 0.0, 1.0)  # f's own array, e.g. kept as a log of points
+        Z.set_(torch.from_numpy(arr))
+        arrays.append(arr)
+        values.append(arr.copy())
+        return Z.sum(-1)
+
+    l1_gradient(f, x, 0.1, torch.Generator().manual_seed(0))
+    l1_gradient(f, x, 0.1, torch.Generator().manual_seed(1))
+    assert len(arrays) == 4
+    for arr, value in zip(arrays, values, strict=True):
+        np.testing.assert_array_equal(arr, value)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
