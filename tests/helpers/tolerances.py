@@ -34,6 +34,30 @@ def tol(dtype: torch.dtype, factor: float) -> float:
     return factor * eps(dtype)
 
 
+def reordering_factor(n: int, cond: float | Tensor = 1.0) -> float:
+    r"""The factor of a comparison of one quantity computed twice by the same formula
+    with its sums in different orders: batched or not, stacked or separate, on another
+    thread count or through another MKL kernel (AVX-512, AVX2, SSE4.2 and MKL's
+    conditional-reproducibility branches block and vectorise GEMM, Cholesky and TRSM
+    differently, so the two sides differ in the last bits on one CPU and not another).
+
+    Each side carries a forward error of at most about ``n * eps * cond * scale``: a
+    length-``n`` sum errs by ``gamma_n ~ n eps`` of the sum of magnitudes (Higham,
+    *Accuracy and Stability of Numerical Algorithms*, Thm. 3.5), and a solve with a
+    matrix of condition number ``cond`` amplifies backward errors of that size by
+    ``cond`` (Thm. 7.2, 10.4). The two sides differ by at most twice that: the factor is
+    ``2 * n * cond``.
+
+    Args:
+        n: The longest reduction in the computation (a matrix size, a sum's length).
+        cond: The condition number of the system solved (``1`` for sums and products).
+    """
+    cond = float(cond)
+    if not (n >= 1 and cond >= 1):
+        raise ValueError(f"need n >= 1 and cond >= 1, got n={n!r}, cond={cond!r}.")
+    return 2.0 * n * cond
+
+
 def assert_close(
     actual: Tensor,
     expected: Tensor,

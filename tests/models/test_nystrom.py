@@ -15,7 +15,7 @@ import torch
 from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 
 from botorch_fed.models import NystromEmbedding, nystrom_embedding, sample_dictionary
-from tests.helpers.tolerances import assert_close, eps
+from tests.helpers.tolerances import assert_close, eps, reordering_factor
 
 F64 = torch.float64
 DTYPES = [torch.float32, torch.float64]
@@ -93,8 +93,16 @@ def test_batches_gradients_and_empty_dictionary():
     X = torch.rand(3, 4, 1, generator=torch.Generator().manual_seed(0), dtype=F64)
     out = emb(X)
     assert out.shape == (3, 4, 6)
+    # the same phi = k_D(x) W batched or not: each side's rounding is at most
+    # eps (m + kappa) |k_D(x)| |W| (a length-m product of kernel values formed to
+    # kappa eps, kappa = 4 (1 + z) for exp(-z), z the largest scaled squared distance),
+    # with |W| = 1 / sqrt(the smallest eigenvalue of K_D kept)
+    kept = torch.linalg.eigvalsh(emb.kernel_matrix(D))[-emb.rank :]
+    z = float(torch.cdist(X, D.expand(3, -1, -1)).max() ** 2 / (2 * 0.3**2))
+    factor = reordering_factor(6 + math.ceil(4 * (1 + z)))
     for b in range(3):
-        assert torch.equal(out[b], emb(X[b]))
+        scale = emb.kernel_matrix(X[b], D).norm(dim=-1).max() * kept.min().rsqrt()
+        assert_close(out[b], emb(X[b]), dtype=F64, factor=factor, scale=scale)
     # autograd w.r.t. X (finite differences)
     Xg = X[0].clone().requires_grad_(True)
     assert torch.autograd.gradcheck(lambda Z: emb(Z), (Xg,))
