@@ -21,28 +21,35 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# By hand, not in CI: the suite (as `make test`) under each MKL code path with 1 and 2
-# threads; one line per run, logs in build/test-matrix/, fails if any run failed.
-# About 80 s a run on 2 cores. MKL_ENABLE_INSTRUCTIONS caps the ISA MKL dispatches to,
-# on Intel CPUs. On non-Intel ones MKL takes its generic path whatever it says: checked
-# on an AMD EPYC (AVX-512) machine, MKL_VERBOSE=1 named "Intel(R) Architecture
-# processors" under all three and float32 GEMM / Cholesky / TRSM results were bit for
-# bit the same (only the thread count changed them). MKL_CBWR=COMPATIBLE (MKL's SSE2
-# path) changes the results on any CPU, so it runs too. Each line ends with
-# tests/mkl_probe.py's report: MKL's processor class and a fingerprint of its results
-# (runs with equal fingerprints went through the same kernels).
-MATRIX_ENVS ?= MKL_ENABLE_INSTRUCTIONS=SSE4_2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
-	MKL_ENABLE_INSTRUCTIONS=AVX512 MKL_CBWR=COMPATIBLE
-MATRIX_THREADS ?= 1 2
+# By hand, not in CI: the suite under every setting that changes how linear algebra
+# rounds, one setting changed at a time from `make test`'s (each entry: variables joined
+# by commas). One line per run, logs in build/test-matrix/; fails if any run failed.
+# - MKL_CBWR=COMPATIBLE|AVX2|AVX512: MKL's conditional numerical reproducibility branches
+#   (COMPATIBLE is MKL's SSE2 path; a branch the CPU lacks falls back);
+# - MKL_ENABLE_INSTRUCTIONS=SSE4_2|AVX2: caps the ISA MKL dispatches to, on Intel CPUs
+#   only (on AMD, MKL takes its generic path whatever it says);
+# - BOTORCH_FED_TEST_THREADS=1|2|4: torch threads per worker (tests/conftest.py; default
+#   cores / workers), which changes the blocking of Cholesky, TRSM and long sums;
+# - BOTORCH_FED_TEST_MKLDNN=0: torch.backends.mkldnn off.
+# Each line ends with tests/mkl_probe.py's report: the settings, MKL's processor class and
+# which operations round differently from the first entry's (its baseline).
+# benchmarks/results/test_matrix.md records a run and which settings changed results.
+# The Flower process tests and the packaging check (network) add nothing here: left out.
+MATRIX ?= BOTORCH_FED_TEST_THREADS=1 BOTORCH_FED_TEST_THREADS=2 BOTORCH_FED_TEST_THREADS=4 \
+	MKL_CBWR=COMPATIBLE MKL_CBWR=AVX2 MKL_CBWR=AVX512 \
+	MKL_ENABLE_INSTRUCTIONS=SSE4_2 MKL_ENABLE_INSTRUCTIONS=AVX2 \
+	BOTORCH_FED_TEST_MKLDNN=0 BOTORCH_FED_TEST_MKLDNN=0,BOTORCH_FED_TEST_THREADS=1
+MATRIX_PYTEST_ARGS ?= -m "not flower" --ignore=tests/test_packaging.py
 
 test-matrix: $(STAMP)
-	@mkdir -p build/test-matrix; failed=0; \
-	for e in $(MATRIX_ENVS); do for t in $(MATRIX_THREADS); do \
-	  log=build/test-matrix/$$e-threads$$t.log; \
-	  run="env $$e OMP_NUM_THREADS=$$t MKL_NUM_THREADS=$$t"; \
-	  if $$run $(BIN)/python -m pytest -q > $$log 2>&1; then r=passed; else r=FAILED; failed=1; fi; \
-	  echo "test-matrix $$e threads=$$t: $$r: $$(tail -n 1 $$log) [$$($$run $(BIN)/python tests/mkl_probe.py)]"; \
-	done; done; \
+	@rm -rf build/test-matrix; mkdir -p build/test-matrix; failed=0; \
+	for e in $(MATRIX); do \
+	  log=build/test-matrix/$$e.log; vars=$$(echo $$e | tr , ' '); \
+	  if env $$vars $(BIN)/python -m pytest -q $(MATRIX_PYTEST_ARGS) > $$log 2>&1; \
+	  then r=passed; else r=FAILED; failed=1; fi; \
+	  probe=$$(env $$vars $(BIN)/python tests/mkl_probe.py --baseline build/test-matrix/baseline.json); \
+	  echo "test-matrix $$e: $$r: $$(tail -n 1 $$log) [$$probe]"; \
+	done; \
 	exit $$failed
 
 lint: $(STAMP)

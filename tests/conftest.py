@@ -6,9 +6,11 @@ session settings of ``make test`` and ``make test-matrix``:
   setup.cfg) each worker takes ``cpu_count / workers`` threads (at least 1), so two
   workers do not oversubscribe two cores, unless ``BOTORCH_FED_TEST_THREADS`` says how
   many; ``BOTORCH_FED_TEST_MKLDNN=0`` turns mkldnn off (``make test-matrix`` varies both);
-- every test under ``tests/flower/`` runs on one worker (xdist group ``flower``,
-  ``--dist loadgroup``): those tests start SuperLinks and SuperNodes on free ports that
-  the OS picks, and one worker at a time picking them cannot race another for a port.
+- the tests of one file run on one worker (``--dist loadgroup``, a group per file), so a
+  module-scoped fixture (a Flower federation, the packaging check's resolutions) is
+  built once; the files that start Flower processes (:data:`FLOWER_PROCESSES`) share
+  one group: they take free ports that the OS picks, and one worker at a time picking
+  them cannot race another for a port.
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ from botorch.exceptions.warnings import InputDataWarning
 
 from tests.mkl_probe import apply_session_settings
 
-FLOWER_TESTS = Path(__file__).parent / "flower"
+HERE = Path(__file__).parent
+#: the test files that start SuperLinks, SuperNodes or party agents
+FLOWER_PROCESSES = frozenset(
+    HERE / "flower" / name
+    for name in ("test_launcher.py", "test_loopback.py", "test_party_agent.py")
+)
 
 
 def pytest_configure(config) -> None:
@@ -36,8 +43,9 @@ def pytest_configure(config) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
-        if FLOWER_TESTS in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.xdist_group("flower"))
+        path = Path(str(item.fspath))
+        group = "flower-processes" if path in FLOWER_PROCESSES else str(path.relative_to(HERE))
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture

@@ -533,7 +533,13 @@ def _run(spec, ctx, setup, on_round, on_receive, checkpoint, info, manifest, sta
         server.run(on_round=after_round, start_round=start)
     time_s = elapsed + time.perf_counter() - t_start
     return score_run(
-        algorithm, setup, server, clients, objectives, best_per_round, time_s,
+        algorithm,
+        setup,
+        server,
+        clients,
+        objectives,
+        best_per_round,
+        time_s,
         private_randomness=ctx.private_randomness,
     )
 
