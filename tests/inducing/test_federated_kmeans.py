@@ -8,7 +8,7 @@ import torch
 from botorch.exceptions.errors import BotorchTensorDimensionError, InputDataError
 
 from botorch_fed.inducing import global_support, local_centers, random_support
-from tests.helpers.tolerances import eps, tol
+from tests.helpers.tolerances import eps, reordering_factor, tol
 
 DTYPES = [torch.float32, torch.float64]
 
@@ -89,8 +89,12 @@ def test_global_support_finds_separated_client_blobs():
     d = torch.cdist(corners, S)
     assert (d.min(dim=1).values < 0.05).all()
     assert len(set(d.argmin(dim=1).tolist())) == 4
-    # and the result is a k-means fixed point on the pooled centres
-    assert _is_lloyd_fixed_point(torch.cat(centers), S, atol=1e-6)
+    # and the result is a k-means fixed point on the pooled centres: scikit-learn's
+    # float64 means of the (well separated, so stable) clusters vs the float64 means
+    # here, each a sum of at most 12 pooled centres, in other orders
+    pooled = torch.cat(centers)
+    atol = tol(torch.float64, reordering_factor(len(pooled))) * pooled.abs().max().item()
+    assert _is_lloyd_fixed_point(pooled, S, atol=atol, rtol=0.0)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -9,6 +9,7 @@ import torch
 from botorch.utils.sampling import draw_sobol_samples
 
 from botorch_fed.inducing import grid_support, sobol_support
+from tests.helpers.tolerances import assert_close
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -19,8 +20,10 @@ def test_grid_is_every_combination_of_the_axis_values(dim, m, dtype):
     # independent construction: itertools.product of the evenly spaced axis values
     axis = [i / (m - 1) for i in range(m)]
     expected = torch.tensor(list(itertools.product(axis, repeat=dim)), dtype=torch.float64)
-    eps = torch.finfo(dtype).eps
-    torch.testing.assert_close(grid.double(), expected, rtol=0, atol=4 * eps)
+    # linspace forms each value as 0 + i step or 1 - j step: one rounding each of the
+    # step, the product and the sum, and one of the reference, each <= eps / 2 of the
+    # axis' range 1
+    assert_close(grid, expected, dtype=dtype, factor=2, scale=1.0)
     # the corners are exact, every point distinct and inside the cube
     assert grid.min() == 0 and grid.max() == 1
     assert len(torch.unique(grid, dim=0)) == m**dim
@@ -33,9 +36,11 @@ def test_grid_of_one_point_per_axis_is_the_centre():
 def test_the_papers_grid():
     grid = grid_support(2, 10)
     assert grid.shape == (100, 2)
-    # spacing 1/9 along each axis, the last coordinate fastest
-    torch.testing.assert_close(grid[1] - grid[0], torch.tensor([0.0, 1 / 9], dtype=torch.double))
-    torch.testing.assert_close(grid[10] - grid[0], torch.tensor([1 / 9, 0.0], dtype=torch.double))
+    # spacing 1/9 along each axis, the last coordinate fastest: a difference of two grid
+    # values, each <= eps off (above), rounded once more (eps / 2)
+    step = torch.tensor([0.0, 1 / 9], dtype=torch.double)
+    assert_close(grid[1] - grid[0], step, dtype=torch.double, factor=3, scale=1.0)
+    assert_close(grid[10] - grid[0], step.flip(0), dtype=torch.double, factor=3, scale=1.0)
 
 
 def test_grid_too_large_is_refused():

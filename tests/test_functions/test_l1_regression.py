@@ -22,13 +22,39 @@ from botorch_fed.test_functions import (
     get_test_function_class,
     list_test_functions,
 )
+from tests.helpers.tolerances import assert_within
+
+EPS = float(np.finfo(np.float64).eps)
+EPS32 = float(np.finfo(np.float32).eps)
 
 
-# |a_i' x - b_i| with ||a_i|| ~ 1, ||x|| <= sqrt(d): a sum of d products, so rounding is
-# at most ~d eps times sum_j |a_ij x_j| <= ||a_i||_1 ||x||_inf ~ sqrt(d); 1e3 * d eps
-# relative to max(f, 1) is generous for d <= 100.
-def _tol(dim: int, dtype: torch.dtype = torch.float64) -> float:
-    return 1e3 * dim * torch.finfo(dtype).eps
+# Rounding bounds (float64). A residual a_i' x - b_i is a d-term dot product, which errs
+# by at most d eps sum_j |a_ij x_j| in any summation order (Higham, Thm. 3.5), and a
+# subtraction (eps (|a_i' x| + |b_i|)); f averages N absolute residuals (N eps f). Two
+# evaluations of the same values (torch's GEMM or row sums, numpy's row-by-row dot and
+# pairwise mean) differ by at most the sum of the two bounds.
+def _residual_error(A: np.ndarray, b: np.ndarray, X: np.ndarray) -> np.ndarray:
+    r"""``points x N``: the rounding bound of each ``|a_i' x - b_i|``."""
+    X = np.atleast_2d(X)
+    S = np.abs(X) @ np.abs(A).T
+    return EPS * (A.shape[1] * S + np.abs(X @ A.T) + np.abs(b))
+
+
+def _f_error(A: np.ndarray, b: np.ndarray, X: np.ndarray) -> np.ndarray:
+    r"""``points``: the rounding bound of ``f(x) = (1/N) sum_i |a_i' x - b_i|``."""
+    X = np.atleast_2d(X)
+    f = np.abs(X @ A.T - b).mean(axis=-1)
+    return _residual_error(A, b, X).mean(axis=-1) + A.shape[0] * EPS * f
+
+
+def _b_error(A: np.ndarray, x_star: np.ndarray) -> np.ndarray:
+    r"""``N``: ``b = A x*`` formed by torch's GEMM and by numpy's row-by-row dot products
+    (d-term sums in two orders: ``2 d eps sum_j |a_ij x*_j|``)."""
+    return 2 * A.shape[1] * EPS * (np.abs(A) @ np.abs(x_star))
+
+
+def _assert_within(actual, expected, bound) -> None:
+    assert_within(torch.as_tensor(actual), torch.as_tensor(expected), torch.as_tensor(bound))
 
 
 def _reference_data(dim, num_data=1000, sparsity=10, data_noise=0.0, seed=0):
@@ -57,21 +83,22 @@ def test_matches_numpy_reference_and_planted_solution() -> None:
     A, b, x_star = _reference_data(dim, n, 4, seed=5)
     np.testing.assert_allclose(f.A.numpy(), A, rtol=0, atol=0)
     np.testing.assert_allclose(f.solution.numpy(), x_star, rtol=0, atol=0)
-    np.testing.assert_allclose(f.b.numpy(), b, rtol=0, atol=_tol(dim))
+    db = _b_error(A, x_star)
+    _assert_within(f.b.numpy(), b, db)
     assert torch.equal(f.data[0], f.A) and torch.equal(f.data[1], f.b)
     assert int((f.solution != 0).sum()) == 4 and float(f.solution.abs().max()) <= 0.5
     X = 3 * torch.rand(7, dim, dtype=torch.float64) - 1.5  # also outside the box
-    np.testing.assert_allclose(
-        f(X, noise=False).numpy(), _f_numpy(A, b, X.numpy()), rtol=_tol(dim), atol=_tol(dim)
-    )
+    # both evaluations' rounding, and the two b's (a residual moves by |db_i|)
+    bound = 2 * _f_error(A, b, X.numpy()) + db.mean()
+    _assert_within(f(X, noise=False).numpy(), _f_numpy(A, b, X.numpy()), bound)
     # data_noise > 0: the extra draw follows the documented order
     g = L1Regression(dim=dim, num_data=n, sparsity=4, data_noise=0.3, function_seed=5)
     A2, b2, _ = _reference_data(dim, n, 4, data_noise=0.3, seed=5)
     np.testing.assert_allclose(g.A.numpy(), A2, rtol=0, atol=0)
-    np.testing.assert_allclose(g.b.numpy(), b2, rtol=0, atol=_tol(dim))
-    np.testing.assert_allclose(
-        g(X, noise=False).numpy(), _f_numpy(A2, b2, X.numpy()), rtol=_tol(dim), atol=_tol(dim)
-    )
+    db2 = db + EPS * np.abs(b2)  # + the same noise, rounded once (eps/2) on each side
+    _assert_within(g.b.numpy(), b2, db2)
+    bound = 2 * _f_error(A2, b2, X.numpy()) + db2.mean()
+    _assert_within(g(X, noise=False).numpy(), _f_numpy(A2, b2, X.numpy()), bound)
 
 
 def test_defaults_zero_at_planted_optimum_and_nonnegative() -> None:
@@ -102,7 +129,8 @@ def test_lp_optimum_with_data_noise() -> None:
     x_opt = f.optimizers
     assert x_opt.shape == (1, 20)
     assert ((x_opt >= f.bounds[0]) & (x_opt <= f.bounds[1])).all()
-    assert f(x_opt, noise=False).item() == pytest.approx(opt, rel=1e-12)
+    # optimal_value is f at the stored argmin, evaluated the same way: exact
+    assert f(x_opt, noise=False).item() == opt
     assert opt <= f.evaluate_true(f.solution).item()
     X = 2 * torch.rand(500, 20, dtype=torch.float64) - 1
     assert (f(X, noise=False) >= opt).all()
@@ -158,19 +186,25 @@ def test_evaluate_contexts() -> None:
             for i in range(4)
         ]
     )
-    np.testing.assert_allclose(values.numpy(), expected, rtol=_tol(8), atol=_tol(8))
-    # the mean over all contexts is f
+    errors = _residual_error(A, b, X.reshape(20, 8).numpy())  # 20 points x 30 rows
+    residual_error = errors[np.arange(20), index.reshape(20).numpy()].reshape(4, 5)
+    _assert_within(values.numpy(), expected, 2 * residual_error)
+    # the mean over all contexts is f (row sums vs GEMM, then N-term means)
     Xr = X.reshape(20, 8)
     all_ctx = f.evaluate_contexts(Xr.unsqueeze(-2), torch.arange(30))  # 20 x 30
     assert all_ctx.shape == (20, 30)
-    torch.testing.assert_close(all_ctx.mean(-1), f.evaluate_true(Xr), rtol=_tol(8), atol=_tol(8))
+    _assert_within(all_ctx.mean(-1), f.evaluate_true(Xr), 2 * _f_error(A, b, Xr.numpy()))
     # broadcasting one index over a batch, float32, not negated, no noise
     one = f.evaluate_contexts(Xr, torch.tensor(3))
     assert one.shape == (20,)
     x32 = Xr.float()
     v32 = f.evaluate_contexts(x32, torch.full((20,), 3))
     assert v32.dtype == torch.float32
-    torch.testing.assert_close(v32.double(), one, rtol=1e-5, atol=1e-6)
+    # computed in float64 from the float32-rounded x (eps32/2 of each |a_j x_j|), then
+    # rounded to float32 (eps32/2 of the value), and the float64 sums of the two inputs
+    S = (Xr.abs() @ f.A[3].abs()).numpy()
+    bound = EPS32 / 2 * (S + one.abs().numpy()) + 2 * errors[:, 3]
+    _assert_within(v32.double(), one, bound)
     fn = L1Regression(
         dim=8,
         num_data=30,
@@ -197,28 +231,47 @@ def test_evaluate_contexts() -> None:
 
 def test_lipschitz_per_context() -> None:
     f = L1Regression(dim=15, num_data=100, sparsity=5, data_noise=0.1)
-    L = f.lipschitz
-    assert L == pytest.approx(float(np.linalg.norm(f.A.numpy(), axis=1).max()), rel=1e-14)
+    L, d = f.lipschitz, f.dim
+    # a norm is sqrt of a d-term sum of squares (d eps relative on each side, halved by the
+    # root) and the root (eps/2): (d + 1) eps relative between the two
+    L_numpy = float(np.linalg.norm(f.A.numpy(), axis=1).max())
+    assert abs(L - L_numpy) <= (d + 1) * EPS * L_numpy
     gen = torch.Generator().manual_seed(0)
     X = 4 * torch.rand(2000, 15, generator=gen, dtype=torch.float64) - 2
     Y = X + torch.randn(2000, 15, generator=gen, dtype=torch.float64) * torch.rand(
         2000, 1, generator=gen, dtype=torch.float64
     )
     index = torch.randint(100, (2000,), generator=gen)
-    ratio = (f.evaluate_contexts(X, index) - f.evaluate_contexts(Y, index)).abs() / (
-        torch.linalg.vector_norm(X - Y, dim=-1)
-    )
-    assert float(ratio.max()) <= L * (1 + 1e-12)
+    dist = torch.linalg.vector_norm(X - Y, dim=-1)
+    ratio = (f.evaluate_contexts(X, index) - f.evaluate_contexts(Y, index)).abs() / dist
+    # |f_c(x) - f_c(y)| <= L ||x - y|| up to rounding: each value's bound over ||x - y||,
+    # and (d/2 + 5) eps relative for the norm (a d-term sum and a root), the difference
+    # x - y, the subtraction and the division
+    A, b = f.A.numpy(), f.b.numpy()
+    rows = np.arange(len(index))
+    err_X = _residual_error(A, b, X.numpy())[rows, index.numpy()]
+    err_Y = _residual_error(A, b, Y.numpy())[rows, index.numpy()]
+    slack = torch.from_numpy(err_X + err_Y) / dist
+    assert bool((ratio <= (L + slack) * (1 + (d / 2 + 5) * EPS)).all())
     # the bound is attained in the direction of the row with the largest norm
     i = int(torch.linalg.vector_norm(f.A, dim=-1).argmax())
     x = torch.zeros(15, dtype=torch.float64)
     y = x + f.A[i] / torch.linalg.vector_norm(f.A[i])
     x, y = x + 10 * f.A[i], y + 10 * f.A[i]  # both on the side a_i'x > b_i of the kink
     r = (f.evaluate_contexts(x, torch.tensor(i)) - f.evaluate_contexts(y, torch.tensor(i))).abs()
-    assert float(r) == pytest.approx(L, rel=1e-12)
-    # population f is Lipschitz too
-    fr = (f.evaluate_true(X) - f.evaluate_true(Y)).abs() / torch.linalg.vector_norm(X - Y, dim=-1)
-    assert float(fr.max()) <= L * (1 + 1e-12)
+    # a_i'(y - x) = ||a_i|| up to: the two values' rounding, y's (the unit vector carries the
+    # norm's (d/2 + 1) eps and a division, y = u + 10 a_i one more eps/2 of |y_j|), and L's
+    # own norm (d/2 + 1) eps
+    a = f.A[i]
+    u = a / torch.linalg.vector_norm(a)
+    err = _residual_error(A[i : i + 1], b[i], np.stack([x.numpy(), y.numpy()])).sum()
+    err += EPS * float((a.abs() * ((d / 2 + 2) * u.abs() + y.abs() / 2)).sum())
+    err += (d / 2 + 1) * EPS * L
+    assert abs(float(r) - L) <= err
+    # population f is Lipschitz too (the same rounding slack, with f's bound)
+    fr = (f.evaluate_true(X) - f.evaluate_true(Y)).abs() / dist
+    slack = torch.from_numpy(_f_error(A, b, X.numpy()) + _f_error(A, b, Y.numpy())) / dist
+    assert bool((fr <= (L + slack) * (1 + (d / 2 + 5) * EPS)).all())
 
 
 def test_function_seed_reproducible() -> None:
@@ -240,14 +293,17 @@ def test_batch_shapes_dtypes_out_of_box_and_noise() -> None:
     X = 2 * torch.rand(5, 6, dtype=torch.float64) - 1
     v32 = f(X.float(), noise=False)
     assert v32.dtype == torch.float32
-    torch.testing.assert_close(v32.double(), f(X, noise=False), rtol=1e-5, atol=1e-6)
+    # f in float64 of the float32-rounded X (eps32/2 of each |a_ij x_j|, averaged), rounded
+    # to float32 (eps32/2 of f), and the float64 evaluations of the two inputs
+    A, b = f.A.numpy(), f.b.numpy()
+    f64 = f(X, noise=False)
+    S = (np.abs(X.numpy()) @ np.abs(A).T).mean(axis=-1)
+    bound = EPS32 / 2 * (S + f64.numpy()) + 2 * _f_error(A, b, X.numpy())
+    _assert_within(v32.double(), f64, bound)
     outside = torch.full((2, 6), 1.5, dtype=torch.float64)
     outside[1] = -3.0
-    np.testing.assert_allclose(
-        f(outside, noise=False).numpy(),
-        _f_numpy(f.A.numpy(), f.b.numpy(), outside.numpy()),
-        rtol=_tol(6),
-    )
+    expected = _f_numpy(A, b, outside.numpy())
+    _assert_within(f(outside, noise=False).numpy(), expected, 2 * _f_error(A, b, outside.numpy()))
     # seeded observation noise
     g1 = L1Regression(dim=6, num_data=25, sparsity=2, function_seed=1, noise_std=0.1, seed=9)
     g2 = L1Regression(dim=6, num_data=25, sparsity=2, function_seed=1, noise_std=0.1, seed=9)

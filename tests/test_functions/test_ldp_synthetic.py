@@ -54,9 +54,21 @@ def _f(x, seed, kernel="se", ell=0.2, nu=2.5, num_points=100, num_centers=100) -
     return _kernel(s, kernel, ell, nu) @ a
 
 
-# f is a sum of p = 100 terms |a_i k| <= 1: rounding in either computation is a few
-# hundred eps relative to sum |a_i k| <= 100, i.e. below 1e3 eps times max(|f|, 1) * 100.
-FACTOR = 1e5
+# Rounding of f = sum_i a_i k(s_i) (|a_i| <= 1, 0 < k <= 1) in either computation:
+# each kernel entry is within KERNEL_ROUNDING eps of exact (s = |u - c| rounds relative
+# to s, which moves k by eps/2 max_r |r k'(r)| <= eps/2; r = s / l; the closed forms'
+# few products, sums and exp, or scipy's Bessel K_nu), each product a_i k_i rounds once,
+# and the p-term sum errs by p eps sum_i |a_i k_i| in any order: (p + KERNEL_ROUNDING + 1)
+# eps sum_i |a_i| <= (p + KERNEL_ROUNDING + 1) eps p on each side.
+KERNEL_ROUNDING = 8
+
+
+def _factor(p: int) -> float:
+    r"""The two evaluations' bounds, relative to ``p >= sum_i |a_i|``."""
+    return 2 * (p + KERNEL_ROUNDING + 1)
+
+
+FACTOR = _factor(100)
 
 
 @pytest.mark.parametrize(
@@ -98,7 +110,7 @@ def test_draws_and_grid_follow_the_paper():
 def test_grid_constants(kernel, seed):
     fn = LDPSynthetic(kernel=kernel, function_seed=seed)
     f_grid = _f(np.arange(100) / 99, seed, kernel)
-    tol = FACTOR * np.finfo(np.float64).eps * 100
+    tol = FACTOR * np.finfo(np.float64).eps * 100  # each constant is f at a grid point
     assert abs(fn.reward_bound - np.abs(f_grid).max()) <= tol  # B = max_D |f|
     assert abs(fn.optimal_value - (-f_grid.max())) <= tol  # minimising -f
     best = int(np.argmax(f_grid))
@@ -130,11 +142,20 @@ def test_custom_bounds_and_grid_size_stretch_the_function():
         function_seed=2, num_points=40, num_centers=17, lengthscale=0.1, bounds=[(-2.0, 3.0)]
     )
     u = (torch.arange(40, dtype=torch.float64) / 39).unsqueeze(-1)
-    assert_close(wide.candidates, -2.0 + 5.0 * u, dtype=torch.float64, factor=4, scale=3.0)
-    assert_close(wide(wide.candidates), unit(u), dtype=torch.float64, factor=1e4, scale=17.0)
+    # lower + width u: a product and a sum on each side, eps/2 each of |lower| + width = 7
+    assert_close(wide.candidates, -2.0 + 5.0 * u, dtype=torch.float64, factor=2, scale=7.0)
+    # wide maps its candidates back to u' = (x - lower) / width: x carries 2 roundings of
+    # 7 eps/2, x - lower one of 5 eps/2, / width one of eps/2, so |u' - u| <= (7 + 5 / 2)
+    # eps / 5 + eps / 2 = 2.4 eps, which moves f by at most 2.4 eps max|k'| sum|a_i|
+    # (max|k'| = e^(-1/2) / l = 6.1); and both evaluations round (_factor): relative to
+    # sum|a_i| <= p = 17
+    lipschitz = math.exp(-0.5) / 0.1
+    factor = _factor(17) + 2.4 * lipschitz
+    assert_close(wide(wide.candidates), unit(u), dtype=torch.float64, factor=factor, scale=17.0)
     assert wide.optimizers.item() == wide.candidates[int(torch.argmin(unit(u)))].item()
     expected = _f(u.squeeze(-1).numpy(), 2, "se", 0.1, 2.5, num_points=40, num_centers=17)
-    assert_close(-unit(u), torch.from_numpy(expected), dtype=torch.float64, factor=FACTOR)
+    expected = torch.from_numpy(expected)
+    assert_close(-unit(u), expected, dtype=torch.float64, factor=_factor(17), scale=17.0)
     assert unit.kernel_hint["lengthscale"] == 0.1 == wide.kernel_hint["lengthscale"]
 
 
@@ -162,7 +183,10 @@ def test_seeded_gaussian_noise_is_reproducible():
     expected_noise = 0.3 * torch.randn(
         11, generator=torch.Generator().manual_seed(4), dtype=torch.float64
     )
-    assert_close(ya - a(X, noise=False), expected_noise, dtype=torch.float64, factor=16, scale=10.0)
+    # ya = f + noise (one rounding, eps/2 of |ya|), minus the same f (one more, eps/2 of
+    # |noise|); the noise itself is the same product on both sides
+    scale = float(ya.abs().max() + expected_noise.abs().max())
+    assert_close(ya - a(X, noise=False), expected_noise, dtype=torch.float64, factor=1, scale=scale)
 
 
 def test_registry():
