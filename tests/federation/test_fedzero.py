@@ -20,6 +20,9 @@ from botorch_fed.federation import (
     run_federated,
 )
 from botorch_fed.zeroth_order import l1_sign, sample_l1_sphere
+from tests.helpers.tolerances import assert_close, reordering_factor
+
+EPS = torch.finfo(torch.float64).eps
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
@@ -60,14 +63,25 @@ def test_the_server_step_is_alg1_recomputed_independently():
             z = sample_l1_sphere(
                 d=d, generator=torch.Generator().manual_seed(int(r["seed"])), dtype=torch.float64
             )
-            # the two values are f at x_t +- h z: f linear, so their difference is 2h a'z
-            assert r["y_plus"] - r["y_minus"] == pytest.approx(2 * h * float(A @ z), abs=1e-12)
+            # the two values are f at x_t +- h z: f linear, so their difference is 2h a'z,
+            # to rounding. With m_i = |x_i| + h |z_i|: a point x +- h z (2 roundings)
+            # through the unit cube and back (2 more, one of them of |P_i - lo_i|) errs
+            # by u (4 m_i + |lo_i|) per coordinate; the 4-term dot products
+            # (gamma_4 ~ 2 eps), their difference (u) and 2 h (A z) (gamma_4, u) add
+            # up to 14 eps sum_i |a_i| m_i + eps sum_i |a_i| |lo_i|
+            magnitude = float((A.abs() * (xs[t].abs() + h * z.abs())).sum())
+            bound = EPS * (14 * magnitude + float(A.abs().sum()))  # lo_i = -1
+            difference = r["y_plus"] - r["y_minus"]
+            assert abs(difference - 2 * h * float(A @ z)) <= bound
             gs.append(d / (2 * h) * (r["y_plus"] - r["y_minus"]) * l1_sign(z))
         expected = (xs[t] - eta * torch.stack(gs).mean(0)).clamp(-1 + h, 1 - h)
         torch.testing.assert_close(xs[t + 1], expected, rtol=0, atol=1e-12)
-    # the recommendation is the average of the iterates
+    # the recommendation is the average of the iterates: the server's running sum
+    # divided by their number, here torch's mean, two float64 evaluations of one mean
     rec = torch.tensor(server.recommendation["x"], dtype=torch.float64)
-    torch.testing.assert_close(rec, torch.stack(xs).mean(0), rtol=0, atol=1e-12)
+    scale = torch.stack(xs).abs().max()
+    factor = reordering_factor(len(xs))
+    assert_close(rec, torch.stack(xs).mean(0), dtype=torch.float64, factor=factor, scale=scale)
 
 
 def test_the_three_messages_give_one_run_at_three_sizes():

@@ -2,10 +2,27 @@ r"""Limb encoding for wide-range secure sums, and the ``aggregate`` callable ada
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from botorch_fed.secure import LimbEncoding, get_backend, make_aggregator
+from tests.helpers.secure_sum_bounds import EPS, assert_sum_close
+
+
+def _decode_error(enc: LimbEncoding, limbs: np.ndarray) -> np.ndarray:
+    r"""Bound on the float64 rounding of ``enc.decode(limbs)``: it adds the ``K``
+    (exact) products ``d_k 2^(low + b k)`` of each value in float64, within
+    ``gamma_{K-1} sum_k |d_k| 2^(low + b k)`` of their exact sum (Higham, Thm. 3.5)."""
+    weights = np.ldexp(1.0, enc.low + enc.bits * np.arange(enc.num_limbs))
+    magnitude = (np.abs(np.round(limbs)).reshape(-1, enc.num_limbs) * weights).sum(axis=1)
+    return (enc.num_limbs - 1) * (EPS / 2) * magnitude
+
+
+def _exact_sum(arrays) -> np.ndarray:
+    r"""The correctly rounded sum of each coordinate (``math.fsum``): within ``u |sum|``."""
+    return np.array([math.fsum(col) for col in np.stack(arrays).reshape(len(arrays), -1).T])
 
 
 def test_limb_round_trip_and_resolution():
@@ -15,7 +32,8 @@ def test_limb_round_trip_and_resolution():
         [rng.normal(size=20) * 10.0 ** rng.integers(-10, 18, size=20), [0.0, -1.0, 2.0**-40]]
     )
     back = enc.decode(enc.encode(x))
-    assert np.all(np.abs(back - x) <= 2.0**-41 + 1e-16 * np.abs(x))
+    # x rounded to the grid 2^low (2^(low-1) at most), then decode's float64 sum
+    assert np.all(np.abs(back - x) <= 2.0 ** (enc.low - 1) + _decode_error(enc, enc.encode(x)))
     limbs = enc.encode(x)
     assert limbs.size == x.size * enc.num_limbs
     assert np.all(np.abs(limbs) <= enc.max_limb()) and np.all(limbs == np.round(limbs))
@@ -25,8 +43,13 @@ def test_limb_sums_are_sums():
     enc = LimbEncoding(bits=10, low=-30, high=50)
     rng = np.random.default_rng(1)
     xs = [rng.normal(size=7) * 1e9 for _ in range(25)]
-    total = enc.decode(sum(enc.encode(x) for x in xs))
-    np.testing.assert_allclose(total, np.sum(xs, axis=0), rtol=0, atol=25 * 2.0**-30 + 1e-6)
+    limbs = sum(enc.encode(x) for x in xs)  # integer limb sums: exact
+    total = enc.decode(limbs)
+    # 25 inputs rounded to the grid 2^-30 (2^-31 each), decode's float64 sum, and the
+    # rounding of the (correctly rounded) reference
+    exact = _exact_sum(xs)
+    bound = 25 * 2.0**-31 + _decode_error(enc, limbs) + (EPS / 2) * np.abs(exact)
+    assert np.all(np.abs(total - exact) <= bound), np.abs(total - exact) / bound
 
 
 def test_limb_errors():
@@ -54,8 +77,21 @@ def test_make_aggregator_sums_like_numpy(backend, wide):
     stats: list = []
     total = make_aggregator(backend, wide=wide, seed=3, stats=stats)(arrays)
     assert total.shape == (3, 4)
-    tol = 4 * 2.0**-40 if wide else 1e-9  # wide: each input rounded to 2^-40
-    np.testing.assert_allclose(total, np.sum(arrays, axis=0), rtol=0, atol=tol)
+    expected = np.sum(arrays, axis=0)
+    if wide:
+        # each input rounded to the limbs' grid 2^-40 (2^-41 each); the limb sums are
+        # exact under every backend (CKKS's rounded back to integers); then decode's
+        # float64 sum and numpy's (3 additions) of the reference
+        enc = LimbEncoding()
+        limbs = sum(enc.encode(a.reshape(-1)) for a in arrays)
+        reference = 3 * (EPS / 2) * np.sum(np.abs(arrays), axis=0).reshape(-1)
+        bound = 4 * 2.0**-41 + _decode_error(enc, limbs) + reference
+        assert np.all(np.abs(total - expected).reshape(-1) <= bound)
+    elif backend == "ckks":  # encryption noise, not rounding (measured ~1e-12)
+        np.testing.assert_allclose(total, expected, rtol=0, atol=1e-9)
+    else:
+        inputs = {i: a.reshape(-1) for i, a in enumerate(arrays)}
+        assert_sum_close(total.reshape(-1), expected.reshape(-1), backend, inputs)
     assert len(stats) == 1 and stats[0]["n_clients"] == 4
 
 

@@ -15,6 +15,7 @@ from botorch_fed.secure import TamperedMessageError, shamir
 from botorch_fed.secure import fixed_point as fp
 from botorch_fed.secure.crypto import RandomSource, chacha20_uint64
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
+from tests.helpers.secure_sum_bounds import assert_sum_close
 
 
 @pytest.mark.parametrize(("n", "t"), [(3, 2), (5, 3), (20, 11), (7, 7)])
@@ -55,7 +56,10 @@ def test_fixed_point_sum_is_exact_mod_2_64() -> None:
         total += fp.encode(x, 7) + m
     for m in masks:
         total -= m
-    assert np.max(np.abs(fp.decode(total) - np.sum(xs, axis=0))) <= 7 * 2.0**-41 + 1e-12
+    # 7 roundings to the grid 2^-40 (2^-41 each) and the float64 roundings of the two
+    # sides (tests/helpers/secure_sum_bounds.py)
+    inputs = dict(enumerate(xs))
+    assert_sum_close(fp.decode(total), np.sum(xs, axis=0), "masking", inputs)
 
 
 def test_chacha20_prg_is_deterministic_and_key_dependent() -> None:
