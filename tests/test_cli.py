@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -287,6 +288,22 @@ def test_run_fbo_fedgp_writes_json_and_plot(tmp_path, capsys):
     assert data["config"]["settings"]["support_size"] == 4
     assert data["best_value"] == min(data["best_per_round"])
     assert plot.stat().st_size > 1000
+    # the cumulative regret says what it sums (every evaluation of every client, the
+    # initial designs too) and what its mean divides by
+    n = len(data["evaluations"])
+    total = data["cumulative_regret_per_round"][-1]
+    assert n == 3 * (3 + 2)  # 3 clients: 3 initial points and 2 rounds each
+    assert f"sum of |f(x) - f*| over all N = {n} evaluations" in text
+    assert re.search(rf"R_N / N\s*[│|]\s*{total / n:.6g}\b", text), text
+
+
+def test_fedzero_table_labels_the_regret_of_its_iterates(capsys):
+    args = ["run", "fedzero", "--problem", "branin", "--clients", "3", "--rounds", "4",
+            "--eta", "0.05", "--h", "0.05"]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "cumulative regret R_T of the iterates: sum of f(x_t) - f* over T = 4 rounds" in text
+    assert "mean regret per iterate R_T / T" in text
 
 
 @pytest.mark.parametrize("algorithm", ["local", "random"])
