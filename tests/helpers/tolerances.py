@@ -192,3 +192,43 @@ def gp_posterior_error_factors(
     f_mean = f_mean + mean.abs()
     f_var = kappa * k_ss + (n + 2 * kappa) * ksn * wn + (n + kappa) * norm_K * wn**2 + k_ss
     return f_mean, f_var
+
+
+def gp_form_error_bounds(A, E_A, K_s, E_s, K_ss, E_ss, r, e_r):
+    r"""First-order bounds on the rounding error of a GP-form posterior evaluated in
+    float64: ``m = K_s A^-1 r`` (``q``) and ``C = K_ss - K_s A^-1 K_s'`` (``q x q``).
+
+    The entries of ``A``, ``K_s``, ``K_ss``, ``r`` carry absolute errors ``E_A``,
+    ``E_s``, ``E_ss``, ``e_r`` (as formed); the solve is exact for ``A + dA`` with
+    ``|dA| <= n eps |A|`` and the length-``n`` dot products round by ``n eps`` of their
+    terms (Higham, Thm. 10.4, 3.5). With ``alpha = A^-1 r`` and ``w = A^-1 K_s'``, to
+    first order (2-norms, ``|E_A| <= ||E_A||_F``)::
+
+        |dm_i|  <= |E_s,i| |alpha| + |w_i| (|e_r| + |E_A| |alpha|)
+                   + n eps (|k_s,i| |alpha| + |A| |w_i| |alpha|) + eps |m_i|
+        |dC_ij| <= E_ss,ij + |E_s,i| |w_j| + |w_i| |E_s,j| + |E_A| |w_i| |w_j|
+                   + n eps (|k_s,i| |w_j| + |A| |w_i| |w_j|) + eps |C_ij|
+    """
+    e = eps(torch.float64)
+    n = A.shape[-1]
+    alpha = torch.linalg.solve(A, r)
+    w = torch.linalg.solve(A, K_s.mT)  # n x q
+    norm_A, norm_EA = torch.linalg.matrix_norm(A, ord=2), torch.linalg.matrix_norm(E_A)
+    an, wn = alpha.norm(), w.norm(dim=0)
+    ksn, esn = K_s.norm(dim=-1), E_s.norm(dim=-1)
+    bound_mean = (
+        esn * an
+        + wn * (e_r.norm() + norm_EA * an)
+        + n * e * (ksn * an + norm_A * wn * an)
+        + e * (K_s @ alpha).abs()
+    )
+    ww = wn[:, None] * wn[None, :]
+    bound_cov = (
+        E_ss
+        + esn[:, None] * wn[None, :]
+        + wn[:, None] * esn[None, :]
+        + norm_EA * ww
+        + n * e * (ksn[:, None] * wn[None, :] + norm_A * ww)
+        + e * (K_ss - K_s @ w).abs()
+    )
+    return bound_mean, bound_cov

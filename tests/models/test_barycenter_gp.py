@@ -33,7 +33,7 @@ from botorch.sampling import SobolQMCNormalSampler
 from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
 
 from botorch_fed.models import BarycenterGP, agent_weights, bures_wasserstein_barycenter
-from tests.helpers.tolerances import assert_close
+from tests.helpers.tolerances import assert_close, assert_within, eps, reordering_factor
 
 F64 = torch.float64
 NOISE = 1e-3
@@ -87,6 +87,22 @@ def dense_reference(model: BarycenterGP, X: torch.Tensor, mean_c, cov_c, mu0: fl
     A = torch.linalg.solve(KSS, KXS.T).T
     mean = mu0 + A @ (mean_c - mu0)
     cov = KXX - A @ KXS.T + A @ cov_c @ A.T
+    return mean, cov
+
+
+def term_scales(model: BarycenterGP, X: torch.Tensor) -> tuple[float, float]:
+    r"""The magnitudes of the terms the base moments at ``X`` are summed from:
+    ``|mu_0| + |k_xS| |a|`` (the mean) and ``k(x, x) + |F_x| |lam| |F_x'|`` (the
+    covariance), ``F_x = k_xS G`` (``a, G, lam`` the model's cached parts). Rounding
+    errors of sums in other orders are relative to these, not to the (cancelled)
+    results."""
+    a, G, lam = model._prior_parts()
+    with torch.no_grad():
+        K = model.covar_module(X, model.support).to_dense()
+        F = (K @ G).abs()
+        mean = float((K.abs() @ a.abs()).max()) + abs(float(model.mean_constant))
+        prior = float(model.covar_module(X, X, diag=True).max())
+        cov = prior + float(((F * lam.abs()) @ F.mT).max())
     return mean, cov
 
 
@@ -189,16 +205,35 @@ def test_condition_on_observations_is_exact_gp_conditioning():
     gain = torch.linalg.solve(Coo, C[:3, 3:]).T  # 5 x 3
     mean_ref = mu[3:] + (gain @ (Yn.squeeze(-1) - mu[:3]).unsqueeze(-1)).squeeze(-1)
     cov_ref = C[3:, 3:] - gain @ C[:3, 3:]
-    torch.testing.assert_close(post.mean.squeeze(-1), mean_ref, atol=1e-9, rtol=1e-9)
-    torch.testing.assert_close(
-        post.covariance_matrix, cov_ref.expand(4, 5, 5), atol=1e-9, rtol=1e-9
+    # the same conditioning two ways (the model's Cholesky of its own base moments, a
+    # dense solve of the joint's): the base moments in other shapes (length-s sums over
+    # the support, relative to their terms, term_scales) and the solve with C_oo +
+    # noise: 2 (s + 3) cond(C_oo + noise), relative to the terms of mu + gain (Y - mu)
+    # and C - gain C
+    f = reordering_factor(len(S) + 3, torch.linalg.cond(Coo))
+    sm, sc = term_scales(model, torch.cat([Xn, Xt]))
+    scale_mean = sm + float((gain.abs() @ (Yn.abs().amax(0).squeeze(-1) + sm)).max())
+    scale_cov = sc + float((gain.abs() @ C[:3, 3:].abs()).max())
+    assert_close(
+        post.mean.squeeze(-1), mean_ref.expand(4, 5), dtype=F64, factor=f, scale=scale_mean
     )
-    # conditioning twice = conditioning once on both sets
+    assert_close(
+        post.covariance_matrix, cov_ref.expand(4, 5, 5), dtype=F64, factor=f, scale=scale_cov
+    )
+    # conditioning twice = conditioning once on both sets: as above over the five
     X2 = torch.rand(2, 2, dtype=F64, generator=g)
     Y2 = torch.randn(4, 2, 1, dtype=F64, generator=g)
     twice = cond.condition_on_observations(X2, Y2).posterior(Xt)
     once = model.condition_on_observations(torch.cat([Xn, X2]), torch.cat([Yn, Y2], -2))
-    torch.testing.assert_close(twice.mean, once.posterior(Xt).mean, atol=1e-9, rtol=1e-9)
+    joint5 = model.posterior(torch.cat([Xn, X2, Xt]))
+    C5 = joint5.covariance_matrix.detach()
+    C_oo = C5[:5, :5] + NOISE * torch.eye(5, dtype=F64)
+    gain5 = torch.linalg.solve(C_oo, C5[:5, 5:]).T
+    f = reordering_factor(len(S) + 5, torch.linalg.cond(C_oo))
+    sm, _ = term_scales(model, torch.cat([Xn, X2, Xt]))
+    Y5 = torch.cat([Yn, Y2], -2).abs().amax(0).squeeze(-1)
+    scale_mean = sm + float((gain5.abs() @ (Y5 + sm)).max())
+    assert_close(twice.mean, once.posterior(Xt).mean, dtype=F64, factor=f, scale=scale_mean)
 
 
 def test_one_agent_conditioning_matches_singletaskgp():
@@ -350,10 +385,17 @@ def test_support_mean_and_cross_covariance_is_the_joint_posterior_block():
     model = BarycenterGP(S, means, covs, k, noise=NOISE)
     X = torch.rand(3, 2, 2, dtype=F64, generator=torch.Generator().manual_seed(4))
     mean, cross = model.support_mean_and_cross_covariance(S, X)
+    # the same formulas (mu_0 + k_xS a, k_xS' - F_x lam F_S') in other shapes: sums of
+    # length s (the support) and r (the kept rank) in other orders, no solve:
+    # reordering_factor(s + r), relative to the magnitudes of the terms summed
+    f = reordering_factor(len(S) + len(model._prior_parts()[2]))
     for b in range(3):
         joint = model.posterior(torch.cat([S, X[b]]))
-        torch.testing.assert_close(mean, joint.mean[:25, 0], atol=1e-12, rtol=0)
-        torch.testing.assert_close(cross[b], joint.covariance_matrix[25:, :25], atol=1e-12, rtol=0)
+        scale_mean, scale_cross = term_scales(model, torch.cat([S, X[b]]))
+        assert_close(mean, joint.mean[:25, 0], dtype=F64, factor=f, scale=scale_mean)
+        assert_close(
+            cross[b], joint.covariance_matrix[25:, :25], dtype=F64, factor=f, scale=scale_cross
+        )
     fantasy = model.condition_on_observations(X[0], torch.zeros(2, 1, dtype=F64))
     assert fantasy.support_mean_and_cross_covariance(S, X) is NotImplemented
 
@@ -520,15 +562,28 @@ def test_fantasies_of_fantasies_are_joint_conditioning() -> None:
     assert ffm.posterior(Xt[0]).mean.shape == (5, 4, 3, 4, 1)
     assert ffm.posterior(Xt.expand(2, 5, 4, 3, 4, 2)).mean.shape == (2, 5, 4, 3, 4, 1)
     noise = float(model.noise)
+    s = len(model.support)
     for b in range(3):
         joint = model.posterior(torch.cat([X1[b], X2[b], Xt[b]]))
         mu, C = joint.mean[:, 0], joint.covariance_matrix
-        gain = torch.linalg.solve(C[:3, :3] + noise * torch.eye(3, dtype=F64), C[:3, 3:])
+        C_oo = C[:3, :3] + noise * torch.eye(3, dtype=F64)
+        gain = torch.linalg.solve(C_oo, C[:3, 3:])
         cov_ref = C[3:, 3:] - C[3:, :3] @ gain
         mean_ref = mu[3:] + (Y[:, :, b] - mu[:3]) @ gain  # 5 x 4 x 4
-        assert_close(post.mean[:, :, b, :, 0], mean_ref, dtype=F64, factor=1e4)
+        # as test_condition_on_observations_is_exact_gp_conditioning: base moments in
+        # other shapes (length-s sums), the solve with the 3 observations' covariance
+        f = reordering_factor(s + 3, torch.linalg.cond(C_oo.detach()))
+        sm, sc = term_scales(model, torch.cat([X1[b], X2[b], Xt[b]]))
+        g = gain.detach().abs().mT
+        scale_mean = sm + float((g @ (Y[:, :, b].abs().amax((0, 1)) + sm)).max())
+        scale_cov = sc + float((g @ C[:3, 3:].detach().abs()).max())
+        assert_close(post.mean[:, :, b, :, 0], mean_ref, dtype=F64, factor=f, scale=scale_mean)
         assert_close(
-            post.covariance_matrix[:, :, b], cov_ref.expand(5, 4, 4, 4), dtype=F64, factor=1e4
+            post.covariance_matrix[:, :, b],
+            cov_ref.expand(5, 4, 4, 4),
+            dtype=F64,
+            factor=f,
+            scale=scale_cov,
         )
 
 
@@ -539,16 +594,22 @@ def test_observation_noise_tensor_and_scalarized_transform() -> None:
     base = model.posterior(X)
     for noise in (torch.tensor(0.1, dtype=F64), torch.full((3, 4, 1), 0.1, dtype=F64)):
         noisy = model.posterior(X, observation_noise=noise)
+        # the same covariance c plus 0.1 on the diagonal (one rounding, <= eps / 2 of
+        # c + 0.1), minus c (one more): relative to max |c| + 0.1
+        cov = base.covariance_matrix
         assert_close(
-            noisy.covariance_matrix - base.covariance_matrix,
+            noisy.covariance_matrix - cov,
             0.1 * torch.eye(4, dtype=F64).expand(3, 4, 4),
             dtype=F64,
-            factor=8,
+            factor=1,
+            scale=cov.abs().max() + 0.1,
         )
     pt = ScalarizedPosteriorTransform(weights=torch.tensor([2.0], dtype=F64), offset=1.0)
     post = model.posterior(X, posterior_transform=pt)
-    assert_close(post.mean, 2 * base.mean + 1, dtype=F64, factor=4)
-    assert_close(post.variance, 4 * base.variance, dtype=F64, factor=4)
+    # the same moments scaled by powers of 2 (exact) and offset by 1 (one rounding of
+    # 2 m + 1 on each side)
+    assert_close(post.mean, 2 * base.mean + 1, dtype=F64, factor=2)
+    assert_close(post.variance, 4 * base.variance, dtype=F64, factor=2)
 
 
 @pytest.mark.usefixtures("_one_thread_user_warnings_ignored")
@@ -633,10 +694,18 @@ def test_analytic_acquisition_with_float32_inputs(acqf_cls: str) -> None:
         "posterior_mean": lambda m: PosteriorMean(m),
     }[acqf_cls]
     X = torch.rand(4, 1, 2, generator=torch.Generator().manual_seed(0), dtype=F64)
-    expected = make(small_model())(X).detach()
+    Xg = X.clone().requires_grad_(True)
+    expected = make(small_model())(Xg)
+    (grad,) = torch.autograd.grad(expected.sum(), Xg)
+    expected = expected.detach()
     value = make(model)(X.float())
     assert value.dtype == torch.float32
-    assert_close(value, expected, dtype=torch.float32, factor=1e3)
+    # float64 maths on the float32-rounded inputs (each coordinate moved by <= eps32 / 2
+    # of itself: first order |d acq / dx| |x| eps32 / 2), then the value rounded to
+    # float32 (eps32 / 2 relative); slack 2
+    e = eps(torch.float32)
+    bound = e * ((grad.abs() * X.abs()).sum((-2, -1)) + expected.abs())
+    assert_within(value, expected, bound)
 
 
 @pytest.mark.usefixtures("_one_thread_user_warnings_ignored")

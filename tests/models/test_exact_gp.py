@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from botorch.fit import fit_gpytorch_mll
+from botorch.fit import DEFAULT_WARNING_HANDLER, fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from botorch.models.utils.gpytorch_modules import (
     get_covar_module_with_dim_scaled_prior,
@@ -19,7 +19,33 @@ from botorch_fed.models import ExactGPRefitter, exact_gp_state, fit_exact_gp
 DTYPES = [torch.float32, torch.float64]
 
 
-pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+pytestmark = pytest.mark.usefixtures("quiet_single_thread", "_one_restart_policy")
+
+
+def _finished_at_noise_floor(w) -> bool:
+    r"""BoTorch's fit warning handler, except that an L-BFGS-B line search that fails
+    (status ``ABNORMAL``) counts as a finished fit instead of triggering a restart from
+    hyperparameters drawn from their priors.
+
+    Near the optimum the loss's rounding noise (``~ n eps``, float32 especially) makes
+    the line search fail or not depending on the last bits of the loss: on one CPU a
+    fit converges, on another it "fails" there and BoTorch restarts it from a random
+    draw, which ends wherever that draw leads (observed: BoTorch's own float32 fit of
+    test_warm_start_and_maxiter restarts on every MKL setting, and under
+    ``MKL_CBWR=AVX2`` the restart ends at another local optimum, MLL -1.13 vs -0.77).
+    The comparisons here are of the optimisation (closure, modules, warm start,
+    ``maxiter``, seed), so both sides of every comparison fit under this one policy.
+    """
+    return "ABNORMAL" in str(w.message) or DEFAULT_WARNING_HANDLER(w)
+
+
+@pytest.fixture
+def _one_restart_policy(monkeypatch):
+    fit = fit_gpytorch_mll
+    monkeypatch.setattr(
+        "botorch_fed.models.exact_gp.fit_gpytorch_mll",
+        lambda mll, **kwargs: fit(mll, warning_handler=_finished_at_noise_floor, **kwargs),
+    )
 
 
 def _data(n: int, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,7 +65,11 @@ def _botorch_fit(X, Y, seed, state=None, maxiter=None, **kwargs) -> SingleTaskGP
     options = {} if maxiter is None else {"optimizer_kwargs": {"options": {"maxiter": maxiter}}}
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model), **options)
+        fit_gpytorch_mll(
+            ExactMarginalLogLikelihood(model.likelihood, model),
+            warning_handler=_finished_at_noise_floor,
+            **options,
+        )
     return model.eval()
 
 

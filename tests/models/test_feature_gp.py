@@ -21,7 +21,8 @@ from botorch.optim import optimize_acqf
 from gpytorch.kernels import RBFKernel, ScaleKernel
 
 from botorch_fed.models import FeatureSpaceGP, NystromEmbedding
-from tests.helpers.tolerances import assert_close, eps
+from tests.helpers.tolerances import assert_close, eps, reordering_factor
+from tests.helpers.toy_models import kernel_rounding
 
 F64 = torch.float64
 DTYPES = [torch.float32, torch.float64]
@@ -55,11 +56,25 @@ def data(dtype: torch.dtype, repeats: bool = True):
 
 
 def exact_posterior(X, y, Xs):
+    r"""Mean, covariance, ``cond(K + lam I)`` and the magnitude ``max |k_s| |alpha|`` of
+    the terms the mean is summed from (``alpha = (K + lam I)^-1 y``)."""
     K, Ks, Kss = se(X, X), se(Xs, X), se(Xs, Xs)
     A = K + LAM * torch.eye(K.shape[0], dtype=F64)
-    mean = Ks @ torch.linalg.solve(A, y.to(F64))
+    alpha = torch.linalg.solve(A, y.to(F64))
+    mean = Ks @ alpha
     cov = Kss - Ks @ torch.linalg.solve(A, Ks.mT)
-    return mean, cov, float(torch.linalg.cond(A))
+    scale_m = float(Ks.norm(dim=-1).max() * alpha.norm())
+    return mean, cov, float(torch.linalg.cond(A)), scale_m
+
+
+def kappa(*points: torch.Tensor) -> float:
+    r"""Relative rounding (units of eps) of the kernel entries among ``points``, summed
+    over the two sides of a comparison: GPyTorch's (``kernel_rounding``: the
+    ``|x|^2 + |x'|^2 - 2 x'x'`` distances) and the explicit differences of :func:`se`
+    (the exponent ``z`` to ``z eps``, exp and the outputscale a few eps)."""
+    pts = torch.cat([p.to(F64) for p in points])
+    z = float(torch.cdist(pts, pts).max() ** 2 / (2 * 0.2**2))
+    return kernel_rounding(pts, 0.2) + z + 4
 
 
 def factor(dtype: torch.dtype, f64: float) -> float:
@@ -83,22 +98,23 @@ def test_ridge_is_the_exact_gp_posterior(dtype, repeats):
     model = FeatureSpaceGP.ridge(emb, X, y, LAM)
     Xs = torch.rand(20, 1, generator=torch.Generator().manual_seed(1), dtype=dtype)
     Xs = torch.cat([Xs, X[:3]])  # at training inputs too (smallest variances)
-    mean, cov, cond_A = exact_posterior(X, y, Xs)
+    mean, cov, cond_A, scale_m = exact_posterior(X, y, Xs)
     cond_D = float(torch.linalg.cond(se(X[:8], X[:8])))
     n = X.shape[0]
     # Nystrom features: rounding amplified by cond(K_D); ridge solve and the dense
     # reference: by cond(V) <= cond(K + lam I)-like and cond(K + lam I); n-term sums
-    f = factor(dtype, 10 * n * (cond_D + cond_A))
+    # and kernel entries formed to kappa eps on each side: 2 (n + kappa) (cond_D + cond_A)
+    f64 = reordering_factor(n + kappa(X, Xs), cond_D + cond_A)
+    f = factor(dtype, f64)
     post = model.posterior(Xs)
     assert post.mean.dtype == dtype and post.mean.shape == (23, 1)
     assert post.covariance_matrix.shape == (23, 23)
-    scale_m = max(1.0, float(y.abs().max()))
+    # the mean is summed from terms k_s alpha: errors relative to max |k_s| |alpha|
     assert_close(post.mean.squeeze(-1), mean, dtype=F64, factor=f, scale=scale_m, msg="mean")
     # the variance cancels k(x, x) = OUTPUTSCALE: errors relative to it
     assert_close(post.covariance_matrix, cov, dtype=F64, factor=f, scale=OUTPUTSCALE, msg="cov")
     m, v = model.mean_and_variance(Xs)
     assert m.dtype == F64 and v.dtype == F64 and m.shape == v.shape == (23,)
-    f64 = 10 * n * (cond_D + cond_A)
     assert_close(m, mean, dtype=F64, factor=f64, scale=scale_m, msg="mean_and_variance mean")
     assert_close(v, cov.diagonal(), dtype=F64, factor=f64, scale=OUTPUTSCALE, msg="variance")
     assert bool((v >= 0).all())
@@ -123,11 +139,18 @@ def test_subsampled_dictionary_is_the_dense_nystrom_gp():
         return se(A, D) @ torch.linalg.solve(KD, se(D, B))
 
     A = Q(X, X) + LAM * torch.eye(X.shape[0], dtype=F64)
-    mean = Q(Xs, X) @ torch.linalg.solve(A, y)
+    alpha = torch.linalg.solve(A, y)
+    mean = Q(Xs, X) @ alpha
     cov = se(Xs, Xs) - Q(Xs, X) @ torch.linalg.solve(A, Q(X, Xs))
-    f = 10 * X.shape[0] * (float(torch.linalg.cond(KD)) + float(torch.linalg.cond(A)))
+    # as test_ridge_is_the_exact_gp_posterior: 2 (n + kappa) (cond(K_D) + cond(A)), the
+    # mean relative to the terms it is summed from
+    cond = float(torch.linalg.cond(KD)) + float(torch.linalg.cond(A))
+    f = reordering_factor(X.shape[0] + kappa(X, Xs), cond)
+    scale_m = float(Q(Xs, X).norm(dim=-1).max() * alpha.norm())
     post = model.posterior(Xs)
-    assert_close(post.mean.squeeze(-1), mean, dtype=F64, factor=f, msg="Nystrom mean")
+    assert_close(
+        post.mean.squeeze(-1), mean, dtype=F64, factor=f, scale=scale_m, msg="Nystrom mean"
+    )
     assert_close(post.covariance_matrix, cov, dtype=F64, factor=f, scale=OUTPUTSCALE)
 
 
@@ -138,9 +161,14 @@ def test_empty_dictionary_is_the_prior():
     Xs = torch.rand(2, 4, 1, generator=torch.Generator().manual_seed(3), dtype=F64)
     post = model.posterior(Xs)
     assert torch.equal(post.mean, torch.zeros(2, 4, 1, dtype=F64))
-    assert_close(post.covariance_matrix, se(Xs, Xs), dtype=F64, factor=8, scale=OUTPUTSCALE)
+    # GPyTorch's kernel against explicit differences: kappa (both sides' kernel rounding)
+    f = kappa(Xs.reshape(-1, 1))
+    assert_close(post.covariance_matrix, se(Xs, Xs), dtype=F64, factor=f, scale=OUTPUTSCALE)
     m, v = model.mean_and_variance(Xs[0])
     assert torch.equal(m, torch.zeros(4, dtype=F64))
+    # the prior variance exp(0) * outputscale: the outputscale through GPyTorch's
+    # softplus constraint and back (log(expm1) then log1p(exp), each a few roundings of
+    # condition < 1 here): 4
     assert_close(v, torch.full((4,), OUTPUTSCALE, dtype=F64), dtype=F64, factor=4)
 
 
@@ -149,24 +177,51 @@ def test_observation_noise_batches_and_transform(model64):
     Xs = torch.rand(3, 5, 1, generator=torch.Generator().manual_seed(4), dtype=F64)
     post = model.posterior(Xs)
     assert post.mean.shape == (3, 5, 1) and post.covariance_matrix.shape == (3, 5, 5)
+    # The same float64 formulas batched or not (sums in other orders). Each side's
+    # features phi(x) = k_D(x) W err by eps (m + kappa) P, P = max |k_D(x)| |W| (kernel
+    # values formed to kappa eps; |W| = 1 / sqrt(the smallest eigenvalue of K_D kept),
+    # as in test_nystrom); the mean phi theta adds a length-m sum: 2 m + kappa, relative to
+    # P |theta|. The covariance K - phi phi' + lam A'A (A = L^-1 phi', L = chol(V)) has
+    # three terms, each <= OUTPUTSCALE (Nystrom <= kernel, lam V^-1 <= I), each rounded
+    # to (m + kappa) eps (sqrt(OUTPUTSCALE) P + OUTPUTSCALE), amplified by cond(L)
+    # through the solve: 3 reordering_factor(m + kappa, cond(L)).
+    emb = model.embedding
+    m = emb.dim
+    kap = kernel_rounding(torch.cat([Xs.reshape(-1, 1), emb.dictionary]), 0.2)
+    kept = torch.linalg.eigvalsh(emb.kernel_matrix(emb.dictionary))[-emb.rank :]
+    P = float(emb.kernel_matrix(Xs, emb.dictionary).norm(dim=-1).max() * kept.min().rsqrt())
+    cond_L = float(torch.linalg.cond(model.gram + LAM * torch.eye(m, dtype=F64)).sqrt())
+    f_mean = reordering_factor(2 * m + kap)
+    f_cov = 3 * reordering_factor(m + kap, cond_L)
+    scale_cov = OUTPUTSCALE + math.sqrt(OUTPUTSCALE) * P
     for b in range(3):
         single = model.posterior(Xs[b])
-        assert_close(post.mean[b], single.mean, dtype=F64, factor=8)
-        assert_close(post.covariance_matrix[b], single.covariance_matrix, dtype=F64, factor=8)
+        scale_mean = P * float(model.theta.norm())
+        assert_close(post.mean[b], single.mean, dtype=F64, factor=f_mean, scale=scale_mean)
+        assert_close(
+            post.covariance_matrix[b],
+            single.covariance_matrix,
+            dtype=F64,
+            factor=f_cov,
+            scale=scale_cov,
+        )
     noisy = model.posterior(Xs, observation_noise=True)
+    # the same covariance plus lam on the diagonal, rounded once on each side
     assert_close(
         noisy.covariance_matrix,
         post.covariance_matrix + LAM * torch.eye(5, dtype=F64),
         dtype=F64,
-        factor=4,
+        factor=2,
     )
     assert torch.equal(noisy.mean, post.mean)
     with pytest.raises(UnsupportedError, match="observation_noise"):
         model.posterior(Xs, observation_noise=torch.ones(3, 5, 1, dtype=F64))
     tf = ScalarizedPosteriorTransform(weights=torch.tensor([2.0], dtype=F64), offset=1.0)
     scaled = model.posterior(Xs, posterior_transform=tf)
-    assert_close(scaled.mean, 2 * post.mean + 1, dtype=F64, factor=8)
-    assert_close(scaled.variance, 4 * post.variance, dtype=F64, factor=8)
+    # the same moments scaled by powers of 2 (exact) and offset by 1 (one rounding of
+    # 2 m + 1 on each side)
+    assert_close(scaled.mean, 2 * post.mean + 1, dtype=F64, factor=2)
+    assert_close(scaled.variance, 4 * post.variance, dtype=F64, factor=2)
     assert model.num_outputs == 1 and model.batch_shape == torch.Size([])
     with pytest.raises(UnsupportedError, match="output_indices"):
         model.posterior(Xs, output_indices=[1])

@@ -36,21 +36,31 @@ from botorch_fed.models import (
     support_cholesky,
 )
 from tests.helpers.dense_pitc import (
+    dense_pitc_covariance,
     dense_pitc_posterior,
     exact_gp_posterior,
+    jittered_kss,
     make_modules,
     random_federation,
 )
-from tests.helpers.tolerances import assert_close, tol
+from tests.helpers.tolerances import (
+    assert_close,
+    assert_within,
+    eps,
+    gp_form_error_bounds,
+    reordering_factor,
+    tol,
+)
+from tests.helpers.toy_models import kernel_rounding
 
 DTYPES = [torch.float32, torch.float64]
+F64 = torch.float64
 # The model computes in float64 whatever the input dtype; float32 results differ from
 # a float64 reference on the same (rounded) inputs by the final rounding of the
 # outputs (<= eps32 / 2 relative to each entry).
-F64_TOL = 1e-10  # dense PITC vs dPITC in float64 (the required accuracy)
 
 
-def _tol(dtype, scale: float = 1.0, f64_tol: float = F64_TOL) -> float:
+def _tol(dtype, scale: float, f64_tol: float) -> float:
     r"""``f64_tol`` plus, for float32, the rounding of outputs of magnitude ``scale``."""
     return f64_tol + (tol(dtype, 2) * scale if dtype != torch.float64 else 0.0)
 
@@ -58,6 +68,74 @@ def _tol(dtype, scale: float = 1.0, f64_tol: float = F64_TOL) -> float:
 def _scale(*tensors) -> float:
     r"""The largest magnitude among the reference tensors (at least 1)."""
     return max([1.0, *(t.detach().abs().max().item() for t in tensors)])
+
+
+def _factor(dtype: torch.dtype, f64: float) -> float:
+    r"""Conditioning factor of a comparison of two evaluations of one model: in float64
+    ``f64`` (stated at each use); a float32 model's outputs are float64 results rounded
+    to float32 (<= eps32 / 2 relative on each side: 1, 2 with slack) -- the float64
+    differences are below eps32 wherever ``f64 * eps64 << eps32``."""
+    return 2.0 + f64 * eps(torch.float64) / eps(torch.float32) if dtype != torch.float64 else f64
+
+
+def _cond_B(model) -> float:
+    r"""``max cond(I + A~)`` over the batch: the system the posterior solves with its
+    summed whitened summary."""
+    A = model.summary.A.detach().double()
+    B = A + torch.eye(A.shape[-1], dtype=A.dtype)
+    return float(torch.linalg.cond(B).max())
+
+
+def _pitc_error_bounds(clients, support, k, lik, mean, X_test, jitter, dtype):
+    r"""Elementwise bounds on ``|model - dense_pitc_posterior|`` at ``X_test`` (``q x
+    d``), inputs in float64 holding the model's (rounded) values.
+
+    Both sides compute ``mu_* + Q_*f A^-1 r`` and ``K** - Q_*f A^-1 Q_f*`` (``A = Q_ff +
+    Lam``) in float64; each errs by at most :func:`_gp_error_bounds` (the model's
+    summary route taken as a backward-stable evaluation of the same posterior): two
+    sides, factor 2. Kernel entries are formed to ``kappa eps`` relative
+    (``tests.helpers.toy_models.kernel_rounding``); an entry ``Q_ij = k_S(z_i)' x_j``
+    (``x_j = K_SS^-1 k_S(z_j)``) also errs by ``m eps |K_SS| |x_i| |x_j|`` through a
+    solve with ``K_SS`` (its backward error, ``m`` support points) or by ``2 m eps
+    cond(L) |W_i| |W_j|`` through its Cholesky factor (``W = L^-1 k_S``, ``|W_i|^2 =
+    Q_ii``, the model's route): both are added. A float32 model adds the rounding of
+    its outputs (``eps32 / 2`` relative, 1 with slack).
+    """
+    e = eps(torch.float64)
+    with torch.no_grad():
+        X = torch.cat([c[0] for c in clients])
+        y = torch.cat([c[1] for c in clients]).squeeze(-1)
+        A = dense_pitc_covariance(clients, support, k, lik.noise, jitter)
+        K_SS = jittered_kss(support, k, jitter)
+        norm_K, cond_L = torch.linalg.matrix_norm(K_SS, ord=2), torch.linalg.cond(K_SS).sqrt()
+        x_norms = []
+        for Z in (X, X_test):
+            K_SZ = k(support, Z).to_dense()
+            x = torch.linalg.solve(K_SS, K_SZ)
+            q = (K_SZ * x).sum(0).clamp_min(0)
+            x_norms.append((norm_K * x.norm(dim=0).square() + 2 * cond_L * q).sqrt())
+        x_f, x_t = x_norms
+        e_Q = len(support) * e
+        kappa = kernel_rounding(
+            torch.cat([X, support, X_test]), float(k.base_kernel.lengthscale.max())
+        )
+        K_s = k(X_test, support).to_dense() @ torch.linalg.solve(K_SS, k(support, X).to_dense())
+        K_ss = k(X_test).to_dense()
+        mu, mu_t = mean(X), mean(X_test)
+        bound_mean, bound_cov = gp_form_error_bounds(
+            A,
+            kappa * e * A.abs() + e_Q * x_f[:, None] * x_f[None, :],
+            K_s,
+            kappa * e * K_s.abs() + e_Q * x_t[:, None] * x_f[None, :],
+            K_ss,
+            kappa * e * K_ss.abs() + e_Q * x_t[:, None] * x_t[None, :],
+            y - mu,
+            e * (y.abs() + mu.abs()),
+        )
+        ref_mean, ref_cov = dense_pitc_posterior(clients, support, k, lik, mean, X_test, jitter)
+    bound_mean = bound_mean + e * mu_t.abs()  # mu_* + ...
+    out32 = eps(dtype) if dtype != torch.float64 else 0.0
+    return 2 * bound_mean + out32 * ref_mean.abs(), 2 * bound_cov + out32 * ref_cov.abs()
 
 
 pytestmark = pytest.mark.usefixtures("quiet_seeded")
@@ -96,14 +174,20 @@ def test_posterior_matches_dense_pitc(seed, dtype):
         ref_mean, ref_cov = dense_pitc_posterior(
             clients64, to64(support), k64, lik64, mean64, to64(X_test), default_jitter(dtype)
         )
+        args = (clients64, to64(support), k64, lik64, mean64)
+        bounds = [
+            _pitc_error_bounds(*args, to64(X_test[i, j]), default_jitter(dtype), dtype)
+            for i in range(2)
+            for j in range(3)
+        ]
     assert post.mean.shape == (2, 3, 5, 1)
     assert post.distribution.covariance_matrix.shape == (2, 3, 5, 5)
     assert post.mean.dtype == dtype
-    atol = _tol(dtype, _scale(ref_mean, ref_cov))
-    torch.testing.assert_close(post.mean.squeeze(-1).double(), ref_mean, atol=atol, rtol=0)
-    torch.testing.assert_close(
-        post.distribution.covariance_matrix.double(), ref_cov, atol=atol, rtol=0
-    )
+    # first-order rounding of both float64 computations (and float32's output rounding)
+    bound_mean = torch.stack([b[0] for b in bounds]).reshape(2, 3, 5)
+    bound_cov = torch.stack([b[1] for b in bounds]).reshape(2, 3, 5, 5)
+    assert_within(post.mean.squeeze(-1), ref_mean, bound_mean, msg="mean")
+    assert_within(post.distribution.covariance_matrix, ref_cov, bound_cov, msg="covariance")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -156,13 +240,21 @@ def test_summation_order_and_grouping_do_not_matter():
         models.append(FederatedPITCGP(support, grouped, k, lik, mean))
         models.append(FederatedPITCGP(support, sum(parts), k, lik, mean))
         posts = [mdl.posterior(X_test) for mdl in models]
+    # The same posterior from summaries summed in other orders: each entry of the sum
+    # of M summaries rounds by <= M eps of its terms, the prediction solves with
+    # B = I + A~ (m x m, m support points) and rounds by <= m eps cond(B) on each side:
+    # 2 (M + m) cond(B) (B's terms are PSD: their sum does not cancel on the diagonal),
+    # the covariance relative to the prior variance it is formed from by cancellation
+    f = reordering_factor(len(parts) + len(support), _cond_B(models[0]))
+    prior = float(k.outputscale)
     for p in posts[1:]:
-        torch.testing.assert_close(p.mean, posts[0].mean, atol=1e-12, rtol=0)
-        torch.testing.assert_close(
+        assert_close(p.mean, posts[0].mean, dtype=torch.float64, factor=f)
+        assert_close(
             p.distribution.covariance_matrix,
             posts[0].distribution.covariance_matrix,
-            atol=1e-12,
-            rtol=0,
+            dtype=torch.float64,
+            factor=f,
+            scale=max(prior, 1.0),
         )
 
 
@@ -243,12 +335,19 @@ def test_condition_on_observations_matches_extra_client(dtype):
         cond = model.condition_on_observations(X_new, Y_new)
         rebuilt = _build([*clients, (X_new, Y_new)], support, k, lik, mean)
         p1, p2 = cond.posterior(X_test), rebuilt.posterior(X_test)
-    # two float64 computations of the same model, then (float32) output rounding
-    scale = _scale(p2.mean, p2.distribution.covariance_matrix)
-    atol = _tol(dtype, 2 * scale, f64_tol=1e-12)  # both sides rounded
-    torch.testing.assert_close(p1.mean, p2.mean, atol=atol, rtol=0)
-    torch.testing.assert_close(
-        p1.distribution.covariance_matrix, p2.distribution.covariance_matrix, atol=atol, rtol=0
+    # two float64 computations of the same model: the new block's summary added to the
+    # sum or summed with the others (M + 1 summaries, in another order), the prediction
+    # solving with B = I + A~ (m x m): 2 (M + 1 + m) cond(B), the covariance relative to
+    # the prior variance it is formed from; then (float32) output rounding
+    f = _factor(dtype, reordering_factor(len(clients) + 1 + len(support), _cond_B(rebuilt)))
+    prior = max(float(k.outputscale), 1.0)
+    assert_close(p1.mean, p2.mean, dtype=dtype, factor=f)
+    assert_close(
+        p1.distribution.covariance_matrix,
+        p2.distribution.covariance_matrix,
+        dtype=dtype,
+        factor=f,
+        scale=max(prior, _scale(p2.distribution.covariance_matrix)),
     )
 
 
@@ -271,14 +370,18 @@ def test_fantasize_matches_rebuilding_per_fantasy(dtype):
             for b in range(2):
                 ref = _build([*clients, (X_f[b], Y_f[j, b])], support, k, lik, mean)
                 rp = ref.posterior(X_test[b])
-                scale = _scale(rp.mean, rp.distribution.covariance_matrix)
-                atol = _tol(dtype, 2 * scale, f64_tol=1e-11)  # both sides rounded
-                torch.testing.assert_close(post.mean[j, b], rp.mean, atol=atol, rtol=0)
-                torch.testing.assert_close(
+                # as test_condition_on_observations_matches_extra_client (the fantasy
+                # block added as one more summary, batched over fantasies)
+                n_sum = len(clients) + 1 + len(support)
+                f = _factor(dtype, reordering_factor(n_sum, _cond_B(ref)))
+                cov = rp.distribution.covariance_matrix
+                assert_close(post.mean[j, b], rp.mean, dtype=dtype, factor=f)
+                assert_close(
                     post.distribution.covariance_matrix[j, b],
-                    rp.distribution.covariance_matrix,
-                    atol=atol,
-                    rtol=0,
+                    cov,
+                    dtype=dtype,
+                    factor=f,
+                    scale=max(float(k.outputscale), _scale(cov)),
                 )
 
 
@@ -412,8 +515,17 @@ def test_optimize_acqf_with_ucb_logei_and_qkg(dtype):
                 for j in range(4)
             ]
         ).mean()
-    # both sides are float64 computations of the same fantasy models, rounded to dtype
-    assert_close(kg.reshape(()), brute, dtype=dtype, factor=16 if dtype != torch.float64 else 1e6)
+    # both sides are float64 computations of the same fantasy models (the fantasy block
+    # added to the sum, or summed with the others: 2 (M + 1 + m) cond(B), the largest
+    # cond(B) of the four), rounded to dtype and averaged over the 4 fantasies there (a
+    # length-4 mean in dtype on each side: reordering_factor(4), plus the roundings of
+    # the four values, 1)
+    cond = max(
+        _cond_B(_build([*clients, (X_actual, Y_f[j, 0])], support, k, lik, mean)) for j in range(4)
+    )
+    f64 = reordering_factor(len(clients) + 1 + len(support), cond)
+    f = f64 if dtype == torch.float64 else reordering_factor(4) + 1 + f64 * eps(F64) / eps(dtype)
+    assert_close(kg.reshape(()), brute, dtype=dtype, factor=f)
     pm = PosteriorMean(model)
     assert torch.isfinite(pm(torch.rand(3, 1, d, dtype=dtype))).all()
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from botorch_fed.models import ata_estimate, median_of_means_estimate, ridge_estimate
-from tests.helpers.tolerances import assert_close
+from tests.helpers.tolerances import assert_close, reordering_factor
 
 F64 = torch.float64
 DTYPES = [torch.float32, torch.float64]
@@ -33,24 +33,42 @@ def dense_ridge(Phi, y, lam):
     return torch.linalg.solve(V, Phi.mT @ y), float(torch.linalg.cond(V))
 
 
+def ridge_tolerance(Phi, y, lam) -> tuple[float, float]:
+    r"""``(factor, scale)`` of a comparison of two backward-stable evaluations of
+    ``theta = V^-1 Phi' y``, ``V = Phi' Phi + lam I``: forming ``V`` and ``Phi' y`` rounds
+    by ``n eps`` of their terms (length-``n`` sums), the solve (or ``V^-1/2`` from
+    ``eigh``, applied twice) by ``m eps |V|``; amplified by ``V^-1``: ``|d theta| <=
+    (n + m) eps (cond(V) |theta| + |V^-1| | |Phi|' |y| |)`` on each side, i.e.
+    ``reordering_factor(n + m, cond(V))`` relative to ``|theta| + | |Phi|' |y| | / |V|``
+    (2-norms)."""
+    Phi, y = Phi.to(F64), y.to(F64)
+    V = Phi.mT @ Phi + lam * torch.eye(Phi.shape[-1], dtype=F64)
+    theta = torch.linalg.solve(V, Phi.mT @ y)
+    terms = (Phi.abs().mT @ y.abs()).norm() / torch.linalg.matrix_norm(V, ord=2)
+    factor = reordering_factor(Phi.shape[-2] + Phi.shape[-1], torch.linalg.cond(V))
+    return factor, float(theta.norm() + terms)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_ridge_estimate(dtype):
     Phi, y = problem(30, 5, dtype)
     theta = ridge_estimate(Phi, y, 0.7)
-    expected, cond = dense_ridge(Phi, y, 0.7)
+    expected, _ = dense_ridge(Phi, y, 0.7)
     assert theta.dtype == F64 and theta.shape == (5,)
-    # both solves are backward stable on V: errors ~ cond(V) eps, times n-term sums
-    assert_close(theta, expected, dtype=F64, factor=10 * 30 * cond)
+    # both solves are backward stable on V (Cholesky, LU): ridge_tolerance
+    f, scale = ridge_tolerance(Phi, y, 0.7)
+    assert_close(theta, expected, dtype=F64, factor=f, scale=scale)
     # batched: Phi b x n x m with y broadcast, and y b x n with one Phi
     Phis = torch.stack([Phi, 2 * Phi, Phi.flip(0)])
     thetas = ridge_estimate(Phis, y, 0.7)
     assert thetas.shape == (3, 5)
     for b in range(3):
+        fb, scale_b = ridge_tolerance(Phis[b], y, 0.7)
         assert_close(
-            thetas[b], dense_ridge(Phis[b], y, 0.7)[0], dtype=F64, factor=10 * 30 * cond * 4
+            thetas[b], dense_ridge(Phis[b], y, 0.7)[0], dtype=F64, factor=fb, scale=scale_b
         )
     ys = torch.stack([y, -y])
-    assert_close(ridge_estimate(Phi, ys, 0.7)[1], -expected, dtype=F64, factor=10 * 30 * cond)
+    assert_close(ridge_estimate(Phi, ys, 0.7)[1], -expected, dtype=F64, factor=f, scale=scale)
     # empty cases
     assert torch.equal(
         ridge_estimate(torch.zeros(0, 3), torch.zeros(0), 1.0), torch.zeros(3, dtype=F64)
@@ -62,10 +80,12 @@ def test_ridge_estimate(dtype):
 def test_ata_without_truncation_is_ridge(dtype):
     Phi, y = problem(25, 4, dtype, seed=1)
     theta, truncated = ata_estimate(Phi, y, 0.3, torch.full((25,), INF))
-    expected, cond = dense_ridge(Phi, y, 0.3)
+    expected, _ = dense_ridge(Phi, y, 0.3)
     assert truncated == 0 and theta.dtype == F64
-    # V^-1/2 from eigh is accurate to ~ cond(V) eps, applied twice
-    assert_close(theta, expected, dtype=F64, factor=10 * 25 * cond)
+    # V^-1/2 from eigh (backward error m eps |V|, amplified by cond(V)), applied twice,
+    # and the length-n sums of U y: ridge_tolerance
+    f, scale = ridge_tolerance(Phi, y, 0.3)
+    assert_close(theta, expected, dtype=F64, factor=f, scale=scale)
 
 
 def test_ata_hand_computed():
@@ -78,15 +98,22 @@ def test_ata_hand_computed():
     y = torch.tensor([1.0, 4.0, -10.0], dtype=F64)
     theta, truncated = ata_estimate(Phi, y, 1.0, torch.tensor([1.0, 3.0, 2.0], dtype=F64))
     assert truncated == 1
-    assert_close(theta, torch.tensor([1 / 3, 2.0], dtype=F64), dtype=F64, factor=8)
+    # exact values; the computed ones are V^-1/2 (eigh, m = 2, cond(V) = 1.5) applied
+    # twice to sums of n = 3 terms u y (|u| <= 1/sqrt(2), V >= 2 I): errors <= (n + m)
+    # eps cond(V) relative to the terms' magnitude |y| (a one-sided bound: factor 2 n
+    # cond covers it with slack)
+    f = reordering_factor(3 + 2, 1.5)
+    scale = float(y.abs().max())
+    assert_close(theta, torch.tensor([1 / 3, 2.0], dtype=F64), dtype=F64, factor=f, scale=scale)
     # thresholds (0.5, 2.5, inf): cuts (1, 1) 0.577 > 0.5 and (2, 2) 2.828 > 2.5
     theta, truncated = ata_estimate(Phi, y, 1.0, torch.tensor([0.5, 2.5, INF], dtype=F64))
     assert truncated == 2
-    assert_close(theta, torch.tensor([-10 / 3, 0.0], dtype=F64), dtype=F64, factor=8)
-    # tiny thresholds keep the three zero terms (also if eigh leaves ~1e-17 in them)
-    # and cut the other three
+    assert_close(theta, torch.tensor([-10 / 3, 0.0], dtype=F64), dtype=F64, factor=f, scale=scale)
+    # tiny thresholds keep the three zero terms (also if eigh leaves ~1e-17 in them:
+    # then theta is rounding-level, not 0) and cut the other three
     theta, truncated = ata_estimate(Phi, y, 1.0, torch.full((3,), 1e-12, dtype=F64))
-    assert truncated == 3 and torch.equal(theta, torch.zeros(2, dtype=F64))
+    assert truncated == 3
+    assert_close(theta, torch.zeros(2, dtype=F64), dtype=F64, factor=f, scale=scale)
 
 
 def test_ata_against_brute_force_loop():
@@ -109,8 +136,12 @@ def test_ata_against_brute_force_loop():
                 count += 1
     theta, truncated = ata_estimate(Phi, y, lam, b)
     assert truncated == count and 0 < count < 240
+    # V^-1/2 (eigh vs SVD: backward errors m eps |V|, amplified by cond(V)) applied twice
+    # to sums of up to n = 40 kept terms: 2 (n + m) cond(V), relative to the terms'
+    # magnitude |V^-1/2| |y| (|u_i| <= 1 as U U' <= I)
     cond = float(torch.linalg.cond(V))
-    assert_close(theta, Vmh @ r, dtype=F64, factor=10 * 40 * cond, scale=float(y.abs().max()))
+    scale = float(y.norm() / torch.linalg.eigvalsh(V)[0].sqrt())
+    assert_close(theta, Vmh @ r, dtype=F64, factor=reordering_factor(40 + 6, cond), scale=scale)
 
 
 def brute_mom(Phi, Y, lam):
@@ -141,9 +172,10 @@ def test_median_of_means_against_brute_force(dtype, k):
     Y = f.unsqueeze(-1) + Z[0] / ((Z[1] ** 2 + Z[2] ** 2) / 2).sqrt()  # Student t, 2 dof
     Phi, Y = Phi.to(dtype), Y.to(dtype)
     theta, k_star = median_of_means_estimate(Phi, Y, 0.8)
-    expected, j_star, cond = brute_mom(Phi, Y, 0.8)
+    expected, j_star, _ = brute_mom(Phi, Y, 0.8)
     assert k_star == j_star and theta.dtype == F64
-    assert_close(theta, expected, dtype=F64, factor=10 * n * cond)
+    f, scale = ridge_tolerance(Phi, Y[:, j_star], 0.8)
+    assert_close(theta, expected, dtype=F64, factor=f, scale=scale)
 
 
 def test_median_of_means_rejects_a_corrupted_column():
@@ -155,8 +187,9 @@ def test_median_of_means_rejects_a_corrupted_column():
     Y[6, 2] = 1e6
     theta, k_star = median_of_means_estimate(Phi, Y, 1.0)
     assert k_star != 2
-    clean, cond = dense_ridge(Phi, Y[:, k_star], 1.0)
-    assert_close(theta, clean, dtype=F64, factor=10 * n * cond)
+    clean, _ = dense_ridge(Phi, Y[:, k_star], 1.0)
+    f, scale = ridge_tolerance(Phi, Y[:, k_star], 1.0)
+    assert_close(theta, clean, dtype=F64, factor=f, scale=scale)
     assert float((theta - truth).norm()) < 0.5
     corrupted, _ = dense_ridge(Phi, Y[:, 2], 1.0)
     assert float((corrupted - truth).norm()) > 1e3
@@ -166,7 +199,8 @@ def test_median_of_means_small_k():
     Phi, y = problem(10, 3, F64, seed=4)
     theta, k_star = median_of_means_estimate(Phi, y.unsqueeze(-1), 1.0)
     assert k_star == 0
-    assert_close(theta, dense_ridge(Phi, y, 1.0)[0], dtype=F64, factor=1e4)
+    f, scale = ridge_tolerance(Phi, y, 1.0)
+    assert_close(theta, dense_ridge(Phi, y, 1.0)[0], dtype=F64, factor=f, scale=scale)
     # k = 2: both distances are the same number, the first wins
     _, k_star = median_of_means_estimate(Phi, torch.stack([y, -y], -1), 1.0)
     assert k_star == 0
