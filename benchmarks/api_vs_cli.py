@@ -39,11 +39,11 @@ from botorch_fed.federation.runner import library_versions  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 
-MODULE = '''
+MODULE = """
 def site_loss(X, site=0):
     return ((X[:, :2] - 0.2 * site) ** 2).sum(-1) + 0.01 * X[:, 2] ** 2
-'''
-CONFIG = '''
+"""
+CONFIG = """
 bounds = [[0.0, 1.0], [0.0, 1.0], [-5.0, 5.0]]
 seed = 0
 aggregator = "masking"
@@ -52,7 +52,7 @@ aggregator = "masking"
 num_init = 4
 num_rounds = 5
 support_size = 8
-'''
+"""
 
 
 def readme_example() -> str:
@@ -125,7 +125,8 @@ def main() -> None:
         "# README's `run_federated` example vs `botorch-fed run --config`",
         "",
         f"Command: `{command}`; machine: {record['machine']}; "
-        + ", ".join(f"{k} {v}" for k, v in record["versions"].items()) + ".",
+        + ", ".join(f"{k} {v}" for k, v in record["versions"].items())
+        + ".",
         "",
         "One fresh process per run (imports included), the two doors alternately; the same "
         "federation (3 sites, FBO-FedGP, masking, 5 rounds, seed 0), one torch thread each.",

@@ -21,6 +21,7 @@ Usage: ``MKL_CBWR=AVX2 .venv/bin/python tests/mkl_probe.py [--baseline FILE]``
 from __future__ import annotations
 
 import argparse
+import configparser
 import hashlib
 import json
 import os
@@ -96,11 +97,20 @@ def apply_session_settings(workers: int = 1) -> None:
         torch.backends.mkldnn.enabled = mkldnn == "1"
 
 
+def suite_workers() -> int:
+    r"""The number of pytest-xdist workers ``make test`` starts (``-n`` in setup.cfg's
+    ``addopts``; 1 without)."""
+    config = configparser.ConfigParser()
+    config.read(Path(__file__).parents[1] / "setup.cfg")
+    found = re.search(r"(?:^|\s)-n\s*(\d+)", config.get("tool:pytest", "addopts", fallback=""))
+    return int(found.group(1)) if found else 1
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", type=Path, help="compare with (or write) this file")
     args = parser.parse_args(argv)
-    apply_session_settings()  # as tests/conftest.py does
+    apply_session_settings(suite_workers())  # as tests/conftest.py does in each worker
     prints = fingerprints()
     combined = hashlib.sha1(json.dumps(prints, sort_keys=True).encode()).hexdigest()[:10]
     settings = ", ".join(f"{k}={os.environ[k]}" for k in SETTINGS if k in os.environ)

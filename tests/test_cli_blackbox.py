@@ -191,8 +191,9 @@ def test_a_wrong_return_shape_stops_the_run_with_exit_1(mod, capsys):
 
 
 def test_black_box_text_is_printed_verbatim_and_the_results_kept(mod, tmp_path, capsys):
-    r"""Error messages and names of the user's black box are not console markup (a
-    stray ``[/]`` used to crash the table after the run, before --out was written)."""
+    r"""Error messages and names of the user's black box are not console markup: a stray
+    ``[/]`` in them neither crashes the table after the run nor keeps --out from being
+    written."""
     out = tmp_path / "r.json"
     args = ["run", "random", "--objective", f"{mod}:markup", "--bounds", "0,1;0,1", *TINY,
             "--out", str(out)]  # fmt: skip

@@ -1,4 +1,4 @@
-r"""The project and every extra install on each CPython version it claims (issue 8).
+r"""The project and every extra install on each CPython version it claims.
 
 For each ``Programming Language :: Python :: 3.X`` classifier of ``pyproject.toml``
 pip's resolver runs as if on that interpreter (``--python-version``, so no such

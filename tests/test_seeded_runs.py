@@ -1,8 +1,9 @@
 r"""A simulation repeats from its seed: ``botorch-fed run`` (every party in one process)
 derives each party's private randomness -- key material, masks, nonces, centre noise,
-Laplace noise -- from ``--seed``, so two runs with the same options write the same JSON
-apart from timings. ``run_federated(private_randomness="os")`` draws it from the OS, as
-the parties of a deployment do (their side: ``tests/flower/test_policy.py``)."""
+Laplace noise, failed-evaluation redraws -- from ``--seed``, so two runs with the same
+options write the same JSON apart from timings. ``run_federated(private_randomness="os")``
+draws it from the OS, as the parties of a deployment do (their side:
+``tests/flower/test_policy.py``)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import pytest
 import torch
 
 from botorch_fed.cli import main
-from botorch_fed.federation import FederationSetup, run_federated
+from botorch_fed.federation import BOSettings, CallableObjective, FederationSetup, run_federated
 from botorch_fed.federation.ldp_bo import LDPBOSettings
 from botorch_fed.secure import available_backends
 
 TIMING_KEYS = ("time_s", "stage_s", "stage_party_s", "wall_s")
 
-# one cheap run per kind of private randomness
+# one cheap run per kind of private randomness (FedZero: its seeded directions)
 RUNS = {
     "fbo-fedgp-masking-center-noise": [
         "fbo-fedgp", "--aggregator", "masking", "--center-noise", "0.05",
@@ -67,18 +68,27 @@ def test_two_runs_with_the_same_options_write_the_same_json(name, tmp_path):
     assert results[0]["time_s"] != results[1]["time_s"]
 
 
+def _rewards(setup, settings, **kwargs) -> tuple[dict, list[float]]:
+    r"""An LDP-TGP-UCB run's JSON and the privatised rewards its server received (each a
+    draw of the users' Laplace noise, so two noise streams never give the same list)."""
+    rewards = []
+
+    def on_receive(cid, reply):
+        rewards.append(float(reply.payload["y"]))
+
+    result = run_federated("ldp-tgp", setup, settings, on_receive=on_receive, **kwargs)
+    return result.to_dict(), rewards
+
+
 def test_os_randomness_does_not_repeat_and_is_recorded():
     setup = FederationSetup(problem="ldp-synthetic", num_clients=3, seed=3)
     settings = LDPBOSettings(num_rounds=6)
-    seeded = [run_federated("ldp-tgp", setup, settings).to_dict() for _ in range(2)]
-    assert without_timings(seeded[0]) == without_timings(seeded[1])
-    fresh = [
-        run_federated("ldp-tgp", setup, settings, private_randomness="os").to_dict()
-        for _ in range(2)
-    ]
-    assert fresh[0]["config"]["private_randomness"] == "os"
-    # the users' Laplace noise differs, so do the rewards the learner saw
-    assert without_timings(fresh[0])["evaluations"] != without_timings(fresh[1])["evaluations"]
+    seeded = [_rewards(setup, settings) for _ in range(2)]
+    assert without_timings(seeded[0][0]) == without_timings(seeded[1][0])
+    assert seeded[0][1] == seeded[1][1]
+    fresh = [_rewards(setup, settings, private_randomness="os") for _ in range(2)]
+    assert fresh[0][0]["config"]["private_randomness"] == "os"
+    assert fresh[0][1] != fresh[1][1] and fresh[0][1] != seeded[0][1]
     with pytest.raises(ValueError, match="`private_randomness`='urandom' must be one of"):
         run_federated("ldp-tgp", setup, settings, private_randomness="urandom")
 
@@ -86,11 +96,43 @@ def test_os_randomness_does_not_repeat_and_is_recorded():
 def test_a_crypto_seed_replaces_the_seed_derived_randomness():
     setup = FederationSetup(problem="ldp-synthetic", num_clients=3, seed=3)
     settings = LDPBOSettings(num_rounds=6)
-    derived = run_federated("ldp-tgp", setup, settings).to_dict()
+    _, derived = _rewards(setup, settings)
     setup.crypto_seed = 11
-    given = run_federated("ldp-tgp", setup, settings).to_dict()
+    given, rewards = _rewards(setup, settings)
     assert given["config"]["private_randomness"] == "crypto_seed"
-    assert without_timings(given)["evaluations"] != without_timings(derived)["evaluations"]
+    assert rewards != derived
+    assert _rewards(setup, settings)[1] == rewards
+
+
+def _failing_first(n: int):
+    r"""A black box whose first ``n`` evaluations fail (a fresh one per run)."""
+    calls = []
+
+    def fn(X):
+        calls.append(X)
+        if len(calls) <= n:
+            raise OSError("licence server unreachable")
+        return (X - 0.3).pow(2).sum(-1)
+
+    return fn
+
+
+def _redrawn_points(**kwargs) -> list[list[float]]:
+    r"""The points client 0 evaluates after its whole initial design failed: drawn
+    uniformly from its private generator while it holds no data."""
+    objectives = [CallableObjective(_failing_first(3), [[0.0, 0.0], [1.0, 1.0]])] + [
+        CallableObjective(_failing_first(0), [[0.0, 0.0], [1.0, 1.0]]) for _ in range(2)
+    ]
+    setup = FederationSetup(objectives=objectives, seed=3)
+    settings = BOSettings(num_init=3, num_rounds=2, num_restarts=2, raw_samples=16)
+    result = run_federated("local", setup, settings, **kwargs)
+    return [e["x"] for e in result.evaluations if e["client"] == 0 and e["round"] > 0]
+
+
+def test_failed_evaluation_redraws_repeat_from_the_seed():
+    seeded = _redrawn_points()
+    assert len(seeded) == 2 and seeded == _redrawn_points()
+    assert _redrawn_points(private_randomness="os") != seeded
 
 
 @pytest.mark.parametrize("threads", [1, 3])

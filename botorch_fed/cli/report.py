@@ -72,7 +72,7 @@ def _cumulative_rows(result, rounds: int) -> list[tuple[str, str]]:
         return []
     total = cumulative[-1]
     if getattr(result, "iterate_values_per_round", None):
-        iterates = f"cumulative regret R_T of the iterates: sum of f(x_t) - f* over T = {rounds}"
+        iterates = f"cumulative regret R_T of the iterates: sum of |f(x_t) - f*| over T = {rounds}"
         return [
             (f"{iterates} rounds", f"{total:.6g}"),
             ("mean regret per iterate R_T / T", f"{total / rounds:.6g}"),
@@ -82,7 +82,7 @@ def _cumulative_rows(result, rounds: int) -> list[tuple[str, str]]:
         for e in result.evaluations
         if e.get("value") is not None and 0 <= e["round"] < len(cumulative)
     )
-    label = f"cumulative regret R_N: sum of |f(x) - f*| over all N = {n} evaluations"
+    label = f"cumulative regret R_N: sum of |f(x) - f*| over all N = {n} successful evaluations"
     rows = [(f"{label} (every client, initial design included)", f"{total:.6g}")]
     if n:
         rows.append(("mean regret per evaluation R_N / N", f"{total / n:.6g}"))

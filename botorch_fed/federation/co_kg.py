@@ -44,10 +44,10 @@ Privacy: the posteriors travel in the clear, as in the paper; docs/security.md
 ("Co-KG") says what the server learns from them -- the data. ``barycenter-qkg`` can
 instead sum the uniform mean ``sum_n mu_n / M`` with the ``masking`` backend
 (``mean_aggregation="secure"``: each agent weighs its own mean, one sum per posterior
-request, over the whole federation; it hides the individual means from a semi-honest
-server only, and the sums of a few rounds still give the outcomes away); the local
-Co-KG, Co-EI and Co-ES terms need each agent's own mean, so only ``beta = 0`` runs
-with hidden means.
+request, over the whole federation; it hides the individual means as masking hides
+any input, docs/security.md, but the sums of a few rounds still give the outcomes away);
+the local Co-KG, Co-EI and Co-ES terms need each agent's own mean, so only ``beta = 0``
+runs with hidden means.
 
 Against a malicious server an agent answers posterior requests only for its own
 rounds ``1..num_rounds``, each once and in order (at most ``num_init + num_rounds``

@@ -98,9 +98,10 @@ class FederationSetup:
         shift: Per-client shifted ``problem``: maximal shift per coordinate as a
             fraction of the domain width (0: one shared objective).
         crypto_seed: Seed of every party's private randomness: key material, masks,
-            nonces, centre noise, Laplace noise, failed-evaluation redraws (``None``:
-            derived from ``seed`` in a simulation, the OS's in a deployment, where a
-            party takes part only with ``--allow-crypto-seed``: for experiments).
+            nonces, centre noise, Laplace noise, failed-evaluation redraws. ``None``:
+            derived from ``seed`` in a simulation, drawn from the OS in a deployment.
+            For experiments only: a deployed party takes part in a run that sets it
+            only when started with ``--allow-crypto-seed``.
         threads: torch's intra-op threads while the run runs (restored afterwards);
             BO works on small matrices, where threading costs, and some decisions
             differ in the last bits between thread counts.
@@ -112,8 +113,8 @@ class FederationSetup:
             - ``None``: the problem's default: for ``ldp-synthetic`` /
               ``ldp-synthetic-matern`` uniform noise ``U[-s, s]`` with
               ``s = noise_std`` or 1 ([LDP-BO] Sec. 5.1's LDP setting, ``R = 1``);
-              for every other problem Gaussian ``noise_std``, exactly as before this
-              option existed (same random stream);
+              for every other problem Gaussian ``noise_std``, as ``"gaussian"``
+              (the same random stream);
             - ``"none"``: noise-free (``noise_std`` must be ``None``);
             - ``"gaussian"``: Gaussian ``noise_std`` (the function's own noise);
             - ``"uniform"``, ``"student-t"`` (3 degrees of freedom, Sec. 5.1),

@@ -13,11 +13,12 @@ everything it depends on -- the acquisition's class, its and its model's complet
 state (every parameter and buffer: for a :class:`~botorch_fed.models.FederatedPITCGP`
 the support, the summed summary, the hyperparameters and the record of the state
 the summary was computed with), its plain settings (``maximize``), the bounds, the
-seed the search actually uses (the secret-derived one under ``ckks`` and ``masking``)
-and the search options. The model's hyperparameters are checked against its
-summary first, as the search would (a kernel's ``nu`` changed since the summary is
-not state, but raises there). So a hit returns what the search would have computed,
-and a client whose model differs in a single bit computes its own.
+seed the search actually uses (the secret-derived one under ``ckks`` and ``masking``),
+the search options and torch's thread count (which changes the search's last bits).
+The model's hyperparameters are checked against its summary first, as the search
+would (a kernel's ``nu`` changed since the summary is not state, but raises there). So
+a hit returns what the search would have computed, and a client whose model differs in
+a single bit computes its own.
 
 The memo lives in the process of the clients that share it (in the in-process
 simulation, every party's process): it holds candidates computed under the secret

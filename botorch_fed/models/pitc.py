@@ -220,7 +220,8 @@ def _structure(modules: list[tuple[str, torch.nn.Module | None]]) -> tuple:
 
 def _structure_key(modules: list[tuple[str, torch.nn.Module | None]]) -> int:
     r"""A stable 63-bit hash of :func:`_structure` (what a model stores in a buffer;
-    hashed in the form earlier versions stored, so saved models still load)."""
+    hashed with each module's settings as a list, the form saved models hold, so they
+    still load)."""
     parts = [(*p[:3], list(p[3])) if len(p) == 4 else p for p in _structure(modules)]
     digest = hashlib.sha256(repr(parts).encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True) >> 1

@@ -437,7 +437,7 @@ def test_a_grid_agent_sends_no_centres():
         ("evaluate", {"t": 1}),
         ("evaluate", {"t": 1.0, "x": np.full(2, 0.5)}),
         ("evaluate", {"t": 1, "x": "0.5,0.5"}),
-        # text arrays no longer travel (validate_payload, as Flower's wire); bools do
+        # text arrays do not travel (validate_payload, as Flower's wire); bools do
         ("evaluate", {"t": 1, "x": np.array([True, False])}),
         ("evaluate", {"t": 1, "x": np.array([True, True])}),
         ("support", {}),
@@ -608,7 +608,7 @@ def _set(key, fn):
         (_set("lengthscale", lambda v: np.full_like(v, 1e300)), "`lengthscale`"),
         (_set("outputscale", lambda v: np.full_like(v, 1e300)), "`outputscale`"),
         (_set("noise", lambda v: 1e-300 * v), "`noise`"),
-        # the largest int a message carries (10**400 no longer travels: validate_payload)
+        # the largest int a message carries (10**400 does not travel: validate_payload)
         (lambda r: r.__setitem__("num_data", 2**64 - 1), "`num_data`"),
         (lambda r: r.__setitem__("num_data", 4), r"`num_data`=4 \(expected an int in 0..3\)"),
         (_set("mean_constant", lambda v: np.full_like(v, 1e8)), "`mean_constant`"),

@@ -67,9 +67,9 @@ def _mt_outputs(seeds: np.ndarray, n_out: int) -> list[np.ndarray]:
 
 
 def test_the_mechanism_noise_comes_from_a_256_bit_key_not_a_32_bit_seed():
-    r"""The attack that worked against a torch.Generator (search the 2^32 seeds its
-    Mersenne Twister keeps, subtract the noise) has nothing to search: an OS-seeded
-    user's noise is a ChaCha20 stream under 32 fresh random bytes."""
+    r"""The attack that noise from a seeded torch.Generator admits (search the 2^32
+    seeds its Mersenne Twister keeps, subtract the noise) has nothing to search: an
+    OS-seeded user's noise is a ChaCha20 stream under 32 fresh random bytes."""
     from botorch_fed.privacy import KeyStream
 
     _, clients, _ = build_federation(

@@ -326,9 +326,9 @@ def _significant_bits(value: int) -> int:
 def test_consecutive_rounds_do_not_reveal_the_new_outcomes_exact_moments():
     # The server (masking, M = 3) sees every moments sum. Between two global rounds
     # each client adds one point; with exact moments the difference of consecutive
-    # sums was the exact count, sum and sum of squares of the 3 new outcomes, and
-    # integer factoring then listed the few float64 triples consistent with them.
-    # Every sum is now rounded by its client to 40 significant bits.
+    # sums would be the exact count, sum and sum of squares of the 3 new outcomes, and
+    # integer factoring would list the few float64 triples consistent with them.
+    # Every sum is rounded by its client to 40 significant bits.
     contributed = []
 
     def record(cid, reply):

@@ -5,8 +5,8 @@ What the algorithms of [LDP-BO] (paper 002) assume known -- a finite domain ``D`
 the user's points by the affine map written out here, digests are recomputed with
 hashlib, ``ldp-synthetic`` federations share one ``f`` whose values are recomputed
 from the function, observations stay within ``R`` of ``f``, and a Gaussian problem's
-noise stream is the one of the BoTorch function built directly (and the one the code
-gave before this option existed, hard-coded below).
+noise stream is the one of the BoTorch function built directly (and equal to values
+recorded below, so that it stays fixed for checkpoints and benchmarks).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_describe_is_json_with_a_digest():
     }
     other = CallableObjective(_sum, BOUNDS, name="s", candidates=POINTS[:3])
     assert other.describe()["candidates"]["sha256"] != description["candidates"]["sha256"]
-    # without declarations: exactly the description of before
+    # without declarations: name, dim, bounds and minimize only
     assert CallableObjective(_sum, BOUNDS, name="s").describe() == {
         "name": "s",
         "dim": 2,
@@ -321,12 +321,12 @@ def test_heavy_tailed_noise_on_another_problem():
 
 
 # The Gaussian noise_std path must keep its random stream (checkpoints, benchmarks).
-# Produced with the code at commit d89a6f7 (before `noise` existed) by:
+# Recorded values, produced by:
 #   objs = FederationSetup(problem="hartmann", dim=6, num_clients=2, noise_std=0.1,
 #                          seed=3, shift=0.1).make_objectives()
 #   X = torch.linspace(0.05, 0.95, 18, dtype=torch.float64).reshape(3, 6)
 #   [o.observe(X).squeeze(-1).tolist() for o in objs]
-BEFORE = [
+RECORDED = [
     [0.5621590833242337, 0.3763990784320885, -0.008201796081837421],
     [0.8208426693972686, 0.41935808484469017, -0.055490768296430126],
 ]
@@ -343,7 +343,7 @@ def test_gaussian_stream_is_unchanged(noise):
     for i, obj in enumerate(objectives):
         assert obj.noise is None and set(obj.state_dict()) == {"noise_generator"}
         observed = obj.observe(X).squeeze(-1)
-        assert observed.tolist() == BEFORE[i]
+        assert observed.tolist() == RECORDED[i]
         # the BoTorch function built directly with the client's seed, shifted by hand
         direct = get_test_function("hartmann", dim=6, noise_std=0.1, seed=3 * 7919 + i)
         Z = (X - shifts[i]).clamp(0, 1)
@@ -356,7 +356,7 @@ def test_gaussian_stream_comparison_can_fail():
         problem="hartmann", dim=6, num_clients=2, noise_std=0.1, seed=4, shift=0.1
     ).make_objectives()
     X = torch.linspace(0.05, 0.95, 18, dtype=torch.float64).reshape(3, 6)
-    assert objectives[0].observe(X).squeeze(-1).tolist() != BEFORE[0]
+    assert objectives[0].observe(X).squeeze(-1).tolist() != RECORDED[0]
 
 
 @pytest.mark.parametrize(

@@ -146,7 +146,7 @@ def test_bad_inputs():
 
 @pytest.mark.parametrize("copies", [2, 3, 10])
 def test_copies_of_one_point_do_not_make_a_cluster(copies):
-    # issue 14, finding 8: min_cluster_size counts distinct points. One isolated point
+    # min_cluster_size counts distinct points. One isolated point
     # repeated `copies` times next to a spread-out cloud: its copies form a cluster of
     # their own, whose centre would be that raw point
     rng = np.random.default_rng(copies)

@@ -194,7 +194,7 @@ def test_rank_tol_restricts_to_the_numerical_range():
 def test_rank_tol_warm_start_is_used():
     r"""A previous barycenter with eigenvalues below the cut-off on the covariances'
     range (the barycenter lies below their mean) still warm-starts the restricted
-    iteration (it used to be replaced by the weighted mean)."""
+    iteration, rather than being replaced by the weighted mean."""
     g = torch.Generator().manual_seed(11)
     s, N = 6, 3
     Q = torch.linalg.qr(torch.randn(s, s, generator=g, dtype=torch.float64))[0]

@@ -758,4 +758,6 @@ def test_in_place_data_edit_of_mean_constant_is_seen() -> None:
         noise=1e-3,
         mean_constant=1.0,
     )
-    assert_close(model.posterior(X).mean, fresh.posterior(X).mean, dtype=F64, factor=1e3)
+    # exact: the edit changes the cache key, so the model recomputes its parts by the ops
+    # the fresh model runs on the same buffers (the same barycenter, the same kernel)
+    assert torch.equal(model.posterior(X).mean, fresh.posterior(X).mean)

@@ -297,4 +297,6 @@ def test_pic_with_a_batched_kernel_predicts_from_the_cached_factors():
         mean = model.posterior(X).mean
         with gpytorch_settings.detach_test_caches(False):
             live = model.posterior(X).mean
-    assert_close(mean, live, dtype=torch.float64, factor=1e3)
+    # exact: the cached factors are the factor formulas run once on the model's tensors;
+    # the live path runs the same ops on the same tensors again, then the same prediction
+    assert torch.equal(mean, live)
