@@ -17,7 +17,7 @@ the global ``FederatedPITCGP``), and the ranked distinct optima of a shared sear
 from __future__ import annotations
 
 import math
-import secrets
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -44,6 +44,7 @@ from botorch_fed.models import (
     exact_gp_state,
     fit_exact_gp,
 )
+from botorch_fed.privacy import KeyStream
 
 ACQUISITIONS = ("ucb", "ei", "ts", "kg")
 EVALUATION_ERRORS = ("record", "raise")
@@ -120,6 +121,57 @@ class BOSettings:
 
 MIN_DISTANCE = 0.05  # in the unit cube: closer points count as one
 
+# torch's CPU generator state (``Generator.get_state``): the seed (8 bytes), ``left``,
+# ``seeded`` (4 bytes each), ``next`` (8 bytes), then the Mersenne Twister's 624 32-bit
+# words, each stored in 8 native-endian bytes, then the cached normal samples
+_MT_WORDS = 624
+_MT_OFFSET = 24
+_MT_STATE_BYTES = 5056
+
+
+def private_generator(private_seed: int | None = None) -> torch.Generator:
+    r"""A CPU ``torch.Generator`` for a client's private randomness, with a secret state.
+
+    ``torch.Generator.manual_seed`` keeps only the low 32 bits of its seed, few enough
+    for a server to try every one. This generator's whole Mersenne Twister state, all
+    624 32-bit words, comes from a :class:`~botorch_fed.privacy.KeyStream` (ChaCha20)
+    instead: under 32 bytes of OS randomness, or, for simulations and tests, under
+    SHA-256 of ``private_seed`` (every bit of it counts; whoever knows it knows the
+    stream). Its state is saved and restored with ``get_state`` / ``set_state``, as
+    any generator's.
+
+    Args:
+        private_seed: ``None`` (OS randomness) or an integer of any size.
+
+    Returns:
+        The generator.
+
+    Raises:
+        TypeError: ``private_seed`` is not an integer.
+        RuntimeError: torch's CPU generator state does not have the layout this
+            function fills (its size, and the Mersenne Twister's words at byte 24).
+    """
+    if private_seed is None:
+        stream = KeyStream()
+    else:
+        if isinstance(private_seed, bool):
+            raise TypeError(f"`private_seed` must be an integer or None, got {private_seed!r}.")
+        stream = KeyStream.from_seed(operator.index(private_seed))
+    # the top 32 bits of each uniform's 52: (k + 1/2) / 2^52 * 2^32 floors to k >> 20
+    words = (stream.uniform(_MT_WORDS) * 2.0**32).floor().to(torch.int64)
+    generator = torch.Generator().manual_seed(0)
+    state = generator.get_state()
+    slots = state[_MT_OFFSET : _MT_OFFSET + 8 * _MT_WORDS].view(torch.int64)
+    # manual_seed(0) puts the words 0, 1, 1812433255, ... in the slots
+    if state.numel() != _MT_STATE_BYTES or slots[:3].tolist() != [0, 1, 1812433255]:
+        raise RuntimeError(
+            "torch's CPU generator state does not have the layout the private generator "
+            f"fills ({state.numel()} bytes, expected {_MT_STATE_BYTES})."
+        )
+    slots.copy_(words)  # the view writes into `state`
+    generator.set_state(state)
+    return generator
+
 
 class BOClient(FederatedClient):
     r"""A client that evaluates its black box and runs BO steps on given models.
@@ -133,11 +185,13 @@ class BOClient(FederatedClient):
         init_region: Optional ``2 x d`` sub-box of the unit cube for the initial design.
         evaluation_errors: ``"record"`` (a failed evaluation is recorded and the
             client carries on) or ``"raise"`` (it stops the run).
-        private_seed: Seed of the client's private generator, which draws the random
-            points that replace a candidate next to a failed point and the steps of a
-            client without data (``None``: OS randomness). It is kept apart from
-            ``seed``, which is public (the server can derive the client's coins from
-            it): a failure must not change anything the server observes.
+        private_seed: Seed of the client's private generator
+            (:func:`private_generator`), which draws the random points that replace a
+            candidate next to a failed point and the steps of a client without data
+            (``None``: 32 bytes of OS randomness; an integer: every bit counts). It is
+            kept apart from ``seed``, which is public (the server can derive the
+            client's coins from it): a failure must not change anything the server
+            observes.
     """
 
     def __init__(
@@ -169,9 +223,7 @@ class BOClient(FederatedClient):
         self.seed = int(seed)
         self.init_region = init_region
         self.rng = torch.Generator().manual_seed(self.seed)
-        if private_seed is None:
-            private_seed = secrets.randbits(63)
-        self.private_rng = torch.Generator().manual_seed(int(private_seed))
+        self.private_rng = private_generator(private_seed)
         self.bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
         self.X = torch.empty(0, self.dim, dtype=torch.float64)
         self.Y = torch.empty(0, 1, dtype=torch.float64)
@@ -265,9 +317,8 @@ class BOClient(FederatedClient):
             raise CheckpointError(f"{owner}: `history` does not match the {len(X)} data points.")
         self.X, self.Y, self.failed_X = X.clone(), Y.clone(), failed.clone()
         self.history = [dict(h) for h in own["history"]]
-        self.rng.set_state(check_tensor(owner, "rng", own["rng"], (None,), torch.uint8))
-        private = check_tensor(owner, "private_rng", own["private_rng"], (None,), torch.uint8)
-        self.private_rng.set_state(private)
+        _restore_generator(owner, "rng", self.rng, own["rng"])
+        _restore_generator(owner, "private_rng", self.private_rng, own["private_rng"])
         try:
             fitter = own["local_fitter"]
             if isinstance(fitter, dict) and fitter.get("state") is not None:
@@ -444,7 +495,13 @@ class BOClient(FederatedClient):
                 ranked = SHARED_SEARCHES(
                     acqf,
                     self.bounds,
-                    {"seed": seed, "min_distance": MIN_DISTANCE, **search},
+                    # torch's thread count changes the search's last bits
+                    {
+                        "seed": seed,
+                        "min_distance": MIN_DISTANCE,
+                        **search,
+                        "threads": torch.get_num_threads(),
+                    },
                     lambda: ranked_step_candidates(
                         acqf, self.bounds, seed=seed, min_distance=MIN_DISTANCE, **search
                     ),
@@ -466,3 +523,18 @@ class BOClient(FederatedClient):
         for x in X0:
             self.evaluate(x.unsqueeze(0), 0, "init")
         return {}
+
+
+def _restore_generator(owner: str, name: str, generator: torch.Generator, state) -> None:
+    r"""Set ``generator`` to the saved ``state`` of the field ``name``.
+
+    Raises:
+        CheckpointError: Naming ``owner`` and ``name``, when ``state`` is not a
+            ``uint8`` tensor of torch's CPU generator state size or does not hold a
+            valid Mersenne Twister state.
+    """
+    state = check_tensor(owner, name, state, (_MT_STATE_BYTES,), torch.uint8)
+    try:
+        generator.set_state(state)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{owner}: `{name}` is not a generator state ({exc}).") from exc

@@ -4,8 +4,9 @@ After every round the harness asks each party for its ``state_dict()`` (a client
 private data, models, generators and key material; the server's state and ledger) and
 writes one file per party with :func:`torch.save`, then a manifest
 ``checkpoint.json`` naming the round, the files and their SHA-256 digests, the
-algorithm, the federation and the settings. A checkpoint directory always holds one
-complete, consistent checkpoint:
+algorithm, the federation, the settings and where the parties' private randomness
+comes from (``private_randomness``: a resume must keep it). A checkpoint directory
+always holds one complete, consistent checkpoint:
 
 1. each party's file is written under a name of its own (``client-3.r000012.<token>.pt``,
    a fresh random token per save, so no save ever writes over a file the current
@@ -147,7 +148,7 @@ def save_checkpoint(folder: str | os.PathLike, round: int, parties: Mapping, inf
         parties: ``{"server": state, "client-0": state, ...}``: each party's state
             (tensors, bytes and plain containers).
         info: JSON-serialisable description of the run (algorithm, setup, settings,
-            scores so far) stored in the manifest.
+            private randomness, scores so far) stored in the manifest.
 
     Returns:
         The manifest's path.

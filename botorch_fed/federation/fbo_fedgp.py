@@ -578,10 +578,13 @@ class FBOFedGPClient(BOClient):
         return {"centers": answer}
 
     def private_seed_draw(self) -> int:
-        r"""A seed drawn from the client's private generator (``private_seed``: OS
-        randomness unless the run's ``crypto_seed`` is set), for randomness the server
-        must not be able to reproduce (the noise of :meth:`on_centers`)."""
-        return int(torch.randint(2**62, (1,), generator=self.private_rng).item())
+        r"""A 248-bit seed from the client's private generator (four 62-bit draws,
+        the first in the lowest bits; ``private_seed``: OS randomness unless the run's
+        ``crypto_seed`` is set), for randomness the server must not be able to
+        reproduce (the noise of :meth:`on_centers`; ``numpy.random.default_rng`` takes
+        every bit of it)."""
+        draws = torch.randint(2**62, (4,), generator=self.private_rng).tolist()
+        return sum(int(d) << (62 * i) for i, d in enumerate(draws))
 
     def on_support(self, payload: dict) -> dict:
         support = torch.as_tensor(np.asarray(payload["support"], dtype=np.float64))

@@ -347,10 +347,19 @@ def build_federation(
     return server, clients, objectives
 
 
-def _run_info(algorithm: str, setup: FederationSetup, settings) -> dict:
-    r"""What identifies a run in its checkpoint (JSON-normalised)."""
+def _run_info(
+    algorithm: str, setup: FederationSetup, settings, private_randomness: str = "seed"
+) -> dict:
+    r"""What identifies a run in its checkpoint (JSON-normalised): the algorithm, the
+    setup, the resolved settings and where the parties' private randomness comes from
+    (:attr:`BuildContext.private_randomness`)."""
     return json_normalised(
-        {"algorithm": algorithm, "setup": setup.describe(), "settings": asdict(_resolved(settings))}
+        {
+            "algorithm": algorithm,
+            "setup": setup.describe(),
+            "settings": asdict(_resolved(settings)),
+            "private_randomness": private_randomness,
+        }
     )
 
 
@@ -362,9 +371,12 @@ def _resolved(settings):
 
 
 def _check_resumable(manifest: dict, info: dict, folder) -> None:
-    r"""Refuse a checkpoint of another run (only ``num_rounds`` may grow) or a manifest
-    whose scores do not fit its round; warn when the libraries changed (a resumed run
-    is then not bit for bit the uninterrupted one)."""
+    r"""Refuse a checkpoint of another run (only ``num_rounds`` may grow; the private
+    randomness must come from where it came from) or a manifest whose scores do not fit
+    its round; warn when the libraries changed (a resumed run is then not bit for bit
+    the uninterrupted one). A setup recorded without ``threads`` ran under one thread
+    (the only count before the setup had the field); one without ``private_randomness``
+    resumes under this run's."""
     round_, best, time_s = (manifest.get(k) for k in ("round", "best_per_round", "time_s"))
     if not isinstance(best, list) or len(best) != round_ + 1:
         raise CheckpointError(
@@ -385,8 +397,17 @@ def _check_resumable(manifest: dict, info: dict, folder) -> None:
     differences = []  # every difference at once, checkpoint value -> this run's
     if manifest.get("algorithm") != info["algorithm"]:
         differences.append(f"algorithm: {manifest.get('algorithm')!r} -> {info['algorithm']!r}")
+    # a manifest without the field (written before it was recorded) takes this run's
+    recorded = manifest.get("private_randomness", info["private_randomness"])
+    if recorded != info["private_randomness"]:
+        differences.append(
+            f"private_randomness: {recorded!r} -> {info['private_randomness']!r} (where "
+            "the parties' keys, masks and noise come from; resume with the checkpoint's)"
+        )
     for key in ("setup", "settings"):
         old, new = dict(manifest.get(key) or {}), dict(info[key])
+        if key == "setup":
+            old.setdefault("threads", 1)
         if key == "settings":
             old.pop("num_rounds", None)
             new_rounds = new.pop("num_rounds")
@@ -458,7 +479,9 @@ def run_federated(
     spec = get_algorithm(algorithm)
     ctx = build_context(spec, setup, settings, private_randomness)  # validates both
     settings = ctx.settings
-    info = _run_info(algorithm, setup, settings) if (checkpoint or resume) else {}
+    info = {}
+    if checkpoint or resume:
+        info = _run_info(algorithm, setup, settings, ctx.private_randomness)
     manifest, states = None, None
     if resume is not None:
         manifest, states = load_checkpoint(resume)  # verified, all in memory

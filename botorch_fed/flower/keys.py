@@ -7,7 +7,9 @@ and writes each party's part into its own file, readable by its owner only --
 public material (a CKKS public context, the masking directory of signed public keys).
 Each party keeps its own file on its own machine (``--key-dir``); only ``server.key``
 goes to the server. With ``--crypto-seed`` (reproducible experiments) the material is
-the in-process run's.
+the in-process run's, and each party's file starts with :data:`SEEDED_MARK`: whoever
+knows the seed knows that material, so a party's agent takes such a key set only with
+``--allow-crypto-seed``, whatever the run that names it says (:func:`party_material`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ import re
 import secrets
 from pathlib import Path
 
+from botorch_fed.flower.policy import PolicyError
+
 _KEYSET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SEEDED_MARK = b"botorch-fed key material from a crypto seed\n"
+r"""The first bytes of a party's file of a key set made from a crypto seed."""
 
 
 def check_keyset(name: str) -> str:
@@ -38,9 +44,10 @@ def write_keyset(setup, ids: list[int], key_dir: str | os.PathLike) -> tuple[str
     r"""Generate the key material of a run and write one file per party.
 
     The material comes from ``setup.crypto_seed`` when the run has one (reproducible
-    experiments: the same material as the in-process run), else from OS randomness.
-    It is made once and handed out: a backend's key generation need not be
-    reproducible from a seed in another process (TenSEAL's is not).
+    experiments: the same material as the in-process run; each party's file then
+    starts with :data:`SEEDED_MARK`), else from OS randomness. It is made once and
+    handed out: a backend's key generation need not be reproducible from a seed in
+    another process (TenSEAL's is not).
 
     Args:
         setup: The run's :class:`~botorch_fed.federation.setup.FederationSetup`.
@@ -53,11 +60,12 @@ def write_keyset(setup, ids: list[int], key_dir: str | os.PathLike) -> tuple[str
     from botorch_fed.federation.runner import secagg_backend
 
     material = secagg_backend(setup, ids).setup(ids, seed=setup.crypto_seed)
+    mark = b"" if setup.crypto_seed is None else SEEDED_MARK
     name = f"{setup.aggregator}-{secrets.token_hex(8)}"
     folder = Path(key_dir) / name
     folder.mkdir(parents=True, mode=0o700)
     for cid in ids:
-        _write_private(client_key_path(key_dir, name, cid), material.for_client(cid))
+        _write_private(client_key_path(key_dir, name, cid), mark + material.for_client(cid))
     server = folder / "server.key"
     _write_private(server, material.server_material)
     return name, server
@@ -79,9 +87,26 @@ def read_material(path: str | os.PathLike, who: str) -> bytes:
         raise ValueError(f"{who}: cannot read its key material {path} ({exc.strerror}).") from None
 
 
-def party_material(key_dir: str | os.PathLike | None, keyset: str, cid: int) -> bytes:
-    r"""Client ``cid``'s material of the run's key set (``ValueError`` naming what is
-    missing)."""
+def party_material(
+    key_dir: str | os.PathLike | None, keyset: str, cid: int, allow_crypto_seed: bool = False
+) -> bytes:
+    r"""Client ``cid``'s material of the run's key set.
+
+    Args:
+        key_dir: The party's key folder (``--key-dir``).
+        keyset: The key set the run names.
+        cid: The party's client id.
+        allow_crypto_seed: Whether the party takes material made from a crypto seed
+            (its agent's ``--allow-crypto-seed``).
+
+    Returns:
+        The material, without :data:`SEEDED_MARK`.
+
+    Raises:
+        ValueError: Naming what is missing.
+        PolicyError: The key set was made from a crypto seed and ``allow_crypto_seed``
+            is false.
+    """
     if not keyset:
         raise ValueError(
             "The run names no key set (`keyset` in the run config): no party has key "
@@ -89,4 +114,13 @@ def party_material(key_dir: str | os.PathLike | None, keyset: str, cid: int) -> 
         )
     if key_dir is None:
         raise ValueError(f"Client {cid}: its agent was started without --key-dir.")
-    return read_material(client_key_path(key_dir, keyset, cid), f"Client {cid}")
+    material = read_material(client_key_path(key_dir, keyset, cid), f"Client {cid}")
+    if not material.startswith(SEEDED_MARK):
+        return material
+    if not allow_crypto_seed:
+        raise PolicyError(
+            f"The run's key set {keyset!r} was made from a crypto seed: whoever knows the "
+            "seed knows this party's key material. This party's agent refuses it "
+            "(--allow-crypto-seed allows it, for experiments)."
+        )
+    return material[len(SEEDED_MARK) :]

@@ -278,7 +278,12 @@ class PartyAgent:
         cid = self.partition_id
         if spec.secure_aggregation:
             setup = run.setup
-            material = party_material(self.key_dir, str(run_config.get("keyset", "")), cid)
+            material = party_material(
+                self.key_dir,
+                str(run_config.get("keyset", "")),
+                cid,
+                allow_crypto_seed=self.policy.allow_crypto_seed,
+            )
             backend = secagg_backend(setup, ctx.client_ids)
             ctx.secagg_clients = {
                 cid: backend.client(cid, material, seed=secagg_role_seed(ctx.crypto_seed, cid))

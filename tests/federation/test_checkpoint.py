@@ -11,7 +11,9 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
 import stat
+import warnings
 
 import numpy as np
 import pytest
@@ -182,18 +184,28 @@ def test_own_callable_objective_resumes(tmp_path):
     assert comparable(resumed) == comparable(full)
 
 
-@pytest.fixture
-def saved(tmp_path):
-    r"""A checkpoint of a killed FBO-FedGP run (masking) after round 1."""
-    with pytest.raises(Killed):
+@pytest.fixture(scope="module")
+def _killed_run(tmp_path_factory):
+    r"""A checkpoint of a killed FBO-FedGP run (masking) after round 1, made once."""
+    folder = tmp_path_factory.mktemp("killed-fbo-fedgp")
+    with warnings.catch_warnings(), pytest.raises(Killed):
+        warnings.simplefilter("ignore")
         run_federated(
             "fbo-fedgp",
             _setup("masking"),
             _settings("fbo-fedgp"),
-            checkpoint=tmp_path,
+            checkpoint=folder,
             on_round=kill_after(1),
         )
-    return tmp_path
+    return folder
+
+
+@pytest.fixture
+def saved(_killed_run, tmp_path):
+    r"""A copy of :func:`_killed_run`'s checkpoint (modes kept), for the test to alter."""
+    folder = tmp_path / "checkpoint"
+    shutil.copytree(_killed_run, folder)
+    return folder
 
 
 def _resume(folder, **setup_kwargs):
@@ -262,6 +274,85 @@ def test_refuses_fewer_rounds_than_done(tmp_path):
         run_federated("local", _setup(), _settings("local", num_rounds=1), resume=tmp_path)
 
 
+@pytest.mark.parametrize("saved_with, resumed_with", [("seed", "os"), ("os", "seed")])
+def test_refuses_a_resume_that_changes_where_the_private_randomness_comes_from(
+    tmp_path, saved_with, resumed_with
+):
+    r"""The result of a resumed run records where its private randomness came from;
+    resumed from another source it would name one that did not make the saved keys,
+    generators and noise."""
+    with pytest.raises(Killed):
+        run_federated(
+            "local",
+            _setup(),
+            _settings("local"),
+            checkpoint=tmp_path,
+            on_round=kill_after(1),
+            private_randomness=saved_with,
+        )
+    assert load_checkpoint(tmp_path)[0]["private_randomness"] == saved_with
+    message = f"private_randomness: '{saved_with}' -> '{resumed_with}'"
+    with pytest.raises(CheckpointError, match=message):
+        run_federated(
+            "local", _setup(), _settings("local"), resume=tmp_path, private_randomness=resumed_with
+        )
+    resumed = run_federated(
+        "local", _setup(), _settings("local"), resume=tmp_path, private_randomness=saved_with
+    )
+    assert resumed.config["private_randomness"] == saved_with
+
+
+def _drop_from_manifest(folder, *keys) -> None:
+    r"""Remove ``keys`` (``"setup.threads"``: from the recorded setup) from the manifest
+    in ``folder``, as a manifest written before they were recorded lacks them."""
+    manifest = json.loads((folder / MANIFEST).read_text())
+    for key in keys:
+        *parents, name = key.split(".")
+        entry = manifest
+        for parent in parents:
+            entry = entry[parent]
+        del entry[name]
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_checkpoint_whose_setup_does_not_record_threads_resumes_bit_for_bit(tmp_path):
+    # before the setup had `threads`, every run ran under one thread (its default)
+    full = run_federated("local", _setup(), _settings("local"))
+    with pytest.raises(Killed):
+        run_federated(
+            "local", _setup(), _settings("local"), checkpoint=tmp_path, on_round=kill_after(KILL)
+        )
+    _drop_from_manifest(tmp_path, "setup.threads")
+    resumed = run_federated("local", _setup(), _settings("local"), resume=tmp_path)
+    assert comparable(resumed) == comparable(full)
+    # another thread count is still another run
+    _drop_from_manifest(tmp_path, "setup.threads")
+    with pytest.raises(CheckpointError, match="setup threads: 1 -> 2"):
+        run_federated("local", _setup(threads=2), _settings("local"), resume=tmp_path)
+
+
+@pytest.mark.parametrize("requested", ["seed", "os"])
+def test_a_checkpoint_that_does_not_record_its_private_randomness_resumes_under_the_runs(
+    tmp_path, requested
+):
+    full = run_federated("local", _setup(), _settings("local"), private_randomness=requested)
+    with pytest.raises(Killed):
+        run_federated(
+            "local",
+            _setup(),
+            _settings("local"),
+            checkpoint=tmp_path,
+            on_round=kill_after(1),
+            private_randomness=requested,
+        )
+    _drop_from_manifest(tmp_path, "private_randomness", "setup.threads")
+    resumed = run_federated(
+        "local", _setup(), _settings("local"), resume=tmp_path, private_randomness=requested
+    )
+    assert resumed.config["private_randomness"] == requested
+    assert comparable(resumed) == comparable(full)
+
+
 def test_refuses_a_state_that_does_not_fit_the_run(saved):
     r"""A consistent manifest with a state of the wrong shape: a CheckpointError, raised
     before the run starts."""
@@ -270,6 +361,21 @@ def test_refuses_a_state_that_does_not_fit_the_run(saved):
     state["state"]["X"] = state["state"]["X"][:, :1]
     _rewrite(saved, manifest["files"]["client-2"], state, manifest)
     with pytest.raises(CheckpointError, match="Client 2: `X`"):
+        _resume(saved)
+
+
+@pytest.mark.parametrize("damage", ["short", "not-seeded"])
+def test_refuses_a_private_generator_state_that_is_not_one(saved, damage):
+    manifest, states = load_checkpoint(saved)
+    state = states["client-2"]
+    private = state["state"]["private_rng"].clone()
+    if damage == "short":
+        private = private[:100]
+    else:  # the Mersenne Twister's `seeded` flag cleared
+        private[12:16] = 0
+    state["state"]["private_rng"] = private
+    _rewrite(saved, manifest["files"]["client-2"], state, manifest)
+    with pytest.raises(CheckpointError, match="Client 2: `private_rng`"):
         _resume(saved)
 
 

@@ -280,8 +280,51 @@ def test_the_noise_seed_comes_from_the_private_generator(monkeypatch):
         assert kwargs["seed"] == client.seed  # k-means++ seeding: public, as before
         g = torch.Generator()
         g.set_state(states[cid])
-        expected = int(torch.randint(2**62, (1,), generator=g).item())
+        draws = torch.randint(2**62, (4,), generator=g).tolist()  # the lowest bits first
+        expected = sum(d << (62 * i) for i, d in enumerate(draws))
         assert kwargs["noise_seed"] == expected != client.seed
+        # every draw's bits are in it (a 62-bit seed is above 2^64 with probability 0)
+        assert kwargs["noise_seed"].bit_length() > 64
+
+
+@pytest.mark.parametrize("source", ["os", "private_seed"])
+def test_the_noise_depends_on_every_bit_of_the_private_seed_material(source, monkeypatch):
+    r"""Two clients whose private seed material agrees in its low 32 bits draw different
+    noise. Were the private generator seeded with ``manual_seed``, which keeps those 32
+    bits only, a server that learnt the noise of the first centres (those of the public
+    initial design) could try every seed and subtract all the later noise."""
+    import secrets
+
+    from botorch_fed.federation.registry import BuildContext
+
+    def low_bits_shared(high: int, nbits: int) -> int:
+        return ((high << 32) | 0x9E3779B9) % 2**nbits
+
+    centres = []
+    for high in (1, 2):
+        with monkeypatch.context() as m:
+            if source == "os":  # what the OS hands the client (as bits, or as bytes)
+                m.setattr(secrets, "randbits", lambda k, h=high: low_bits_shared(h, k))
+                m.setattr(
+                    secrets,
+                    "token_bytes",
+                    lambda n, h=high: low_bits_shared(h, 8 * n).to_bytes(n, "little"),
+                )
+                kwargs = OS
+            else:  # a simulation's seed of the private generator
+                m.setattr(BuildContext, "private_seed", lambda self, cid, h=high: (h << 32) | 7)
+                kwargs = {}
+            _, clients, _ = build_federation(
+                "fbo-fedgp",
+                _os_setup(),
+                _reselect_config(support="clustered", center_noise=0.1),
+                **kwargs,
+            )
+        clients[0].on_init({})
+        centres.append(clients[0].on_centers({"k": 2})["centers"])
+    # the same data and public seeds: only the noise can tell the two apart
+    assert centres[0].shape == centres[1].shape and len(centres[0])
+    assert not np.allclose(centres[0], centres[1])
 
 
 # --- private randomness: resume, re-selection -------------------------------------------

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("flwr")
 
@@ -60,6 +62,29 @@ def test_a_crypto_seed_is_refused_unless_allowed():
     assert meta["ok"]
 
 
+def test_a_key_set_made_from_a_crypto_seed_is_refused_unless_allowed(tmp_path):
+    r"""The run config names the key set: a run without --crypto-seed that names a key
+    set an earlier seeded run left in the party's key folder is refused, since whoever
+    knows that seed can recompute the party's key material."""
+    from botorch_fed.federation.runner import secagg_backend
+
+    seeded_argv = short_argv("fbo-fedgp", "masking")  # --crypto-seed 5
+    argv = _without_seed(seeded_argv)
+    seeded, _ = write_keyset(prepare(seeded_argv).setup, [0, 1, 2], tmp_path)
+    fresh, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
+    with pytest.raises(PolicyError, match=f"{seeded!r} was made from a crypto seed.*--allow-"):
+        _first(PartyAgent(0, 3, tmp_path), argv, keyset=seeded)
+    meta, _ = _first(PartyAgent(0, 3, tmp_path), argv, keyset=fresh)  # OS randomness
+    assert meta["ok"]
+    # allowed: the party holds the material the seed gives (and anyone can recompute)
+    agent = PartyAgent(0, 3, tmp_path, policy=PartyPolicy(allow_crypto_seed=True))
+    meta, _ = _first(agent, argv, keyset=seeded)
+    assert meta["ok"]
+    backend = secagg_backend(prepare(argv).setup, [0, 1, 2])
+    recomputed = backend.client(0, backend.setup([0, 1, 2], seed=5).for_client(0))
+    assert agent._runs[1].client.secagg.federation_secret() == recomputed.federation_secret()
+
+
 def test_a_partys_private_randomness_comes_from_the_os_not_the_run_seed():
     r"""A simulation derives its parties' randomness from the public seed; a party
     agent never does: two agents of one run config draw different noise keys, and
@@ -79,6 +104,58 @@ def test_a_partys_private_randomness_comes_from_the_os_not_the_run_seed():
     # control: the simulation's key repeats from the seed
     _, again, _ = build_federation("ldp-tgp", run.setup, run.settings)
     assert bytes(again[0].mechanism.generator.state()[:32].tolist()) == simulated_key
+
+
+def test_two_parties_of_one_run_config_draw_their_own_centre_noise_and_sum_keys(tmp_path):
+    r"""Two agents that hold party 0 of the same run config (no crypto seed, the same key
+    set) send the same centres with different noise, not the simulation's, and open a
+    secure sum with different ephemeral keys: neither the noise nor the secure-sum
+    role's randomness follows from the run's public options."""
+    from botorch_fed.federation import build_federation
+    from botorch_fed.federation.runner import secagg_backend
+    from botorch_fed.inducing import local_centers
+
+    argv = _without_seed(short_argv("fbo-fedgp", "masking"))
+    argv += ["--num-init", "6", "--support-selection", "clustered", "--center-noise", "0.1"]
+    run = prepare(argv)
+    keyset, server_key = write_keyset(run.setup, [0, 1, 2], tmp_path)
+    agents = [PartyAgent(0, 3, tmp_path) for _ in range(2)]
+    centres = []
+    for agent in agents:
+        _send(agent, 1, argv, "init", keyset=keyset)
+        centres.append(_send(agent, 1, argv, "centers", {"k": 2}, keyset=keyset)[1]["centers"])
+    # the same data (the public initial design), hence the same exact centres
+    clients = [agent._runs[1].client for agent in agents]
+    assert torch.equal(clients[0].X, clients[1].X)
+    exact = local_centers(clients[0].X, k=2, seed=clients[0].seed, min_cluster_size=2).numpy()
+    assert centres[0].shape == centres[1].shape == exact.shape == (2, 2)
+    assert ((exact > 0.2) & (exact < 0.9)).all()  # the noise is rarely clamped
+    assert not np.allclose(centres[0], centres[1])
+    _, simulated, _ = build_federation("fbo-fedgp", run.setup, run.settings)
+    simulated[0].on_init({})
+    expected = simulated[0].on_centers({"k": 2})["centers"]
+    assert not any(np.allclose(c, expected) for c in centres)
+    # the secure sum: the same opening message to both parties' roles
+    server = secagg_backend(run.setup, [0, 1, 2]).server(server_key.read_bytes())
+    opening = server.start([0, 1, 2], 4)[0]
+    replies = [client.secagg.step(opening) for client in clients]
+    assert len(replies[0]) == len(replies[1]) and replies[0] != replies[1]
+
+
+def test_a_key_set_without_a_crypto_seed_is_made_from_os_randomness(tmp_path):
+    r"""Two key sets of one run config (no crypto seed) give a party different key
+    material, and neither is the material a simulation derives from the run's seed."""
+    from botorch_fed.federation.runner import secagg_backend
+    from botorch_fed.federation.setup import simulation_crypto_seed
+    from botorch_fed.flower.keys import party_material
+
+    setup = prepare(_without_seed(short_argv("fbo-fedgp", "masking"))).setup
+    names = [write_keyset(setup, [0, 1, 2], tmp_path)[0] for _ in range(2)]
+    materials = [party_material(tmp_path, name, 0) for name in names]
+    assert materials[0] != materials[1]
+    backend = secagg_backend(setup, [0, 1, 2])
+    simulated = backend.setup([0, 1, 2], seed=simulation_crypto_seed(setup.seed))
+    assert simulated.for_client(0) not in materials
 
 
 def test_an_objective_is_refused_before_it_is_imported(tmp_path, monkeypatch):
