@@ -161,12 +161,16 @@ def private_generator(private_seed: int | None = None) -> torch.Generator:
     words = (stream.uniform(_MT_WORDS) * 2.0**32).floor().to(torch.int64)
     generator = torch.Generator().manual_seed(0)
     state = generator.get_state()
-    slots = state[_MT_OFFSET : _MT_OFFSET + 8 * _MT_WORDS].view(torch.int64)
-    # manual_seed(0) puts the words 0, 1, 1812433255, ... in the slots
-    if state.numel() != _MT_STATE_BYTES or slots[:3].tolist() != [0, 1, 1812433255]:
+    layout = state.numel() == _MT_STATE_BYTES
+    if layout:
+        slots = state[_MT_OFFSET : _MT_OFFSET + 8 * _MT_WORDS].view(torch.int64)
+        # manual_seed(0) puts the words 0, 1, 1812433255, ... in the slots
+        layout = slots[:3].tolist() == [0, 1, 1812433255]
+    if not layout:
         raise RuntimeError(
             "torch's CPU generator state does not have the layout the private generator "
-            f"fills ({state.numel()} bytes, expected {_MT_STATE_BYTES})."
+            f"fills: torch {torch.__version__} gives {state.numel()} bytes; expected "
+            f"{_MT_STATE_BYTES} with the Mersenne Twister's words at byte {_MT_OFFSET}."
         )
     slots.copy_(words)  # the view writes into `state`
     generator.set_state(state)

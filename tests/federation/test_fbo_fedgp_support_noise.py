@@ -416,3 +416,21 @@ def test_docs_say_the_default_noise_only_matters_under_ckks():
     start = text.index('*default preset*: `support="clustered"`')
     bullet = text[start : text.index("*paper preset*", start)]
     assert "ckks" in bullet and ("plaintext" in bullet or "masking" in bullet)
+
+
+@pytest.mark.parametrize("seed", [None, 7, (5 << 40) | 7])
+def test_the_private_generator_state_is_every_word_of_its_key_stream(seed):
+    r"""All 624 Mersenne Twister words of a client's private generator come from its
+    ChaCha20 key stream (the top 32 bits of each uniform), none from ``manual_seed``,
+    whose 32-bit seed a server could search; two key streams give two states."""
+    from botorch_fed.federation.bo_client import private_generator
+    from botorch_fed.privacy import KeyStream
+
+    state = private_generator(seed).get_state()
+    words = state[24 : 24 + 8 * 624].view(torch.int64)
+    assert state[:8].view(torch.int64).item() == 0  # no manual_seed value recorded
+    if seed is not None:
+        expected = (KeyStream.from_seed(seed).uniform(624) * 2.0**32).floor().to(torch.int64)
+        assert torch.equal(words, expected)
+    other = private_generator(None if seed is None else seed + 1).get_state()
+    assert not torch.equal(other[24 : 24 + 8 * 624], state[24 : 24 + 8 * 624])
