@@ -126,10 +126,11 @@ def _algorithm_parser(
         "randomness from it, so a run repeats exactly; on Flower each party draws its "
         "own from the OS")
     add(g, ["--crypto-seed"], "crypto_seed", int, None,
-        "seed of the parties' private randomness (key material, masks, centre noise, LDP "
-        "users' noise), instead of the default: derived from --seed by 'run', the OS's "
-        "on Flower, where it is for reproducible experiments only -- whoever knows it "
-        "can undo the protection", nullable=True)
+        "seed of the parties' private randomness (key material, masks, nonces, centre "
+        "noise, LDP users' noise, redraws after failed evaluations), instead of the "
+        "default: derived from --seed by 'run', the OS's on Flower, where it is for "
+        "reproducible experiments only -- whoever knows it can undo the protection",
+        nullable=True)
     add(g, ["--init-regions"], "init_regions", bool, False,
         "initial designs from a different sub-box per client")
     add(g, ["--region-width"], "region_width", float, fed.region_width,
