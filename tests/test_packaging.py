@@ -1,28 +1,24 @@
 r"""The project and every extra install on each CPython version it claims.
 
 For each ``Programming Language :: Python :: 3.X`` classifier of ``pyproject.toml``
-pip's resolver runs as if on that interpreter (``--python-version``, so no such
-interpreter is needed) over ``.[<every extra>]`` with ``--only-binary=:all:``: the
-check fails if any dependency of any extra has no wheel for that version (or a
-``Requires-Python`` that excludes it). Such a dependency needs an environment marker
-in ``pyproject.toml`` (and the code a fallback), or the classifier must go.
+uv's resolver runs for that interpreter on x86-64 Linux (``uv pip compile
+--python-version 3.X --python-platform x86_64-manylinux_2_28``, so no such interpreter
+is needed) over ``.[<every extra>]`` with ``--only-binary :all:``: the check fails if
+any dependency of any extra has no wheel for that version (wheel tags are matched
+against the target's) or a ``Requires-Python`` that excludes it. Such a dependency
+needs an environment marker in ``pyproject.toml`` (and the code a fallback), or the
+classifier must go. uv evaluates environment markers (``python_version < "3.12"``) for
+the target version; a test below checks that it does.
 
 Details:
 
-- ``--python-version`` alone is not enough: pip evaluates environment markers
-  (``python_version < "3.12"``) for the interpreter running it, not the target
-  (pypa/pip#11010, #13296), so a marker meant for 3.12 would be judged as on 3.11.
-  pip therefore runs through :data:`_PIP_FOR_TARGET`, which makes its marker
-  environment report the target version (and checks that it took effect).
-- pip cannot resolve source distributions for another interpreter, so this project
-  and the dependencies published only as sdists (:data:`PURE_PYTHON_SDISTS`) are
-  first built here into wheels, and the check asserts that they are pure Python
+- uv cannot resolve source distributions for another interpreter, so this project and
+  the dependencies published only as sdists (:data:`PURE_PYTHON_SDISTS`) are first built
+  here into wheels, and the check asserts that they are pure Python
   (``py3-none-any``), i.e. that they install from source on any CPython 3.
-- ``--dry-run`` installs nothing. The index this project resolves against serves no
-  PEP 658 metadata files, so plain pip would download every wheel (torch's CUDA build
-  and its NVIDIA libraries: several GB per version); ``--use-feature=fast-deps`` reads
-  each wheel's metadata with HTTP range requests instead (about 40 MB per version;
-  the three run in parallel: ~22 s alone, 50-60 s on 2 busy cores).
+- Nothing is installed or downloaded but metadata: the resolutions are written as
+  ``pylock.toml`` files (PEP 751), whose packages name the wheels chosen. uv comes with
+  the ``dev`` extra (and with ``flwr``).
 - It needs the package index (CI has it); without it the test fails, saying so.
 - TenSEAL (the ``ckks`` backend) must resolve on every version too: README promises
   CKKS on CPython 3.11-3.13.
@@ -30,8 +26,6 @@ Details:
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import shutil
 import subprocess
@@ -50,43 +44,19 @@ PURE_PYTHON_SDISTS = ("optproblems",)
 """Dependencies published only as source distributions, all pure Python."""
 MUST_RESOLVE_EVERYWHERE = ("tenseal", "cryptography", "botorch")
 """Packages whose absence on a claimed version would break a README promise."""
+PLATFORM = "x86_64-manylinux_2_28"
+"""The platform resolved for: x86-64 Linux with glibc 2.28 or newer (the machines
+README's set-up targets; torch's Linux wheels need the same)."""
 _NETWORK_ERRORS = (
-    "NewConnectionError",
-    "Failed to establish a new connection",
-    "Temporary failure in name resolution",
-    "Name or service not known",
+    "error sending request",
+    "dns error",
+    "failed to lookup address",
+    "Connection refused",
     "Network is unreachable",
-    "ConnectTimeoutError",
-    "ReadTimeoutError",
-    "ProxyError",
-    "SSLError",
+    "operation timed out",
+    "Failed to fetch",
+    "tcp connect error",
 )
-
-
-_PIP_FOR_TARGET = """
-import sys
-
-version = sys.argv.pop(1)
-from pip._vendor.packaging import markers
-
-_default_environment = markers.default_environment
-
-
-def _target_environment():
-    env = _default_environment()
-    full = version + ".0"
-    env.update(python_version=version, python_full_version=full, implementation_version=full)
-    return env
-
-
-markers.default_environment = _target_environment
-if not markers.Marker(f"python_version == '{version}'").evaluate():
-    sys.exit("could not point pip's marker evaluation at Python " + version)
-from pip._internal.cli.main import main
-
-sys.exit(main())
-"""
-"""Runs pip (arguments after the version) with markers evaluated for that version."""
 
 
 def _claimed_pythons() -> list[str]:
@@ -99,11 +69,24 @@ PYTHONS = _claimed_pythons()
 EXTRAS = sorted(PYPROJECT["project"]["optional-dependencies"])
 
 
-def _pip(*args: str, python: str | None = None) -> list[str]:
-    """pip's command line; with ``python``, markers are evaluated for that version."""
-    if python is None:
-        return [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
-    return [sys.executable, "-c", _PIP_FOR_TARGET, python, "--disable-pip-version-check", *args]
+def _uv_bin() -> str:
+    try:
+        import uv
+    except ImportError:
+        pytest.fail(
+            "this check resolves with uv, which the dev extra installs: pip install -e '.[dev]'"
+        )
+    return uv.find_uv_bin()
+
+
+def _compile(requirements: Path, version: str, out: Path, *args: str) -> list[str]:
+    r"""uv's command line resolving ``requirements`` for CPython ``version`` into ``out``."""
+    return [
+        _uv_bin(), "pip", "compile", "--quiet", "--no-cache", "--no-config",
+        "--python-version", version, "--python-platform", PLATFORM,
+        "--only-binary", ":all:", "--format", "pylock.toml", "--output-file", str(out),
+        *args, str(requirements),
+    ]  # fmt: skip
 
 
 def _explain(proc: subprocess.CompletedProcess | subprocess.Popen, stderr: str, what: str) -> str:
@@ -114,20 +97,20 @@ def _explain(proc: subprocess.CompletedProcess | subprocess.Popen, stderr: str, 
             "dependencies against the index and needs network access to it (CI has "
             f"it); it does not pass silently without.\n{tail}"
         )
-    if "fast-deps" in stderr and ("invalid choice" in stderr or "no such" in stderr.lower()):
-        return (
-            f"{what}: this pip no longer has --use-feature=fast-deps; without it a dry "
-            "run downloads every wheel (several GB of torch/CUDA). Switch the check to "
-            f"a resolver that reads wheel metadata lazily.\n{tail}"
-        )
     return f"{what} failed (exit code {proc.returncode}):\n{tail}"
+
+
+def _packages(lock: Path) -> dict[str, dict]:
+    r"""The packages of a ``pylock.toml`` by canonical name."""
+    packages = tomllib.loads(lock.read_text())["packages"]
+    return {canonicalize_name(p["name"]): p for p in packages}
 
 
 @pytest.fixture(scope="module")
 def local_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """This project's wheel and the sdist-only dependencies' (checked pure Python).
 
-    Built once, here, so that the per-version dry runs need no build step; the
+    Built once, here, so that the per-version resolutions need no build step; the
     project is built from a copy of its packaging files and package, so nothing is
     written into the working tree.
     """
@@ -142,8 +125,9 @@ def local_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for r in reqs
     }
     requirements = [declared[canonicalize_name(name)] for name in PURE_PYTHON_SDISTS]
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     proc = subprocess.run(
-        _pip("wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(src), *requirements),
+        [*pip, "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(src), *requirements],
         capture_output=True,
         text=True,
         timeout=300,
@@ -162,30 +146,24 @@ def local_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def resolutions(local_wheels: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """pip's dry-run report for each claimed Python version (run in parallel)."""
-    tmp = tmp_path_factory.mktemp("pip-reports")
+    """uv's resolution (packages by canonical name) for each claimed Python version."""
+    tmp = tmp_path_factory.mktemp("resolutions")
     name = canonicalize_name(PYPROJECT["project"]["name"]).replace("-", "_")
     (project,) = local_wheels.glob(f"{name}-*.whl")
-    target = f"{project}[{','.join(EXTRAS)}]"
-    env = {**os.environ, "PIP_NO_INPUT": "1", "PIP_PROGRESS_BAR": "off"}
+    target = f"{PYPROJECT['project']['name']}[{','.join(EXTRAS)}] @ {project.as_uri()}"
+    requirements = tmp / "requirements.in"
+    requirements.write_text(target + "\n")
     running = {}
     for version in PYTHONS:
-        report = tmp / f"report-{version}.json"
-        cmd = _pip(
-            "install", "--dry-run", "--ignore-installed", "--quiet",
-            "--use-feature=fast-deps",
-            "--python-version", version, "--implementation", "cp",
-            "--only-binary=:all:", "--find-links", str(local_wheels),
-            "--report", str(report), target,
-            python=version,
-        )  # fmt: skip
+        lock = tmp / f"pylock.cp{version.replace('.', '')}.toml"
+        cmd = _compile(requirements, version, lock, "--find-links", str(local_wheels))
         stderr = open(tmp / f"stderr-{version}.txt", "w+")  # noqa: SIM115 - closed below
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
-        running[version] = (proc, stderr, report)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr)
+        running[version] = (proc, stderr, lock)
     results, failures = {}, []
-    for version, (proc, stderr, report) in running.items():
+    for version, (proc, stderr, lock) in running.items():
         try:
-            proc.wait(timeout=480)
+            proc.wait(timeout=300)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -195,7 +173,7 @@ def resolutions(local_wheels: Path, tmp_path_factory: pytest.TempPathFactory) ->
         if proc.returncode != 0:
             failures.append(_explain(proc, text, f"resolving {target} for CPython {version}"))
             continue
-        results[version] = json.loads(report.read_text())
+        results[version] = _packages(lock)
     if failures:
         pytest.fail("\n\n".join(failures))
     return results
@@ -212,15 +190,34 @@ def test_torch_is_a_range_not_a_pin() -> None:
     assert len(torch) == 1 and all(s.operator == ">=" for s in torch[0].specifier)
 
 
+def test_the_resolver_evaluates_markers_and_wheel_tags_for_the_target(tmp_path) -> None:
+    # what the per-version check relies on: a marker is judged for the target version,
+    # not for the interpreter running uv, and a package without a wheel for the target
+    # does not resolve. `packaging` is pure Python, on the index for every version.
+    requirements = tmp_path / "requirements.in"
+    requirements.write_text(
+        'packaging; python_version < "3.12"\nsix; python_full_version >= "3.12.0"\n'
+    )
+    got = {}
+    for version in ("3.11", "3.12"):
+        lock = tmp_path / f"pylock.cp{version.replace('.', '')}.toml"
+        proc = subprocess.run(
+            _compile(requirements, version, lock), capture_output=True, text=True, timeout=300
+        )
+        if proc.returncode != 0:
+            pytest.fail(_explain(proc, proc.stderr, f"resolving markers for {version}"))
+        got[version] = set(_packages(lock))
+    assert got == {"3.11": {"packaging"}, "3.12": {"six"}}
+
+
 @pytest.mark.parametrize("version", PYTHONS)
 def test_every_extra_resolves_to_wheels(resolutions: dict, version: str) -> None:
-    report = resolutions[version]
-    installed = {canonicalize_name(i["metadata"]["name"]): i for i in report["install"]}
+    installed = resolutions[version]
     # every requirement of the project and of each extra (markers evaluated for this
-    # Python) is in the resolution, at a version its specifier admits
+    # Python) is in the resolution, at a version its specifier admits, as a wheel
     env = {"python_version": version, "python_full_version": f"{version}.0"}
-    own = installed[canonicalize_name(PYPROJECT["project"]["name"])]
-    assert set(own["requested_extras"]) == set(EXTRAS)
+    own = canonicalize_name(PYPROJECT["project"]["name"])
+    assert installed[own]["archive"]["path"].endswith("-py3-none-any.whl")
     requirements = [(r, "") for r in PYPROJECT["project"]["dependencies"]] + [
         (r, extra) for extra, reqs in PYPROJECT["project"]["optional-dependencies"].items()
         for r in reqs
@@ -230,13 +227,17 @@ def test_every_extra_resolves_to_wheels(resolutions: dict, version: str) -> None
         if req.marker is not None and not req.marker.evaluate({**env, "extra": extra}):
             continue
         name = canonicalize_name(req.name)
-        if name == canonicalize_name(PYPROJECT["project"]["name"]):
+        if name == own:
             continue  # the `all` extra: botorch-fed[secure,plot,...]
         assert name in installed, f"{text!r} ({extra or 'core'}) not resolved on {version}"
-        got = installed[name]["metadata"]["version"]
+        got = installed[name]["version"]
         assert req.specifier.contains(got, prereleases=True), (name, got, str(req.specifier))
-        if name not in {canonicalize_name(n) for n in PURE_PYTHON_SDISTS}:
-            url = installed[name]["download_info"]["url"]
-            assert url.endswith(".whl"), f"{name} on {version} is not a wheel: {url}"
+    for name, package in installed.items():
+        if name == own:
+            continue
+        wheels = [w["url"] for w in package.get("wheels", [])]
+        assert wheels and all(w.endswith(".whl") for w in wheels), (
+            f"{name} on {version} is not a wheel: {package}"
+        )
     missing = [n for n in MUST_RESOLVE_EVERYWHERE if canonicalize_name(n) not in installed]
     assert not missing, f"{missing} not in the resolution for CPython {version}"
