@@ -12,7 +12,7 @@ session settings of ``make test`` and ``make test-matrix``:
   start Flower processes (:data:`FLOWER_PROCESSES`) share one group, which runs first:
   they take free ports that the OS picks, so one worker at a time picks them, and they
   mostly wait on Flower's polls while the other workers compute. Every other test is
-  scheduled on its own, so the workers stay balanced.
+  scheduled on its own, so the workers stay balanced, the notebooks (the longest) first.
 """
 
 from __future__ import annotations
@@ -79,8 +79,12 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(config, items) -> None:
     # the Flower group first, then the other groups (setup.cfg turns off xdist's
-    # reordering by the number of tests in a group), each test's order kept
-    items.sort(key=lambda item: _rank(Path(str(item.fspath))))
+    # reordering by the number of tests in a group), then the notebooks (tens of seconds
+    # each: at the end they would leave workers idle), each test's order kept
+    def key(item) -> tuple[int, bool]:
+        return _rank(Path(str(item.fspath))), item.get_closest_marker("notebook") is None
+
+    items.sort(key=key)
 
 
 @cache

@@ -1,19 +1,20 @@
 r"""A real Flower federation on 127.0.0.1: a SuperLink, 3 SuperNodes and 3 party agents
 (``botorch-fed flower up``); FBO-FedGP with CKKS through ``botorch-fed flower run``, and
-Co-KG and LDP-MoMA-GP-UCB submitted as it submits them
-(``flwr run``), each JSON compared with the in-process run of the same options (every registered
-algorithm with ``BOTORCH_FED_FLOWER_ALL=1``); then a SuperNode is killed mid-run and the
-run stops naming it. Every process is stopped at the end (``down``), and the test checks
+LDP-MoMA-GP-UCB submitted as it submits them (``flwr run``), each JSON compared with the
+in-process run of the same options (every registered algorithm with
+``BOTORCH_FED_FLOWER_ALL=1``); then a SuperNode is killed mid-run and the run stops naming
+it. Every process is stopped at the end (``down``), and the test checks
 that none outlives it.
 
 Flower takes seconds per message (its SuperNode sleeps 3 s when it finds no message,
 handles one message at a time and starts a ``flwr-clientapp`` process for each, about
-1.5 CPU seconds of imports), so the runs are short and few, and they are submitted at
-once. Every registered algorithm runs through the same app code, with every message and
-reply crossing Flower's wire encoding, in ``test_same_as_in_process.py``; the cases here
-are those whose messages differ in kind: secure sums with the largest payloads (CKKS
-ciphertexts), Co-KG's posteriors and relayed optimum, messages to one party of three
-(LDP-BO's queries) and the command line."""
+2 CPU seconds of imports: this module is the suite's largest CPU cost), so the runs are
+short and few, and they are submitted at once. Every registered algorithm runs through
+the same app code, with every message and reply crossing Flower's wire encoding, in
+``test_same_as_in_process.py``; what only separate processes show is checked here: secure
+sums whose key material, masks and ciphertexts live in three agent processes and whose
+payloads are the largest (CKKS), messages to one party of three (LDP-BO's queries), the
+command line, and a party that disappears."""
 
 from __future__ import annotations
 
@@ -46,10 +47,10 @@ FLAGS = ["--allow-plaintext", "--allow-crypto-seed", "--share-results", "--allow
 FBO = ["--hyperparameters", "average"]
 
 
-# besides FBO-FedGP: the kinds of messages the other programs add (module docstring;
-# local BO runs in the killed-SuperNode test). Every message costs each party a process of
-# about 1.5 CPU seconds: all algorithms (BOTORCH_FED_FLOWER_ALL=1) take several minutes
-REPRESENTATIVES = ("co-kg", "ldp-moma")
+# besides FBO-FedGP: messages to one party of three (module docstring; local BO runs in
+# the killed-SuperNode test). Every message costs each party a process of about 2 CPU
+# seconds: all algorithms (BOTORCH_FED_FLOWER_ALL=1) take several minutes
+REPRESENTATIVES = ("ldp-moma",)
 CONCURRENT = 6
 
 
