@@ -14,16 +14,22 @@ STAMP := $(VENV)/.installed
 unexport PYTHONDONTWRITEBYTECODE
 
 # pip installs without byte-compiling every module of every wheel (torch alone: ~17 CPU
-# s); importing every botorch_fed module then compiles what the package uses, and the
-# rest compiles on first import.
+# s); importing every botorch_fed module, and the libraries it imports only when asked
+# (LAZY: plots, CKKS, the HPO tasks' models), then compiles what the package uses. Other
+# modules compile on first import under make (and are recompiled on each import where
+# PYTHONDONTWRITEBYTECODE is set outside it).
+LAZY := matplotlib.pyplot tenseal sklearn.ensemble sklearn.neural_network sklearn.pipeline \
+	sklearn.preprocessing sklearn.datasets sklearn.metrics tomli_w
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --no-compile torch==2.13.0
 	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev,secure,cec,flower]"
-	$(BIN)/python -c "import importlib, pkgutil, botorch_fed; \
+	$(BIN)/python -c "import importlib, importlib.util, pkgutil, sys, botorch_fed; \
 	  [importlib.import_module(m.name) for m in pkgutil.walk_packages(botorch_fed.__path__, \
-	  'botorch_fed.') if not m.name.endswith('__main__')]"
+	  'botorch_fed.') if not m.name.endswith('__main__')]; \
+	  [importlib.import_module(n) for n in sys.argv[1:] \
+	  if importlib.util.find_spec(n.split('.')[0]) is not None]" $(LAZY)
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -12,7 +12,7 @@ handles one message at a time and starts a ``flwr-clientapp`` process for each, 
 short and few, and they are submitted at once. Every registered algorithm runs through
 the same app code, with every message and reply crossing Flower's wire encoding, in
 ``test_same_as_in_process.py``; what only separate processes show is checked here: secure
-sums whose key material, masks and ciphertexts live in three agent processes and whose
+sums whose key material and ciphertexts live in three agent processes and whose
 payloads are the largest (CKKS), messages to one party of three (LDP-BO's queries), the
 command line, and a party that disappears."""
 
