@@ -426,11 +426,13 @@ def test_the_private_generator_state_is_every_word_of_its_key_stream(seed):
     from botorch_fed.federation.bo_client import private_generator
     from botorch_fed.privacy import KeyStream
 
+    def words(state):  # torch's CPU generator state: the 624 words from byte 24
+        return state[24 : 24 + 8 * 624].view(torch.int64)
+
     state = private_generator(seed).get_state()
-    words = state[24 : 24 + 8 * 624].view(torch.int64)
     assert state[:8].view(torch.int64).item() == 0  # no manual_seed value recorded
     if seed is not None:
         expected = (KeyStream.from_seed(seed).uniform(624) * 2.0**32).floor().to(torch.int64)
-        assert torch.equal(words, expected)
+        assert torch.equal(words(state), expected)
     other = private_generator(None if seed is None else seed + 1).get_state()
-    assert not torch.equal(other[24 : 24 + 8 * 624], state[24 : 24 + 8 * 624])
+    assert not torch.equal(words(other), words(state))
