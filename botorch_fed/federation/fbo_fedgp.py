@@ -72,6 +72,7 @@ References:
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from dataclasses import dataclass, field, replace
@@ -94,6 +95,13 @@ from botorch_fed.acquisition import (
 )
 from botorch_fed.federation.bo_client import BOClient, BOSettings
 from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
+from botorch_fed.federation.fbo_fedgp_domain import (
+    FIT_EVALUATIONS_PER_ITERATION,
+    clamp_to_domain,
+    in_domain,
+    outcome_bound,
+    theta_domain,
+)
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.federation.roles import FederatedServer, ProtocolViolation
@@ -115,6 +123,8 @@ from botorch_fed.models import (
     standardize_from_moments,
 )
 from botorch_fed.secure.crypto import hkdf
+
+_LOG = logging.getLogger(__name__)
 
 SUPPORTS = ("clustered", "random")
 MAX_SUPPORT_SIZE = 4096  # a client refuses a larger support set or k from the server
@@ -343,6 +353,9 @@ class FBOFedGPConfig(BOSettings):
             )
 
 
+_FAILED_LOSS = 1e300  # the loss of an evaluation whose summed summaries are not honest
+_ADJOINT_LIMIT = 1e100  # |adjoint| entries; a product with it stays finite
+
 SEED_RANGE = 2**31  # seeds of the acquisition searches (``BOClient.step_seed`` too)
 _SEED_LABEL = b"botorch-fed/fbo-fedgp/global-step-seed\x00"
 
@@ -475,11 +488,20 @@ class FBOFedGPClient(BOClient):
         self._fit_loss = 0.0
         self._fit_prior_grad: np.ndarray | None = None
         self._global_round: int | None = None  # the round this client drew a global step
+        self.theta_domain = theta_domain(PITCHyperparameters(*self.modules))
+        self._t: int | None = None  # the round the server announced last (checked)
+        self._sums: dict[str, int] = {}  # secure sums of each request in round _t
+        self._fit_round: int | None = None  # the round of the fit in progress
+        self._fit_thetas: list[np.ndarray] = []  # the iterates of the fit in progress
+        self._last_fit_round: int | None = None  # the round of the last refresh
+        self._pending_theta: np.ndarray | None = None  # the coordinator's iterate
+        self._fed = False  # the pending iterate's summary and product are done
         # the last centres sent, by (number of points, k): not checkpointed (a restored
         # client draws fresh noise once more)
         self._centers: tuple[tuple[int, int], np.ndarray] | None = None
 
     _FBO_STATE = ("support", "modules", "standardize", "first_moments", "moments_center")
+    _OPTIONAL_STATE = {"last_fit_round": None}  # absent from earlier checkpoints
 
     def state_dict(self) -> dict:
         r"""Adds the support set, the shared GP modules' hyperparameters and the
@@ -494,12 +516,20 @@ class FBOFedGPClient(BOClient):
             standardize=None if self.standardize is None else self.standardize.state_dict(),
             first_moments=None if first is None else torch.from_numpy(first.copy()),
             moments_center=self._moments_center,
+            last_fit_round=self._last_fit_round,
         )
         return state
 
     def load_state_dict(self, state: dict) -> None:
         owner = f"Client {self.client_id}"
-        own, rest = split_state(owner, state, self._FBO_STATE)
+        if isinstance(state, dict):
+            state = {**self._OPTIONAL_STATE, **state}
+        own, rest = split_state(owner, state, (*self._FBO_STATE, *self._OPTIONAL_STATE))
+        last_fit = own["last_fit_round"]
+        if last_fit is not None and (
+            isinstance(last_fit, bool) or not isinstance(last_fit, int) or last_fit < 0
+        ):
+            raise CheckpointError(f"{owner}: `last_fit_round` must be None or an int >= 0.")
         super().load_state_dict(rest)
         support = own["support"]
         if support is not None:
@@ -525,6 +555,7 @@ class FBOFedGPClient(BOClient):
             first = check_tensor(owner, "first_moments", first, (None,)).numpy().copy()
         self.support, self.standardize = support, standardize
         self._first_moments, self._moments_center = first, own["moments_center"]
+        self._last_fit_round = last_fit
         self._fit_client = None  # derived from the above on demand
 
     def global_model(self) -> FederatedPITCGP:
@@ -538,7 +569,15 @@ class FBOFedGPClient(BOClient):
             )
 
     def _transformed_Y(self) -> Tensor:
-        return self.standardize(self.Y)[0]
+        r"""This client's outcomes under the federated standardisation, clamped into
+        ``[-Z, Z]`` (:func:`~botorch_fed.federation.fbo_fedgp_domain.outcome_bound`):
+        honest moments never put one outside, forged ones (a server may offset a
+        CKKS sum) cannot make the summaries unbounded."""
+        Y = self.standardize(self.Y)[0]
+        if self.num_clients is None:
+            return Y
+        bound = outcome_bound(self.num_clients, self.settings.num_init, self.settings.num_rounds)
+        return Y.clamp(-bound, bound)
 
     # --- protocol handlers ----------------------------------------------------------
     def on_centers(self, payload: dict) -> dict:
@@ -611,6 +650,7 @@ class FBOFedGPClient(BOClient):
         if isinstance(t, bool) or not isinstance(t, int | np.integer) or t < 1:
             raise self.violation(f"the round `t` must be an integer >= 1, got {t!r}", "round")
         t = int(t)
+        self._t, self._sums = t, {}
         if len(self.X) == 0:  # every evaluation failed so far: a random step, no model
             self.evaluate(self.propose_local(t), t, "local")
             return {"global": False}
@@ -766,22 +806,102 @@ class FBOFedGPClient(BOClient):
         return self.avoid_failures(x)
 
     def on_apply_theta(self, payload: dict) -> dict:
-        hyper = PITCHyperparameters(*self.modules)
-        theta = np.asarray(payload["theta"], dtype=np.float64)
-        if theta.shape != (hyper.size,) or not np.isfinite(theta).all():
+        r"""Adopt the result of the round's federated fit: one of the iterates this
+        client summarised its data at in the fit (so inside the declared domain, and
+        checked by the coordinator to be its own), once per fit."""
+        theta = self._checked_theta(payload.get("theta"), "apply_theta")
+        if self._fit_round is None or self._fit_round != self._t:
             raise self.violation(
-                f"hyperparameters must be {hyper.size} finite values, got shape {theta.shape}",
-                "apply_theta",
+                "hyperparameters to apply, but no fit ran in this round", "apply_theta"
             )
-        hyper.set_theta(theta)
+        if not any(np.array_equal(theta, seen) for seen in self._fit_thetas):
+            raise self.violation(
+                "the hyperparameters to apply are none of the fit's iterates", "apply_theta"
+            )
+        PITCHyperparameters(*self.modules).set_theta(theta)
+        self._end_fit()
         self._fit_client = None
         return {}
 
+    # --- what the server chose: checked against the declared domains -----------------
+    def sum_encoding(self, request: str) -> int:
+        r"""The outcome moments are exact small-integer limbs already (raw values);
+        every other sum travels in limbs below ``2^64``."""
+        return 0 if request in ("moments", "centred_moments") else 64
+
+    def _checked_theta(self, theta: object, request: str) -> np.ndarray:
+        r"""``theta`` as float64 if it lies in the declared domain
+        (:func:`~botorch_fed.federation.fbo_fedgp_domain.theta_domain`), else a
+        refusal -- decided on the server's value alone, before any private data."""
+        value = np.asarray(theta) if isinstance(theta, np.ndarray | list | tuple) else None
+        if value is None or value.dtype.kind not in "fi":
+            raise self.violation(
+                f"hyperparameters must be an array, got {type(theta).__name__}", request
+            )
+        value = value.astype(np.float64)
+        if not in_domain(value, self.theta_domain):
+            raise self.violation(
+                f"hyperparameters outside the declared domain (lower {self.theta_domain[:, 0]},"
+                f" upper {self.theta_domain[:, 1]})",
+                request,
+            )
+        return value
+
+    def _fit_budget(self) -> int:
+        return FIT_EVALUATIONS_PER_ITERATION * self.config.federated_maxiter
+
+    def _refresh_due(self) -> bool:
+        r"""Whether the current round may refresh the hyperparameters (the server's
+        schedule: the first global round, then every ``hyper_every`` rounds)."""
+        last = self._last_fit_round
+        return last is None or self._t - last >= self.config.hyper_every
+
+    def _admit_sum(self, request: str) -> None:
+        r"""Refuse a secure sum the round does not have: each sum once per round
+        (outcome moments, summary, averaged hyperparameters), a federated fit's sums
+        only in a round due a refresh and at most :meth:`_fit_budget` times."""
+        if self._t is None:
+            raise self.violation("a secure sum before any round", request)
+        count = self._sums[request] = self._sums.get(request, 0) + 1
+        fit = request in ("pitc_summary", "pitc_vjp")
+        limit = self._fit_budget() if fit else 1
+        if count > limit:
+            raise self.violation(
+                f"{count} {request!r} sums in round {self._t}; the round has at most {limit}",
+                request,
+            )
+        if fit or request == "hyper":
+            wanted = "federated" if fit else "average"
+            if self.config.hyperparameters != wanted:
+                raise self.violation(
+                    f"a {request!r} sum, but the run's hyperparameters are "
+                    f"{self.config.hyperparameters!r}",
+                    request,
+                )
+            if self._fit_round != self._t:  # a new refresh
+                if not self._refresh_due():
+                    raise self.violation(
+                        f"a hyperparameter refresh in round {self._t}, the last was in round "
+                        f"{self._last_fit_round} (every {self.config.hyper_every} rounds)",
+                        request,
+                    )
+                self._start_fit()
+
+    def _start_fit(self) -> None:
+        # the refresh counts from its start: an abandoned fit is a refresh too
+        self._fit_round, self._fit_thetas, self._last_fit_round = self._t, [], self._t
+        self._pending_theta, self._fed = None, False
+
+    def _end_fit(self) -> None:
+        self._fit_round, self._fit_thetas, self._pending_theta = None, [], None
+
     # --- vectors contributed to secure sums ----------------------------------------------
     def vector_moments(self) -> np.ndarray:
+        self._admit_sum("moments")
         return outcome_moments(self.Y)
 
     def vector_centred_moments(self) -> np.ndarray:
+        self._admit_sum("centred_moments")
         if self._moments_center is None:
             raise self.violation(
                 "centred moments requested before the first pass", "centred_moments"
@@ -789,6 +909,7 @@ class FBOFedGPClient(BOClient):
         return centred_moments(self.Y, self._moments_center)
 
     def vector_hyper(self) -> np.ndarray:
+        self._admit_sum("hyper")
         # The local GP's values are in this client's own standardised units. With
         # BoTorch's default kernel (no outputscale: signal variance 1) the noise is a
         # noise-to-signal ratio and the lengthscales are unit-free, so the size-weighted
@@ -804,6 +925,9 @@ class FBOFedGPClient(BOClient):
     # A client without data (every evaluation failed so far) contributes zeros: the
     # sums are then those of the other clients.
     def vector_summary(self) -> np.ndarray:
+        self._admit_sum("summary")
+        if self.support is None or self.standardize is None:
+            raise self.violation("a summary before the support and the standardisation", "summary")
         if len(self.X) == 0:
             return np.zeros(SparseSummary.packed_length(len(self.support)))
         with self.timed("summary"), torch.no_grad():
@@ -813,7 +937,17 @@ class FBOFedGPClient(BOClient):
             return summary.to_numpy()
 
     def vector_pitc_summary(self, theta: np.ndarray) -> np.ndarray:
-        self._fit_theta = np.asarray(theta, dtype=np.float64)
+        theta = self._checked_theta(theta, "pitc_summary")
+        if self._pending_theta is not None and not np.array_equal(theta, self._pending_theta):
+            # the coordinator's own check: the server may not query the loss elsewhere
+            raise self.violation("`theta` is not the fit's pending iterate", "pitc_summary")
+        if self.support is None or self.standardize is None:
+            raise self.violation(
+                "a summary before the support and the standardisation", "pitc_summary"
+            )
+        self._admit_sum("pitc_summary")
+        self._fit_thetas.append(theta.copy())
+        self._fit_theta = theta
         if len(self.X) == 0:
             return np.zeros(SparseSummary.packed_length(len(self.support)))
         with self.timed("summary"):
@@ -821,46 +955,98 @@ class FBOFedGPClient(BOClient):
                 self._fit_client = PITCFitClient(
                     self.X, self._transformed_Y(), self.support, *self.modules
                 )
-            return self._fit_client.summary(np.asarray(theta))
+            return self._fit_client.summary(theta)
 
     def vector_pitc_vjp(self) -> np.ndarray:
         # every client holds the summed summaries: it derives the loss and the adjoint
         # itself (no party sends them), then contributes its vector-Jacobian product
         if self._fit_theta is None or self.last_sum is None:
             raise ProtocolViolation(f"Client {self.client_id}: VJP requested before a summary.")
+        self._admit_sum("pitc_vjp")
         theta, self._fit_theta = self._fit_theta, None  # one VJP per summary
         with self.timed("hyperparameters"):
             hyper = PITCHyperparameters(*self.modules)
             hyper.set_theta(theta)
-            m = len(self.support)
-            self._fit_loss, adjoint, self._fit_prior_grad = pitc_loss_and_adjoint(
-                self.last_sum, m, hyper
-            )
+            adjoint = self._fit_adjoint(hyper)
+        self._fed = self._pending_theta is not None and np.array_equal(theta, self._pending_theta)
         if len(self.X) == 0:
             return np.zeros(hyper.size)
         with self.timed("summary"):
             return self._fit_client.vjp(adjoint)
 
+    def _fit_adjoint(self, hyper: PITCHyperparameters) -> np.ndarray:
+        r"""The adjoint of the loss at the summed summaries (``last_sum``), which every
+        client derives itself; sets the loss and the prior's gradient.
+
+        A sum the server forged (it may offset a CKKS sum) can make the loss undefined
+        (no Cholesky factor) or the adjoint unbounded. Refusing then would tell the
+        server a bit about the sum, so the client goes on with a zero adjoint and a
+        huge loss (which the coordinator's line search backs away from) and logs it;
+        an honest sum never takes this path."""
+        m = len(self.support)
+        try:
+            loss, adjoint, prior_grad = pitc_loss_and_adjoint(self.last_sum, m, hyper)
+        except (ValueError, RuntimeError) as exc:  # torch's linalg errors are RuntimeErrors
+            loss, adjoint, prior_grad = math.inf, None, np.zeros(hyper.size)
+            reason = type(exc).__name__
+        else:
+            reason = None if np.isfinite(adjoint).all() and math.isfinite(loss) else "not finite"
+        if reason is not None:
+            _LOG.warning(
+                "Client %s, round %s: the fit's summed summaries give no finite loss (%s); "
+                "contributing a zero product (only a forged sum can cause this)",
+                self.client_id,
+                self._t,
+                reason,
+            )
+            loss, adjoint = _FAILED_LOSS, np.zeros(len(self.last_sum))
+        self._fit_loss, self._fit_prior_grad = loss, prior_grad
+        return np.clip(adjoint, -_ADJOINT_LIMIT, _ADJOINT_LIMIT)
+
     def on_hyper_start(self, payload: dict) -> dict:
-        # the coordinator runs the optimiser; the server only relays the secure sums
-        hyper = PITCHyperparameters(*self.modules)
+        r"""The coordinator starts the round's fit: L-BFGS-B in the declared domain
+        from the current hyperparameters (clamped into it), at most
+        ``federated_maxiter`` iterations and twice as many evaluations."""
         if self._minimizer is not None:  # an earlier fit was abandoned mid-protocol
             self._minimizer.close()
+            self._minimizer = None
+        if self.config.hyperparameters != "federated" or self._t is None:
+            raise self.violation("a federated fit outside a federated refresh", "hyper_start")
+        if self._fit_round != self._t and not self._refresh_due():
+            raise self.violation(
+                f"a hyperparameter refresh in round {self._t}, the last was in round "
+                f"{self._last_fit_round} (every {self.config.hyper_every} rounds)",
+                "hyper_start",
+            )
+        if self._fit_round == self._t and self._fit_thetas:
+            raise self.violation("a second fit in one round", "hyper_start")
+        self._start_fit()
+        hyper = PITCHyperparameters(*self.modules)
+        x0 = clamp_to_domain(hyper.get_theta(), self.theta_domain)
         self._minimizer = SteppedMinimizer(
-            hyper.get_theta(), hyper.bounds, maxiter=self.config.federated_maxiter
+            x0,
+            self.theta_domain,
+            maxiter=self.config.federated_maxiter,
+            maxfun=self._fit_budget(),
         )
         return self._hyper_reply(self._minimizer.start())
 
     def on_hyper_feed(self, payload: dict) -> dict:
         if self._minimizer is None:
             raise ProtocolViolation(f"Client {self.client_id} is not running a fit.")
+        if not self._fed:
+            raise self.violation(
+                "a feed before the pending iterate's summary and product", "hyper_feed"
+            )
         grad = self.last_sum + self._fit_prior_grad
         return self._hyper_reply(self._minimizer.feed(self._fit_loss, grad))
 
     def _hyper_reply(self, theta: np.ndarray | None) -> dict:
         if theta is None:
             theta, self._minimizer = self._minimizer.result.x, None
+            self._pending_theta = None
             return {"theta": theta, "done": True}
+        self._pending_theta, self._fed = np.array(theta, dtype=np.float64), False
         return {"theta": theta, "done": False}
 
     def sum_received(self, request: str | None, total: np.ndarray) -> dict | None:
@@ -885,7 +1071,14 @@ class FBOFedGPClient(BOClient):
             )
             self._fit_client = None
         elif request == "hyper":
-            PITCHyperparameters(*self.modules).set_values(total[:-1] / total[-1])
+            # a sum is never refused for its value (that would be a bit of it): the
+            # average is clamped into the declared domain
+            with np.errstate(divide="ignore", invalid="ignore"):
+                values = total[:-1] / total[-1]
+            PITCHyperparameters(*self.modules).set_values(
+                clamp_to_domain(values, self.theta_domain)
+            )
+            self._end_fit()
         return None
 
 
@@ -978,8 +1171,17 @@ class FBOFedGPServer(FederatedServer):
         length = SparseSummary.packed_length(len(self.support))
         # the server only relays here: all the fit's time is the clients' (their ledger
         # entries) and the secure sums'
+        budget = FIT_EVALUATIONS_PER_ITERATION * self.config.federated_maxiter
         reply = self.send({coordinator: Message("hyper_start")})[coordinator].payload
+        evaluations = 0
         while not reply["done"]:
+            evaluations += 1
+            if evaluations > budget:  # the coordinator is another party: not trusted
+                raise ProtocolViolation(
+                    f"Server: the coordinator (client {coordinator}) asked for more than "
+                    f"{budget} evaluations in one fit (`federated_maxiter`="
+                    f"{self.config.federated_maxiter})."
+                )
             self.secure_sum("pitc_summary", length, {"theta": reply["theta"]})
             self.secure_sum("pitc_vjp", self.hyper.size)
             reply = self.send({coordinator: Message("hyper_feed")})[coordinator].payload

@@ -26,6 +26,7 @@ what honest contributors can produce, and turns a result that does not decode in
 from __future__ import annotations
 
 import hashlib
+import logging
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -41,6 +42,8 @@ from botorch_fed.federation.transport import Transport
 from botorch_fed.secure.errors import InputError, SecureAggregationError
 from botorch_fed.secure.limbs import LimbEncoding
 from botorch_fed.secure.wire import parse_frame
+
+_LOG = logging.getLogger(__name__)
 
 SECAGG = "secagg"
 SUM_RESULT = "secagg_result"
@@ -265,6 +268,16 @@ class FederatedClient:
                 raise ProtocolViolation(
                     f"Client {self.client_id} cannot contribute a {request!r} vector."
                 )
+            # the encoding is this client's, per request; the server's `wide` must agree
+            # (a server choosing raw floats could make whether a vector fits depend on it)
+            high = self.sum_encoding(request)
+            wide = payload.get("wide")
+            if isinstance(wide, bool) or not isinstance(wide, int | np.integer) or wide != high:
+                raise self.violation(
+                    f"the session asks for the encoding `wide`={wide!r}; this client sends "
+                    f"{request!r} vectors with `wide`={high}",
+                    request,
+                )
             args = {k[len("arg:") :]: v for k, v in payload.items() if k.startswith("arg:")}
             vector = np.asarray(compute(**args), dtype=np.float64)
             if vector.ndim != 1 or not np.isfinite(vector).all():
@@ -273,8 +286,9 @@ class FederatedClient:
                     f"must be a finite 1-D array, got shape {vector.shape} with "
                     f"{int((~np.isfinite(vector)).sum())} non-finite entries."
                 )
-            high = int(payload.get("wide", 0))
             self._encoding = limb_encoding(high) if high else None
+            if self._encoding is not None:
+                vector = self._saturated(vector, request)
             self._pending = self._encoding.encode(vector) if self._encoding else vector
             self._request = request
             self._length = vector.size
@@ -304,6 +318,38 @@ class FederatedClient:
         with self.timed("secure_aggregation"):
             data = self.secagg.step(bytes(payload["data"]), self._pending)
         return {"data": data}
+
+    def sum_encoding(self, request: str) -> int:
+        r"""The encoding this client sends ``request`` vectors in: ``high`` of the
+        limb encoding (:func:`limb_encoding`, exact to ``2^-40`` below ``2^high``), or 0
+        for raw float64 values. A session opening with another ``wide`` is refused.
+
+        The client decides it, not the server: under a raw encoding, whether a vector
+        fits the backend's headroom would depend on its private values, and a refusal
+        would tell the server so. Subclasses name the requests whose vectors are exact
+        small integers already (0); every other request is sent in limbs below
+        ``2^64``."""
+        return 64
+
+    def _saturated(self, vector: np.ndarray, request: str) -> np.ndarray:
+        r"""``vector`` clipped into the limb encoding's range.
+
+        Honest vectors stay far below ``2^64`` (each algorithm bounds what it
+        computes on); only values derived from a forged sum could exceed it. Refusing
+        them would tell the server one bit about private data, so they are saturated
+        instead and the party's own log says so."""
+        limit = np.nextafter(2.0**self._encoding.high, 0.0)
+        if np.abs(vector).max(initial=0.0) <= limit:
+            return vector
+        _LOG.warning(
+            "Client %s, request %r, round %s: a vector exceeded the encoding's range 2^%d "
+            "and was saturated (only a forged sum can cause this)",
+            self.client_id,
+            request,
+            self.round,
+            self._encoding.high,
+        )
+        return np.clip(vector, -limit, limit)
 
     def on_secagg_result(self, payload: dict) -> dict:
         request = self._request

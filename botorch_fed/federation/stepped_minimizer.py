@@ -23,27 +23,44 @@ class SteppedMinimizer:
         x0: Starting point.
         bounds: ``n x 2`` bounds (``None`` or infinite entries for none).
         maxiter: Maximum L-BFGS-B iterations.
+        maxfun: Maximum objective evaluations, a hard cap (SciPy's own ``maxfun`` is
+            checked between iterations only, so a line search may exceed it): at the
+            cap the minimisation ends with the best point evaluated (``None``: no cap).
         timeout: Seconds to wait for an evaluation before aborting the worker.
     """
 
     def __init__(
-        self, x0: np.ndarray, bounds: np.ndarray | None, maxiter: int, timeout: float = 3600.0
+        self,
+        x0: np.ndarray,
+        bounds: np.ndarray | None,
+        maxiter: int,
+        timeout: float = 3600.0,
+        maxfun: int | None = None,
     ) -> None:
         self._x0 = np.asarray(x0, dtype=np.float64)
         self._bounds = bounds
         self._maxiter = int(maxiter)
+        self._maxfun = None if maxfun is None else int(maxfun)
         self._timeout = float(timeout)
         self._requests: queue.Queue = queue.Queue(maxsize=1)
         self._values: queue.Queue = queue.Queue(maxsize=1)
         self._thread: threading.Thread | None = None
         self.result: OptimizeResult | None = None
         self.num_evaluations = 0
+        self._asked = 0
+        self._best: tuple[float, np.ndarray] | None = None
 
     def _objective(self, x: np.ndarray) -> tuple[float, np.ndarray]:
-        self._requests.put(("evaluate", np.array(x, dtype=np.float64)))
+        if self._maxfun is not None and self._asked >= self._maxfun:
+            raise _BudgetReached
+        self._asked += 1
+        x = np.array(x, dtype=np.float64)
+        self._requests.put(("evaluate", x))
         value = self._values.get(timeout=self._timeout)
         if value is None:
             raise _Aborted
+        if self._best is None or value[0] < self._best[0]:
+            self._best = (value[0], x)
         return value
 
     def _work(self) -> None:
@@ -55,6 +72,12 @@ class SteppedMinimizer:
                 method="L-BFGS-B",
                 bounds=self._bounds,
                 options={"maxiter": self._maxiter},
+            )
+            self._requests.put(("done", result))
+        except _BudgetReached:
+            fun, x = self._best
+            result = OptimizeResult(
+                x=x, fun=fun, success=False, nfev=self._asked, message="evaluation budget reached"
             )
             self._requests.put(("done", result))
         except Exception as e:  # surfaced to the caller of start/feed
@@ -104,6 +127,10 @@ class SteppedMinimizer:
         # drop the worker's last message (its abort) so a new run starts clean
         self._requests = queue.Queue(maxsize=1)
         self._values = queue.Queue(maxsize=1)
+
+
+class _BudgetReached(Exception):
+    r"""Raised inside the worker when ``maxfun`` evaluations are spent."""
 
 
 class _Aborted(Exception):

@@ -218,6 +218,7 @@ def test_non_finite_secure_sum_vector_names_the_client_and_request():
 
     server, clients, _ = build_federation("fbo-fedgp", _setup(), _config(num_rounds=1))
     server.broadcast("init")
+    server.broadcast("round", {"t": 1})
     clients[1].vector_moments = lambda: np.full(OUTCOME_MOMENTS_LENGTH, np.nan)
     with pytest.raises(InputError, match=r"Client 1: its 'moments' vector"):
         server.standardize_outcomes()
@@ -294,18 +295,22 @@ def test_outcome_standardisation_is_accurate_through_the_secure_sums(aggregator)
     # instead of 1e-3 for 1e5 + 1e-3 N) and |y| ~ 1e12 exceeded the old moments' range:
     # the two rounded, centred passes give the pooled data's mean and std to ~1e-11.
     server, clients, _ = build_federation(
-        "fbo-fedgp", _setup(aggregator=aggregator), _config(num_rounds=1)
+        "fbo-fedgp", _setup(aggregator=aggregator), _config(num_rounds=7)
     )
     g = torch.Generator().manual_seed(0)
-    for offset, spread in (
-        (1e8, 1.0),
-        (1e5, 1e-3),
-        (-1e12, 1.0),
-        (1e12, 1.0),
-        (0.0, 1e-6),
-        (1.0, 1e-7),
-        (50.0, 40.0),
+    for t, (offset, spread) in enumerate(
+        (
+            (1e8, 1.0),
+            (1e5, 1e-3),
+            (-1e12, 1.0),
+            (1e12, 1.0),
+            (0.0, 1e-6),
+            (1.0, 1e-7),
+            (50.0, 40.0),
+        ),
+        start=1,
     ):
+        server.broadcast("round", {"t": t})  # the outcome moments are summed once a round
         for c, n in zip(clients.values(), (4, 1, 6), strict=True):
             c.Y = offset + spread * torch.randn(n, 1, generator=g, dtype=torch.float64)
         server.standardize_outcomes()
@@ -395,6 +400,7 @@ def _pending_moments(aggregator, request="moments"):
     )
     server.broadcast("init")
     server.ledger.round = 1
+    server.broadcast("round", {"t": 1})
     if request == "centred_moments":
         server.secure_sum("moments", OUTCOME_MOMENTS_LENGTH, wide=0)
     length = fs.OUTCOME_MOMENTS_LENGTH if request == "moments" else fs.CENTRED_MOMENTS_LENGTH
@@ -412,6 +418,7 @@ def test_result_without_a_pending_session_is_rejected():
     server.ledger.round = 1
     with pytest.raises(ProtocolViolation, match=r"Client 0, request None, round \?: .*no session"):
         _result(server, 0, {"sum": np.arange(5.0)})
+    server.broadcast("round", {"t": 1})
     server.standardize_outcomes()
     assert clients[0].round == 1
     # a replay of a result that was accepted before
@@ -861,7 +868,8 @@ def test_malicious_server_cannot_locate_a_failed_point():
     # the probed point): a client refuses that, in either world.
     for world in (0, 1):
         for victim in (0, 1):
-            with pytest.raises(ProtocolViolation, match="drew no global step"):
+            # refused at its first step: a sum before the round it belongs to
+            with pytest.raises(ProtocolViolation, match="a secure sum before any round"):
                 _steered_probe(world, victim)
 
 

@@ -65,6 +65,9 @@ class _Client(FederatedClient):
         self.value = np.array([0.25 + cid, -1.5 * cid, 3.0 + 0.125 * cid])
         self.scale = 1.0
 
+    def sum_encoding(self, request):  # raw float vectors (the server sends wide=0)
+        return 0
+
     def on_setting(self, payload):
         self.scale = float(payload["scale"])
         return {}

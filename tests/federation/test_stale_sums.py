@@ -18,6 +18,9 @@ class _Client(FederatedClient):
         super().__init__(cid, role)
         self.value = np.array([1.0 + cid, 2.0, 3.0])
 
+    def sum_encoding(self, request):  # raw float vectors (the server sends wide=0)
+        return 0
+
     def vector_a(self):
         return self.value
 
