@@ -92,26 +92,27 @@ def _in_process(argv: list[str]) -> tuple[dict, list[float], list[int]]:
 def _on_flower(state: Path, argv: list[str], out: Path) -> tuple[dict, list[float], float]:
     r"""The run on Flower: its JSON, each round's wall time and the whole ``flwr run``."""
     run = prepare(argv)
-    keyset, server_key = "", ""
+    keyset = ""
     if get_algorithm(run.algorithm).secure_aggregation:
-        keyset, server_key = write_keyset(run.setup, list(range(CLIENTS)), state / "keys")
+        keyset, _ = write_keyset(run.setup, list(range(CLIENTS)), state / "keys")
     lines: list[str] = []
     t0 = time.perf_counter()
     launcher.submit(
         state,
         {
             "argv": json.dumps(argv),
-            "out": str(out),
+            "out": out.name,
             "clients": CLIENTS,
             "timeout": 300.0,
             "on-dropout": "fail",
-            "server-key": str(server_key),
+            "server-key": keyset,
             "keyset": keyset,
         },
         stream=lines.append,
         timeout=3600,
     )
     total = time.perf_counter() - t0
+    out = state / "results" / out.name  # the ServerApp writes into its results folder
     if not out.exists():
         error = Path(f"{out}.error")
         raise RuntimeError(error.read_text() if error.exists() else "\n".join(lines[-30:]))

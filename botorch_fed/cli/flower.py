@@ -38,14 +38,14 @@ from botorch_fed.flower.run_options import ON_DROPOUT, RESULTS_WRITTEN, RUN_CONF
 
 FLOWER_HELP = """\
 Run a federation on Flower (extra `flower`: pip install "botorch-fed[flower]").
-  botorch-fed flower up --clients 3 --share-results
+  botorch-fed flower up --clients 3 --share-results --allow-masking
   botorch-fed flower run fbo-fedgp --problem branin --clients 3 --aggregator masking \\
       --hyperparameters average --num-rounds 1 --out r.json
   botorch-fed flower down
 `flower run` takes the options of `botorch-fed run <algorithm>` (not --config,
 --checkpoint, --resume) and --state-dir, --timeout SECONDS, --on-dropout fail|continue.
-The parties refuse what their `up` flags do not allow (--aggregator plaintext,
---crypto-seed, --objective, ...; `botorch-fed flower up --help`).
+The parties refuse what their `up` flags do not allow (--aggregator plaintext or masking,
+--crypto-seed, --objective, sizes above their caps, ...; `botorch-fed flower up --help`).
 """
 
 
@@ -323,7 +323,8 @@ def _run(tokens: list[str], console: Console) -> int:
     from botorch_fed.federation.runner import RunResult, build_context
     from botorch_fed.flower import launcher
     from botorch_fed.flower.keys import write_keyset
-    from botorch_fed.flower.run_options import check_argv, prepare
+    from botorch_fed.flower.run_options import check_argv, prepare, results_files
+    from botorch_fed.runs.outputs import write_json
 
     own, argv = _flower_options(tokens)
     if not argv or argv[0].startswith("-"):  # no algorithm first
@@ -366,20 +367,20 @@ def _run(tokens: list[str], console: Console) -> int:
             "the parties refuse this run:",
         )
         return 1
-    keyset, server_key = "", ""
-    if spec.secure_aggregation:
-        keyset, server_key = write_keyset(run.setup, list(range(clients)), state / "keys")
-    runs = state / "runs"
-    runs.mkdir(exist_ok=True)  # the federation's folder exists: never made here
-    out = os.path.abspath(run.out) if run.out else str(runs / f"{uuid.uuid4().hex}.json")
-    Path(f"{out}.error").unlink(missing_ok=True)  # a failed earlier run's
+    keyset = ""
+    if spec.secure_aggregation:  # the ServerApp reads <state>/keys/<keyset>/server.key
+        keyset, _ = write_keyset(run.setup, list(range(clients)), state / "keys")
+    # the ServerApp writes into its folder (the state folder `up` gave it) under the name
+    # the run config gives; this command reads it there and writes --out itself
+    name = f"{uuid.uuid4().hex}.json"
+    results, error = results_files(state, name)
     config = {
         "argv": json.dumps(_without(argv, ("--out", "--plot"))),
-        "out": out,
+        "out": name,
         "clients": clients,
         "timeout": float(own.timeout),
         "on-dropout": own.on_dropout,
-        "server-key": str(server_key),
+        "server-key": keyset,
         "keyset": keyset,
     }
 
@@ -388,23 +389,27 @@ def _run(tokens: list[str], console: Console) -> int:
             console.print(line, markup=False)
 
     code = launcher.submit(state, config, stream=stream)
-    if os.path.exists(f"{out}.error"):
-        print_error(console, Path(f"{out}.error").read_text().strip(), "the run failed:")
+    if error.exists():
+        text = error.read_text().strip()
+        error.unlink()
+        results.unlink(missing_ok=True)
+        print_error(console, text, "the run failed:")
         return 1
-    if not os.path.exists(out):
+    if not results.exists():
         print_error(
             console, f"`flwr run` exited with {code} and wrote no results.", "the run failed:"
         )
         return 1
-    data = json.loads(Path(out).read_text())
+    data = json.loads(results.read_text())
+    results.unlink()
     result = RunResult(**data)
     result.best_per_client = {int(k): v for k, v in data["best_per_client"].items()}
     result.best_point_per_client = {int(k): v for k, v in data["best_point_per_client"].items()}
+    if run.out:
+        write_json(data, run.out)
     print_run(result, console, run.label)
     if run.out:
         console.print(f"results written to {escape(run.out)}", soft_wrap=True)
-    else:
-        os.unlink(out)
     if run.plot:
         plot_run(data, run.plot, console)
     return 0

@@ -18,7 +18,7 @@ from botorch.acquisition import qLogExpectedImprovement, qUpperConfidenceBound
 
 from botorch_fed.acquisition import maximize_step_acquisition, pathwise_thompson_sampling
 from botorch_fed.acquisition.step_acquisition import knowledge_gradient
-from botorch_fed.federation.bo_client import BOClient, BOSettings
+from botorch_fed.federation.bo_client import BOClient, BOSettings, numeric_array
 from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
@@ -48,9 +48,26 @@ class CentralClient(BOClient):
         return {"X": self.X[new].numpy(), "Y": self.Y[new].numpy()}
 
     def on_evaluate(self, payload: dict) -> dict:
-        x = torch.as_tensor(np.asarray(payload["x"]), dtype=torch.float64).reshape(1, self.dim)
+        r"""Round ``{"x", "t"}``: evaluate the assigned point -- one point per round,
+        for the rounds ``1 .. num_rounds`` of this client's settings, each once and in
+        turn; ``x`` must be ``d`` finite values in the unit cube."""
+        value = payload.get("x")
+        x = numeric_array(value)
+        if (
+            x is None
+            or x.shape != (self.dim,)
+            or not np.isfinite(x).all()
+            or (x < 0).any()
+            or (x > 1).any()
+        ):
+            raise self.violation(
+                f"the point `x` must be {self.dim} finite values in [0, 1], got {value!r:.60}",
+                "evaluate",
+            )
+        t = self.accept_round(payload.get("t"), "evaluate")
+        x = torch.as_tensor(x).reshape(1, self.dim)
         # the server's GP never learns of a failed point: do not evaluate it again
-        self.evaluate(self.avoid_failures(x), int(payload["t"]), "central")
+        self.evaluate(self.avoid_failures(x), t, "central")
         return {}
 
 

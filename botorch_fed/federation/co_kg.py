@@ -667,8 +667,8 @@ class CoKGClient(BOClient):
         return np.asarray(value, dtype=np.float64)
 
     def _round_field(self, payload: dict, request: str) -> int:
-        r"""The round ``t`` of a posterior request: an int in ``1..num_rounds``, later
-        than the last round answered."""
+        r"""The round ``t`` of a posterior request: an int in ``1..num_rounds``, the
+        round after the last one answered (every round asks every agent)."""
         t = self._int_field(payload, "t", request)
         T = self.settings.num_rounds
         if not 1 <= t <= T:
@@ -677,6 +677,12 @@ class CoKGClient(BOClient):
             raise self.violation(
                 f"round t={t}, but this agent already answered round {self._last_round} (each "
                 "round once, in increasing order)",
+                request,
+            )
+        if t != self._last_round + 1:
+            raise self.violation(
+                f"round t={t}, but the next round of this agent is {self._last_round + 1} "
+                "(no round is skipped)",
                 request,
             )
         return t

@@ -645,11 +645,11 @@ class FBOFedGPClient(BOClient):
         return {}
 
     def on_round(self, payload: dict) -> dict:
+        r"""Round ``t``: only the next round of the run's budget
+        (:meth:`~botorch_fed.federation.bo_client.BOClient.accept_round`); the client
+        draws its step (a local step is evaluated here)."""
         self._global_round = None
-        t = payload.get("t")
-        if isinstance(t, bool) or not isinstance(t, int | np.integer) or t < 1:
-            raise self.violation(f"the round `t` must be an integer >= 1, got {t!r}", "round")
-        t = int(t)
+        t = self.accept_round(payload.get("t"), "round")
         self._t, self._sums = t, {}
         if len(self.X) == 0:  # every evaluation failed so far: a random step, no model
             self.evaluate(self.propose_local(t), t, "local")
@@ -665,7 +665,10 @@ class FBOFedGPClient(BOClient):
         return {"global": not local}
 
     def on_global_step(self, payload: dict) -> dict:
-        t = int(payload["t"])
+        t = payload.get("t")
+        if isinstance(t, bool | np.bool_) or not isinstance(t, int | np.integer):
+            raise self.violation(f"the round `t`={t!r:.40} must be an integer", "global_step")
+        t = int(t)
         if self._global_round is None or t != self._global_round:
             raise self.violation(
                 f"a global step for round {t}, but this client drew "

@@ -24,7 +24,10 @@ declared Lipschitz constant (``lipschitz``).
 
 FedZero shares no data and hides nothing either: the server sees every worker's
 estimate (in ``seed`` mode the two values), which is a difference of the worker's
-objective at two points the server can compute (docs/security.md).
+objective at two points the server can compute (docs/security.md). A worker answers the
+rounds ``1 .. num_rounds`` of its own settings, each once and in turn
+(:meth:`~botorch_fed.federation.bo_client.RoundBudget.accept_round`): at most
+``2 num_rounds`` evaluations, whatever the server sends.
 
 References:
 
@@ -42,6 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from botorch_fed.federation.bo_client import RoundBudget, numeric_array
 from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.evaluation import evaluate_point
 from botorch_fed.federation.messages import TIME_PREFIX
@@ -180,7 +184,7 @@ def make_domain(settings: FedZeroSettings, objective: Objective, h: float):
     return ball((lower + upper) / 2, radius).shrink(h)
 
 
-class FedZeroClient(FederatedClient):
+class FedZeroClient(RoundBudget, FederatedClient):
     r"""A worker: two evaluations around the broadcast point, one estimate back.
 
     Args:
@@ -211,21 +215,29 @@ class FedZeroClient(FederatedClient):
         self.history: list[dict] = []  # harness-only record, never sent
 
     def _check_round(self, payload: dict) -> tuple[int, Tensor, float]:
-        try:
-            t = int(payload["t"])
-            x = torch.as_tensor(np.asarray(payload["x"], dtype=np.float64)).reshape(self.dim)
-            h = float(payload["h"])
-        except (KeyError, TypeError, ValueError, RuntimeError):
+        r"""``(t, x, h)`` of a round, checked: ``x`` and ``h`` keep the queries within
+        the bounds, and ``t`` is the round that comes next (then spent,
+        :meth:`accept_round`)."""
+        x, h = numeric_array(payload.get("x")), payload.get("h")
+        if (
+            x is None
+            or x.size != self.dim
+            or isinstance(h, bool | np.bool_)
+            or not isinstance(h, int | float | np.integer | np.floating)
+        ):
             raise self.violation(
-                f"a round needs `t`, a point `x` of dimension {self.dim} and `h`"
-            ) from None
+                f"a round needs `t`, a point `x` of dimension {self.dim} and a number `h`",
+                "round",
+            )
+        x, h = torch.as_tensor(x).reshape(self.dim), float(h)
         lower, upper = self.objective.bounds
         if not (torch.isfinite(x).all() and math.isfinite(h) and h > 0):
-            raise self.violation("the round's point and `h` must be finite (and h > 0)")
+            raise self.violation("the round's point and `h` must be finite (and h > 0)", "round")
         # a few ulps of slack: the server's shrunk box is lower + h, rounded
         slack = 8 * torch.finfo(torch.float64).eps * (1 + torch.maximum(lower.abs(), upper.abs()))
         if ((x - h) < lower - slack).any() or ((x + h) > upper + slack).any():
-            raise self.violation(f"the queries x +- h z would leave the bounds (h={h:g})")
+            raise self.violation(f"the queries x +- h z would leave the bounds (h={h:g})", "round")
+        t = self.accept_round(payload.get("t"), "round")
         return t, x, h
 
     def _values(self, P: Tensor, t: int) -> Tensor | None:
@@ -286,18 +298,28 @@ class FedZeroClient(FederatedClient):
         return {"g": (scale * direction).numpy()}
 
     def state_dict(self) -> dict:
+        r"""History, generator, the objective's state and the last round accepted."""
         return {
             **super().state_dict(),
+            **self.round_state(),
             "history": [dict(h) for h in self.history],
             "rng": self.rng.get_state(),
             "objective": self.objective.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
+        r"""Restore :meth:`state_dict`; a checkpoint written before the last accepted
+        round was saved restores it from the history."""
         owner = f"Client {self.client_id}"
+        last, state = self.load_round_state(owner, state)
         own, rest = split_state(owner, state, ("history", "rng", "objective"))
         super().load_state_dict(rest)
+        if not isinstance(own["history"], list) or not all(
+            isinstance(h, dict) for h in own["history"]
+        ):
+            raise CheckpointError(f"{owner}: `history` must be a list of dicts.")
         self.history = [dict(h) for h in own["history"]]
+        self.restore_round(last, self.history)
         self.rng.set_state(check_tensor(owner, "rng", own["rng"], (None,), torch.uint8))
         try:
             self.objective.load_state_dict(own["objective"])

@@ -28,7 +28,7 @@ from botorch.utils.sampling import draw_sobol_samples
 from torch import Tensor
 
 from botorch_fed.acquisition import MixingSchedule
-from botorch_fed.federation.bo_client import BOClient, BOSettings
+from botorch_fed.federation.bo_client import BOClient, BOSettings, numeric_array
 from botorch_fed.federation.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.registry import AlgorithmSpec, register_algorithm
@@ -98,14 +98,31 @@ class FTSClient(BOClient):
         super().on_init(payload)
         return {"omega": self._omega_sample()}
 
+    def _omega_field(self, payload: dict) -> Tensor | None:
+        r"""The other client's weight sample of a round: ``None`` (none sent) or one
+        finite number per shared feature, else a ``ProtocolViolation``."""
+        if "omega" not in payload:
+            return None
+        value = payload["omega"]
+        omega, M = numeric_array(value), len(self.features.b)
+        if omega is None or omega.shape != (M,) or not np.isfinite(omega).all():
+            raise self.violation(
+                f"`omega` must be {M} finite numbers (a weight sample of the shared "
+                f"features), got {value!r:.60}",
+                "round",
+            )
+        return torch.as_tensor(omega)
+
     def on_round(self, payload: dict) -> dict:
-        t = int(payload["t"])
-        local = bool(self.schedule.sample(t, seed=self.rng)) or "omega" not in payload
+        r"""Round ``{"t", "omega"}``: one step (``t`` and ``omega`` checked first), then
+        a fresh weight sample."""
+        omega = self._omega_field(payload)
+        t = self.accept_round(payload.get("t"), "round")
+        local = bool(self.schedule.sample(t, seed=self.rng)) or omega is None
         if local:
             x = self.propose_local(t, kind="ts")
         else:
             with self.timed("acquisition"):
-                omega = torch.as_tensor(np.asarray(payload["omega"]), dtype=torch.float64)
                 Xc = draw_sobol_samples(
                     self.bounds, self.settings.ts_candidates, 1, seed=self.step_seed(t)
                 ).squeeze(-2)

@@ -1,7 +1,10 @@
 r"""Baselines without collaboration: independent local BO and random search.
 
 Both run on the same protocol as FBO-FedGP (the server only paces the rounds), so
-their ledgers and wall times are comparable.
+their ledgers and wall times are comparable. A client takes one step per round
+``{"t"}``, for the rounds ``1 .. num_rounds`` of its own settings, each once and in turn
+(:meth:`~botorch_fed.federation.bo_client.RoundBudget.accept_round`): a server cannot
+have it evaluate more than ``num_init + num_rounds`` points.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ class LocalBOClient(BOClient):
     r"""Independent BO: every step on the client's own GP (no collaboration)."""
 
     def on_round(self, payload: dict) -> dict:
-        t = int(payload["t"])
+        r"""Round ``{"t"}``: one BO step on the local GP (``t`` checked first)."""
+        t = self.accept_round(payload.get("t"), "round")
         self.evaluate(self.propose_local(t), t, "local")
         return {}
 
@@ -26,7 +30,8 @@ class RandomSearchClient(BOClient):
     r"""Random search: uniform points in the unit cube from the client's generator."""
 
     def on_round(self, payload: dict) -> dict:
-        t = int(payload["t"])
+        r"""Round ``{"t"}``: one uniform point (``t`` checked first)."""
+        t = self.accept_round(payload.get("t"), "round")
         x = torch.rand(1, self.dim, generator=self.rng, dtype=torch.float64)
         self.evaluate(x, t, "random")
         return {}

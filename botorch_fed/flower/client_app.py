@@ -4,8 +4,10 @@ Flower starts this app in a fresh process for each message; the party's client l
 in its agent (:mod:`.party`), whose Unix socket the SuperNode's node config names
 (``agent="<path>"``). The one handler takes every ``query.<type>`` message, forwards
 the protocol type and payload (:mod:`.records`) with the run's id and config, and
-answers with the agent's reply. An error of the agent (a protocol violation, a broken
-black box) is raised here, so Flower hands the server an error reply naming it.
+answers with the agent's reply. An error of the agent is raised here, so Flower hands
+the server an error reply naming it: the agent's text, which is all the server may know
+(:meth:`~.party.PartyAgent.reply`: a refusal in full; an error of the run's client only
+as its type, the client, the message and the round -- the rest stays in the agent's log).
 
 This module imports no torch: the ``ClientApp`` process stays light.
 """
@@ -27,7 +29,8 @@ from botorch_fed.flower.records import (
 
 
 class AgentError(RuntimeError):
-    r"""The party's agent refused or failed a message (its reason in the message)."""
+    r"""The party's agent refused or failed a message (its reason in the message, as the
+    agent words it for the server)."""
 
 
 class AgentUnavailable(AgentError):

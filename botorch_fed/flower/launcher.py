@@ -3,7 +3,9 @@ r"""Process launcher of a loopback Flower federation (``flwr`` 1.41, extra ``flo
 One federation lives in a *state directory*; :func:`up` starts on ``127.0.0.1``
 
 - one SuperLink (``flower-superlink``, one HTTP port for the Fleet, Control and
-  Runtime APIs),
+  Runtime APIs), with :data:`~.run_options.SERVER_DIR_ENV` set to the state
+  directory: the ServerApp processes Flower starts under it inherit it and keep a run's
+  files there (``results/``, ``keys/``), never where the run config says,
 - ``clients`` party agents (``python -m botorch_fed.flower.party``), each serving a
   Unix socket that the ClientApp of its SuperNode talks to,
 - ``clients`` SuperNodes (``flower-supernode``), SuperNode ``i`` with the node config
@@ -23,10 +25,13 @@ Layout of a state directory::
     app/pyproject.toml   the Flower App (components live in the installed botorch_fed)
     logs/<name>.log      stdout + stderr of each child (kept by down)
     keys/                the parties' key folder (``--key-dir``)
-    parties/party-<i>.json  each agent's --state-file (runs that ended, epsilon spent)
+    parties/party-<i>.json  each agent's --state-file (the LDP epsilon spent; the runs
+                         it began in party-<i>.json.runs)
     sockets/             the agents' Unix sockets (a short temporary folder instead
                          when the state path is too long for a socket address)
     runs/<id>.toml       run configs written by submit
+    results/<out>        a run's results JSON (or <out>.error), written by the
+                         ServerApp under the name its run config's ``out`` gives
 
 The module imports neither torch nor flwr: it only starts processes.
 """
@@ -63,7 +68,7 @@ from botorch_fed.flower.processes import (
     terminate,
     track,
 )
-from botorch_fed.flower.run_options import RUN_CONFIG_DEFAULTS
+from botorch_fed.flower.run_options import RESULTS_DIR, RUN_CONFIG_DEFAULTS, SERVER_DIR_ENV
 
 __all__ = [
     "APP_CONFIG",
@@ -496,7 +501,10 @@ def up(
     in the description), so a run's ``--objective mymod:f`` written there is found
     by the agents and the ServerApp. Ready means: the SuperLink and every SuperNode
     answer ``GET /health`` with 200 and every agent has created its socket. Whether
-    the SuperNodes registered at the SuperLink is left to the ServerApp.
+    the SuperNodes registered at the SuperLink is left to the ServerApp. The SuperLink
+    alone gets :data:`~.run_options.SERVER_DIR_ENV` = ``state_dir`` (its SuperExec
+    and ServerApp processes inherit it): a run's results go to ``<state_dir>/results/``
+    and its server key is read from ``<state_dir>/keys/``, whatever the run config says.
 
     Args:
         clients: Number of parties (SuperNodes and agents), at least 1.
@@ -508,9 +516,11 @@ def up(
             scripts and goes first on the children's PATH.
         agent_command: ``(partition id, socket path) -> argv`` of an agent, for
             tests; default ``[python, -m, botorch_fed.flower.party, ...]``.
-        agent_flags: Extra flags of every default agent: its policy
-            (``--allow-plaintext``, ``--allow-crypto-seed``, ``--allow-objective M:F``,
-            ``--share-results``; :class:`~botorch_fed.flower.policy.PartyPolicy`).
+        agent_flags: Extra flags of every default agent, passed as given: its policy
+            (``--allow-plaintext``, ``--allow-masking``, ``--allow-crypto-seed``,
+            ``--allow-objective M:F@lo,hi;...``, ``--share-results``, ...;
+            :func:`~botorch_fed.flower.policy.policy_flags` makes them from ``flower
+            up``'s flags; :class:`~botorch_fed.flower.policy.PartyPolicy`).
 
     Returns:
         The federation description (what ``federation.json`` holds): ``state_dir``,
@@ -538,7 +548,7 @@ def up(
     free = _free_ports(clients + (port is None))
     link_port = free.pop() if port is None else port
     sock_dir, sock_tmp = _socket_dir(state)
-    for sub in ("logs", "keys", "parties", "runs", "flwr_home"):
+    for sub in ("logs", "keys", "parties", "runs", RESULTS_DIR, "flwr_home"):
         (state / sub).mkdir(exist_ok=True)
     sock_dir.mkdir(exist_ok=True)
     fed: dict[str, Any] = {
@@ -574,7 +584,7 @@ def up(
         _spawn(fed, state, "superlink", [
             superlink_bin, "--insecure", "--disable-runtime-dependency-installation",
             "--host", HOST, "--port", str(link_port),
-        ], env)  # fmt: skip
+        ], {**env, SERVER_DIR_ENV: str(state)})  # fmt: skip
         for i in range(clients):
             sock = Path(fed["sockets"][f"agent-{i}"])
             _spawn(fed, state, f"agent-{i}", [str(a) for a in agent(i, sock)], env)

@@ -26,6 +26,30 @@ Besides the protocol's messages the agent answers two of the harness:
 client ids) and ``botorch_fed_report`` (the client's evaluation history and privacy
 ledger, which the server's harness scores as the in-process runner reads them; only
 with ``--share-results``; the run's client is dropped afterwards).
+
+**What an error tells the server.** Nothing that depends on the party's private data
+leaves it except through the algorithm's declared outputs -- no error text. An error
+is one of two kinds, and :meth:`PartyAgent.reply` (what goes on the wire) treats them
+apart:
+
+- a *public refusal* (:func:`is_public_refusal`): decided before the run's client is
+  used, from the run's options, the party's policy and the agent's own bookkeeping
+  only -- a policy refusal, options that do not parse or do not fit this federation,
+  a run that is over, a full agent, the LDP epsilon cap. :meth:`PartyAgent.answer`
+  marks each one where it decides it (:func:`refusal`); its full text goes to the
+  server, whose submitter needs it ("--allow-plaintext allows it").
+- everything else, above all what the client raised while it handled a message (a
+  :class:`~botorch_fed.federation.roles.ProtocolViolation` or a
+  :class:`~botorch_fed.secure.errors.HeadroomError` may quote private values; so may
+  the black box). The server learns only the error's type and what it sent itself:
+  the client id, the message type, the secure sum's request and the round
+  (:func:`wire_error`). The full text and traceback go to the agent's log (stderr).
+
+An error nobody marked is private: a new error path errs on the side of saying less.
+
+**What the agent remembers** (``--state-file``): the runs it began, so that none starts
+again, and the LDP epsilon it spent over all runs, in two files written so that each
+event costs the same however long the party has run (:class:`AgentState`).
 """
 
 from __future__ import annotations
@@ -33,6 +57,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import numbers
 import os
 import signal
 import socket
@@ -53,18 +78,71 @@ from botorch_fed.flower.policy import (
     policy_from_arguments,
 )
 from botorch_fed.flower.records import encode_frame, read_frame
-from botorch_fed.secure.errors import SecureAggregationError
-
-
-class PartyFailure(RuntimeError):
-    r"""The party's own code failed on a message; the server is told only that."""
-
 
 HELLO = "botorch_fed_hello"
 REPORT = "botorch_fed_report"
 MAX_RUNS = 16
 IDLE_BEFORE_DROP = 600.0  # seconds a held run must have been idle before it may be dropped
-SHARED_ERRORS = (PolicyError, ProtocolViolationError, SecureAggregationError)
+MAX_REMEMBERED = 100_000
+r"""How many runs an agent remembers having begun (each must never start again); past
+it the agent takes no new run until its operator moves the runs journal aside
+(:class:`AgentState`)."""
+#: why a run the agent began before it restarted is over
+RESTARTED = "it began before this party's agent restarted"
+#: the public refusal's mark (:func:`refusal`)
+_PUBLIC = "botorch_fed_public_refusal"
+#: the exceptions a run's build raises as refusals: policy, options, key material
+_BUILD_REFUSALS = (PolicyError, ValueError)
+
+
+def refusal(exc: BaseException) -> BaseException:
+    r"""Mark ``exc`` a public refusal: one decided before the run's client is used, from
+    the run's options, the party's policy and the agent's bookkeeping alone, whose full
+    text may go to the server. Returns ``exc`` (``raise refusal(PolicyError(...))``)."""
+    setattr(exc, _PUBLIC, True)
+    return exc
+
+
+def is_public_refusal(exc: BaseException) -> bool:
+    r"""Whether ``exc`` was marked by :func:`refusal` (and not taken back since)."""
+    return getattr(exc, _PUBLIC, False) is True
+
+
+def _private(exc: BaseException) -> None:
+    r"""Take back any mark from ``exc``: it came from the run's client, so its text is
+    the party's own, whatever its type (an exception object the client kept and raised
+    again must not carry a mark from before)."""
+    if getattr(exc, _PUBLIC, False):
+        setattr(exc, _PUBLIC, False)
+
+
+def wire_error(exc: BaseException, partition_id: int, meta, payload) -> str:
+    r"""The error text the server is told for ``exc``, raised while this agent answered
+    ``(meta, payload)``: a public refusal's full text (:func:`is_public_refusal`),
+    otherwise only the error's type, the client id and what the server itself sent --
+    the message type, for a secure sum its request, and the round.
+
+    The round is the message's ``round`` or ``t`` field (an integer the server chose);
+    the request is its ``request`` field (``secagg`` opens a session with one); strings
+    are cut to 64 characters, so an answer stays short whatever the server sent."""
+    name = type(exc).__name__
+    if is_public_refusal(exc):
+        return f"{name}: {exc}"
+    where = [f"client {int(partition_id)}"]
+    meta = meta if isinstance(meta, dict) else {}
+    payload = payload if isinstance(payload, dict) else {}
+    type_ = meta.get("type")
+    if isinstance(type_, str):
+        where.append(f"message {type_[:64]!r}")
+    request = payload.get("request")
+    if isinstance(request, str):
+        where.append(f"request {request[:64]!r}")
+    for key in ("round", "t"):
+        value = payload.get(key)
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            where.append(f"round {int(value)}")
+            break
+    return f"{name}: {', '.join(where)} (the details stay in the party's log)"
 
 
 class PartyAgent:
@@ -77,6 +155,9 @@ class PartyAgent:
         threads: torch threads for this party's work.
         policy: What this party accepts from a run (:class:`PartyPolicy`; default:
             nothing beyond the protected defaults).
+        state_file: Where the agent keeps the epsilon it spent (the runs it began go to
+            ``<state_file>.runs``; :class:`AgentState`). ``None``: in memory only.
+        clock: Seconds, for how long a run has been idle.
     """
 
     def __init__(
@@ -101,16 +182,25 @@ class PartyAgent:
         self.threads = threads
         self.policy = PartyPolicy() if policy is None else policy
         self._runs: OrderedDict[int, _Held] = OrderedDict()  # least recently active first
-        self._over: dict[int, str] = {}  # run -> why it is over (reported or dropped)
+        self._over: dict[int, str] = {}  # run -> why it is over (every run it began)
         self.epsilon_spent = 0.0  # LDP epsilon of every answer, over all runs
         self._clock = clock
         self._lock = threading.Lock()
-        self._started: set[int] = set()  # runs held now (their ids are in the state file)
-        self.state_file = None if state_file is None else Path(state_file)
-        if self.state_file is not None:
-            _check_state_path(self.state_file)
-            if self.state_file.exists():
-                self._over, self.epsilon_spent = _read_state(self.state_file)
+        self.state = None if state_file is None else AgentState(state_file)
+        self.state_file = None if state_file is None else self.state.path
+        if self.state is not None:
+            began, self.epsilon_spent = self.state.load()
+            self._over = dict.fromkeys(began, RESTARTED)
+
+    def reply(self, meta: dict, payload: dict) -> tuple[dict, dict]:
+        r""":meth:`answer` as it goes on the wire: never raises. An error becomes
+        ``({"ok": False, "error": text}, {})`` with the text :func:`wire_error` allows;
+        its full text and traceback go to the agent's log (stderr)."""
+        try:
+            return self.answer(meta, payload)
+        except Exception as exc:  # noqa: BLE001 - the server is told what it may know
+            traceback.print_exc(file=sys.stderr)
+            return {"ok": False, "error": wire_error(exc, self.partition_id, meta, payload)}, {}
 
     def answer(self, meta: dict, payload: dict) -> tuple[dict, dict]:
         r"""Answer one forwarded message: ``(meta, payload)`` in, out.
@@ -121,15 +211,19 @@ class PartyAgent:
         The agent holds at most :data:`MAX_RUNS` runs: a new one takes the place of the
         least recently active run if that one has been idle for more than
         :data:`IDLE_BEFORE_DROP` seconds, and is refused otherwise. With a
-        ``state_file`` the runs that ended or were running and the epsilon spent
-        outlive the process.
+        ``state_file`` the runs it began and the epsilon spent outlive the process.
+
+        This is the party's own call: what it raises carries its full text. What the
+        server is told is :meth:`reply`'s (module docstring): the refusals decided
+        before the client is used are marked public (:func:`refusal`); an error of the
+        client, whatever its type, is not.
 
         Raises:
-            PolicyError, ProtocolViolation, SecureAggregationError, ValueError: What the
-                server may be told in full (the run's options, the protocol).
-            PartyFailure: Anything else the party's own code raised (its black box,
-                its models): the server learns only the message and the error's type;
-                the details go to the agent's log.
+            PolicyError, ProtocolViolation, ValueError: Public refusals (marked): the
+                run's options or the party's policy refuse it, the run is over, the
+                agent is full, the epsilon cap is reached.
+            Exception: Anything the run's client (its protocol checks, its black box,
+                its models) or the agent's own files raised: unmarked.
         """
         import torch
 
@@ -143,49 +237,92 @@ class PartyAgent:
                     "partition": self.partition_id,
                     "clients": self.num_partitions,
                 }
-            if run_id in self._over:
-                raise ProtocolViolationError(
+            if type_ == REPORT:
+                return self._final_report(run_id, meta["config"])
+            held = self._held(run_id, meta["config"])
+            spent = self._check_total_epsilon(held.client)
+            try:
+                reply = _quiet(lambda: held.client.handle(Message(type_, payload)))
+            except BaseException as exc:
+                _private(exc)  # the client's: its text stays with the party
+                raise
+            finally:  # what this message released, answered or not
+                held.last = self._clock()
+                released = 0.0 if spent is None else spent()
+                if released > 0:
+                    self.epsilon_spent += released
+                    if self.state is not None:  # durable before the answer leaves
+                        self.state.spent(self.epsilon_spent)
+            return {"ok": True}, reply.payload
+
+    def _held(self, run_id: int, run_config) -> _Held:
+        r"""The client of run ``run_id``, built at its first message (the run is then
+        recorded as begun before its client answers anything). Every error raised here
+        is a public refusal but what the build raises beyond its refusals."""
+        if run_id in self._over:
+            raise refusal(
+                ProtocolViolationError(
                     f"Run {run_id} is over for this party ({self._over[run_id]}); "
                     "a run does not start again."
                 )
-            held = self._runs.get(run_id)
-            if held is not None:
-                self._runs.move_to_end(run_id)
-            elif type_ == REPORT:  # a run never held: nothing to make room for
-                held = _Held(self._build(meta["config"]))
-            else:
-                client = self._build(meta["config"])  # a run refused drops no other run
-                self._make_room()
-                held = self._runs[run_id] = _Held(client)
-                self._started.add(run_id)
-                self._save()  # a restarted agent refuses it: a run does not start again
+            )
+        held = self._runs.get(run_id)
+        if held is not None:
+            self._runs.move_to_end(run_id)
             held.last = self._clock()
-            client = held.client
-            if type_ == REPORT:
-                self._runs.pop(run_id, None)
-                self._end(run_id, "it reported")
-                if not self.policy.share_results:
-                    raise PolicyError(
-                        "This party keeps its evaluations (its agent shares them with "
-                        "--share-results)."
-                    )
-                return {"ok": True}, _report(client)
-            spent = self._check_total_epsilon(client)
-            try:
-                reply = _quiet(lambda: client.handle(Message(type_, payload)))
-            except SHARED_ERRORS:
-                raise
-            except Exception as exc:
-                raise PartyFailure(
-                    f"Client {self.partition_id} could not answer {type_!r} "
-                    f"({type(exc).__name__}; the details stay in the party's log)."
-                ) from exc
-            finally:  # what this message released, answered or not
-                held.last = self._clock()
-                if spent is not None and spent() > 0:
-                    self.epsilon_spent += spent()
-                    self._save()
-            return {"ok": True}, reply.payload
+            return held
+        if len(self._over) + len(self._runs) >= MAX_REMEMBERED:
+            raise refusal(
+                PolicyError(
+                    f"This party's agent remembers {MAX_REMEMBERED} runs it began, its "
+                    "limit (a run must never start again); it takes no new run until its "
+                    "operator moves its runs journal aside."
+                )
+            )
+        client = self._build_refusing(run_config)  # a run refused drops no other run
+        self._make_room()
+        if self.state is not None:
+            self.state.began(run_id)  # a restarted agent refuses it: no run starts again
+        held = self._runs[run_id] = _Held(client)
+        held.last = self._clock()
+        return held
+
+    def _build_refusing(self, run_config):
+        r""":meth:`_build`, its refusals (policy, options, key material) marked public;
+        anything else it raises stays unmarked."""
+        try:
+            return self._build(run_config)
+        except _BUILD_REFUSALS as exc:
+            refusal(exc)
+            raise
+
+    def _final_report(self, run_id: int, run_config) -> tuple[dict, dict]:
+        r"""The final report of run ``run_id``: the run is over for this party from now on.
+
+        A run this agent never held is not recorded (nothing of it was released): its
+        report is a fresh client's, and it may still begin later."""
+        if run_id in self._over:
+            raise refusal(
+                ProtocolViolationError(
+                    f"Run {run_id} is over for this party ({self._over[run_id]}); "
+                    "a run does not start again."
+                )
+            )
+        held = self._runs.pop(run_id, None)
+        if held is not None:
+            self._over[run_id] = "it reported"
+        if not self.policy.share_results:
+            raise refusal(
+                PolicyError(
+                    "This party keeps its evaluations (its agent shares them with --share-results)."
+                )
+            )
+        client = self._build_refusing(run_config) if held is None else held.client
+        try:
+            return {"ok": True}, _report(client)
+        except BaseException as exc:
+            _private(exc)
+            raise
 
     def _make_room(self) -> None:
         r"""Drop the least recently active run if this agent holds :data:`MAX_RUNS` and
@@ -195,44 +332,14 @@ class PartyAgent:
         oldest, held = next(iter(self._runs.items()))
         idle = self._clock() - held.last
         if idle <= IDLE_BEFORE_DROP:
-            raise PolicyError(
-                f"This party holds {MAX_RUNS} runs, each active in the last "
-                f"{IDLE_BEFORE_DROP:g} s; it takes no new run now."
+            raise refusal(
+                PolicyError(
+                    f"This party holds {MAX_RUNS} runs, each active in the last "
+                    f"{IDLE_BEFORE_DROP:g} s; it takes no new run now."
+                )
             )
         del self._runs[oldest]
-        self._end(oldest, f"dropped after {idle:.0f} s idle to make room for a new run")
-
-    def _end(self, run_id: int, why: str) -> None:
-        self._over[run_id] = why
-        self._started.discard(run_id)
-        self._save()
-
-    def _save(self) -> None:
-        r"""The runs that ended or run now and the epsilon spent, into the state file
-        (atomically)."""
-        if self.state_file is None:
-            return
-        data = {
-            "over": {str(k): v for k, v in self._over.items()},
-            "started": sorted(self._started),
-            "epsilon_spent": self.epsilon_spent,
-        }
-        folder = self.state_file.parent
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{self.state_file.name}.")  # 0600
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(data, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.state_file)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        self._over[oldest] = f"dropped after {idle:.0f} s idle to make room for a new run"
 
     def _check_total_epsilon(self, client):
         r"""Refuse a message whose LDP release would take this party's total epsilon
@@ -244,16 +351,26 @@ class PartyAgent:
             return None
         cap = self.policy.max_total_epsilon
         if self.epsilon_spent + float(mechanism.epsilon) > cap * (1 + 1e-12):
-            raise PolicyError(
-                f"This party has spent epsilon = {self.epsilon_spent:g} over its runs; "
-                f"another answer at {float(mechanism.epsilon):g} would exceed its "
-                f"{cap:g} (--max-total-epsilon)."
+            raise refusal(
+                PolicyError(
+                    f"This party has spent epsilon = {self.epsilon_spent:g} over its runs; "
+                    f"another answer at {float(mechanism.epsilon):g} would exceed its "
+                    f"{cap:g} (--max-total-epsilon)."
+                )
             )
         before = ledger.spent(self.partition_id)[0]
         return lambda: ledger.spent(self.partition_id)[0] - before
 
     def _build(self, run_config: dict):
-        r"""This party's client of a run (as the in-process runner builds it)."""
+        r"""This party's client of a run (as the in-process runner builds it).
+
+        The run's parsed options are checked first, before anything of the run is
+        imported or built (every client's objective): its ``--clients`` against this
+        federation's size, then the party's policy (:meth:`PartyPolicy.check_options`:
+        algorithm, backend, seeds, epsilon, centre noise, size caps, objective and its
+        domain). A refused run costs the agent, which holds its lock meanwhile,
+        milliseconds. The built run is checked again (:meth:`PartyPolicy.check`, the
+        client count)."""
         import torch
 
         from botorch_fed.federation.registry import get_algorithm
@@ -263,12 +380,22 @@ class PartyAgent:
             secagg_backend,
             secagg_role_seed,
         )
+        from botorch_fed.federation.setup import DEFAULT_NUM_CLIENTS
         from botorch_fed.flower.keys import party_material
         from botorch_fed.flower.run_options import decode_argv, prepare
 
-        run = prepare(decode_argv(run_config), check=self.policy.check_options)
+        def check(args) -> None:  # the parsed options, before anything is built
+            clients = DEFAULT_NUM_CLIENTS if args.clients is None else args.clients
+            if clients != self.num_partitions:
+                raise ValueError(
+                    f"The run has {clients} clients (--clients), this federation "
+                    f"{self.num_partitions} (--num-partitions)."
+                )
+            self.policy.check_options(args)
+
+        run = prepare(decode_argv(run_config), check=check)
         spec = get_algorithm(run.algorithm)
-        self.policy.check(spec, run.setup, run.settings)
+        self.policy.check(spec, run.setup, run.settings)  # again, on the built run
         ctx = build_context(spec, run.setup, run.settings)
         if len(ctx.client_ids) != self.num_partitions:
             raise ValueError(
@@ -301,6 +428,76 @@ class _Held:
         self.last = 0.0
 
 
+class AgentState:
+    r"""What a party's agent keeps across restarts (``--state-file PATH``), in two files.
+
+    - ``PATH``: the LDP epsilon spent over all runs, JSON ``{"format": 2,
+      "epsilon_spent": e}``. It is replaced atomically (a temporary file, fsync, rename,
+      fsync of the folder) at every answer that released epsilon, before that answer
+      leaves the agent: a crash leaves the total before or after the answer, never less
+      than what left. It stays a few dozen bytes.
+    - ``PATH.runs``: the runs the agent began, one decimal run id a line, appended and
+      fsynced before a run's client answers its first message: the runs a restarted
+      agent refuses.
+
+    Why the runs are a journal. A run that began must never start again, or a server
+    could reset a client mid-run (have its initial design evaluated again, its users
+    answer again with fresh noise). Flower's run ids are random 64-bit numbers, not
+    increasing, so no high-water mark can stand for the runs that ended: each id must
+    be kept. Kept in a JSON file rewritten at every event, each event cost time growing
+    with the history (3,000 ids: 110 s of agent time); appended, each run costs one line
+    (~20 bytes) and one fsync whatever came before, and the journal is read once, when
+    the agent starts. Only runs the agent began are written: a refused run, or the report
+    of a run it never held, writes nothing. The journal is capped at
+    :data:`MAX_REMEMBERED` runs (about 2 MB): past that the agent refuses new runs --
+    refusing is safe, forgetting is not -- until its operator moves the journal aside,
+    a decision only the party takes (the runs in it could then be answered again by
+    fresh clients) and one that leaves the epsilon spent as it is. A server fills it only
+    with runs the party's policy accepts, at the cost of a client build each.
+
+    A crash in the middle of an append leaves a torn last line; the next start cuts it
+    off (that run's client had answered nothing: its line is written first). A state
+    file of the earlier format (one JSON file holding the runs, rewritten at every
+    event) is converted when the agent starts: its runs go to the journal.
+
+    Both files and their folder must be this user's and closed to others' writes
+    (:func:`_check_state_path`).
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self.journal = self.path.with_name(f"{self.path.name}.runs")
+        _check_state_path(self.path)
+        _check_state_path(self.journal)
+
+    def load(self) -> tuple[list[int], float]:
+        r"""``(runs begun, epsilon spent)``; converts a file of the earlier format.
+
+        Raises:
+            ValueError: Naming the file, when it is not what this class writes.
+        """
+        spent, earlier = 0.0, None
+        if self.path.exists():
+            spent, earlier = _read_epsilon(self.path)
+        began = _read_journal(self.journal)
+        if earlier is not None:  # the earlier format: its runs into the journal first
+            known = set(began)
+            new = [r for r in dict.fromkeys(earlier) if r not in known]
+            if new:
+                _append(self.journal, "".join(f"{r}\n" for r in new))
+            began += new
+            self.spent(spent)
+        return began, spent
+
+    def began(self, run_id: int) -> None:
+        r"""Record that run ``run_id`` began (one line appended, fsynced)."""
+        _append(self.journal, f"{int(run_id)}\n")
+
+    def spent(self, total: float) -> None:
+        r"""Record the epsilon spent over all runs (the small file, replaced atomically)."""
+        _replace(self.path, json.dumps({"format": 2, "epsilon_spent": float(total)}))
+
+
 def _check_state_path(path: Path) -> None:
     r"""The state file's folder is this user's and closed to others' writes; the file,
     if there, is a regular file of this user that only this user can write (another
@@ -328,24 +525,95 @@ def _check_state_path(path: Path) -> None:
             )
 
 
-def _read_state(path: Path) -> tuple[dict[int, str], float]:
-    r"""``(runs that ended or were running, epsilon spent)`` from an agent's state file.
+def _read_epsilon(path: Path) -> tuple[float, list[int] | None]:
+    r"""``(epsilon spent, runs)`` of an agent's state file; ``runs`` is ``None`` but in
+    a file of the earlier format (which held the runs that ended or were running).
 
     Raises:
-        ValueError: Naming the file, when it is not what :meth:`PartyAgent._save` writes.
+        ValueError: Naming the file, when it is not an agent state file.
     """
     try:
         data = json.loads(path.read_text())
-        over = {int(k): str(v) for k, v in data["over"].items()}
-        started = [int(r) for r in data["started"]]
         spent = float(data["epsilon_spent"])
+        earlier = None
+        if "format" not in data:
+            earlier = [int(k) for k in data["over"]] + [int(r) for r in data["started"]]
+        elif data["format"] != 2:
+            raise ValueError(f"format {data['format']!r}")
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ValueError(f"--state-file {path}: not an agent state file ({exc}).") from None
     if not (math.isfinite(spent) and spent >= 0):
         raise ValueError(f"--state-file {path}: epsilon_spent {spent!r} is not >= 0.")
-    for run in started:
-        over.setdefault(run, "it was running when this party's agent restarted")
-    return over, spent
+    return spent, earlier
+
+
+def _read_journal(path: Path) -> list[int]:
+    r"""The run ids of a runs journal (``[]`` when there is none); a torn last line (a
+    crash while it was appended) is cut off.
+
+    Raises:
+        ValueError: Naming the file, when a line is not a run id.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return []
+    try:
+        with os.fdopen(fd, "rb+", closefd=False) as fh:
+            data = fh.read()
+            whole = data.rfind(b"\n") + 1
+            if whole < len(data):  # torn: its run had not begun answering
+                fh.truncate(whole)
+                os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        return [int(line) for line in data[:whole].decode("ascii").splitlines()]
+    except ValueError:
+        raise ValueError(
+            f"--state-file {path}: not an agent runs journal (a line is not a run id)."
+        ) from None
+
+
+def _append(path: Path, text: str) -> None:
+    r"""Append ``text`` to ``path`` (created ``0600``, never through a link) and fsync it:
+    one write, whatever the file's length."""
+    created = not os.path.lexists(path)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        data = memoryview(text.encode("ascii"))
+        while data:
+            data = data[os.write(fd, data) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        _fsync_folder(path.parent)
+
+
+def _replace(path: Path, text: str) -> None:
+    r"""Replace ``path`` by a file holding ``text``, atomically: a crash leaves the old
+    file or the new one, both complete."""
+    folder = path.parent
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.")  # 0600
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_folder(folder)
+
+
+def _fsync_folder(folder: Path) -> None:
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _quiet(fn):
@@ -367,9 +635,9 @@ def _report(client) -> dict:
 def serve(agent: PartyAgent, path: str | os.PathLike, ready=None) -> None:
     r"""Answer connections on the Unix socket ``path`` until the process is stopped.
 
-    Each connection carries one frame in and one frame out. An error becomes an answer
-    ``{"ok": False, "error": ...}`` (the ``ClientApp`` raises it, and Flower reports it
-    to the server).
+    Each connection carries one frame in and one frame out: :meth:`PartyAgent.reply`'s
+    answer, an error included (``{"ok": False, "error": ...}``, which the ``ClientApp``
+    raises and Flower reports to the server).
     """
     path = Path(path)
     if path.exists():
@@ -398,11 +666,7 @@ def _serve_one(agent: PartyAgent, conn: socket.socket) -> None:
             meta, payload = read_frame(conn)
         except (OSError, ValueError):  # broken off, or not a frame
             return
-        try:
-            out_meta, out = agent.answer(meta, payload)
-        except Exception as exc:  # noqa: BLE001 - reported to the server, logged here
-            traceback.print_exc(file=sys.stderr)
-            out_meta, out = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}, {}
+        out_meta, out = agent.reply(meta, payload)  # errors: only what the server may know
         try:
             conn.sendall(encode_frame(out_meta, out))
         except OSError:

@@ -5,6 +5,15 @@ They travel in the Flower run config as ``argv`` (a JSON list of the arguments a
 ``run``); the ServerApp and every party read them with the parser the command line
 uses (:mod:`botorch_fed.runs.parser`), so a run means the same on Flower as in
 process. The other run-config keys are the deployment's own (:data:`RUN_CONFIG_DEFAULTS`).
+
+Whoever submits a run chooses its run config, but not where the ServerApp reads and
+writes: the ServerApp's operator gives it a folder, the environment variable
+:data:`SERVER_DIR_ENV` of the SuperLink (which the ServerApp process inherits;
+``botorch-fed flower up`` sets it to its state folder), and the run config only names
+files inside it: ``out`` a results file under ``<folder>/results/``
+(:func:`results_files`), ``server-key`` a key set under ``<folder>/keys/``
+(:func:`server_key_file`). Neither reaches outside the folder: no absolute paths, no
+``..``, no path separators, no links on the way.
 """
 
 from __future__ import annotations
@@ -12,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
+from pathlib import Path
 
 RUN_CONFIG_DEFAULTS = {
     "argv": "[]",
@@ -24,12 +35,24 @@ RUN_CONFIG_DEFAULTS = {
     "keyset": "",
 }
 r"""The run-config keys of the botorch-fed Flower app and their defaults: ``argv`` (the
-options, JSON), ``out`` (absolute path of the results JSON on the server's machine),
-``clients`` (how many parties must join), ``timeout`` (seconds a party may take to
-answer one message), ``on-dropout`` (``fail``: stop the run naming the party;
-``continue``: go on without it where the algorithm and backend allow), ``server-key``
-(path of the server's public key material on the server's machine) and ``keyset``
-(the name of the key set every party reads its own material from)."""
+options, JSON), ``out`` (the name of the results file: ``<server folder>/results/<out>``
+on the server's machine), ``clients`` (how many parties must join), ``timeout``
+(seconds a party may take to answer one message), ``on-dropout`` (``fail``: stop the
+run naming the party; ``continue``: go on without it where the algorithm and backend
+allow), ``server-key`` (the name of the key set whose public material the server reads:
+``<server folder>/keys/<server-key>/server.key``) and ``keyset`` (the name of the key
+set every party reads its own material from)."""
+
+SERVER_DIR_ENV = "BOTORCH_FED_SERVER_DIR"
+r"""The environment variable naming the ServerApp's folder (an absolute path): where it
+writes results (``results/``) and reads the server's key material (``keys/``). Its
+operator sets it on the SuperLink; Flower's SuperExec and ServerApp processes inherit
+it (``flwr`` 1.41 starts both with the parent's environment)."""
+RESULTS_DIR = "results"
+KEYS_DIR = "keys"
+SERVER_KEY = "server.key"
+#: a file or key-set name in the server's folder: no separators, no "..", no leading dot
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 ON_DROPOUT = ("fail", "continue")
 #: how the ServerApp's log line naming its results file starts
@@ -108,3 +131,74 @@ def decode_argv(run_config) -> list[str]:
             f"{run_config.get('argv')!r:.80}."
         ) from None
     return check_argv(argv)
+
+
+def server_dir(environ=None) -> Path:
+    r"""The ServerApp's folder, from its operator (:data:`SERVER_DIR_ENV`), links resolved.
+
+    Raises:
+        ValueError: The variable is not set, not an absolute path, or not a folder.
+    """
+    value = (os.environ if environ is None else environ).get(SERVER_DIR_ENV, "")
+    how = (
+        f"start the SuperLink with {SERVER_DIR_ENV}=<folder> in its environment, the folder "
+        "where the ServerApp writes results and reads the server's key material "
+        "(`botorch-fed flower up` gives it its state folder)"
+    )
+    if not value:
+        raise ValueError(f"The ServerApp has no folder of its own: {how}.")
+    if not os.path.isabs(value) or not os.path.isdir(value):
+        raise ValueError(f"{SERVER_DIR_ENV}={value!r} is not an absolute path of a folder: {how}.")
+    return Path(os.path.realpath(value))
+
+
+def _name(value, key: str, what: str) -> str:
+    r"""``value`` if it is a plain name (``ValueError`` naming the run-config ``key``)."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value) or ".." in value:
+        raise ValueError(
+            f"The run config's `{key}` must name {what}: 1-128 letters, digits, '_', '.' or "
+            f"'-', no path (no '/', no '..'), got {value!r:.80}."
+        )
+    return value
+
+
+def _inside(folder: Path, parts: tuple[str, ...], key: str) -> Path:
+    r"""``folder/parts...``, refused when a link on the way (one that exists) leads
+    elsewhere: the path must be the one it resolves to."""
+    root = Path(os.path.realpath(folder))
+    path = root.joinpath(*parts)
+    if Path(os.path.realpath(path)) != path:
+        raise ValueError(
+            f"The run config's `{key}` leads out of the server's folder: "
+            f"{'/'.join(parts)} there is, or passes through, a link."
+        )
+    return path
+
+
+def results_files(folder: str | os.PathLike, out) -> tuple[Path, Path]:
+    r"""``(results file, error file)`` of the run config's ``out`` in the server's
+    ``folder``: ``<folder>/results/<out>`` and ``<folder>/results/<out>.error``.
+
+    Raises:
+        ValueError: ``out`` is not a plain file name, or a link on the way leads out of
+            the folder.
+    """
+    name = _name(out, "out", "a results file in the server's folder (results/<out>)")
+    folder = Path(folder)
+    return (
+        _inside(folder, (RESULTS_DIR, name), "out"),
+        _inside(folder, (RESULTS_DIR, f"{name}.error"), "out"),
+    )
+
+
+def server_key_file(folder: str | os.PathLike, keyset) -> Path:
+    r"""The server's key material of the run config's ``server-key``:
+    ``<folder>/keys/<server-key>/server.key``.
+
+    Raises:
+        ValueError: ``server-key`` is not a plain key-set name, or a link on the way
+            leads out of the folder.
+    """
+    what = "a key set in the server's folder (keys/<server-key>/server.key)"
+    name = _name(keyset, "server-key", what)
+    return _inside(Path(folder), (KEYS_DIR, name, SERVER_KEY), "server-key")

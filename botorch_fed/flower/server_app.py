@@ -6,15 +6,22 @@ server program exactly as the in-process runner does
 :class:`~.transport.FlowerTransport`, waits for the parties, maps Flower's node ids
 to client ids (each party's agent names its partition id), runs the program and
 scores the run with the in-process harness (:func:`~botorch_fed.federation.runner.score_run`)
-from the clients' reports. It writes the same JSON as ``botorch-fed run --out`` to the
-run config's ``out`` (on the server's machine), or ``<out>.error`` with the reason
-when the run fails.
+from the clients' reports. It writes the same JSON as ``botorch-fed run --out`` to
+``<folder>/results/<out>``, or ``<out>.error`` there with the reason when the run fails.
+
+The folder is the operator's, not the submitter's: the environment variable
+:data:`~.run_options.SERVER_DIR_ENV` of the SuperLink, which this process inherits
+(``botorch-fed flower up`` sets it to its state folder). The run config, which whoever
+submits the run writes, only names a results file (``out``) and a key set
+(``server-key``, read from ``<folder>/keys/<server-key>/server.key``) inside it
+(:mod:`.run_options`): it can neither write nor read a file elsewhere.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,10 +32,14 @@ from botorch_fed.federation.messages import Message
 from botorch_fed.flower.party import HELLO, REPORT
 from botorch_fed.flower.run_options import (
     ON_DROPOUT,
+    RESULTS_DIR,
     RESULTS_WRITTEN,
     RUN_CONFIG_DEFAULTS,
     decode_argv,
     prepare,
+    results_files,
+    server_dir,
+    server_key_file,
 )
 from botorch_fed.flower.transport import ClientUnavailable, FlowerTransport
 
@@ -75,17 +86,15 @@ def _entry(h) -> bool:
 
 
 def _config(run_config) -> dict:
-    r"""The deployment's run-config values, checked (``ValueError`` naming the key)."""
-    out = run_config.get("out", "")
-    if not isinstance(out, str) or not os.path.isabs(out):
-        raise ValueError(f"The run config's `out` must be an absolute path, got {out!r}.")
+    r"""The deployment's run-config values, checked (``ValueError`` naming the key);
+    ``out`` is :func:`main`'s (:func:`~.run_options.results_files`)."""
     timeout = run_config.get("timeout", RUN_CONFIG_DEFAULTS["timeout"])
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ValueError(f"The run config's `timeout` must be > 0 seconds, got {timeout!r}.")
     on_dropout = run_config.get("on-dropout", RUN_CONFIG_DEFAULTS["on-dropout"])
     if on_dropout not in ON_DROPOUT:
         raise ValueError(f"The run config's `on-dropout` must be one of {ON_DROPOUT}.")
-    return {"out": out, "timeout": float(timeout), "on_dropout": on_dropout}
+    return {"timeout": float(timeout), "on_dropout": on_dropout}
 
 
 def discover(grid, clients: int, timeout: float, log=print) -> dict[int, int]:
@@ -156,8 +165,12 @@ def best_per_round(histories: list[list[dict]], rounds: int, minimize: bool) -> 
     return out
 
 
-def run_on_flower(grid, run_config, log=print):
+def run_on_flower(grid, run_config, log=print, folder=None):
     r"""Run the federation the run config describes; returns the :class:`RunResult`.
+
+    ``folder`` is the server's folder, where a run with secure sums reads the server's
+    key material (``<folder>/keys/<server-key>/server.key``); ``None``: the operator's,
+    :data:`~.run_options.SERVER_DIR_ENV` (read only by such a run).
 
     The server's side (building the run, the server program, the scoring) runs with
     the run's ``--threads`` torch threads, restored afterwards, as ``botorch-fed run``
@@ -169,10 +182,10 @@ def run_on_flower(grid, run_config, log=print):
     cfg = _config(run_config)
     run = prepare(decode_argv(run_config))
     with torch_threads(run.setup.threads):
-        return _run(grid, run_config, cfg, run, log)
+        return _run(grid, run_config, cfg, run, log, folder)
 
 
-def _run(grid, run_config, cfg: dict, run, log):
+def _run(grid, run_config, cfg: dict, run, log, folder):
     r""":func:`run_on_flower` once the run is prepared and its threads set."""
     import torch
 
@@ -189,11 +202,14 @@ def _run(grid, run_config, cfg: dict, run, log):
     spec = get_algorithm(run.algorithm)
     ctx = build_context(spec, run.setup, run.settings)
     ids = ctx.client_ids
+    material = None
+    if spec.secure_aggregation:  # before any party is asked anything
+        folder = server_dir() if folder is None else folder
+        key = server_key_file(folder, run_config.get("server-key", ""))
+        material = read_material(key, "The server")
     nodes = discover(grid, len(ids), cfg["timeout"], log)
-    if spec.secure_aggregation:
-        setup = run.setup
-        material = read_material(run_config.get("server-key", ""), "The server")
-        ctx.secagg_server = secagg_backend(setup, ids).server(
+    if material is not None:
+        ctx.secagg_server = secagg_backend(run.setup, ids).server(
             material, seed=secagg_role_seed(ctx.crypto_seed, None)
         )
     transport = FlowerTransport(grid, nodes, cfg["timeout"], cfg["on_dropout"], log=log)
@@ -233,15 +249,30 @@ def _run(grid, run_config, cfg: dict, run, log):
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    r"""Run the federation and write its JSON (or ``<out>.error``)."""
-    from botorch_fed.runs.outputs import write_json
-
-    out = context.run_config.get("out", "")
+    r"""Run the federation and write its JSON (or ``<out>.error``) in the operator's
+    folder: ``<folder>/results/<out>`` (:func:`~.run_options.results_files`). A run
+    config whose ``out`` is not a plain name there is refused before the run starts."""
+    folder = server_dir()
+    name = context.run_config.get("out", "")
+    (folder / RESULTS_DIR).mkdir(mode=0o700, exist_ok=True)
+    out, error = results_files(folder, name)  # after mkdir: results/ itself no link
     try:
-        result = run_on_flower(grid, context.run_config)
+        result = run_on_flower(grid, context.run_config, folder=folder)
     except Exception as exc:
-        if isinstance(out, str) and os.path.isabs(out):
-            Path(f"{out}.error").write_text(f"{type(exc).__name__}: {exc}\n")
+        _write_private(error, f"{type(exc).__name__}: {exc}\n")
         raise
-    write_json(result.to_dict(), out)
-    print(f"{RESULTS_WRITTEN}{out}", flush=True)
+    _write_private(out, json.dumps(result.to_dict(), indent=2))
+    print(f"{RESULTS_WRITTEN}{RESULTS_DIR}/{name}", flush=True)
+
+
+def _write_private(path: Path, text: str) -> None:
+    r"""``text`` into ``path`` (``0600``), atomically: a fresh temporary file beside it
+    renamed over it (a rename replaces a link there, it never writes through one)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -383,15 +383,17 @@ def test_the_server_cannot_spend_more_than_the_agents_budget():
 def test_rounds_must_increase_and_survive_a_checkpoint():
     agent = _agent(_cokg(num_rounds=5))
     agent.handle(Message("support", {"support": grid_support(2, 4).numpy()}))
-    agent.handle(Message("posterior", {"t": 3}))  # a skipped round is fine ...
-    with pytest.raises(ProtocolViolation, match="already answered round 3"):
-        agent.handle(Message("posterior", {"t": 2}))  # ... going back is not
-    agent.handle(Message("evaluate", {"x": np.full(2, 0.5), "t": 3}))
+    with pytest.raises(ProtocolViolation, match="no round is skipped"):
+        agent.handle(Message("posterior", {"t": 2}))
+    agent.handle(Message("posterior", {"t": 1}))
+    with pytest.raises(ProtocolViolation, match="already answered round 1"):
+        agent.handle(Message("posterior", {"t": 1}))  # ... nor is going back
+    agent.handle(Message("evaluate", {"x": np.full(2, 0.5), "t": 1}))
     resumed = _agent(_cokg(num_rounds=5))
     resumed.load_state_dict(agent.state_dict())
-    with pytest.raises(ProtocolViolation, match="already answered round 3"):
-        resumed.handle(Message("posterior", {"t": 3}))
-    resumed.handle(Message("posterior", {"t": 4}))
+    with pytest.raises(ProtocolViolation, match="already answered round 1"):
+        resumed.handle(Message("posterior", {"t": 1}))
+    resumed.handle(Message("posterior", {"t": 2}))
 
 
 def test_a_replayed_init_does_not_evaluate_again():

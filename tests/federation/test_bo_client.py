@@ -257,6 +257,7 @@ def test_fts_local_step_is_pathwise_thompson_sampling():
     ref = propose_step_candidate(
         "ts", model, client.bounds, seed=client.step_seed(T), **_search(client.settings)
     )
+    client.restore_round(T - 1, client.history)  # rounds 1..T-1 were the server's
     client.on_round({"t": T})  # no other client's sample: a local step
     assert client.history[-1]["step"] == "local"
     assert torch.equal(client.X[-1:], ref.clamp(0.0, 1.0))

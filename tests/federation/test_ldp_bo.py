@@ -167,10 +167,10 @@ def test_a_user_refuses_queries_beyond_its_budget():
     _, clients, _ = _federation(T=12, user_budget=3.0, epsilon=1.0)
     user = clients[0]
     x = user.objective.candidates[5].numpy()
-    for t in range(3):
-        user.handle(Message("query", {"x": x, "t": t + 1}))
+    for t in (1, 5, 9):  # user 0's turns among 4 round-robin users
+        user.handle(Message("query", {"x": x, "t": t}))
     with pytest.raises(ProtocolViolation, match="budget"):
-        user.handle(Message("query", {"x": x, "t": 4}))
+        user.handle(Message("query", {"x": x, "t": 13}))
     assert user.privacy_ledger.spent(0)[0] == pytest.approx(3.0)
 
 
@@ -270,22 +270,25 @@ def test_a_failed_evaluation_counts_against_the_users_budget(private):
         noise_bound=0.0,
     )
     name = "ldp-tgp" if private else "tgp"
-    settings = LDPBOSettings(num_rounds=6)
+    settings = LDPBOSettings(num_rounds=9)
     if private:
         settings = LDPBOSettings(num_rounds=6, epsilon=0.5, user_budget=1.0)
     _, clients, _ = build_federation(
         name, FederationSetup(objectives=obj, num_clients=3, seed=0, crypto_seed=1), settings
     )
     user = clients[0]
-    query = Message("query", {"x": grid[2:3].numpy(), "t": 1})
-    for _ in range(2):
-        assert user.handle(query).payload == {"failed": 1}
+
+    def query(t):  # user 0's turns among 3 round-robin users: rounds 1, 4, 7
+        return Message("query", {"x": grid[2:3].numpy(), "t": t})
+
+    for t in (1, 4):
+        assert user.handle(query(t)).payload == {"failed": 1}
     if private:
         assert user.privacy_ledger.spent(0)[0] == pytest.approx(1.0)
         with pytest.raises(ProtocolViolation, match="budget"):
-            user.handle(query)
+            user.handle(query(7))
     else:
-        assert user.handle(query).payload == {"failed": 1}
+        assert user.handle(query(7)).payload == {"failed": 1}
 
 
 @pytest.mark.parametrize(

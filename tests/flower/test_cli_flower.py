@@ -164,6 +164,66 @@ def test_flower_run_interrupted_exits_as_the_signal_ended_it(
     assert "interrupted: run 7 is stopped at the SuperLink." in _out(capsys)
 
 
+def _serverapp_stand_in(state: Path, seen: dict, error: str | None = None):
+    r"""A ``launcher.submit`` that does what the ServerApp does with the run config: its
+    results (a real run's JSON) go to ``<state>/results/<out>``, ``out`` a plain name."""
+    from botorch_fed.federation.runner import run_federated
+    from botorch_fed.flower.run_options import RESULTS_WRITTEN, results_files
+
+    run = prepare(["random", "--problem", "branin", "--clients", "3", "--num-rounds", "1"])
+    data = run_federated(run.algorithm, run.setup, run.settings).to_dict()
+
+    def submit(state_dir, config, stream):
+        seen.update(config)
+        results, failed = results_files(state_dir, config["out"])  # a name, not a path
+        results.parent.mkdir(exist_ok=True)
+        if error is None:
+            results.write_text(json.dumps(data))
+            stream(f"{RESULTS_WRITTEN}results/{config['out']}")
+        else:
+            failed.write_text(error)
+        return 0
+
+    return submit, data
+
+
+@pytest.mark.parametrize("aggregator", ["masking", None])
+def test_flower_run_out_is_the_submitters_file(
+    aggregator, live_federation, tmp_path, monkeypatch, capsys
+):
+    # the run config names the results file in the federation's folder; `flower run`
+    # reads it there and writes the user's --out itself, on the user's machine
+    seen: dict = {}
+    submit, data = _serverapp_stand_in(live_federation, seen)
+    monkeypatch.setattr(launcher, "submit", submit)
+    user = tmp_path / "mine" / "r.json"
+    user.parent.mkdir()
+    argv = ["flower", "run", "random", "--problem", "branin", "--clients", "3"]
+    if aggregator:
+        argv = ["flower", "run", "fbo-fedgp", "--problem", "branin", "--clients", "3",
+                "--aggregator", aggregator]  # fmt: skip
+    assert main([*argv, "--num-rounds", "1", "--out", str(user), "--state-dir",
+                 str(live_federation)]) == 0  # fmt: skip
+    assert "/" not in seen["out"] and json.loads(user.read_text()) == data
+    assert f"results written to {user}" in _out(capsys)
+    assert list((live_federation / "results").iterdir()) == []  # read and removed
+    if aggregator:  # a key set's name: the ServerApp reads keys/<name>/server.key
+        assert seen["server-key"] == seen["keyset"] and "/" not in seen["keyset"]
+        assert (live_federation / "keys" / seen["keyset"] / "server.key").exists()
+    else:
+        assert seen["server-key"] == seen["keyset"] == ""
+
+
+def test_flower_run_says_why_the_run_failed(live_federation, monkeypatch, capsys):
+    seen: dict = {}
+    submit, _ = _serverapp_stand_in(live_federation, seen, error="ClientFailed: client 1 ...")
+    monkeypatch.setattr(launcher, "submit", submit)
+    argv = ["flower", "run", "random", "--problem", "branin", "--clients", "3"]
+    assert main([*argv, "--state-dir", str(live_federation)]) == 1
+    assert "the run failed: ClientFailed: client 1 ..." in _out(capsys)
+    assert list((live_federation / "results").iterdir()) == []
+
+
 def test_the_pre_check_reads_agents_as_they_read_themselves(tmp_path):
     from botorch_fed.cli.flower import _refused_by_a_party
     from botorch_fed.flower.party import agent_parser

@@ -157,6 +157,28 @@ def test_children_import_from_the_folder_up_was_called_from(fed):
         assert Path(f"/proc/{fed['pids'][name]}/cwd").resolve() == Path(fed["state_dir"])
 
 
+def _environ(pid: int) -> dict[str, str]:
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(e.decode(errors="replace").split("=", 1) for e in environ if b"=" in e)
+
+
+@pytest.mark.flower
+def test_the_serverapp_learns_its_folder_from_up_not_from_a_run(fed):
+    # the SuperLink alone gets the state folder; Flower starts its SuperExec (and, for
+    # each run, the ServerApp process) with the SuperLink's environment
+    from botorch_fed.flower.run_options import SERVER_DIR_ENV
+
+    state = fed["state_dir"]
+    assert (Path(state) / "results").is_dir()
+    assert _environ(fed["pids"]["superlink"])[SERVER_DIR_ENV] == state
+    for name in ("agent-0", "supernode-0"):
+        assert SERVER_DIR_ENV not in _environ(fed["pids"][name]), name
+    below = processes.descendants([fed["pids"]["superlink"]], processes.process_table())
+    execs = [pid for pid in below if b"superexec" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert execs, "the SuperLink started no SuperExec"
+    assert all(_environ(pid)[SERVER_DIR_ENV] == state for pid in execs)
+
+
 @pytest.mark.flower
 def test_up_twice_is_refused(fed):
     before = dict(fed["pids"])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import threading
 import time
@@ -93,20 +94,26 @@ def _assert_all_stopped(fed: dict) -> None:
 def _submit(state, argv: list[str], out: str, lines: list[str] | None = None) -> None:
     run = prepare(argv)
     spec = get_algorithm(run.algorithm)
-    keyset, server_key = "", ""
+    keyset = ""
     if spec.secure_aggregation:
-        keyset, server_key = write_keyset(run.setup, list(range(CLIENTS)), state / "keys")
+        keyset, _ = write_keyset(run.setup, list(range(CLIENTS)), state / "keys")
     config = {
         "argv": json.dumps(argv),
-        "out": out,
+        "out": os.path.basename(out),
         "clients": CLIENTS,
         "timeout": 120.0,
         "on-dropout": "fail",
-        "server-key": str(server_key),
+        "server-key": keyset,
         "keyset": keyset,
     }
     sink = lines.append if lines is not None else (lambda line: None)
-    launcher.submit(state, config, stream=sink, timeout=900)
+    try:
+        launcher.submit(state, config, stream=sink, timeout=900)
+    finally:  # the ServerApp writes into the federation's results folder
+        for suffix in ("", ".error"):
+            written = state / "results" / f"{os.path.basename(out)}{suffix}"
+            if written.exists():
+                shutil.move(written, f"{out}{suffix}")
 
 
 def _result(out: str) -> dict:

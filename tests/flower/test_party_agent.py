@@ -1,13 +1,15 @@
 r"""What a party's agent keeps to itself whatever the run config (the server's) asks,
 and against another local user of the party's machine: the run config cannot learn
-which paths exist on the party's machine, a failed evaluation does not send the party's
-private point or its error text, a run's client is never reset nor started again (not
-even after the agent restarted), a full agent refuses a new run rather than drop an
-active one, an LDP user spends its privacy budget once per party, the agent's state file
-cannot be swapped or rewritten by others, and a client sends its noisy cluster centres
-once per data. (What the party's policy refuses: test_policy.py.)
+which paths exist on the party's machine, an error of the run's client reaches the
+server without its text (a failed evaluation's private point, a private value quoted by
+a protocol check) while a refusal of the party's policy keeps its text, a run's client
+is never reset nor started again (not even after the agent restarted), a full agent
+refuses a new run rather than drop an active one, an LDP user spends its privacy budget
+once per party, the agent's state file cannot be swapped or rewritten by others, and a
+client sends its noisy cluster centres once per data. (What the party's policy refuses:
+test_policy.py; what the state file costs and keeps: test_agent_state_file.py.)
 
-Everything runs on the agent directly: no Flower processes."""
+Everything runs on the agent directly (its socket at most): no Flower processes."""
 
 from __future__ import annotations
 
@@ -22,13 +24,25 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from botorch_fed.federation.messages import Message  # noqa: E402
 from botorch_fed.federation.registry import get_algorithm  # noqa: E402
 from botorch_fed.federation.roles import ProtocolViolation  # noqa: E402
 from botorch_fed.federation.runner import build_context  # noqa: E402
+from botorch_fed.flower.client_app import AgentError, forward  # noqa: E402
 from botorch_fed.flower.keys import write_keyset  # noqa: E402
-from botorch_fed.flower.party import IDLE_BEFORE_DROP, MAX_RUNS, REPORT, PartyAgent  # noqa: E402
+from botorch_fed.flower.party import (  # noqa: E402
+    IDLE_BEFORE_DROP,
+    MAX_RUNS,
+    REPORT,
+    PartyAgent,
+    is_public_refusal,
+    refusal,
+    serve,
+)
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.flower.transport import ClientFailed, FlowerTransport  # noqa: E402
+from botorch_fed.secure.errors import HeadroomError  # noqa: E402
 from tests.helpers.flower_runs import short_argv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
@@ -42,8 +56,9 @@ def _send(agent: PartyAgent, run: int, argv: list[str], type_: str, payload=None
 
 
 def _local_argv() -> list[str]:
-    # no --crypto-seed: the party's default policy accepts the run
-    argv = short_argv("local")
+    # no --crypto-seed: the party's default policy accepts the run; 3 rounds, so a run
+    # can be asked for round 2
+    argv = short_argv("local", rounds=3)
     i = argv.index("--crypto-seed")
     return argv[:i] + argv[i + 2 :]
 
@@ -83,7 +98,9 @@ def f(X):
 """
 
 
-def test_a_failed_evaluation_does_not_send_the_private_point_to_the_server(tmp_path, monkeypatch):
+def test_a_failed_evaluation_does_not_send_the_private_point_to_the_server(
+    tmp_path, monkeypatch, capsys
+):
     (tmp_path / "private_box.py").write_text(BOX)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
@@ -91,14 +108,13 @@ def test_a_failed_evaluation_does_not_send_the_private_point_to_the_server(tmp_p
     argv = ["local", "--objective", "private_box:f", "--bounds", "0,1;0,1", "--clients", "3"]
     argv += ["--num-rounds", "1", "--num-init", "3", "--seed", "2", "--fail-on-error"]
     argv += ["--num-restarts", "2", "--raw-samples", "16", "--maxiter", "15"]
-    agent = PartyAgent(0, 3, policy=PartyPolicy(objectives=("private_box:f",)))
+    agent = PartyAgent(0, 3, policy=PartyPolicy(objectives=("private_box:f@0,1;0,1",)))
     _send(agent, 1, argv, "init")  # the public initial design
-    try:
-        _send(agent, 1, argv, "round", {"t": 1})  # a local step: a point only the party knows
-    except Exception as exc:  # noqa: BLE001 - party._serve_one sends exactly this
-        told = f"{type(exc).__name__}: {exc}"
-    else:
-        pytest.fail("the black box did not fail")
+    config = {"argv": json.dumps(argv), "keyset": ""}
+    # a local step: a point only the party knows; reply() is what _serve_one sends
+    meta, _ = agent.reply({"run": 1, "type": "round", "config": config}, {"t": 1})
+    assert not meta["ok"], "the black box did not fail"
+    told = meta["error"]
     import private_box
 
     private = private_box.calls[3].reshape(-1).tolist()
@@ -106,6 +122,99 @@ def test_a_failed_evaluation_does_not_send_the_private_point_to_the_server(tmp_p
     # 'private_box:f' at [x1, x2] failed (ValueError: lab instrument 7 read 123.456 mV,
     # out of range)."
     assert "123.456" not in told and not any(repr(x) in told for x in private), told
+    assert told.startswith("EvaluationError: client 0, message 'round', round 1"), told
+    assert "123.456" in capsys.readouterr().err  # the party's own log keeps it
+
+
+# --- what a client's error tells the server: its type and the message, no more ---------
+class _Quoting:
+    r"""A run's client whose protocol checks quote a private value (as a bound check
+    quotes ``max|x|`` of a private vector, or a count of the party's own outcomes)."""
+
+    history: list = []
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def handle(self, message):
+        raise self.error
+
+
+PRIVATE = "0.123456"
+CLIENT_ERRORS = [
+    ProtocolViolation(f"Client 0, request 'b', round 4: the sum reports n={PRIVATE} outcomes"),
+    HeadroomError(f"max|x| = {PRIVATE} exceeds the encoding's headroom"),
+    PolicyError(f"a check inside the client that quotes {PRIVATE}"),  # the type is no pass
+    ValueError(f"x = {PRIVATE} is out of range"),
+    # an error object the agent once marked as a refusal, raised again by the client
+    refusal(PolicyError(f"a refusal the client kept, now quoting {PRIVATE}")),
+]
+
+
+@pytest.fixture
+def agent_socket(tmp_path):
+    r"""``(agent, socket path)``: an agent serving a Unix socket in a thread."""
+    import threading
+
+    agent = PartyAgent(0, 3, policy=PartyPolicy(share_results=True))
+    path = str(tmp_path / "agent.sock")
+    ready = threading.Event()
+    threading.Thread(target=serve, args=(agent, path, ready.set), daemon=True).start()
+    assert ready.wait(10)
+    return agent, path
+
+
+@pytest.mark.parametrize(
+    "error", CLIENT_ERRORS, ids=["violation", "headroom", "policy", "value", "kept"]
+)
+def test_a_client_error_reaches_the_wire_without_its_private_text(
+    error, agent_socket, monkeypatch, capsys
+):
+    agent, path = agent_socket
+    monkeypatch.setattr(agent, "_build", lambda config: _Quoting(error))
+    config = {"argv": json.dumps(_local_argv()), "keyset": ""}
+    meta = {"run": 1, "type": "secagg", "config": config}
+    with pytest.raises(AgentError) as told:  # what the ClientApp raises, Flower forwards
+        forward(path, meta, {"request": "b", "round": 4, "data": b"x"}, timeout=30)
+    text = str(told.value)
+    assert PRIVATE not in text, text
+    name = type(error).__name__
+    assert text == (
+        f"{name}: client 0, message 'secagg', request 'b', round 4 "
+        "(the details stay in the party's log)"
+    )
+    assert PRIVATE in capsys.readouterr().err  # the party's log has it all
+    assert not is_public_refusal(error)
+
+
+def test_a_refusal_before_the_client_keeps_its_text(agent_socket):
+    # the submitter needs to know what to allow: the policy's and the options' text
+    _, path = agent_socket
+    refused = ["central", *_local_argv()[1:]]  # the default policy does not join `central`
+    bad = [*_local_argv(), "--num-init", "-1"]  # options that do not parse
+    for argv, match in ((refused, r"PolicyError: .*'central'.*--allow-algorithm central"),
+                        (bad, r"ValueError: .*--num-init")):  # fmt: skip
+        config = {"argv": json.dumps(argv), "keyset": ""}
+        with pytest.raises(AgentError, match=match):
+            forward(path, {"run": 5, "type": "init", "config": config}, {}, timeout=30)
+
+
+def test_the_server_is_told_a_clients_error_by_type_and_message(tmp_path, monkeypatch):
+    # through the ClientApp, Flower's wire and the server's transport: what ends the run
+    from tests.helpers.fake_grid import FakeGrid
+
+    error = ProtocolViolation(f"the sum reports n={PRIVATE} outcomes")
+    monkeypatch.setattr(PartyAgent, "_build", lambda self, config: _Quoting(error))
+    grid = FakeGrid(3, str(tmp_path))
+    grid.run_config = {"argv": json.dumps(_local_argv()), "keyset": ""}
+    transport = FlowerTransport(grid, {0: 1000, 1: 1007, 2: 1014}, timeout=30, poll=0.01)
+    with pytest.raises(ClientFailed) as failed:
+        transport.send({0: Message("secagg", {"request": "b", "round": 3, "data": b"x"})})
+    assert PRIVATE not in str(failed.value)
+    assert str(failed.value) == (
+        "client 0 (Flower node 1000), message 'secagg' failed: ProtocolViolation: client 0, "
+        "message 'secagg', request 'b', round 3 (the details stay in the party's log)"
+    )
 
 
 # --- a run's client cannot be reset (evaluated again, its ledger forgotten) ----------
@@ -178,7 +287,9 @@ def test_a_report_of_a_run_never_held_drops_no_other_run():
     _, report = _send(agent, 999, _local_argv(), REPORT)  # a party never sent a message
     assert json.loads(report["history"]) == []
     _all_answer(agent)
-    with pytest.raises(ProtocolViolation, match="it reported"):
+    # nothing of run 999 was released, so nothing of it is kept (test_agent_state_file.py):
+    # it is refused as any new run of a full agent, not as a run that is over
+    with pytest.raises(PolicyError, match="takes no new run"):
         _send(agent, 999, _local_argv(), "init")
 
 
@@ -253,7 +364,7 @@ def test_a_run_that_was_running_when_the_agent_restarted_does_not_start_again(tm
     argv = _local_argv()
     _send(PartyAgent(0, 3, state_file=state), 1, argv, "init")
     again = PartyAgent(0, 3, state_file=state)  # crashed and restarted
-    with pytest.raises(ProtocolViolation, match="running when this party's agent restarted"):
+    with pytest.raises(ProtocolViolation, match="began before this party's agent restarted"):
         _send(again, 1, argv, "init")
     _send(again, 2, argv, "init")  # a new run is fine
 
@@ -270,6 +381,11 @@ def test_another_local_user_cannot_swap_or_rewrite_the_state_file(tmp_path):
     with pytest.raises(ValueError, match="not a regular file"):
         PartyAgent(0, 3, state_file=state)
     state.unlink()
+    journal = folder / "party-0.json.runs"  # the runs it began: the same checks
+    journal.symlink_to(victim)
+    with pytest.raises(ValueError, match="not a regular file"):
+        PartyAgent(0, 3, state_file=state)
+    journal.unlink()
     state.write_text('{"over": {}, "started": [], "epsilon_spent": 0}')
     state.chmod(0o666)
     with pytest.raises(ValueError, match="writable by other users"):
@@ -283,7 +399,10 @@ def test_another_local_user_cannot_swap_or_rewrite_the_state_file(tmp_path):
     _send(agent, 1, _local_argv(), "init")
     assert victim.read_text() == "keep"
     assert stat.S_IMODE(os.stat(state).st_mode) == 0o600
-    assert sorted(os.listdir(folder)) == ["party-0.json"]  # no temporary file left
+    # the run it began, appended to its journal; the epsilon file is as the test wrote
+    # it (test_agent_state_file.py: when it is written); no temporary file left
+    assert sorted(os.listdir(folder)) == ["party-0.json", "party-0.json.runs"]
+    assert stat.S_IMODE(os.stat(folder / "party-0.json.runs").st_mode) == 0o600
 
 
 # --- the noisy cluster centres a client sends -----------------------------------------
@@ -294,7 +413,7 @@ def test_a_client_sends_its_noisy_centres_once_per_data(tmp_path):
     i = argv.index("--crypto-seed")
     argv = argv[:i] + argv[i + 2 :] + ["--support-selection", "clustered"]
     keyset, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
-    agent = PartyAgent(0, 3, tmp_path)
+    agent = PartyAgent(0, 3, tmp_path, policy=PartyPolicy(allow_masking=True))
     _send(agent, 1, argv, "init", keyset=keyset)
     first = _send(agent, 1, argv, "centers", {"k": 2}, keyset=keyset)[1]["centers"]
     assert len(first)

@@ -1,9 +1,11 @@
 r"""A party's agent refuses what its own policy does not allow, whatever the run
-config (written by the server's operator) asks: plaintext sums, a known crypto seed,
-an objective it does not run, the final report of its evaluations, algorithms that show
-the server raw data, exact cluster centres, an epsilon outside its bounds. Each test also
-runs the same request with the permission granted, so it fails if the refusal is
-removed or if it refuses everything."""
+config (written by the server's operator) asks: plaintext or masking sums (ckks needs no
+permission), a known crypto seed, an objective it does not run, the final report of its
+evaluations, algorithms that show the server raw data, exact cluster centres, an epsilon
+outside its bounds. Each test also runs the same request with the permission granted, so
+it fails if the refusal is removed or if it refuses everything. (That the agent decides
+on the run's options before building anything, its size caps and an objective's pinned
+domain: test_agent_refusals.py.)"""
 
 from __future__ import annotations
 
@@ -21,10 +23,13 @@ from botorch_fed.flower.party import REPORT, PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
+from botorch_fed.secure import available_backends  # noqa: E402
 from tests.helpers.fake_grid import FakeGrid  # noqa: E402
 from tests.helpers.flower_runs import short_argv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+
+MASKING = PartyPolicy(allow_masking=True)  # runs with --aggregator masking (test below)
 
 
 def _send(agent: PartyAgent, run: int, argv: list[str], type_: str, payload=None, keyset=""):
@@ -54,6 +59,50 @@ def test_plaintext_sums_are_refused_unless_allowed(tmp_path):
     assert meta["ok"]
 
 
+def test_masking_sums_are_refused_unless_allowed(tmp_path):
+    # under masking the server can solve every point a client evaluates out of the
+    # summed FBO-FedGP summaries (docs/security.md, "Summaries under `masking`")
+    argv = _without_seed(short_argv("fbo-fedgp", "masking"))
+    keyset, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
+    with pytest.raises(PolicyError, match="--aggregator masking.*--allow-masking"):
+        _first(PartyAgent(0, 3, tmp_path), argv, keyset=keyset)
+    meta, _ = _first(PartyAgent(0, 3, tmp_path, policy=MASKING), argv, keyset=keyset)
+    assert meta["ok"]
+
+
+@pytest.mark.skipif("ckks" not in available_backends(), reason="ckks (TenSEAL) missing")
+def test_ckks_sums_need_no_permission(tmp_path):
+    argv = _without_seed(short_argv("fbo-fedgp", "ckks"))
+    keyset, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
+    meta, _ = _first(PartyAgent(0, 3, tmp_path), argv, keyset=keyset)
+    assert meta["ok"]
+
+
+def test_flower_up_gives_every_agent_allow_masking(tmp_path, monkeypatch):
+    from botorch_fed.cli import main
+    from botorch_fed.flower import launcher
+    from botorch_fed.flower.party import main as agent_main
+
+    given = {}
+
+    def up(clients, state_dir, **kwargs):
+        given.update(kwargs)
+        return {"address": "127.0.0.1:1"}
+
+    monkeypatch.setattr(launcher, "up", up)
+    argv = ["flower", "up", "--clients", "2", "--state-dir", str(tmp_path), "--allow-masking"]
+    assert main(argv) == 0
+    assert "--allow-masking" in given["agent_flags"]
+    built = {}
+    monkeypatch.setattr("botorch_fed.flower.party.serve", lambda agent, path: built.update(a=agent))
+    monkeypatch.setattr("signal.signal", lambda *args: None)  # the agent's SIGTERM handler
+    agent = ["--socket", "s", "--partition-id", "0", "--num-partitions", "2"]
+    agent_main(agent)
+    assert not built["a"].policy.allow_masking  # the default
+    agent_main([*agent, *given["agent_flags"]])
+    assert built["a"].policy.allow_masking
+
+
 def test_a_crypto_seed_is_refused_unless_allowed():
     argv = short_argv("local")
     with pytest.raises(PolicyError, match="--crypto-seed.*--allow-crypto-seed"):
@@ -73,11 +122,12 @@ def test_a_key_set_made_from_a_crypto_seed_is_refused_unless_allowed(tmp_path):
     seeded, _ = write_keyset(prepare(seeded_argv).setup, [0, 1, 2], tmp_path)
     fresh, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
     with pytest.raises(PolicyError, match=f"{seeded!r} was made from a crypto seed.*--allow-"):
-        _first(PartyAgent(0, 3, tmp_path), argv, keyset=seeded)
-    meta, _ = _first(PartyAgent(0, 3, tmp_path), argv, keyset=fresh)  # OS randomness
+        _first(PartyAgent(0, 3, tmp_path, policy=MASKING), argv, keyset=seeded)
+    meta, _ = _first(PartyAgent(0, 3, tmp_path, policy=MASKING), argv, keyset=fresh)  # OS
     assert meta["ok"]
     # allowed: the party holds the material the seed gives (and anyone can recompute)
-    agent = PartyAgent(0, 3, tmp_path, policy=PartyPolicy(allow_crypto_seed=True))
+    policy = PartyPolicy(allow_crypto_seed=True, allow_masking=True)
+    agent = PartyAgent(0, 3, tmp_path, policy=policy)
     meta, _ = _first(agent, argv, keyset=seeded)
     assert meta["ok"]
     backend = secagg_backend(prepare(argv).setup, [0, 1, 2])
@@ -119,7 +169,7 @@ def test_two_parties_of_one_run_config_draw_their_own_centre_noise_and_sum_keys(
     argv += ["--num-init", "6", "--support-selection", "clustered", "--center-noise", "0.1"]
     run = prepare(argv)
     keyset, server_key = write_keyset(run.setup, [0, 1, 2], tmp_path)
-    agents = [PartyAgent(0, 3, tmp_path) for _ in range(2)]
+    agents = [PartyAgent(0, 3, tmp_path, policy=MASKING) for _ in range(2)]
     centres = []
     for agent in agents:
         _send(agent, 1, argv, "init", keyset=keyset)
@@ -172,7 +222,8 @@ def test_an_objective_is_refused_before_it_is_imported(tmp_path, monkeypatch):
         with pytest.raises(PolicyError, match="'party_box:f'.*--allow-objective"):
             _first(PartyAgent(0, 3), abbreviated)
     assert not marker.exists()
-    meta, _ = _first(PartyAgent(0, 3, policy=PartyPolicy(objectives=("party_box:f",))), argv)
+    allowed = PartyPolicy(objectives=("party_box:f@0,1;0,1",))  # on its domain
+    meta, _ = _first(PartyAgent(0, 3, policy=allowed), argv)
     assert meta["ok"] and marker.exists()
 
 
@@ -226,8 +277,8 @@ def test_the_party_refuses_exact_cluster_centres_unless_allowed(options, match, 
     argv = argv[:i] + argv[i + 2 :] + ["--support-selection", "clustered", *options]
     keyset, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
     with pytest.raises(PolicyError, match=match):
-        _send(PartyAgent(0, 3, tmp_path), 1, argv, "init", keyset=keyset)
-    allowed = PartyPolicy(allow_exact_centres=True)
+        _send(PartyAgent(0, 3, tmp_path, policy=MASKING), 1, argv, "init", keyset=keyset)
+    allowed = PartyPolicy(allow_exact_centres=True, allow_masking=True)
     meta, _ = _send(PartyAgent(0, 3, tmp_path, policy=allowed), 1, argv, "init", keyset=keyset)
     assert meta["ok"]
 
@@ -274,6 +325,8 @@ def _parsed(argv: list[str]):
         ["--allow-crypto-seed", "--allow-exact-centres", "--allow-algorithm", "central"],
         ["--max-total-epsilon", "inf"],
         ["--min-epsilon", "0.5", "--min-center-noise", "0"],
+        ["--allow-masking"],
+        ["--allow-objective", "m:f@0,1;-5,5", "--allow-objective=m:g@0,1@max"],
     ],
 )
 def test_flower_up_passes_every_agent_the_policy_it_was_given(flags):

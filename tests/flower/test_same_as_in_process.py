@@ -157,8 +157,8 @@ def test_a_malformed_report_is_named(tmp_path, monkeypatch):
 
 
 def _with_log(run, lines):
-    def logged(grid, config, log=None):
-        return run(grid, config, log=lines.append)
+    def logged(grid, config, log=None, **kwargs):
+        return run(grid, config, log=lines.append, **kwargs)
 
     return logged
 
@@ -166,13 +166,12 @@ def _with_log(run, lines):
 @pytest.mark.parametrize(
     "config, match",
     [
-        ({"out": "relative.json"}, "`out` must be an absolute path"),
         ({"timeout": 0.0}, "`timeout` must be > 0"),
         ({"on-dropout": "ignore"}, "`on-dropout` must be one of"),
         ({"argv": "fbo-fedgp"}, "`argv` must be a JSON list of str"),
         ({"argv": json.dumps(["local", "--resume", "x"])}, "--resume is not available"),
         ({"argv": json.dumps(["local", "--problem", "nope"])}, "nope"),
-        ({"server-key": ""}, "no key material file was given"),
+        ({"server-key": ""}, "`server-key` must name a key set"),
     ],
 )
 def test_bad_run_config_is_refused_naming_the_key(config, match, tmp_path):

@@ -39,6 +39,7 @@ from botorch_fed.flower.server_app import run_on_flower
 # its results (tests/flower/test_policy.py checks the defaults refuse them)
 EXPERIMENT = PartyPolicy(
     allow_plaintext=True,
+    allow_masking=True,
     allow_crypto_seed=True,
     share_results=True,
     algorithms=("all",),
@@ -138,20 +139,20 @@ def flower_run(options, tmp_path, drop=None, on_dropout="fail", timeout=30.0, ha
     run = prepare(options)
     spec = get_algorithm(run.algorithm)
     ids = build_context(spec, run.setup, run.settings).client_ids
-    keyset, server_key = "", ""
+    keyset = ""
     if spec.secure_aggregation:
-        keyset, server_key = write_keyset(run.setup, ids, tmp_path / "keys")
+        keyset, _ = write_keyset(run.setup, ids, tmp_path / "keys")
     grid = FakeGrid(len(ids), str(tmp_path), key_dir=tmp_path / "keys")
     grid.drop = dict(drop or {})
     grid.hang = set(hang)
     grid.run_config = {
         "argv": json.dumps(options),
-        "out": str(tmp_path / "out.json"),
+        "out": "out.json",
         "clients": len(ids),
         "timeout": timeout,
         "on-dropout": on_dropout,
-        "server-key": str(server_key),
+        "server-key": keyset,
         "keyset": keyset,
         **config,
     }
-    return run_on_flower(grid, grid.run_config, log=lambda line: None), grid
+    return run_on_flower(grid, grid.run_config, log=lambda line: None, folder=tmp_path), grid
