@@ -17,9 +17,10 @@ is the very object the in-process runner builds (:attr:`AlgorithmSpec.make_clien
 
 The run's options come from whoever submits the run, so the agent first checks them
 against the party's own :class:`~.policy.PartyPolicy` (its command line:
-``--allow-plaintext``, ``--allow-crypto-seed``, ``--allow-objective``,
-``--share-results``, ``--allow-algorithm``, ``--allow-exact-centres``,
-``--max-epsilon``; by default it accepts none of them).
+``--allow-plaintext``, ``--allow-masking``, ``--allow-crypto-seed``,
+``--allow-objective``, ``--share-results``, ``--allow-algorithm``,
+``--allow-exact-centres``, ``--max-epsilon``; by default it accepts none of them),
+and the size of every size-like option, before it builds anything.
 
 Besides the protocol's messages the agent answers two of the harness:
 ``botorch_fed_hello`` (its partition id, so the server can map Flower's node ids to
@@ -690,8 +691,8 @@ def agent_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p.add_argument(
         "--state-file",
         default=None,
-        help="where the agent keeps the runs that ended and the LDP epsilon spent, across "
-        "restarts (default: in memory only)",
+        help="where the agent keeps the LDP epsilon spent (and, in FILE.runs, the runs it "
+        "began), across restarts (default: in memory only)",
     )
     add_policy_arguments(
         p.add_argument_group("policy: what this party accepts from a run (default: none)")
