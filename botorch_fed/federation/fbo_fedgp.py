@@ -353,6 +353,17 @@ class FBOFedGPConfig(BOSettings):
             )
 
 
+def _identity_standardize() -> Standardize:
+    r"""``Standardize`` with mean 0 and standard deviation 1 (eval mode)."""
+    tf = Standardize(m=1, min_stdv=1e-8)
+    tf.means = torch.zeros(1, 1, dtype=torch.float64)
+    tf.stdvs = torch.ones(1, 1, dtype=torch.float64)
+    tf._stdvs_sq = torch.ones(1, 1, dtype=torch.float64)
+    tf._is_trained = torch.tensor(True)
+    tf.eval()
+    return tf
+
+
 _FAILED_LOSS = 1e300  # the loss of an evaluation whose summed summaries are not honest
 _ADJOINT_LIMIT = 1e100  # |adjoint| entries; a product with it stays finite
 
@@ -1052,26 +1063,51 @@ class FBOFedGPClient(BOClient):
         self._pending_theta, self._fed = np.array(theta, dtype=np.float64), False
         return {"theta": theta, "done": False}
 
+    def _forged_sum(self, request: str, exc: ValueError) -> float:
+        r"""A moments sum that no honest federation produces. Where the server holds
+        the sums (``plaintext``, ``masking``) it is refused by name; where they stay on
+        the clients (``ckks``, whose server may offset a sum) a refusal would tell the
+        server a bit of a sum it must not learn, so the client goes on (centre 0, then
+        the identity standardisation, its outcomes clamped) and its own log says so."""
+        if not self._sums_stay_on_clients():
+            raise self.violation(str(exc), request) from exc
+        _LOG.warning(
+            "Client %s, request %r, round %s: a forged moments sum (%s); going on with the "
+            "identity standardisation",
+            self.client_id,
+            request,
+            self._t,
+            type(exc).__name__,
+        )
+        return 0.0
+
     def sum_received(self, request: str | None, total: np.ndarray) -> dict | None:
         if request == "moments":
             # pass 1: the count and the centre of pass 2 (limb sums beyond what the
             # session's clients can produce, or fewer outcomes than this client's own,
             # are a forged sum)
             self._first_moments = self._moments_center = None
-            n, center = center_from_moments(total, max_contributors=self.sum_contributors)
-            if n < len(self.Y):
-                raise self.violation(
-                    f"the sum reports n={n} outcomes, fewer than this client's own {len(self.Y)}",
-                    request,
-                )
+            try:
+                n, center = center_from_moments(total, max_contributors=self.sum_contributors)
+                if n < len(self.Y):
+                    raise ValueError(
+                        f"the sum reports n={n} outcomes, fewer than this client's own "
+                        f"{len(self.Y)}"
+                    )
+            except ValueError as exc:
+                center = self._forged_sum(request, exc)
             self._first_moments, self._moments_center = total.copy(), center
         elif request == "centred_moments":
             if self._first_moments is None:
                 raise self.violation("centred moments without a first pass", request)
             first, self._first_moments, self._moments_center = self._first_moments, None, None
-            self.standardize = standardize_from_moments(
-                first, total, max_contributors=self.sum_contributors
-            )
+            try:
+                self.standardize = standardize_from_moments(
+                    first, total, max_contributors=self.sum_contributors
+                )
+            except ValueError as exc:
+                self._forged_sum(request, exc)
+                self.standardize = _identity_standardize()
             self._fit_client = None
         elif request == "hyper":
             # a sum is never refused for its value (that would be a bit of it): the

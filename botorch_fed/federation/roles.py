@@ -402,7 +402,18 @@ class FederatedClient:
             if self._encoding is not None:
                 peak = float(np.abs(np.round(own)).max(initial=0.0))
                 bound = (self.sum_contributors or 1) * self._encoding.max_limb()
-                if not peak <= bound:
+                if not peak <= bound and stays:
+                    # the server never sees this sum (it may have offset it): whether it
+                    # is refused would be a bit of it, so it is clamped (and logged)
+                    _LOG.warning(
+                        "Client %s, request %r, round %s: a limb sum beyond what honest "
+                        "contributors produce was clamped (a forged sum)",
+                        self.client_id,
+                        request,
+                        self.round,
+                    )
+                    own = np.clip(np.nan_to_num(own), -bound, bound)
+                elif not peak <= bound:
                     raise self.violation(
                         f"a limb sum of {peak:.6g} exceeds {bound} ({self.sum_contributors} "
                         "contributors x the largest limb): not a sum of honest inputs",

@@ -340,3 +340,53 @@ def test_a_vector_beyond_the_encodings_range_is_saturated_and_logged_not_refused
     assert total[0] == pytest.approx(1.0)  # both saturated: +limit + 1 - limit
     assert total[1] == pytest.approx(1.5)
     assert sum("saturated" in r.getMessage() for r in caplog.records) == 2
+
+
+# --- forged sums under ckks: the server never sees them, so they are never refused -------
+@pytest.mark.parametrize("name", [*backend_params("ckks"), "masking"])
+def test_a_forged_moments_sum_is_refused_only_where_the_server_holds_the_sums(
+    name, monkeypatch, caplog
+):
+    import botorch_fed.federation.fbo_fedgp as fbo
+
+    refused = name == "masking"
+    server, clients = _federation(aggregator=name)
+    _round(server, 1)
+
+    def forged(total, max_contributors=None):  # what an offset sum decodes to
+        raise ValueError("`first_sum` has a limb sum beyond what 3 contributors produce")
+
+    monkeypatch.setattr(fbo, "center_from_moments", forged)
+    if refused:
+        with pytest.raises(ProtocolViolation, match="limb sum beyond"):
+            server.standardize_outcomes()
+        return
+    with caplog.at_level(logging.WARNING, logger="botorch_fed.federation.fbo_fedgp"):
+        server.standardize_outcomes()
+        server.secure_sum("summary", _length(server))
+    assert all(c.last_sum is not None for c in clients.values())
+    assert all(c.standardize is not None for c in clients.values())
+    assert sum("forged moments sum" in r.getMessage() for r in caplog.records) == M
+
+
+@pytest.mark.parametrize("name", backend_params("ckks"))
+def test_an_offset_limb_sum_under_ckks_is_clamped_not_refused(name, monkeypatch, caplog):
+    server, clients = _federation(aggregator=name)
+    _round(server, 1)
+    server.standardize_outcomes()
+    victim = clients[0]
+    step = victim.secagg.step
+
+    def offset_step(*args, **kwargs):  # the server added 10^6 to one limb of the sum
+        out = step(*args, **kwargs)
+        if victim.secagg.result is not None and not getattr(victim, "_offset", False):
+            victim.secagg.result = victim.secagg.result.copy()
+            victim.secagg.result[3] += 1e6
+            victim._offset = True
+        return out
+
+    monkeypatch.setattr(victim.secagg, "step", offset_step)
+    with caplog.at_level(logging.WARNING, logger="botorch_fed.federation.roles"):
+        server.secure_sum("summary", _length(server))
+    assert victim.last_sum is not None
+    assert any("clamped" in r.getMessage() for r in caplog.records)
