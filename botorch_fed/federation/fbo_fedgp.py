@@ -692,6 +692,17 @@ class FBOFedGPClient(BOClient):
             )
         self._global_round = None  # one global step per draw
         rank, count = self._check_global_step(payload)
+        if not self._global_summary_usable():
+            # only a forged sum gets here; refusing would be a bit of the sum (under
+            # ckks the server never sees it), so the client takes a local step instead
+            _LOG.warning(
+                "Client %s, round %s: the summed summary is no honest sum (I + A not "
+                "positive definite with margin, or not finite); a local step instead",
+                self.client_id,
+                t,
+            )
+            self.evaluate(self.propose_local(t), t, "local")
+            return {}
         model = self.global_model()
         if self.config.global_model == "pic" and len(self.X) > 0:
             with self.timed("global_model"):
@@ -764,6 +775,25 @@ class FBOFedGPClient(BOClient):
         if secret is None:
             return self.step_seed(t) if own else global_step_seed(self.run_seed, t)
         return secret_step_seed(secret, self.run_seed, t, client_id=self.client_id if own else None)
+
+    def _global_summary_usable(self) -> bool:
+        r"""Whether the summed summary (``last_sum``) is one honest clients can produce:
+        finite, of the support's packed length, and with ``I + A`` positive definite
+        with margin (``A`` is a sum of positive semi-definite matrices: every
+        eigenvalue of ``I + A`` is at least 1; the check asks ``A + I/2`` for a Cholesky
+        factor). A server that offset a CKKS sum could otherwise make the model's
+        factorisation fail -- or not -- depending on the sum."""
+        if self.last_sum is None or self.support is None:
+            return False
+        m = len(self.support)
+        if self.last_sum.shape != (SparseSummary.packed_length(m),):
+            return False
+        if not np.isfinite(self.last_sum).all():
+            return False
+        A = SparseSummary.from_numpy(self.last_sum, m).A
+        eye = torch.eye(m, dtype=A.dtype)
+        _, info = torch.linalg.cholesky_ex(A + 0.5 * eye)
+        return int(info) == 0
 
     def _check_global_step(self, payload: dict) -> tuple[int, int]:
         r"""``(rank, count)`` of a global step, refused unless

@@ -390,3 +390,24 @@ def test_an_offset_limb_sum_under_ckks_is_clamped_not_refused(name, monkeypatch,
         server.secure_sum("summary", _length(server))
     assert victim.last_sum is not None
     assert any("clamped" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("name", backend_params("ckks"))
+def test_a_summary_sum_no_honest_clients_produce_gives_a_local_step_not_a_refusal(name, caplog):
+    # under ckks the server may offset the summed summary: with I + A indefinite the
+    # global model has no Cholesky factor, and a client that failed on it would tell
+    # the server a bit of a sum it never sees
+    server, clients = _federation(aggregator=name)
+    _round(server, 1)
+    server.standardize_outcomes()
+    server.secure_sum("summary", _length(server))
+    victim = clients[0]
+    m = len(server.support)
+    summary = SparseSummary.from_numpy(victim.last_sum, m)
+    summary.A[0, 0] -= 1e3  # what an offset of -1000 on that slot decodes to
+    victim.last_sum = summary.to_numpy()
+    before = len(victim.history)
+    with caplog.at_level(logging.WARNING, logger="botorch_fed.federation.fbo_fedgp"):
+        server.send({0: Message("global_step", {"t": 1, "rank": 0, "count": 1})})
+    assert len(victim.history) == before + 1 and victim.history[-1]["step"] == "local"
+    assert any("no honest sum" in r.getMessage() for r in caplog.records)
