@@ -125,6 +125,7 @@ from botorch_fed.models import (
 from botorch_fed.secure.crypto import hkdf
 
 _LOG = logging.getLogger(__name__)
+COORDINATOR = 0  # the client that runs a federated fit's optimiser (the lowest id)
 
 SUPPORTS = ("clustered", "random")
 MAX_SUPPORT_SIZE = 4096  # a client refuses a larger support set or k from the server
@@ -982,6 +983,10 @@ class FBOFedGPClient(BOClient):
 
     def vector_pitc_summary(self, theta: np.ndarray) -> np.ndarray:
         theta = self._checked_theta(theta, "pitc_summary")
+        if self.client_id == COORDINATOR and self._pending_theta is None:
+            raise self.violation(
+                "a fit evaluation, but the coordinator's fit handed out no iterate", "pitc_summary"
+            )
         if self._pending_theta is not None and not np.array_equal(theta, self._pending_theta):
             # the coordinator's own check: the server may not query the loss elsewhere
             raise self.violation("`theta` is not the fit's pending iterate", "pitc_summary")
@@ -1017,6 +1022,24 @@ class FBOFedGPClient(BOClient):
             return np.zeros(hyper.size)
         with self.timed("summary"):
             return self._fit_client.vjp(adjoint)
+
+    def on_secagg(self, payload: dict) -> dict:
+        r"""A secure-sum message; a federated fit's sessions must include the
+        coordinator (client :data:`COORDINATOR`), which checks that the ``theta`` is its
+        own pending iterate -- and, the values relayed to every client being bound into
+        the session, that every contributor was told that same iterate."""
+        reply = super().on_secagg(payload)
+        request = str(payload.get("request", ""))
+        if request in ("pitc_summary", "pitc_vjp"):
+            session = tuple(int(c) for c in getattr(self.secagg, "client_ids", ()) or ())
+            if COORDINATOR not in session:
+                self._pending = self._request = None  # nothing of it leaves this client
+                raise self.violation(
+                    f"a fit's secure sum over clients {list(session)}, without the "
+                    f"coordinator {COORDINATOR}",
+                    request,
+                )
+        return reply
 
     def _fit_adjoint(self, hyper: PITCHyperparameters) -> np.ndarray:
         r"""The adjoint of the loss at the summed summaries (``last_sum``), which every
@@ -1236,7 +1259,11 @@ class FBOFedGPServer(FederatedServer):
         r"""Exact PITC type-II ML: a coordinator client runs L-BFGS-B; each evaluation
         is two secure sums (summaries at ``theta``, then vector-Jacobian products with
         the adjoint every client derives from the summed summaries)."""
-        coordinator = self.client_ids[0]
+        coordinator = COORDINATOR
+        if coordinator not in self.client_ids:
+            raise ProtocolViolation(
+                f"Server: a federated fit needs its coordinator, client {coordinator}."
+            )
         length = SparseSummary.packed_length(len(self.support))
         # the server only relays here: all the fit's time is the clients' (their ledger
         # entries) and the secure sums'

@@ -16,8 +16,9 @@ decrypt. Rounds:
    among them and binds the session to all of them (``SHA-256`` of the server's
    session id, the clients and their nonces), splits the vector it checked in round 0
    into chunks of ``N/2 - 4`` values, appends 4 *guard* slots holding a secret
-   per-client canary (derived from a group key the server does not have and the
-   binding) and sends one ciphertext per chunk. The server adds the ciphertexts.
+   per-client canary plus a secret linear tag of the chunk's data slots (both derived
+   from a group key the server does not have and the binding) and sends one
+   ciphertext per chunk. The server adds the ciphertexts.
    Because every binding holds a fresh nonce of each client, a server that reuses a
    session id, or replays ciphertexts or an aggregate of another session, fails the
    guard check.
@@ -33,9 +34,12 @@ decrypt. Rounds:
    Before accepting the sum, the decrypting client checks the aggregate's
    structure (scale ``2^scale_bits``, top level, two polynomials: only sums and
    differences of fresh ciphertexts, no plaintext multiplication that could mask
-   slots), the guard slots (the sum of the contributors' canaries), the padding slots
-   (zero) and the magnitude bound, so a corrupted, substituted or partial aggregate
-   raises instead of yielding a wrong sum.
+   slots), the guard slots (the sum of the contributors' canaries plus the tag of the
+   decrypted data), the padding slots (zero) and the magnitude bound, so a corrupted,
+   substituted or partial aggregate raises instead of yielding a wrong sum. The guard
+   check comes first: a plaintext offset the server adds to the data slots fails the
+   tag whatever the data, so whether a later check on the data's values refuses
+   cannot tell the server anything about them.
 
 Accuracy: every slot of the decrypted sum of ``M`` inputs is within
 ``M * 2^(20 - scale_bits) + 2^-46 * sum_i max|x_i|`` of the exact sum
@@ -73,7 +77,7 @@ from botorch_fed.secure.ckks_keys import (
     ServerKeyMaterial,
     import_tenseal,
 )
-from botorch_fed.secure.crypto import hkdf, label
+from botorch_fed.secure.crypto import chacha20_uint64, hkdf, label
 from botorch_fed.secure.errors import (
     ConfigurationError,
     DropoutError,
@@ -99,6 +103,17 @@ def _canaries(group_key: bytes, binding: bytes, client_id: int, chunk: int) -> n
         dtype="<u8",
     )
     return 1.0 + (words >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def _tag_weights(group_key: bytes, binding: bytes, chunk: int, data_slots: int) -> np.ndarray:
+    """The ``GUARD_SLOTS x data_slots`` secret weights of the guard slots' linear tag in
+    the session bound to ``binding`` (the same on every client, unknown to the server):
+    each in ``[s, 2 s)`` with ``s = 1 / (2 data_slots)``, so a tag ``W x`` is at most
+    ``max|x|`` in magnitude (ChaCha20 keyed by HKDF of the group key)."""
+    key = hkdf(group_key, label("ckks/tag", binding, chunk), 32)
+    words = chacha20_uint64(key, GUARD_SLOTS * data_slots).reshape(GUARD_SLOTS, data_slots)
+    scale = 1.0 / (2 * data_slots)
+    return scale * (1.0 + (words >> np.uint64(11)).astype(np.float64) * 2.0**-53)
 
 
 def _binding(session: bytes, nonces: dict[int, bytes], transcript: bytes) -> bytes:
@@ -483,7 +498,10 @@ class _CKKSClient(ClientRole):
             part = arr[k * d : (k + 1) * d]
             buf[:] = 0.0
             buf[: part.size] = part
-            buf[d:] = _canaries(self._group_key, self._binding, self.client_id, k)
+            # guard slots: the canary plus a secret linear tag of the data slots, so
+            # any offset of the aggregate's data fails the check, whatever the data
+            tag = _tag_weights(self._group_key, self._binding, k, d) @ buf[:d]
+            buf[d:] = _canaries(self._group_key, self._binding, self.client_id, k) + tag
             writer.blob(self._ts.ckks_vector(self._context, buf.tolist()).serialize())
         return writer.getvalue()
 
@@ -499,6 +517,17 @@ class _CKKSClient(ClientRole):
             raise ProtocolError("this client holds no secret key and cannot decrypt")
         self.result = self._decrypt_checked(contributors, blobs)
         return b""
+
+    def _expected_guards(
+        self, contributors: tuple[int, ...], k: int, values: np.ndarray
+    ) -> np.ndarray:
+        """What an honest aggregate's guard slots hold for chunk ``k``: the sum of the
+        contributors' canaries plus the tag of the decrypted data slots. The tag's
+        error is at most the slots' error bound (its weights sum to at most 1), hence
+        the check's ``3 tol``: the guard slot's own error, the tag's, and a margin."""
+        d = self.backend.params.data_slots
+        canaries = sum(_canaries(self._group_key, self._binding, cid, k) for cid in contributors)
+        return canaries + _tag_weights(self._group_key, self._binding, k, d) @ values[:d]
 
     def _decrypt_checked(self, contributors: tuple[int, ...], blobs: list[bytes]) -> np.ndarray:
         params = self.backend.params
@@ -533,16 +562,19 @@ class _CKKSClient(ClientRole):
                 ) from exc
             if values.shape != (params.slots,):
                 raise TamperedMessageError(f"aggregate ciphertext {k} has the wrong size")
-            expected = sum(
-                _canaries(self._group_key, self._binding, cid, k) for cid in contributors
-            )
             used = min(d, self.length - k * d)
             if not np.isfinite(values).all():
                 problem = "non-finite values"
-            elif np.max(np.abs(values[d:] - expected)) > tol:
+            elif np.max(np.abs(values[d:] - self._expected_guards(contributors, k, values))) > (
+                3 * tol
+            ):
+                # checked before anything about the data slots' values: an offset added
+                # to the aggregate fails here whatever the data, so no refusal below
+                # can depend on it
                 problem = (
-                    f"guard slots do not hold the {n} contributors' canaries (or the "
-                    "contributors were told different values: transcripts differ)"
+                    f"guard slots do not hold the {n} contributors' canaries and the data's "
+                    "tag (an offset or substituted aggregate, or contributors told "
+                    "different values: transcripts differ)"
                 )
             elif used < d and np.max(np.abs(values[used:d])) > tol:
                 problem = "padding slots are not zero"

@@ -506,7 +506,7 @@ def test_thompson_sampling_on_the_shared_model_uses_each_clients_secret_seed(mon
 
 # --- the protocol ----------------------------------------------------------------------
 def test_the_servers_message_carries_no_seed_and_a_client_refuses_one():
-    server, clients, _ = build_federation("fbo-fedgp", _setup("masking"), _config(num_rounds=1))
+    server, clients, _ = build_federation("fbo-fedgp", _setup("masking"), _config(num_rounds=2))
     sent, honest_send = [], server.send
 
     def recording(messages):
@@ -514,7 +514,9 @@ def test_the_servers_message_carries_no_seed_and_a_client_refuses_one():
         return honest_send(messages)
 
     server.send = recording
-    server.run()
+    server.initialize()
+    server.ledger.round = 1
+    server.run_round(1)
     assert len(sent) == 3 and all(set(p) == {"t", "rank", "count"} for p in sent)
     # a server that still sends a seed (one it chose) is refused
     server.send = honest_send

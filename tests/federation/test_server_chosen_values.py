@@ -43,9 +43,14 @@ M, NUM_INIT, NUM_ROUNDS = 3, 4, 3
 ATTACK_THETA = np.array([1e-3, 1e-3, 1e-12, -10.0])  # lengthscales, noise, mean
 
 
-def _federation(aggregator="plaintext", **settings):
+def _federation(aggregator="plaintext", num_clients=M, **settings):
     setup = FederationSetup(
-        problem="branin", dim=2, num_clients=M, seed=0, crypto_seed=0, aggregator=aggregator
+        problem="branin",
+        dim=2,
+        num_clients=num_clients,
+        seed=0,
+        crypto_seed=0,
+        aggregator=aggregator,
     )
     base = dict(
         num_init=NUM_INIT, num_rounds=NUM_ROUNDS, support_size=4, raw_samples=16, maxiter=20
@@ -135,14 +140,15 @@ def test_the_server_cannot_choose_a_sums_encoding(request_, wide):
         server.secure_sum(request_, 4 if request_ == "summary" else 189, wide=wide)
 
 
-def test_honest_vectors_at_every_corner_of_the_domain_fit_the_encoding_far_below_its_range(
-    monkeypatch,
-):
+def test_honest_vectors_at_every_corner_of_the_domain_fit_the_encoding_far_below_its_range():
     # The worst case the domain allows: every outcome at the bound Z (a forged moments
     # sum gave a standard deviation of 1e-8), the support on one of the client's own
-    # points, lengthscales and noise at their least and largest, the mean at +-10.
-    server, clients = _federation(hyperparameters="federated", federated_maxiter=4)
-    victim = clients[0]
+    # points, lengthscales and noise at their least and largest, the mean at +-10: the
+    # client's fit summary (what `vector_pitc_summary` sends) at each corner.
+    from botorch_fed.models import PITCFitClient
+
+    server, clients = _federation(hyperparameters="federated")
+    victim = clients[1]
     _round(server, 1)
     server.standardize_outcomes()
     forged = Standardize(m=1)
@@ -152,55 +158,42 @@ def test_honest_vectors_at_every_corner_of_the_domain_fit_the_encoding_far_below
     forged._stdvs_sq = forged.stdvs**2
     victim.Y = torch.full_like(victim.Y, 1e6)
     victim.standardize = forged
-    _support_on(server, victim.X[:1].clone())
-    vectors = []
-    original = type(victim).vector_pitc_summary
-
-    def keep(self, theta):
-        out = original(self, theta)
-        if self is victim:
-            vectors.append(out)
-        return out
-
-    monkeypatch.setattr(type(victim), "vector_pitc_summary", keep)
+    support = victim.X[:1].clone()
+    fit = PITCFitClient(victim.X, victim._transformed_Y(), support, *victim.modules)
     domain = victim.theta_domain
     corners = [
         np.array([ls, ls, noise, mean])
         for ls, noise, mean in itertools.product(domain[0], domain[2], domain[3])
     ]
-    assert len(corners) == 8 == FIT_EVALUATIONS_PER_ITERATION * 4
-    for theta in corners:
-        server.secure_sum("pitc_summary", _length(server), {"theta": theta})
-    peak = max(float(np.abs(v).max()) for v in vectors)
-    assert len(vectors) == 8 and peak < 2.0**64 * 1e-6
+    peak = max(float(np.abs(fit.summary(theta)).max()) for theta in corners)
+    assert peak < 2.0**64 * 1e-6
     # what the bound on the outcomes prevents: unclamped, the same corner overflows
     z = forged(victim.Y)[0]
-    Z = outcome_bound(M, NUM_INIT, NUM_ROUNDS)
-    assert float(z.abs().max()) > 1e13 > Z
+    assert float(z.abs().max()) > 1e13 > outcome_bound(M, NUM_INIT, NUM_ROUNDS)
     PITCHyperparameters(*victim.modules).set_theta(domain[:, 0])
-    raw = compute_local_summary(victim.X, z, victim.X[:1], *victim.modules).to_numpy()
+    raw = compute_local_summary(victim.X, z, support, *victim.modules).to_numpy()
     assert float(np.abs(raw).max()) > 2.0**64
 
 
 @pytest.mark.parametrize("name", backend_params("ckks"))
 def test_whether_a_client_answers_does_not_depend_on_its_outcomes(name):
-    # The bisection of the review, inside the domain: the same server strategy in two
-    # worlds whose victim's first outcome differs by 10^6 standard deviations. Every
-    # client answers in both (no refusal bit), and the session's sum stays on the
-    # clients.
+    # The server's strategy of the review within what the clients accept: the support on
+    # the victim's point, in two worlds whose victim's first outcome differs by 10^6
+    # standard deviations. Every client answers the coordinator's fit evaluation and the
+    # summary sum in both (no refusal bit), and the sums stay on the clients.
     answered = []
     for outlier in (0.0, 1e6):
         server, clients = _federation(aggregator=name, hyperparameters="federated")
-        victim = clients[0]
+        victim = clients[1]
         victim.Y[0] = victim.Y[0] + outlier
         _round(server, 1)
         server.standardize_outcomes()
         _support_on(server, victim.X[:1].clone())
-        extreme = victim.theta_domain[:, 0].copy()
-        extreme[3] = MEAN_RANGE[0]
-        total = server.secure_sum("pitc_summary", _length(server), {"theta": extreme})
-        answered.append((total, victim.last_sum is not None))
-    assert answered == [(None, True), (None, True)]
+        theta = server.send({0: Message("hyper_start")})[0].payload["theta"]
+        fit = server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+        total = server.secure_sum("summary", _length(server))
+        answered.append((fit, total, all(c.last_sum is not None for c in clients.values())))
+    assert answered == [(None, None, True), (None, None, True)]
 
 
 # --- the standardisation ----------------------------------------------------------------
@@ -266,15 +259,35 @@ def test_the_server_stops_a_coordinator_that_never_finishes(monkeypatch):
         server.refresh_hyperparameters(1)
 
 
+def _pending_iterate(server):
+    return server.send({0: Message("hyper_start")})[0].payload["theta"]
+
+
 def test_clients_refuse_fit_evaluations_beyond_the_budget():
     server, clients = _federation(hyperparameters="federated", federated_maxiter=1)
     _round(server, 1)
     server.standardize_outcomes()
-    theta = clients[1].theta_domain.mean(axis=1)
+    theta = _pending_iterate(server)
     for _ in range(FIT_EVALUATIONS_PER_ITERATION):
         server.secure_sum("pitc_summary", _length(server), {"theta": theta})
     with pytest.raises(ProtocolViolation, match="3 'pitc_summary' sums in round 1"):
         server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+
+
+def test_a_fit_needs_the_coordinators_iterate_and_the_coordinator():
+    # without `hyper_start` the coordinator has no iterate and refuses; a session
+    # without the coordinator is refused by every client
+    server, clients = _federation(hyperparameters="federated", num_clients=4)
+    _round(server, 1)
+    server.standardize_outcomes()
+    theta = clients[1].theta_domain.mean(axis=1)
+    with pytest.raises(ProtocolViolation, match="Client 0.*handed out no iterate"):
+        server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+    _round(server, 2)
+    with pytest.raises(ProtocolViolation, match="without the coordinator 0"):
+        server.secure_sum(
+            "pitc_summary", _length(server), {"theta": theta}, clients=(1, 2, 3), share=False
+        )
 
 
 def test_a_refresh_comes_only_when_due_and_applies_only_an_iterate():
@@ -284,10 +297,10 @@ def test_a_refresh_comes_only_when_due_and_applies_only_an_iterate():
     server.refresh_hyperparameters(1)  # an honest fit
     theta = PITCHyperparameters(*clients[1].modules).get_theta()
     with pytest.raises(ProtocolViolation, match="the last was in round 1"):
-        server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+        server.send({0: Message("hyper_start")})
     _round(server, 2)
     with pytest.raises(ProtocolViolation, match="the last was in round 1"):
-        server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+        server.send({0: Message("hyper_start")})
     with pytest.raises(ProtocolViolation, match="no fit ran in this round"):
         server.broadcast("apply_theta", {"theta": theta})
 
@@ -296,8 +309,8 @@ def test_apply_theta_must_be_one_of_the_fits_iterates():
     server, clients = _federation(hyperparameters="federated")
     _round(server, 1)
     server.standardize_outcomes()
-    theta = clients[1].theta_domain.mean(axis=1)
-    # the clients summarise at theta; the server then asks one to adopt another point
+    theta = _pending_iterate(server)
+    # the clients summarise at the iterate; the server then asks one to adopt another
     server.secure_sum("pitc_summary", _length(server), {"theta": theta})
     with pytest.raises(ProtocolViolation, match="none of the fit's iterates"):
         server.send({1: Message("apply_theta", {"theta": theta + 0.125})})

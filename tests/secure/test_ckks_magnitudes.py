@@ -254,3 +254,38 @@ def test_tampering_detected_at_large_magnitudes(attack: str) -> None:
     if attack.startswith("plain_"):
         assert "scale" in str(info.value)
     assert all(clients[c].result is None for c in IDS)
+
+
+@pytest.mark.parametrize("delta", [1.0, -3.0, 1e3])
+def test_an_offset_on_a_data_slot_is_refused_whatever_the_data(delta: float) -> None:
+    # The server may add a plaintext to the aggregate (scale, level and size stay those
+    # of a sum of fresh ciphertexts). Were only the canaries checked, the magnitude
+    # check would refuse the offset sum where the data are near the bound and accept it
+    # elsewhere: one bit of the sum per session (a bisection recovers it). The guard
+    # slots' secret linear tag of the data refuses every offset, whatever the data.
+    backend = get_backend("ckks", encryption="asymmetric")
+    bound = backend.max_abs_supported(len(IDS))
+    outcomes = []
+    for near_bound in (False, True):
+        server, clients = make_roles(backend, IDS, seed=3)
+        inputs = {c: np.full(8, 0.25) for c in IDS}
+        if near_bound:  # the sum at slot 5 within delta of the magnitude bound
+            for c in IDS:
+                inputs[c][5] = np.sign(delta) * (bound - abs(delta) / (2 * len(IDS)))
+        honest = server._aggregate
+
+        def offset(payloads, honest=honest, context=server.context):
+            out = honest(payloads)
+            ids, blobs = _parse_aggregate(next(iter(out.values())))
+            plain = [0.0] * backend.params.slots
+            plain[5] = delta
+            vec = ts.ckks_vector_from(context, blobs[0]) + ts.ckks_vector(context, plain)
+            return dict.fromkeys(out, _write_aggregate(ids, [vec.serialize()]))
+
+        server._aggregate = offset
+        try:
+            drive(server, clients, inputs)
+            outcomes.append("accepted")
+        except TamperedMessageError as exc:
+            outcomes.append("tag" if "the data's tag" in str(exc) else str(exc))
+    assert outcomes == ["tag", "tag"]
