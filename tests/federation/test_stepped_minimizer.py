@@ -45,3 +45,26 @@ def test_close_ends_an_abandoned_minimisation():
     m.close()  # idempotent
     assert m.start() is not None  # can run again
     m.close()
+
+
+def _rosenbrock(x: np.ndarray) -> tuple[float, np.ndarray]:
+    a, b = x
+    value = (1 - a) ** 2 + 100 * (b - a * a) ** 2
+    grad = np.array([-2 * (1 - a) - 400 * a * (b - a * a), 200 * (b - a * a)])
+    return float(value), grad
+
+
+@pytest.mark.parametrize("maxfun", [1, 5, 17])
+def test_maxfun_is_a_hard_cap_and_the_result_is_the_best_point_evaluated(maxfun):
+    # SciPy checks its own maxfun between iterations only (a line search may exceed
+    # it); a federated fit's evaluations are secure sums, so the cap is exact here
+    m = SteppedMinimizer(np.array([-1.2, 1.0]), None, maxiter=1000, maxfun=maxfun)
+    seen = []
+    x = m.start()
+    while x is not None:
+        seen.append((_rosenbrock(x)[0], x.copy()))
+        x = m.feed(*_rosenbrock(x))
+    assert len(seen) == maxfun == m.num_evaluations
+    best = min(seen, key=lambda pair: pair[0])
+    np.testing.assert_array_equal(m.result.x, best[1])
+    assert m.result.fun == best[0] and not m.result.success
