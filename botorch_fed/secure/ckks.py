@@ -16,7 +16,7 @@ decrypt. Rounds:
    among them and binds the session to all of them (``SHA-256`` of the server's
    session id, the clients and their nonces), splits the vector it checked in round 0
    into chunks of ``N/2 - 4`` values, appends 4 *guard* slots holding a secret
-   per-client canary plus a secret linear tag of the chunk's data slots (both derived
+   per-client canary, the first plus a secret linear tag of the chunk's data (both derived
    from a group key the server does not have and the binding) and sends one
    ciphertext per chunk. The server adds the ciphertexts.
    Because every binding holds a fresh nonce of each client, a server that reuses a
@@ -105,15 +105,22 @@ def _canaries(group_key: bytes, binding: bytes, client_id: int, chunk: int) -> n
     return 1.0 + (words >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
-def _tag_weights(group_key: bytes, binding: bytes, chunk: int, data_slots: int) -> np.ndarray:
-    """The ``GUARD_SLOTS x data_slots`` secret weights of the guard slots' linear tag in
-    the session bound to ``binding`` (the same on every client, unknown to the server):
-    each in ``[s, 2 s)`` with ``s = 1 / (2 data_slots)``, so a tag ``W x`` is at most
-    ``max|x|`` in magnitude (ChaCha20 keyed by HKDF of the group key)."""
+def _tag_weights(group_key: bytes, binding: bytes, chunk: int, used: int, data_slots: int):
+    """The secret weights of the linear tag of chunk ``chunk``'s first ``used`` data
+    slots in the session bound to ``binding`` (the same on every client, unknown to the
+    server), each in ``[s, 2 s)`` with ``s = 1 / (2 data_slots)``, so a tag ``w . x`` is
+    at most ``max|x|`` in magnitude: 32 random bits each, from ChaCha20 keyed by HKDF of
+    the group key.
+
+    An offset ``delta`` the server adds to the data slots changes the tag by
+    ``w . delta``, which it cannot predict: it goes unnoticed only if
+    ``|w . delta| <= 3 tol``. Offsets large enough to move a check on the data (the
+    magnitude bound: ``n * max_abs_supported``, ~1e8) are caught with probability
+    ``1 - O(tol / (s |delta|))``, ~``1 - 1e-9`` even for two opposite offsets; offsets
+    below ~0.4 may pass, and limb-encoded sums round them away."""
     key = hkdf(group_key, label("ckks/tag", binding, chunk), 32)
-    words = chacha20_uint64(key, GUARD_SLOTS * data_slots).reshape(GUARD_SLOTS, data_slots)
-    scale = 1.0 / (2 * data_slots)
-    return scale * (1.0 + (words >> np.uint64(11)).astype(np.float64) * 2.0**-53)
+    words = chacha20_uint64(key, (used + 1) // 2).view("<u4")[:used]
+    return (1.0 + words.astype(np.float64) * 2.0**-32) / (2 * data_slots)
 
 
 def _binding(session: bytes, nonces: dict[int, bytes], transcript: bytes) -> bytes:
@@ -500,8 +507,8 @@ class _CKKSClient(ClientRole):
             buf[: part.size] = part
             # guard slots: the canary plus a secret linear tag of the data slots, so
             # any offset of the aggregate's data fails the check, whatever the data
-            tag = _tag_weights(self._group_key, self._binding, k, d) @ buf[:d]
-            buf[d:] = _canaries(self._group_key, self._binding, self.client_id, k) + tag
+            buf[d:] = _canaries(self._group_key, self._binding, self.client_id, k)
+            buf[d] += _tag_weights(self._group_key, self._binding, k, part.size, d) @ part
             writer.blob(self._ts.ckks_vector(self._context, buf.tolist()).serialize())
         return writer.getvalue()
 
@@ -526,8 +533,10 @@ class _CKKSClient(ClientRole):
         error is at most the slots' error bound (its weights sum to at most 1), hence
         the check's ``3 tol``: the guard slot's own error, the tag's, and a margin."""
         d = self.backend.params.data_slots
-        canaries = sum(_canaries(self._group_key, self._binding, cid, k) for cid in contributors)
-        return canaries + _tag_weights(self._group_key, self._binding, k, d) @ values[:d]
+        used = min(d, self.length - k * d)
+        guards = sum(_canaries(self._group_key, self._binding, cid, k) for cid in contributors)
+        guards[0] += _tag_weights(self._group_key, self._binding, k, used, d) @ values[:used]
+        return guards
 
     def _decrypt_checked(self, contributors: tuple[int, ...], blobs: list[bytes]) -> np.ndarray:
         params = self.backend.params
