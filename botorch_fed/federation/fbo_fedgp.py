@@ -1123,7 +1123,7 @@ class FBOFedGPClient(BOClient):
         server a bit of a sum it must not learn, so the client goes on (centre 0, then
         the identity standardisation, its outcomes clamped) and its own log says so."""
         if not self._sums_stay_on_clients():
-            raise self.violation(str(exc), request) from exc
+            raise self.violation(f"the sum does not decode ({exc})", request) from exc
         _LOG.warning(
             "Client %s, request %r, round %s: a forged moments sum (%s); going on with the "
             "identity standardisation",

@@ -354,9 +354,9 @@ class PartyAgent:
         if self.epsilon_spent + float(mechanism.epsilon) > cap * (1 + 1e-12):
             raise refusal(
                 PolicyError(
-                    f"This party has spent epsilon = {self.epsilon_spent:g} over its runs; "
-                    f"another answer at {float(mechanism.epsilon):g} would exceed its "
-                    f"{cap:g} (--max-total-epsilon)."
+                    f"Another answer at epsilon = {float(mechanism.epsilon):g} would take this "
+                    "party past the epsilon it spends over all its runs "
+                    "(--max-total-epsilon)."
                 )
             )
         before = ledger.spent(self.partition_id)[0]
@@ -406,16 +406,22 @@ class PartyAgent:
         cid = self.partition_id
         if spec.secure_aggregation:
             setup = run.setup
-            material = party_material(
-                self.key_dir,
-                str(run_config.get("keyset", "")),
-                cid,
-                allow_crypto_seed=self.policy.allow_crypto_seed,
-            )
+            keyset = str(run_config.get("keyset", ""))
             backend = secagg_backend(setup, ctx.client_ids)
-            ctx.secagg_clients = {
-                cid: backend.client(cid, material, seed=secagg_role_seed(ctx.crypto_seed, cid))
-            }
+            try:
+                material = party_material(
+                    self.key_dir, keyset, cid, allow_crypto_seed=self.policy.allow_crypto_seed
+                )
+                role = backend.client(cid, material, seed=secagg_role_seed(ctx.crypto_seed, cid))
+            except ValueError as exc:
+                # the server is told only that the key set is not this party's: not the
+                # key folder's path, nor which key sets lie there or of which backend
+                print(f"key material of {keyset!r}: {exc}", file=sys.stderr)
+                raise ValueError(
+                    f"Client {cid}: this party holds no usable {setup.aggregator} key "
+                    f"material of the key set {keyset!r:.80} (its agent's log says why)."
+                ) from None
+            ctx.secagg_clients = {cid: role}
         with torch.random.fork_rng(devices=[]):  # as in process, leaving the agent's alone
             torch.manual_seed(run.setup.seed)
             return _quiet(lambda: make_client(spec, ctx, cid))

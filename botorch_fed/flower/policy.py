@@ -39,7 +39,7 @@ SIZE_CAPS: dict[str, int] = {
     "dim": MAX_DIM,
     "threads": 256,  # the run's (the ServerApp's) torch threads
     "settings.num_rounds": 100_000,  # every algorithm: rounds T (LDP-BO: one answer each)
-    "settings.num_init": 10_000,  # initial design per client: the local GP's data
+    "settings.num_init": 5_000,  # initial design per client: the local GP's data
     "settings.raw_samples": 100_000,  # optimize_acqf's raw samples: points x d per round
     "settings.num_restarts": 1_000,  # optimize_acqf's restarts
     "settings.maxiter": 10_000,  # L-BFGS-B iterations of the acquisition
@@ -229,6 +229,7 @@ class PartyPolicy:
         sizes.update(clients=setup.clients, dim=setup.dim, threads=setup.threads)
         self._check_run(spec, setup.aggregator, setup.crypto_seed, settings)
         _check_sizes(sizes)
+        _check_costs(resolved, setup.dim)
         objectives = setup.objectives
         for objective in objectives if isinstance(objectives, list | tuple) else [objectives]:
             fn = getattr(objective, "fn", None)  # a CallableObjective: an --objective's
@@ -262,6 +263,8 @@ class PartyPolicy:
             settings = None
         self._check_run(spec, getattr(args, "aggregator", None), args.crypto_seed, settings)
         _check_sizes(vars(args))
+        dim = getattr(args, "dim", None)
+        _check_costs(_resolved(settings) if settings is not None else None, dim)
         bounds = getattr(args, "bounds", None)
         if isinstance(bounds, str):  # counted, not split: a huge --bounds costs nothing
             dims = bounds.strip().rstrip(";").count(";") + 1
@@ -409,6 +412,53 @@ def _flag(dest: str) -> str:
 
     name = dest.removeprefix("settings.")
     return SETTING_FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
+COST_CAPS: tuple[tuple[str, str, float], ...] = (
+    # an exact GP fit per round: (points)^3 per L-BFGS-B iteration of the fit
+    ("(--num-init + --num-rounds)^3 x --fit-maxiter", "gp_fit", 1e12),
+    # the acquisition's raw samples: one batch of raw_samples points of dimension d
+    ("--raw-samples x --dim", "raw", 1e7),
+    ("--ts-candidates x --dim", "candidates", 1e7),
+    # the acquisition's restarts: num_restarts L-BFGS-B runs of maxiter iterations
+    ("--num-restarts x --maxiter", "restarts", 1e6),
+)
+r"""Caps on products of size-like options (:data:`SIZE_CAPS` caps each alone): each
+within its cap, ``--num-init 2000 --fit-maxiter 10000`` cost 47 s per round of
+``local``, the caps together hours. At 1e12 a fit of 1,000 points per client with
+BoTorch's default iterations passes; the defaults and the papers' settings are
+orders of magnitude below every cap."""
+
+
+def _costs(settings, dim: int) -> dict[str, float]:
+    def get(name: str, default: int = 0) -> int:
+        value = getattr(settings, name, None)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+    points = get("num_init") + get("num_rounds")  # a client's data, fitted every round
+    fits = hasattr(settings, "fit_maxiter")  # the algorithms that fit an exact GP on them
+    return {
+        "gp_fit": float(points) ** 3 * get("fit_maxiter") if fits else 0.0,
+        "raw": float(get("raw_samples")) * dim,
+        "candidates": float(get("ts_candidates")) * dim,
+        "restarts": float(get("num_restarts")) * get("maxiter"),
+    }
+
+
+def _check_costs(settings, dim) -> None:
+    r"""Refuse a run whose products of sizes exceed :data:`COST_CAPS` (``settings``
+    resolved; ``dim`` the run's dimension, or ``None``: 1)."""
+    if settings is None:
+        return
+    dim = dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else 1
+    costs = _costs(settings, dim)
+    for what, key, cap in COST_CAPS:
+        if costs[key] > cap:
+            raise PolicyError(
+                f"The run's {what} is {costs[key]:.3g}, above the {cap:g} this party's agent "
+                "takes (botorch_fed.flower.policy.COST_CAPS, for what a run may cost the "
+                "party; no agent flag raises it)."
+            )
 
 
 def _check_sizes(values: dict) -> None:

@@ -65,10 +65,24 @@ NOT_ON_FLOWER = {
 }
 
 
+MAX_ARGV_CHARS = 65_536
+r"""The longest run-config ``argv`` (JSON characters) a party reads: argparse slows down
+quadratically in a repeated option (100,000 repeats of ``--seed 1`` kept an agent
+busy for six minutes before its refusal)."""
+MAX_ARGV_ENTRIES = 512
+r"""The most arguments a run's ``argv`` may hold (every option of every algorithm, with
+values, is well below it)."""
+
+
 def check_argv(argv: list[str]) -> list[str]:
-    r"""``argv`` if it is a non-empty list of str (``ValueError`` otherwise)."""
+    r"""``argv`` if it is a non-empty list of at most :data:`MAX_ARGV_ENTRIES` str
+    (``ValueError`` otherwise)."""
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not argv:
         raise ValueError(f"`argv` must be a non-empty list of str, got {argv!r:.80}.")
+    if len(argv) > MAX_ARGV_ENTRIES:
+        raise ValueError(
+            f"`argv` has {len(argv)} arguments, more than the {MAX_ARGV_ENTRIES} a run may have."
+        )
     return argv
 
 
@@ -123,6 +137,12 @@ def prepare(argv: list[str], check=None, outputs: bool = False):
 def decode_argv(run_config) -> list[str]:
     r"""The ``argv`` of a run config (``ValueError`` naming it when it is not a JSON
     list of str)."""
+    raw = run_config.get("argv") if hasattr(run_config, "get") else None
+    if isinstance(raw, str) and len(raw) > MAX_ARGV_CHARS:
+        raise ValueError(
+            f"The run config's `argv` has {len(raw)} characters, more than the "
+            f"{MAX_ARGV_CHARS} a run may have."
+        )
     try:
         argv = json.loads(run_config["argv"])
     except (KeyError, TypeError, ValueError):

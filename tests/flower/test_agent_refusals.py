@@ -91,7 +91,7 @@ CAPPED = {
     "clients": "local",
     "dim": "local",
     "threads": "local",
-    "settings.num_rounds": "local",
+    "settings.num_rounds": "ldp-tgp",  # no exact GP on a client's data (COST_CAPS)
     "settings.num_init": "local",
     "settings.raw_samples": "local",
     "settings.num_restarts": "local",
@@ -125,6 +125,8 @@ def _sized(dest: str, value: int) -> tuple[PartyAgent, list[str]]:
         argv[argv.index("branin")] = "levy"  # a problem of any dimension
     if dest != "clients":
         argv += [_flag(dest), str(value)]
+    if dest == "settings.num_init":  # the GP fit's cost within COST_CAPS at the cap
+        argv += ["--fit-maxiter", "1", "--num-rounds", "1"]
     return PartyAgent(0, clients, policy=EVERYTHING), argv
 
 
@@ -356,3 +358,41 @@ def test_the_built_runs_objective_is_checked_again(party_box):
     policy = PartyPolicy(objectives=("party_box:f",))
     with pytest.raises(PolicyError, match="the domain '0,1;-9,9'"):
         policy.check(get_algorithm(run.algorithm), run.setup, run.settings)
+
+
+# --- what a refusal costs, and what its text tells --------------------------------------
+def test_a_run_config_too_long_to_parse_is_refused_before_parsing(monkeypatch):
+    # argparse is quadratic in a repeated option: 100,000 repeats of `--seed 1` kept an
+    # agent (and every run it holds) busy for minutes before the refusal
+    from botorch_fed.flower import run_options
+
+    def parsed(*args, **kwargs):
+        raise Built("the agent parsed a run config it should have refused first")
+
+    monkeypatch.setattr("botorch_fed.runs.parser.build_run_parser", parsed)
+    many = ["local", "--problem", "branin", "--clients", "3"] + ["--seed", "1"] * 300
+    with pytest.raises(ValueError, match=r"605 arguments, more than the 512"):
+        _send(PartyAgent(0, 3, policy=EVERYTHING), many)
+    long = ["local", "--problem", "branin" + " " * run_options.MAX_ARGV_CHARS]
+    with pytest.raises(ValueError, match=r"characters, more than the 65536"):
+        _send(PartyAgent(0, 3, policy=EVERYTHING), long)
+
+
+@pytest.mark.parametrize(
+    ("options", "what"),
+    [
+        (["--num-init", "2000", "--fit-maxiter", "10000"], "--fit-maxiter is 8"),
+        (["--dim", "1000", "--raw-samples", "100000"], r"--raw-samples x --dim is 1e\+08"),
+        (["--num-restarts", "1000", "--maxiter", "10000"], r"--maxiter is 1e\+07"),
+    ],
+)
+def test_sizes_each_within_their_cap_are_refused_when_their_product_is_not(
+    options, what, nothing_built
+):
+    argv = ["local", "--problem", "ackley", "--clients", "3", *options]
+    assert all(
+        int(v) <= SIZE_CAPS.get(f"settings.{k[2:].replace('-', '_')}", SIZE_CAPS.get(k[2:]))
+        for k, v in zip(options[::2], options[1::2], strict=True)
+    )
+    with pytest.raises(PolicyError, match=what + ".*COST_CAPS"):
+        _send(PartyAgent(0, 3, policy=EVERYTHING), argv)

@@ -347,8 +347,10 @@ def test_the_runs_that_ended_and_the_epsilon_spent_outlive_the_agent(tmp_path):
     with pytest.raises(ProtocolViolation, match="over for this party"):
         _send(again, 1, argv, "query", query)
     _send(again, 2, argv, "query", query)  # epsilon 2 of 2
-    with pytest.raises(PolicyError, match="--max-total-epsilon"):
+    with pytest.raises(PolicyError, match="--max-total-epsilon") as refused:
         _send(PartyAgent(0, 3, policy=policy, state_file=state), 3, argv, "query", query)
+    # what the party spent in its other runs (another federation's) is not the server's
+    assert "2" not in str(refused.value) and "spent" not in str(refused.value)
     state.write_text('{"over": {}, "started": [], "epsilon_spent": -1}')
     with pytest.raises(ValueError, match="--state-file .*epsilon_spent -1"):
         PartyAgent(0, 3, state_file=state)

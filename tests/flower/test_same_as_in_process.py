@@ -132,6 +132,8 @@ def test_a_client_error_stops_the_run_with_its_reason(tmp_path):
     # as a sentence: the agent's error kind and message, not Flower's wrapping of it
     assert re.search(r"message 'init' failed: \w+Error: ", str(err.value)), str(err.value)
     assert "<class" not in str(err.value) and "AgentError" not in str(err.value)
+    # nor the party's key folder, nor why its files do not serve (which key sets it has)
+    assert str(tmp_path) not in str(err.value) and "No such file" not in str(err.value)
 
 
 def test_a_malformed_report_is_named(tmp_path, monkeypatch):
