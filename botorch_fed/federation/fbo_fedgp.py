@@ -122,6 +122,7 @@ from botorch_fed.models import (
     pitc_loss_and_adjoint,
     standardize_from_moments,
 )
+from botorch_fed.models.federated_standardize import MAX_LIMB as MOMENT_MAX_LIMB
 from botorch_fed.secure.crypto import hkdf
 
 _LOG = logging.getLogger(__name__)
@@ -873,6 +874,12 @@ class FBOFedGPClient(BOClient):
         r"""The outcome moments are exact small-integer limbs already (raw values);
         every other sum travels in limbs below ``2^64``."""
         return 0 if request in ("moments", "centred_moments") else 64
+
+    def sum_bound(self, request: str) -> float | None:
+        r"""The outcome moments are digits of at most ``MAX_LIMB`` (2048) too."""
+        if request in ("moments", "centred_moments"):
+            return float(MOMENT_MAX_LIMB)
+        return super().sum_bound(request)
 
     def _checked_theta(self, theta: object, request: str) -> np.ndarray:
         r"""``theta`` as float64 if it lies in the declared domain

@@ -297,6 +297,8 @@ class FederatedClient:
             # opening's fields included (not its frame: that is per client)
             opening = {k: v for k, v in payload.items() if k != "data"}
             self.relayed = transcript = relayed_digest(self.relayed, SECAGG, opening)
+            if hasattr(self.secagg, "input_bound"):  # what every contributor sends at most
+                self.secagg.input_bound = self.sum_bound(request)
             with self.timed("secure_aggregation"):
                 data = self.secagg.step(
                     bytes(payload["data"]), self._pending, transcript=transcript
@@ -330,6 +332,14 @@ class FederatedClient:
         small integers already (0); every other request is sent in limbs below
         ``2^64``."""
         return 64
+
+    def sum_bound(self, request: str) -> float | None:
+        r"""The largest ``|x|`` any contributor's ``request`` vector has as sent (after
+        the encoding): the limb encoding's largest digit, or ``None`` (raw values,
+        bounded by the backend only). A backend that can use it (CKKS) narrows its
+        integrity check's tolerance to it."""
+        high = self.sum_encoding(request)
+        return float(limb_encoding(high).max_limb()) if high else None
 
     def _saturated(self, vector: np.ndarray, request: str) -> np.ndarray:
         r"""``vector`` clipped into the limb encoding's range.

@@ -71,6 +71,7 @@ import traceback
 from collections import OrderedDict
 from pathlib import Path
 
+from botorch_fed.federation.messages import TIME_PREFIX
 from botorch_fed.federation.roles import ProtocolViolation as ProtocolViolationError
 from botorch_fed.flower.policy import (
     PartyPolicy,
@@ -254,7 +255,12 @@ class PartyAgent:
                     self.epsilon_spent += released
                     if self.state is not None:  # durable before the answer leaves
                         self.state.spent(self.epsilon_spent)
-            return {"ok": True}, reply.payload
+            out = reply.payload
+            if not self.policy.share_results:
+                # how long each stage of the party's work took depends on its data (and
+                # shows which branch it took): stage timings go with its results only
+                out = {k: v for k, v in out.items() if not k.startswith(TIME_PREFIX)}
+            return {"ok": True}, out
 
     def _held(self, run_id: int, run_config) -> _Held:
         r"""The client of run ``run_id``, built at its first message (the run is then

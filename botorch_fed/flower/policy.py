@@ -173,8 +173,11 @@ class PartyPolicy:
             ``--bounds``, ``--dim`` or ``--maximize``, is refused. Built-in problems are
             always allowed.
         share_results: Answer the server's final report with this party's evaluation
-            history and privacy ledger (what the run's JSON scores). Without it the
-            party keeps them: the server's results then hold no evaluations of it.
+            history and privacy ledger (what the run's JSON scores), and send the
+            per-stage timings of its work with every answer (the ledger's ``stage_s``).
+            Without it the party keeps them: the server's results then hold no
+            evaluations of it, and its answers carry no timings (how long a stage took
+            depends on the party's data and shows which branch its code took).
         algorithms: The algorithms this party joins (``"all"``: every one); by default
             :data:`PRIVATE_ALGORITHMS` (``central``, the Co-KG family, ``fts``,
             ``fedzero`` and the non-private LDP-BO learners show the server raw data,

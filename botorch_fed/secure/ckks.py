@@ -106,21 +106,23 @@ def _canaries(group_key: bytes, binding: bytes, client_id: int, chunk: int) -> n
 
 
 def _tag_weights(group_key: bytes, binding: bytes, chunk: int, used: int, data_slots: int):
-    """The secret weights of the linear tag of chunk ``chunk``'s first ``used`` data
-    slots in the session bound to ``binding`` (the same on every client, unknown to the
-    server), each in ``[s, 2 s)`` with ``s = 1 / (2 data_slots)``, so a tag ``w . x`` is
-    at most ``max|x|`` in magnitude: 32 random bits each, from ChaCha20 keyed by HKDF of
-    the group key.
+    """The ``GUARD_SLOTS x used`` secret weights of the linear tags of chunk ``chunk``'s
+    first ``used`` data slots in the session bound to ``binding`` (the same on every
+    client, unknown to the server), each in ``[s, 2 s)`` with ``s = 1 / (2 data_slots)``
+    -- so a tag ``w . x`` is at most ``max|x|`` in magnitude --, 32 random bits each,
+    from ChaCha20 keyed by HKDF of the group key; one independent tag per guard slot.
 
-    An offset ``delta`` the server adds to the data slots changes the tag by
-    ``w . delta``, which it cannot predict: it goes unnoticed only if
-    ``|w . delta| <= 3 tol``. Offsets large enough to move a check on the data (the
-    magnitude bound: ``n * max_abs_supported``, ~1e8) are caught with probability
-    ``1 - O(tol / (s |delta|))``, ~``1 - 1e-9`` even for two opposite offsets; offsets
-    below ~0.4 may pass, and limb-encoded sums round them away."""
+    An offset ``delta`` the server adds to the data slots changes guard slot ``g`` by
+    ``w_g . delta``, which it can only guess: compensating the guard slots by its best
+    guess leaves ``(w_g - E w_g) . delta``, of width ``s |delta|`` per slot. The offset
+    goes unnoticed only if that stays within ``3 tol`` in all four slots. With a
+    declared input bound (``input_bound``: limb digits, at most 2048) ``tol`` is ~1e-9
+    per contributor, and a single offset of 1 passes with probability ~``(6 tol /
+    s)^4`` ~ 1e-16 at 3 contributors."""
     key = hkdf(group_key, label("ckks/tag", binding, chunk), 32)
-    words = chacha20_uint64(key, (used + 1) // 2).view("<u4")[:used]
-    return (1.0 + words.astype(np.float64) * 2.0**-32) / (2 * data_slots)
+    words = chacha20_uint64(key, (GUARD_SLOTS * used + 1) // 2).view("<u4")
+    weights = words[: GUARD_SLOTS * used].reshape(GUARD_SLOTS, used)
+    return (1.0 + weights.astype(np.float64) * 2.0**-32) / (2 * data_slots)
 
 
 def _binding(session: bytes, nonces: dict[int, bytes], transcript: bytes) -> bytes:
@@ -428,6 +430,12 @@ class _CKKSClient(ClientRole):
         self._key_id = material.key_id
         self._group_key = material.group_key
         self.can_decrypt = bool(material.has_secret_key and self._context.is_private())
+        self.input_bound: float | None = None
+        r"""The largest ``|x|`` any contributor's input of the next sessions has, when the
+        protocol above declares one (e.g. limb digits: 2048; every contributor must
+        declare the same); it narrows the decryptor's tolerance, hence what an offset
+        added to the aggregate can hide in. ``None``: ``max_abs_supported``."""
+        self._session_bound = backend.max_abs_supported(2)
 
     def federation_secret(self) -> bytes:
         """HKDF-SHA256 of the group key (every client holds it, the server does not)
@@ -444,9 +452,12 @@ class _CKKSClient(ClientRole):
                 f"{self._key_id.hex()} (wrong key material or wrong federation)"
             )
         # the input is checked now, before anything is sent, and encrypted next round
+        self._session_bound = self.backend.max_abs_supported(self.n_clients)
+        if self.input_bound is not None:
+            self._session_bound = min(self._session_bound, float(self.input_bound))
         self._input = self.checked_input(
             x,
-            self.backend.max_abs_supported(self.n_clients),
+            self._session_bound,
             reason=(
                 "beyond it CKKS's rounding error, which grows with the magnitude, "
                 "would exceed the promised accuracy and the integrity checks' "
@@ -507,8 +518,8 @@ class _CKKSClient(ClientRole):
             buf[: part.size] = part
             # guard slots: the canary plus a secret linear tag of the data slots, so
             # any offset of the aggregate's data fails the check, whatever the data
-            buf[d:] = _canaries(self._group_key, self._binding, self.client_id, k)
-            buf[d] += _tag_weights(self._group_key, self._binding, k, part.size, d) @ part
+            tags = _tag_weights(self._group_key, self._binding, k, part.size, d) @ part
+            buf[d:] = _canaries(self._group_key, self._binding, self.client_id, k) + tags
             writer.blob(self._ts.ckks_vector(self._context, buf.tolist()).serialize())
         return writer.getvalue()
 
@@ -535,18 +546,18 @@ class _CKKSClient(ClientRole):
         d = self.backend.params.data_slots
         used = min(d, self.length - k * d)
         guards = sum(_canaries(self._group_key, self._binding, cid, k) for cid in contributors)
-        guards[0] += _tag_weights(self._group_key, self._binding, k, used, d) @ values[:used]
-        return guards
+        return guards + _tag_weights(self._group_key, self._binding, k, used, d) @ values[:used]
 
     def _decrypt_checked(self, contributors: tuple[int, ...], blobs: list[bytes]) -> np.ndarray:
         params = self.backend.params
         d = params.data_slots
         n = len(contributors)
-        # Honest inputs are each at most max_abs_supported(n_clients) in magnitude; the
-        # decryptor cannot see them individually (they may cancel in the sum), so the
-        # tolerance is the promised error bound at that magnitude.
-        tol = params.guard_tolerance(n, self.n_clients)
-        bound = n * self.backend.max_abs_supported(self.n_clients) + tol
+        # Honest inputs are each at most the session's bound in magnitude (the declared
+        # input bound, else max_abs_supported(n_clients)); the decryptor cannot see them
+        # individually (they may cancel in the sum), so the tolerance is the promised
+        # error bound at that magnitude (the guard slots hold up to it plus a canary).
+        tol = params.error_bound(n, n * (self._session_bound + 2.0))
+        bound = n * self._session_bound + tol
         assert self._binding is not None
         parts = []
         for k, blob in enumerate(blobs):

@@ -424,3 +424,15 @@ def test_a_client_sends_its_noisy_centres_once_per_data(tmp_path):
         np.testing.assert_array_equal(again, first)  # the same noise: nothing to average
     with pytest.raises(ProtocolViolation, match="sent with k=2; asked again with k=3"):
         _send(agent, 1, argv, "centers", {"k": 3}, keyset=keyset)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_a_partys_stage_timings_go_with_its_results_only(share):
+    # how long a party's local fit or acquisition took depends on its data (and shows
+    # which branch its code took): without --share-results its answers carry none
+    agent = PartyAgent(0, 3, policy=PartyPolicy(share_results=share))
+    argv = _local_argv()
+    _send(agent, 1, argv, "init")
+    _, reply = _send(agent, 1, argv, "round", {"t": 1})
+    timings = sorted(k for k in reply if k.startswith("time:"))
+    assert timings == (["time:acquisition", "time:evaluation", "time:local_fit"] if share else [])

@@ -289,3 +289,50 @@ def test_an_offset_on_a_data_slot_is_refused_whatever_the_data(delta: float) -> 
         except TamperedMessageError as exc:
             outcomes.append("tag" if "the data's tag" in str(exc) else str(exc))
     assert outcomes == ["tag", "tag"]
+
+
+@pytest.mark.parametrize("delta", [1.0, -1.0, 2.0])
+def test_a_small_integer_offset_with_guessed_compensation_fails_the_tags(delta: float) -> None:
+    # Limb digits are integers: an offset of +-1 on one slot moves a decoded value by a
+    # power of two, so it must not pass. The server cannot know the tag weights (in
+    # [s, 2s), s = 1/(2 data slots)); it compensates every guard slot by their mean
+    # 1.5 s delta. With the declared input bound (limb digits: 2048) the tolerance is
+    # ~1e-9 and every trial fails; with the weights themselves (only the group key
+    # gives them) the same offset passes: the check is the tag.
+    from botorch_fed.secure.ckks import _tag_weights
+
+    backend = get_backend("ckks", encryption="asymmetric")
+    d, s = backend.params.data_slots, 1.0 / (2 * backend.params.data_slots)
+    outcomes = []
+    for trial in range(8):
+        for exact in (False, True):
+            server, clients = make_roles(backend, IDS, seed=trial)
+            for role in clients.values():
+                role.input_bound = 2048.0
+            rng = np.random.default_rng(trial)
+            inputs = {c: rng.integers(-2048, 2049, 16).astype(float) for c in IDS}
+            honest = server._aggregate
+            victim = clients[IDS[0]]
+
+            def offset(payloads, honest=honest, context=server.context, exact=exact, victim=victim):
+                out = honest(payloads)
+                ids, blobs = _parse_aggregate(next(iter(out.values())))
+                plain = np.zeros(backend.params.slots)
+                plain[5] = delta
+                if exact:  # what only a holder of the group key can compute
+                    w = _tag_weights(victim._group_key, victim._binding, 0, 16, d)
+                    plain[d:] = w[:, 5] * delta
+                else:
+                    plain[d:] = 1.5 * s * delta
+                vec = ts.ckks_vector_from(context, blobs[0]) + ts.ckks_vector(
+                    context, plain.tolist()
+                )
+                return dict.fromkeys(out, _write_aggregate(ids, [vec.serialize()]))
+
+            server._aggregate = offset
+            try:
+                drive(server, clients, inputs)
+                outcomes.append((exact, "passed"))
+            except TamperedMessageError as exc:
+                outcomes.append((exact, "tag" if "tag" in str(exc) else str(exc)))
+    assert outcomes == [(False, "tag"), (True, "passed")] * 8
