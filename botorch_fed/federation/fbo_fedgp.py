@@ -123,7 +123,7 @@ from botorch_fed.models import (
     standardize_from_moments,
 )
 from botorch_fed.models.federated_standardize import MAX_LIMB as MOMENT_MAX_LIMB
-from botorch_fed.secure.crypto import hkdf
+from botorch_fed.secure.crypto import hkdf, mac_tag, mac_verify
 
 _LOG = logging.getLogger(__name__)
 COORDINATOR = 0  # the client that runs a federated fit's optimiser (the lowest id)
@@ -508,7 +508,8 @@ class FBOFedGPClient(BOClient):
         self._fit_thetas: list[np.ndarray] = []  # the iterates of the fit in progress
         self._last_fit_round: int | None = None  # the round of the last refresh
         self._pending_theta: np.ndarray | None = None  # the coordinator's iterate
-        self._fed = False  # the pending iterate's summary and product are done
+        self._fed: np.ndarray | None = None  # the summed product at the pending iterate
+        self._vjp_for_pending = False  # the product session open is at the pending iterate
         # the last centres sent, by (number of points, k): not checkpointed (a restored
         # client draws fresh noise once more)
         self._centers: tuple[tuple[int, int], np.ndarray] | None = None
@@ -914,6 +915,7 @@ class FBOFedGPClient(BOClient):
         only in a round due a refresh and at most :meth:`_fit_budget` times."""
         if self._t is None:
             raise self.violation("a secure sum before any round", request)
+        self._fed, self._vjp_for_pending = None, False  # a new session: no stale product
         count = self._sums[request] = self._sums.get(request, 0) + 1
         fit = request in ("pitc_summary", "pitc_vjp")
         limit = self._fit_budget() if fit else 1
@@ -942,7 +944,7 @@ class FBOFedGPClient(BOClient):
     def _start_fit(self) -> None:
         # the refresh counts from its start: an abandoned fit is a refresh too
         self._fit_round, self._fit_thetas, self._last_fit_round = self._t, [], self._t
-        self._pending_theta, self._fed = None, False
+        self._pending_theta, self._fed = None, None
 
     def _end_fit(self) -> None:
         self._fit_round, self._fit_thetas, self._pending_theta = None, [], None
@@ -988,8 +990,9 @@ class FBOFedGPClient(BOClient):
             )
             return summary.to_numpy()
 
-    def vector_pitc_summary(self, theta: np.ndarray) -> np.ndarray:
+    def vector_pitc_summary(self, theta: np.ndarray, tag: bytes = b"") -> np.ndarray:
         theta = self._checked_theta(theta, "pitc_summary")
+        self._check_iterate_tag(theta, tag)
         if self.client_id == COORDINATOR and self._pending_theta is None:
             raise self.violation(
                 "a fit evaluation, but the coordinator's fit handed out no iterate", "pitc_summary"
@@ -1024,7 +1027,9 @@ class FBOFedGPClient(BOClient):
             hyper = PITCHyperparameters(*self.modules)
             hyper.set_theta(theta)
             adjoint = self._fit_adjoint(hyper)
-        self._fed = self._pending_theta is not None and np.array_equal(theta, self._pending_theta)
+        self._vjp_for_pending = self._pending_theta is not None and np.array_equal(
+            theta, self._pending_theta
+        )
         if len(self.X) == 0:
             return np.zeros(hyper.size)
         with self.timed("summary"):
@@ -1108,11 +1113,11 @@ class FBOFedGPClient(BOClient):
     def on_hyper_feed(self, payload: dict) -> dict:
         if self._minimizer is None:
             raise ProtocolViolation(f"Client {self.client_id} is not running a fit.")
-        if not self._fed:
+        if self._fed is None:  # the product sum of the pending iterate, nothing since
             raise self.violation(
                 "a feed before the pending iterate's summary and product", "hyper_feed"
             )
-        grad = self.last_sum + self._fit_prior_grad
+        grad, self._fed = self._fed + self._fit_prior_grad, None
         return self._hyper_reply(self._minimizer.feed(self._fit_loss, grad))
 
     def _hyper_reply(self, theta: np.ndarray | None) -> dict:
@@ -1120,8 +1125,38 @@ class FBOFedGPClient(BOClient):
             theta, self._minimizer = self._minimizer.result.x, None
             self._pending_theta = None
             return {"theta": theta, "done": True}
-        self._pending_theta, self._fed = np.array(theta, dtype=np.float64), False
-        return {"theta": theta, "done": False}
+        self._pending_theta, self._fed = np.array(theta, dtype=np.float64), None
+        return {"theta": theta, "done": False, "tag": self._iterate_tag(self._pending_theta)}
+
+    _ITERATE_LABEL = b"botorch-fed/fbo-fedgp/fit-iterate\x00"
+
+    def _iterate_tag(self, theta: np.ndarray) -> bytes:
+        r"""The coordinator's tag of an iterate it hands out: HMAC-SHA256 under the
+        federation secret (which the server lacks) of the round and ``theta``; empty
+        without a secret (``plaintext``, where the server sees the sums anyway)."""
+        secret = self.federation_secret()
+        if secret is None:
+            return b""
+        message = self._ITERATE_LABEL + _encode_count(self._t or 0)
+        message += np.ascontiguousarray(theta, dtype="<f8").tobytes()
+        return mac_tag(hkdf(secret, self._ITERATE_LABEL), message)
+
+    def _check_iterate_tag(self, theta: np.ndarray, tag: object) -> None:
+        r"""Refuse a fit evaluation at a ``theta`` the coordinator did not hand out in
+        this round (its tag does not verify). A decision on the server's message alone;
+        without a federation secret there is nothing to check."""
+        secret = self.federation_secret()
+        if secret is None:
+            return
+        message = self._ITERATE_LABEL + _encode_count(self._t or 0)
+        message += np.ascontiguousarray(theta, dtype="<f8").tobytes()
+        key = hkdf(secret, self._ITERATE_LABEL)
+        if not isinstance(tag, bytes) or not mac_verify(key, tag, message):
+            raise self.violation(
+                "a fit evaluation at a `theta` the coordinator did not hand out (its tag "
+                "does not verify)",
+                "pitc_summary",
+            )
 
     def _forged_sum(self, request: str, exc: ValueError) -> float:
         r"""A moments sum that no honest federation produces. Where the server holds
@@ -1169,6 +1204,8 @@ class FBOFedGPClient(BOClient):
                 self._forged_sum(request, exc)
                 self.standardize = _identity_standardize()
             self._fit_client = None
+        elif request == "pitc_vjp" and self._vjp_for_pending:
+            self._fed = total.copy()  # what the coordinator's next feed uses, nothing else
         elif request == "hyper":
             # a sum is never refused for its value (that would be a bit of it): the
             # average is clamped into the declared domain
@@ -1285,7 +1322,8 @@ class FBOFedGPServer(FederatedServer):
                     f"{budget} evaluations in one fit (`federated_maxiter`="
                     f"{self.config.federated_maxiter})."
                 )
-            self.secure_sum("pitc_summary", length, {"theta": reply["theta"]})
+            args = {"theta": reply["theta"], "tag": reply.get("tag", b"")}
+            self.secure_sum("pitc_summary", length, args)
             self.secure_sum("pitc_vjp", self.hyper.size)
             reply = self.send({coordinator: Message("hyper_feed")})[coordinator].payload
         self.hyper.set_theta(np.asarray(reply["theta"]))

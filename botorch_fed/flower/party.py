@@ -430,7 +430,12 @@ class PartyAgent:
             ctx.secagg_clients = {cid: role}
         with torch.random.fork_rng(devices=[]):  # as in process, leaving the agent's alone
             torch.manual_seed(run.setup.seed)
-            return _quiet(lambda: make_client(spec, ctx, cid))
+            try:
+                return _quiet(lambda: make_client(spec, ctx, cid))
+            except Exception as exc:  # the party's own objective and code: not public
+                raise RuntimeError(
+                    f"Client {cid} could not be built (its agent's log says why)."
+                ) from exc
 
 
 class _Held:

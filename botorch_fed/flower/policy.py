@@ -425,6 +425,10 @@ COST_CAPS: tuple[tuple[str, str, float], ...] = (
     ("--ts-candidates x --dim", "candidates", 1e7),
     # the acquisition's restarts: num_restarts L-BFGS-B runs of maxiter iterations
     ("--num-restarts x --maxiter", "restarts", 1e6),
+    # FBO-FedGP's federated fit: a support_size^3 solve per evaluation, 2 x maxiter each
+    ("--support-size^3 x --federated-maxiter", "fit_support", 1e11),
+    # FBO-FedGP's summaries: ~support_size^2 / 2 limb-encoded entries a round
+    ("--support-size^2 x --num-rounds", "summaries", 1e9),
 )
 r"""Caps on products of size-like options (:data:`SIZE_CAPS` caps each alone): each
 within its cap, ``--num-init 2000 --fit-maxiter 10000`` cost 47 s per round of
@@ -445,6 +449,8 @@ def _costs(settings, dim: int) -> dict[str, float]:
         "raw": float(get("raw_samples")) * dim,
         "candidates": float(get("ts_candidates")) * dim,
         "restarts": float(get("num_restarts")) * get("maxiter"),
+        "fit_support": float(get("support_size")) ** 3 * get("federated_maxiter"),
+        "summaries": float(get("support_size")) ** 2 * get("num_rounds"),
     }
 
 

@@ -505,7 +505,10 @@ class _CKKSClient(ClientRole):
                 "session); refusing to encrypt"
             )
         arr = self._input
-        self._binding = _binding(self.session_id or b"", nonces, self._transcript)
+        # the declared input bound enters the binding: contributors that declared
+        # different bounds derive different canaries and the sum fails the guard check
+        bound = np.float64(self._session_bound).tobytes()
+        self._binding = _binding(self.session_id or b"", nonces, self._transcript + bound)
         self._bound = ids
         params = self.backend.params
         d = params.data_slots

@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 MAGIC = b"BFSA"
-VERSION = 1
+VERSION = 2  # 2: CKKS guard slots carry the data's tags (a party of version 1 cannot join)
 SERVER_TO_CLIENT = 0
 CLIENT_TO_SERVER = 1
 _TAG_CHECKSUM = 0

@@ -189,8 +189,9 @@ def test_whether_a_client_answers_does_not_depend_on_its_outcomes(name):
         _round(server, 1)
         server.standardize_outcomes()
         _support_on(server, victim.X[:1].clone())
-        theta = server.send({0: Message("hyper_start")})[0].payload["theta"]
-        fit = server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+        reply = server.send({0: Message("hyper_start")})[0].payload
+        args = {"theta": reply["theta"], "tag": reply["tag"]}
+        fit = server.secure_sum("pitc_summary", _length(server), args)
         total = server.secure_sum("summary", _length(server))
         answered.append((fit, total, all(c.last_sum is not None for c in clients.values())))
     assert answered == [(None, None, True), (None, None, True)]
@@ -424,3 +425,40 @@ def test_a_summary_sum_no_honest_clients_produce_gives_a_local_step_not_a_refusa
         server.send({0: Message("global_step", {"t": 1, "rank": 0, "count": 1})})
     assert len(victim.history) == before + 1 and victim.history[-1]["step"] == "local"
     assert any("no honest sum" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("name", [*backend_params("ckks"), "masking"])
+def test_a_fit_evaluation_needs_the_coordinators_tag_on_its_iterate(name):
+    # under masking a server could drop the refusing coordinator from the session and
+    # still sum the others' summaries at a theta of its choosing; every client checks
+    # the coordinator's tag (keyed by the federation secret the server lacks) instead
+    server, clients = _federation(aggregator=name, hyperparameters="federated", num_clients=4)
+    _round(server, 1)
+    server.standardize_outcomes()
+    reply = server.send({0: Message("hyper_start")})[0].payload
+    chosen = reply["theta"].copy()
+    chosen[-1] += 0.5  # inside the domain, but the server's
+    for tag in (reply["tag"], b"", bytes(32)):
+        with pytest.raises(ProtocolViolation, match="Client 1.*tag does not verify"):
+            server.secure_sum(
+                "pitc_summary", _length(server), {"theta": chosen, "tag": tag}, clients=(1, 2, 3)
+            )
+    # the coordinator's own iterate with its tag is summed by everyone
+    server.secure_sum(
+        "pitc_summary", _length(server), {"theta": reply["theta"], "tag": reply["tag"]}
+    )
+    assert all(c.last_sum is not None for c in clients.values())
+
+
+def test_the_coordinator_feeds_only_the_product_sum_of_its_iterate():
+    # a server that opens another session between the product and the feed would have
+    # the coordinator take that sum for its gradient (and send back the next iterate)
+    server, clients = _federation(hyperparameters="federated")
+    _round(server, 1)
+    server.standardize_outcomes()
+    theta = _pending_iterate(server)
+    server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+    server.secure_sum("pitc_vjp", PITCHyperparameters(*clients[0].modules).size)
+    server.secure_sum("summary", _length(server))
+    with pytest.raises(ProtocolViolation, match="a feed before the pending iterate"):
+        server.send({0: Message("hyper_feed")})

@@ -127,6 +127,8 @@ def _sized(dest: str, value: int) -> tuple[PartyAgent, list[str]]:
         argv += [_flag(dest), str(value)]
     if dest == "settings.num_init":  # the GP fit's cost within COST_CAPS at the cap
         argv += ["--fit-maxiter", "1", "--num-rounds", "1"]
+    if dest == "settings.support_size":  # the federated fit's cost within COST_CAPS
+        argv += ["--federated-maxiter", "1"]
     return PartyAgent(0, clients, policy=EVERYTHING), argv
 
 
@@ -384,12 +386,18 @@ def test_a_run_config_too_long_to_parse_is_refused_before_parsing(monkeypatch):
         (["--num-init", "2000", "--fit-maxiter", "10000"], "--fit-maxiter is 8"),
         (["--dim", "1000", "--raw-samples", "100000"], r"--raw-samples x --dim is 1e\+08"),
         (["--num-restarts", "1000", "--maxiter", "10000"], r"--maxiter is 1e\+07"),
+        (["--support-size", "4096"], r"--support-size\^3 x --federated-maxiter is 2"),
+        (
+            ["--support-size", "2048", "--num-rounds", "1000", "--federated-maxiter", "1"],
+            r"--num-rounds is 4",
+        ),
     ],
 )
 def test_sizes_each_within_their_cap_are_refused_when_their_product_is_not(
     options, what, nothing_built
 ):
-    argv = ["local", "--problem", "ackley", "--clients", "3", *options]
+    algorithm = "fbo-fedgp" if "--support-size" in options else "local"
+    argv = [algorithm, "--problem", "ackley", "--clients", "3", *options]
     assert all(
         int(v) <= SIZE_CAPS.get(f"settings.{k[2:].replace('-', '_')}", SIZE_CAPS.get(k[2:]))
         for k, v in zip(options[::2], options[1::2], strict=True)

@@ -436,3 +436,20 @@ def test_a_partys_stage_timings_go_with_its_results_only(share):
     _, reply = _send(agent, 1, argv, "round", {"t": 1})
     timings = sorted(k for k in reply if k.startswith("time:"))
     assert timings == (["time:acquisition", "time:evaluation", "time:local_fit"] if share else [])
+
+
+def test_an_error_building_the_partys_own_client_is_not_told(monkeypatch, capfd):
+    # the run's options passed every check; what then fails is the party's own code
+    # (its objective, its data): the server learns the error's type, not its text
+    import botorch_fed.federation.runner as runner
+
+    def broken(*args, **kwargs):
+        raise ValueError("calibration file /home/lab/secret.csv has 0.4242 in row 7")
+
+    monkeypatch.setattr(runner, "make_client", broken)
+    agent = PartyAgent(0, 3)
+    config = {"argv": json.dumps(_local_argv()), "keyset": ""}
+    meta, _ = agent.reply({"run": 1, "type": "init", "config": config}, {})
+    assert not meta["ok"] and "RuntimeError" in meta["error"]
+    assert "0.4242" not in meta["error"] and "secret.csv" not in meta["error"]
+    assert "0.4242" in capfd.readouterr().err  # the party's own log has it
