@@ -497,7 +497,9 @@ class FBOFedGPClient(BOClient):
         self._moments_center: float | None = None
         self._fit_client: PITCFitClient | None = None
         self._minimizer: SteppedMinimizer | None = None
-        self._fit_theta: np.ndarray | None = None
+        self._fit_theta: np.ndarray | None = None  # the theta of the summary session open
+        self._fit_sum: np.ndarray | None = None  # its summed summaries (for the product)
+        self._fit_index = -1  # the last evaluation index of the round's fit computed at
         self._fit_loss = 0.0
         self._fit_prior_grad: np.ndarray | None = None
         self._global_round: int | None = None  # the round this client drew a global step
@@ -509,6 +511,8 @@ class FBOFedGPClient(BOClient):
         self._last_fit_round: int | None = None  # the round of the last refresh
         self._pending_theta: np.ndarray | None = None  # the coordinator's iterate
         self._fed: np.ndarray | None = None  # the summed product at the pending iterate
+        self._handed_out = 0  # the coordinator: iterates handed out in the round's fit
+        self._pending_evaluated = False  # the coordinator: its iterate's summary is done
         self._vjp_for_pending = False  # the product session open is at the pending iterate
         # the last centres sent, by (number of points, k): not checkpointed (a restored
         # client draws fresh noise once more)
@@ -916,6 +920,8 @@ class FBOFedGPClient(BOClient):
         if self._t is None:
             raise self.violation("a secure sum before any round", request)
         self._fed, self._vjp_for_pending = None, False  # a new session: no stale product
+        if request != "pitc_vjp":  # the product belongs to the summary session before it
+            self._fit_theta = self._fit_sum = None
         count = self._sums[request] = self._sums.get(request, 0) + 1
         fit = request in ("pitc_summary", "pitc_vjp")
         limit = self._fit_budget() if fit else 1
@@ -945,6 +951,7 @@ class FBOFedGPClient(BOClient):
         # the refresh counts from its start: an abandoned fit is a refresh too
         self._fit_round, self._fit_thetas, self._last_fit_round = self._t, [], self._t
         self._pending_theta, self._fed = None, None
+        self._fit_index, self._handed_out, self._pending_evaluated = -1, 0, False
 
     def _end_fit(self) -> None:
         self._fit_round, self._fit_thetas, self._pending_theta = None, [], None
@@ -990,9 +997,11 @@ class FBOFedGPClient(BOClient):
             )
             return summary.to_numpy()
 
-    def vector_pitc_summary(self, theta: np.ndarray, tag: bytes = b"") -> np.ndarray:
+    def vector_pitc_summary(
+        self, theta: np.ndarray, tag: bytes = b"", index: int = -1
+    ) -> np.ndarray:
         theta = self._checked_theta(theta, "pitc_summary")
-        self._check_iterate_tag(theta, tag)
+        index = self._check_iterate_tag(theta, tag, index)
         if self.client_id == COORDINATOR and self._pending_theta is None:
             raise self.violation(
                 "a fit evaluation, but the coordinator's fit handed out no iterate", "pitc_summary"
@@ -1000,11 +1009,17 @@ class FBOFedGPClient(BOClient):
         if self._pending_theta is not None and not np.array_equal(theta, self._pending_theta):
             # the coordinator's own check: the server may not query the loss elsewhere
             raise self.violation("`theta` is not the fit's pending iterate", "pitc_summary")
+        if self._pending_theta is not None and self._pending_evaluated:
+            raise self.violation("a second summary at the pending iterate", "pitc_summary")
         if self.support is None or self.standardize is None:
             raise self.violation(
                 "a summary before the support and the standardisation", "pitc_summary"
             )
         self._admit_sum("pitc_summary")
+        if self.federation_secret() is not None:  # each tagged evaluation once, in order
+            self._fit_index = index
+        if self._pending_theta is not None:  # the coordinator: one summary per iterate
+            self._pending_evaluated = True
         self._fit_thetas.append(theta.copy())
         self._fit_theta = theta
         if len(self.X) == 0:
@@ -1019,8 +1034,10 @@ class FBOFedGPClient(BOClient):
     def vector_pitc_vjp(self) -> np.ndarray:
         # every client holds the summed summaries: it derives the loss and the adjoint
         # itself (no party sends them), then contributes its vector-Jacobian product
-        if self._fit_theta is None or self.last_sum is None:
-            raise ProtocolViolation(f"Client {self.client_id}: VJP requested before a summary.")
+        if self._fit_theta is None or self._fit_sum is None:
+            raise self.violation(
+                "a product without the summary sum at its iterate just before", "pitc_vjp"
+            )
         self._admit_sum("pitc_vjp")
         theta, self._fit_theta = self._fit_theta, None  # one VJP per summary
         with self.timed("hyperparameters"):
@@ -1064,7 +1081,7 @@ class FBOFedGPClient(BOClient):
         an honest sum never takes this path."""
         m = len(self.support)
         try:
-            loss, adjoint, prior_grad = pitc_loss_and_adjoint(self.last_sum, m, hyper)
+            loss, adjoint, prior_grad = pitc_loss_and_adjoint(self._fit_sum, m, hyper)
         except (ValueError, RuntimeError) as exc:  # torch's linalg errors are RuntimeErrors
             loss, adjoint, prior_grad = math.inf, None, np.zeros(hyper.size)
             reason = type(exc).__name__
@@ -1078,7 +1095,7 @@ class FBOFedGPClient(BOClient):
                 self._t,
                 reason,
             )
-            loss, adjoint = _FAILED_LOSS, np.zeros(len(self.last_sum))
+            loss, adjoint = _FAILED_LOSS, np.zeros(len(self._fit_sum))
         self._fit_loss, self._fit_prior_grad = loss, prior_grad
         return np.clip(adjoint, -_ADJOINT_LIMIT, _ADJOINT_LIMIT)
 
@@ -1126,37 +1143,57 @@ class FBOFedGPClient(BOClient):
             self._pending_theta = None
             return {"theta": theta, "done": True}
         self._pending_theta, self._fed = np.array(theta, dtype=np.float64), None
-        return {"theta": theta, "done": False, "tag": self._iterate_tag(self._pending_theta)}
+        self._pending_evaluated = False
+        self._handed_out += 1
+        index = self._handed_out
+        tag = self._iterate_tag(self._pending_theta, index)
+        return {"theta": theta, "done": False, "tag": tag, "index": index}
 
     _ITERATE_LABEL = b"botorch-fed/fbo-fedgp/fit-iterate\x00"
 
-    def _iterate_tag(self, theta: np.ndarray) -> bytes:
-        r"""The coordinator's tag of an iterate it hands out: HMAC-SHA256 under the
-        federation secret (which the server lacks) of the round and ``theta``; empty
-        without a secret (``plaintext``, where the server sees the sums anyway)."""
+    def _iterate_message(self, theta: np.ndarray, index: int) -> bytes:
+        message = self._ITERATE_LABEL + _encode_count(_check_count("run_seed", self.run_seed or 0))
+        message += _encode_count(self._t or 0) + _encode_count(int(index))
+        return message + np.ascontiguousarray(theta, dtype="<f8").tobytes()
+
+    def _iterate_tag(self, theta: np.ndarray, index: int) -> bytes:
+        r"""The coordinator's tag of the ``index``-th iterate it hands out in this
+        round's fit: HMAC-SHA256 under the federation secret (which the server lacks)
+        of the run seed, the round, ``index`` and ``theta``; empty without a secret
+        (``plaintext``, where the server sees the sums anyway)."""
         secret = self.federation_secret()
         if secret is None:
             return b""
-        message = self._ITERATE_LABEL + _encode_count(self._t or 0)
-        message += np.ascontiguousarray(theta, dtype="<f8").tobytes()
-        return mac_tag(hkdf(secret, self._ITERATE_LABEL), message)
+        return mac_tag(hkdf(secret, self._ITERATE_LABEL), self._iterate_message(theta, index))
 
-    def _check_iterate_tag(self, theta: np.ndarray, tag: object) -> None:
+    def _check_iterate_tag(self, theta: np.ndarray, tag: object, index: object) -> int:
         r"""Refuse a fit evaluation at a ``theta`` the coordinator did not hand out in
-        this round (its tag does not verify). A decision on the server's message alone;
-        without a federation secret there is nothing to check."""
+        this round (its tag does not verify), or at an iterate this client already
+        computed at (indices increase): decisions on the server's message alone. Without
+        a federation secret there is nothing to check. Returns the index."""
         secret = self.federation_secret()
         if secret is None:
-            return
-        message = self._ITERATE_LABEL + _encode_count(self._t or 0)
-        message += np.ascontiguousarray(theta, dtype="<f8").tobytes()
+            return -1
+        if isinstance(index, bool | np.bool_) or not isinstance(index, int | np.integer):
+            raise self.violation(
+                f"the iterate's `index`={index!r:.40} must be an int", "pitc_summary"
+            )
+        index = int(index)
         key = hkdf(secret, self._ITERATE_LABEL)
+        message = self._iterate_message(theta, index) if index >= 1 else b""
         if not isinstance(tag, bytes) or not mac_verify(key, tag, message):
             raise self.violation(
                 "a fit evaluation at a `theta` the coordinator did not hand out (its tag "
                 "does not verify)",
                 "pitc_summary",
             )
+        if self._fit_round == self._t and index <= self._fit_index:
+            raise self.violation(
+                f"iterate {index} of the round's fit, after iterate {self._fit_index}: each "
+                "iterate is evaluated once, in order",
+                "pitc_summary",
+            )
+        return index
 
     def _forged_sum(self, request: str, exc: ValueError) -> float:
         r"""A moments sum that no honest federation produces. Where the server holds
@@ -1204,6 +1241,8 @@ class FBOFedGPClient(BOClient):
                 self._forged_sum(request, exc)
                 self.standardize = _identity_standardize()
             self._fit_client = None
+        elif request == "pitc_summary" and self._fit_theta is not None:
+            self._fit_sum = total.copy()  # what this iterate's product derives from
         elif request == "pitc_vjp" and self._vjp_for_pending:
             self._fed = total.copy()  # what the coordinator's next feed uses, nothing else
         elif request == "hyper":
@@ -1323,6 +1362,8 @@ class FBOFedGPServer(FederatedServer):
                     f"{self.config.federated_maxiter})."
                 )
             args = {"theta": reply["theta"], "tag": reply.get("tag", b"")}
+            if "index" in reply:
+                args["index"] = reply["index"]
             self.secure_sum("pitc_summary", length, args)
             self.secure_sum("pitc_vjp", self.hyper.size)
             reply = self.send({coordinator: Message("hyper_feed")})[coordinator].payload

@@ -449,7 +449,9 @@ def _costs(settings, dim: int) -> dict[str, float]:
         "raw": float(get("raw_samples")) * dim,
         "candidates": float(get("ts_candidates")) * dim,
         "restarts": float(get("num_restarts")) * get("maxiter"),
-        "fit_support": float(get("support_size")) ** 3 * get("federated_maxiter"),
+        "fit_support": float(get("support_size")) ** 3 * get("federated_maxiter")
+        if getattr(settings, "hyperparameters", None) == "federated"
+        else 0.0,
         "summaries": float(get("support_size")) ** 2 * get("num_rounds"),
     }
 

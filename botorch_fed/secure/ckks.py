@@ -507,7 +507,7 @@ class _CKKSClient(ClientRole):
         arr = self._input
         # the declared input bound enters the binding: contributors that declared
         # different bounds derive different canaries and the sum fails the guard check
-        bound = np.float64(self._session_bound).tobytes()
+        bound = np.array([self._session_bound], dtype="<f8").tobytes()
         self._binding = _binding(self.session_id or b"", nonces, self._transcript + bound)
         self._bound = ids
         params = self.backend.params

@@ -540,9 +540,11 @@ def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregato
     # coordinator's L-BFGS iterates, a function of the aggregate. The support is
     # re-selected in round 3, so both exceptions are exercised and checked to be real.
     disclosed = {("centers", "centers"), ("hyper_start", "theta"), ("hyper_feed", "theta")}
+    # the coordinator's tag of an iterate is a keyed hash of the (disclosed) iterate
+    disclosed |= {("hyper_start", "tag"), ("hyper_feed", "tag")}
 
     def observe(perturb: bool):
-        seen, exempt = [], {"centers": [], "theta": []}
+        seen, exempt = [], {"centers": [], "theta": [], "tag": []}
 
         def record(cid, reply):
             items = []

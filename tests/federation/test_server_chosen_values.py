@@ -190,7 +190,7 @@ def test_whether_a_client_answers_does_not_depend_on_its_outcomes(name):
         server.standardize_outcomes()
         _support_on(server, victim.X[:1].clone())
         reply = server.send({0: Message("hyper_start")})[0].payload
-        args = {"theta": reply["theta"], "tag": reply["tag"]}
+        args = {"theta": reply["theta"], "tag": reply["tag"], "index": reply["index"]}
         fit = server.secure_sum("pitc_summary", _length(server), args)
         total = server.secure_sum("summary", _length(server))
         answered.append((fit, total, all(c.last_sum is not None for c in clients.values())))
@@ -252,7 +252,7 @@ def test_the_server_stops_a_coordinator_that_never_finishes(monkeypatch):
         return reply
 
     def endless_feed(self, payload):  # a malicious coordinator: always one more iterate
-        return {"theta": self._pending_theta, "done": False}
+        return self._hyper_reply(self._pending_theta + 1e-3)
 
     monkeypatch.setattr(type(coordinator), "on_hyper_start", endless_start)
     monkeypatch.setattr(type(coordinator), "on_hyper_feed", endless_feed)
@@ -264,15 +264,24 @@ def _pending_iterate(server):
     return server.send({0: Message("hyper_start")})[0].payload["theta"]
 
 
-def test_clients_refuse_fit_evaluations_beyond_the_budget():
+def test_clients_refuse_fit_evaluations_beyond_the_budget(monkeypatch):
+    # a malicious coordinator (another party) hands out iterates without end; the
+    # server relays them without its own cap: every other client stops at the budget
     server, clients = _federation(hyperparameters="federated", federated_maxiter=1)
     _round(server, 1)
     server.standardize_outcomes()
-    theta = _pending_iterate(server)
+    coordinator = type(clients[0])
+    monkeypatch.setattr(
+        coordinator, "on_hyper_feed", lambda self, p: self._hyper_reply(self._pending_theta + 1e-3)
+    )
+    reply = server.send({0: Message("hyper_start")})[0].payload
+    size = PITCHyperparameters(*clients[0].modules).size
     for _ in range(FIT_EVALUATIONS_PER_ITERATION):
-        server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+        server.secure_sum("pitc_summary", _length(server), {"theta": reply["theta"]})
+        server.secure_sum("pitc_vjp", size)
+        reply = server.send({0: Message("hyper_feed")})[0].payload
     with pytest.raises(ProtocolViolation, match="3 'pitc_summary' sums in round 1"):
-        server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+        server.secure_sum("pitc_summary", _length(server), {"theta": reply["theta"]})
 
 
 def test_a_fit_needs_the_coordinators_iterate_and_the_coordinator():
@@ -438,16 +447,21 @@ def test_a_fit_evaluation_needs_the_coordinators_tag_on_its_iterate(name):
     reply = server.send({0: Message("hyper_start")})[0].payload
     chosen = reply["theta"].copy()
     chosen[-1] += 0.5  # inside the domain, but the server's
-    for tag in (reply["tag"], b"", bytes(32)):
+    for tag, index in ((reply["tag"], reply["index"]), (reply["tag"], 2), (b"", 1)):
         with pytest.raises(ProtocolViolation, match="Client 1.*tag does not verify"):
             server.secure_sum(
-                "pitc_summary", _length(server), {"theta": chosen, "tag": tag}, clients=(1, 2, 3)
+                "pitc_summary",
+                _length(server),
+                {"theta": chosen, "tag": tag, "index": index},
+                clients=(1, 2, 3),
             )
-    # the coordinator's own iterate with its tag is summed by everyone
-    server.secure_sum(
-        "pitc_summary", _length(server), {"theta": reply["theta"], "tag": reply["tag"]}
-    )
+    # the coordinator's own iterate with its tag is summed by everyone -- once
+    honest = {"theta": reply["theta"], "tag": reply["tag"], "index": reply["index"]}
+    server.secure_sum("pitc_summary", _length(server), honest)
     assert all(c.last_sum is not None for c in clients.values())
+    # summed again over other clients (to difference one client's summary out): refused
+    with pytest.raises(ProtocolViolation, match="Client 1.*evaluated once, in order"):
+        server.secure_sum("pitc_summary", _length(server), honest, clients=(1, 2, 3))
 
 
 def test_the_coordinator_feeds_only_the_product_sum_of_its_iterate():
