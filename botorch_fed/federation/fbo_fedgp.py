@@ -1071,8 +1071,9 @@ class FBOFedGPClient(BOClient):
         return reply
 
     def _fit_adjoint(self, hyper: PITCHyperparameters) -> np.ndarray:
-        r"""The adjoint of the loss at the summed summaries (``last_sum``), which every
-        client derives itself; sets the loss and the prior's gradient.
+        r"""The adjoint of the loss at the summed summaries of this iterate (the
+        ``pitc_summary`` sum just before), which every client derives itself; sets the
+        loss and the prior's gradient.
 
         A sum the server forged (it may offset a CKKS sum) can make the loss undefined
         (no Cholesky factor) or the adjoint unbounded. Refusing then would tell the
