@@ -22,8 +22,8 @@ r"""The federation protocol and the federated algorithms as round-based programs
   :class:`FederationSetup` takes them or a built-in test function name.
 - :mod:`~botorch_fed.federation.registry`: every algorithm registers its name,
   settings and builders once; :func:`run_federated` (build and run any of them and
-  score the result) and the CLI dispatch on it (as will a Flower deployment: not
-  built yet, every party runs in one process today).
+  score the result), the CLI and the Flower deployment (:mod:`botorch_fed.flower`)
+  dispatch on it: the same clients and servers run in process and on Flower.
 """
 
 # the algorithm modules register themselves on import (registry below)
