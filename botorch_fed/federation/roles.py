@@ -558,7 +558,9 @@ class FederatedServer:
             wide: Send the vectors in the wide-range limb encoding
                 (:class:`~botorch_fed.secure.limbs.LimbEncoding`): exact to ``2^-40``
                 for any magnitude below ``2^wide``, at ``num_limbs`` times the length
-                (0: raw float64 values).
+                (0: raw float64 values). The clients decide the encoding of each
+                request (:meth:`FederatedClient.sum_encoding`) and refuse a session
+                that names another: this must be theirs.
 
         Returns:
             The sum if the backend reveals it to the server, else ``None`` (the
