@@ -97,6 +97,20 @@ _PUBLIC = "botorch_fed_public_refusal"
 _BUILD_REFUSALS = (PolicyError, ValueError)
 
 
+def _from_objective_import(exc: BaseException) -> bool:
+    r"""Whether ``exc`` is, or was raised from, a failure to load the user's objective
+    module (:class:`~botorch_fed.runs.black_box.ObjectiveImportError`)."""
+    from botorch_fed.runs.black_box import ObjectiveImportError
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ObjectiveImportError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def refusal(exc: BaseException) -> BaseException:
     r"""Mark ``exc`` a public refusal: one decided before the run's client is used, from
     the run's options, the party's policy and the agent's bookkeeping alone, whose full
@@ -300,6 +314,15 @@ class PartyAgent:
         try:
             return self._build(run_config)
         except _BUILD_REFUSALS as exc:
+            if _from_objective_import(exc):
+                # the party's own module: its error, its folder, its names stay here
+                print(f"the run's objective does not load: {exc}", file=sys.stderr)
+                raise refusal(
+                    ValueError(
+                        f"Client {self.partition_id}: this party cannot load the run's "
+                        "objective (its agent's log says why)."
+                    )
+                ) from None
             refusal(exc)
             raise
 

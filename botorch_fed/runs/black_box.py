@@ -46,9 +46,16 @@ def import_path(folders: Sequence[str]) -> Iterator[None]:
         sys.path[:] = saved
 
 
+class ObjectiveImportError(ValueError):
+    r"""The user's module could not be imported, or has no such callable. Its text holds
+    the module's own error, the working directory and names from the module: a party's
+    agent reports it to the server by type only."""
+
+
 def import_callable(spec: str, where: str):
     r"""The callable named by ``"package.module:function"`` (``function`` may be a dotted
-    attribute path); ``ValueError`` naming ``where`` (a flag or a config key)."""
+    attribute path); ``ValueError`` naming ``where`` (a flag or a config key), an
+    :class:`ObjectiveImportError` when the module or the callable does not load."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name.strip() or not attr.strip():
         raise ValueError(
@@ -59,16 +66,16 @@ def import_callable(spec: str, where: str):
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise ValueError(
+            raise ObjectiveImportError(
                 f"{where} {spec!r}: cannot import module {module_name!r} ({exc}); modules are "
                 f"found in the current directory ({os.getcwd()}) and on the Python path."
             ) from None
-        raise ValueError(
+        raise ObjectiveImportError(
             f"{where} {spec!r}: importing module {module_name!r} failed: "
             f"{type(exc).__name__}: {exc}."
         ) from exc
     except Exception as exc:  # noqa: BLE001 - the user's module may raise anything
-        raise ValueError(
+        raise ObjectiveImportError(
             f"{where} {spec!r}: importing module {module_name!r} failed: "
             f"{type(exc).__name__}: {exc}."
         ) from exc
@@ -78,10 +85,12 @@ def import_callable(spec: str, where: str):
             names = [n for n in dir(obj) if not n.startswith("_")]
             close = difflib.get_close_matches(part, names, n=3)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise ValueError(f"{where} {spec!r}: {module_name!r} has no attribute {attr!r}.{hint}")
+            raise ObjectiveImportError(
+                f"{where} {spec!r}: {module_name!r} has no attribute {attr!r}.{hint}"
+            )
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ValueError(
+        raise ObjectiveImportError(
             f"{where} {spec!r}: {module_name}.{attr} is a {type(obj).__name__}, not a function."
         )
     return obj

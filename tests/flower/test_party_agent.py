@@ -453,3 +453,23 @@ def test_an_error_building_the_partys_own_client_is_not_told(monkeypatch, capfd)
     assert not meta["ok"] and "RuntimeError" in meta["error"]
     assert "0.4242" not in meta["error"] and "secret.csv" not in meta["error"]
     assert "0.4242" in capfd.readouterr().err  # the party's own log has it
+
+
+@pytest.mark.parametrize("module", ["no_such_party_module", "broken_party_module"])
+def test_an_objective_that_does_not_load_is_refused_without_its_text(
+    module, tmp_path, monkeypatch, capfd
+):
+    # the party's module's own error, its working directory and the module's names
+    # stay in the party's log; the server learns only that the objective does not load
+    (tmp_path / "broken_party_module.py").write_text("raise RuntimeError('key 0.4242')\n")
+    monkeypatch.chdir(tmp_path)
+    name = f"{module}:f"
+    agent = PartyAgent(0, 3, policy=PartyPolicy(objectives=(f"{name}@0,1;0,1",)))
+    argv = [*_local_argv(), "--objective", name, "--bounds", "0,1;0,1"]
+    argv = [a for a in argv if a not in ("--problem", "branin")]
+    config = {"argv": json.dumps(argv), "keyset": ""}
+    meta, _ = agent.reply({"run": 1, "type": "init", "config": config}, {})
+    assert not meta["ok"] and "cannot load the run's objective" in meta["error"]
+    assert str(tmp_path) not in meta["error"] and "0.4242" not in meta["error"]
+    log = capfd.readouterr().err
+    assert module in log
