@@ -598,10 +598,25 @@ class FBOFedGPClient(BOClient):
         return Y.clamp(-bound, bound)
 
     # --- protocol handlers ----------------------------------------------------------
+    def max_support_size(self) -> int:
+        r"""The largest support the run's settings make: ``support_size`` plus
+        ``support_growth`` at each re-selection (every ``support_every`` rounds), at most
+        :data:`MAX_SUPPORT_SIZE`. A client refuses a larger one: its cost (a party's
+        policy caps it on the settings) is the settings', not the server's choice."""
+        c = self.config
+        grown = (self.settings.num_rounds - 1) // c.support_every if c.support_every else 0
+        return min(MAX_SUPPORT_SIZE, c.support_size + c.support_growth * max(grown, 0))
+
     def on_centers(self, payload: dict) -> dict:
-        k = int(payload["k"])
-        if not 1 <= k <= MAX_SUPPORT_SIZE:
-            raise self.violation(f"`k`={k} must be in 1..{MAX_SUPPORT_SIZE}", "centers")
+        k = payload.get("k")
+        if isinstance(k, bool | np.bool_) or not isinstance(k, int | np.integer):
+            raise self.violation(f"`k`={k!r:.40} must be an int", "centers")
+        k = int(k)
+        if k != self.config.centers_per_client:
+            raise self.violation(
+                f"`k`={k}, but the run's `centers_per_client` is {self.config.centers_per_client}",
+                "centers",
+            )
         if len(self.X) < self.config.min_cluster_size:  # too few points to share a centre of
             return {"centers": np.empty((0, self.dim))}
         noise = self.config.center_noise
@@ -645,7 +660,7 @@ class FBOFedGPClient(BOClient):
 
     def on_support(self, payload: dict) -> dict:
         support = torch.as_tensor(np.asarray(payload["support"], dtype=np.float64))
-        limit = MAX_SUPPORT_SIZE
+        limit = self.max_support_size()
         if not (
             support.ndim == 2
             and support.shape[-1] == self.dim

@@ -317,7 +317,7 @@ def test_the_noise_depends_on_every_bit_of_the_private_seed_material(source, mon
             _, clients, _ = build_federation(
                 "fbo-fedgp",
                 _os_setup(),
-                _reselect_config(support="clustered", center_noise=0.1),
+                _reselect_config(support="clustered", center_noise=0.1, centers_per_client=2),
                 **kwargs,
             )
         clients[0].on_init({})
@@ -348,7 +348,9 @@ def test_resume_under_os_randomness_continues_the_saved_private_generator(tmp_pa
 def test_each_selection_draws_fresh_private_noise_so_repeats_average_out():
     # documented residual (docs/security.md): a cluster sent in r selections can be
     # averaged; asked again about the same data, a client repeats its answer
-    server, clients, _ = build_federation("fbo-fedgp", _os_setup(crypto_seed=3), _reselect_config())
+    server, clients, _ = build_federation(
+        "fbo-fedgp", _os_setup(crypto_seed=3), _reselect_config(centers_per_client=2)
+    )
     client = clients[0]
     client.X = torch.rand(8, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     exact = local_centers(client.X, k=2, seed=client.seed,

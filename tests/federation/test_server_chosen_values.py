@@ -476,3 +476,19 @@ def test_the_coordinator_feeds_only_the_product_sum_of_its_iterate():
     server.secure_sum("summary", _length(server))
     with pytest.raises(ProtocolViolation, match="a feed before the pending iterate"):
         server.send({0: Message("hyper_feed")})
+
+
+def test_the_support_and_k_are_the_settings_not_the_servers():
+    # a party's policy caps a run's cost on its settings (--support-size, ...): a server
+    # that then sent a support of 4096 points would run a fit 4096^3 per evaluation
+    server, clients = _federation(support_size=4, support_growth=2, support_every=1)
+    limit = 4 + 2 * (NUM_ROUNDS - 1)
+    assert clients[1].max_support_size() == limit
+    grid = torch.rand(limit + 1, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.raises(ProtocolViolation, match=f"1..{limit} finite points"):
+        _support_on(server, grid)
+    _support_on(server, grid[:limit])  # the largest the settings make
+    for k in (3, 5, 4096, True, 4.0):
+        with pytest.raises(ProtocolViolation, match="`k`="):
+            server.broadcast("centers", {"k": k})
+    server.broadcast("centers", {"k": 4})  # centers_per_client
