@@ -214,8 +214,8 @@ def last_round_of(history: list[dict]) -> int:
 class RoundBudget:
     r"""A client's evaluation budget: round ``t`` of a run is answered once, in order.
 
-    The server chooses every ``t`` it sends (docs/security.md, "What an agent
-    refuses"); a client that took any ``t >= 1`` would evaluate its black box (a costly,
+    The server chooses every ``t`` it sends (docs/security.md, "Budgets: every
+    algorithm"); a client that took any ``t >= 1`` would evaluate its black box (a costly,
     possibly physical experiment) as often as the server asks -- past ``num_rounds``,
     the same round again, rounds out of order. A handler that evaluates or computes on
     private data therefore first calls :meth:`accept_round` with the round the server
