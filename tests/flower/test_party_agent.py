@@ -414,6 +414,7 @@ def test_a_client_sends_its_noisy_centres_once_per_data(tmp_path):
     argv = short_argv("fbo-fedgp", "masking")
     i = argv.index("--crypto-seed")
     argv = argv[:i] + argv[i + 2 :] + ["--support-selection", "clustered"]
+    argv += ["--centers-per-client", "2"]  # the k a client takes is the run's
     keyset, _ = write_keyset(prepare(argv).setup, [0, 1, 2], tmp_path)
     agent = PartyAgent(0, 3, tmp_path, policy=PartyPolicy(allow_masking=True))
     _send(agent, 1, argv, "init", keyset=keyset)
@@ -422,7 +423,7 @@ def test_a_client_sends_its_noisy_centres_once_per_data(tmp_path):
     for _ in range(5):
         again = _send(agent, 1, argv, "centers", {"k": 2}, keyset=keyset)[1]["centers"]
         np.testing.assert_array_equal(again, first)  # the same noise: nothing to average
-    with pytest.raises(ProtocolViolation, match="sent with k=2; asked again with k=3"):
+    with pytest.raises(ProtocolViolation, match="`k`=3, but the run's `centers_per_client` is 2"):
         _send(agent, 1, argv, "centers", {"k": 3}, keyset=keyset)
 
 

@@ -167,6 +167,7 @@ def test_two_parties_of_one_run_config_draw_their_own_centre_noise_and_sum_keys(
 
     argv = _without_seed(short_argv("fbo-fedgp", "masking"))
     argv += ["--num-init", "6", "--support-selection", "clustered", "--center-noise", "0.1"]
+    argv += ["--centers-per-client", "2"]  # the k a client takes is the run's
     run = prepare(argv)
     keyset, server_key = write_keyset(run.setup, [0, 1, 2], tmp_path)
     agents = [PartyAgent(0, 3, tmp_path, policy=MASKING) for _ in range(2)]
