@@ -118,7 +118,7 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
     r"""Write ``data`` to a fresh, private (0600), randomly named temporary file
     (``O_EXCL``: a planted file or symlink is never followed), then rename it."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -162,11 +162,11 @@ def save_checkpoint(folder: str | os.PathLike, round: int, parties: Mapping, inf
             raise ValueError(f"Party name {name!r} must be 'server' or 'client-<id>'.")
         data = _serialise(state)
         file = f"{name}.r{int(round):06d}.{token}.pt"
-        _write_atomically(folder / file, data)
+        write_atomically(folder / file, data)
         files[name] = {"file": file, "sha256": hashlib.sha256(data).hexdigest()}
     manifest = {"format": FORMAT, "round": int(round), "files": files, **info}
     _fsync_dir(folder)
-    _write_atomically(folder / MANIFEST, json.dumps(manifest, indent=1).encode())
+    write_atomically(folder / MANIFEST, json.dumps(manifest, indent=1).encode())
     _fsync_dir(folder)
     keep = {f["file"] for f in files.values()}
     for old in folder.iterdir():  # earlier rounds' files and leftovers of crashed saves

@@ -64,7 +64,6 @@ import signal
 import socket
 import stat
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -635,18 +634,10 @@ def _append(path: Path, text: str) -> None:
 def _replace(path: Path, text: str) -> None:
     r"""Replace ``path`` by a file holding ``text``, atomically: a crash leaves the old
     file or the new one, both complete."""
-    folder = path.parent
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.")  # 0600
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_folder(folder)
+    from botorch_fed.federation.checkpoint import write_atomically
+
+    write_atomically(path, text.encode())
+    _fsync_folder(path.parent)
 
 
 def _fsync_folder(folder: Path) -> None:

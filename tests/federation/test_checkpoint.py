@@ -401,17 +401,17 @@ def test_a_crash_while_saving_keeps_the_previous_checkpoint(tmp_path, monkeypatc
     r"""Kill the process between the party files and the manifest of round 2: the
     folder still holds round 1 complete, and resuming from it ends as the full run."""
     full = run_federated("central", _setup(), _settings("central"))
-    real = ckpt._write_atomically
+    real = ckpt.write_atomically
 
     def crash_on_round_2_manifest(path, data):
         if path.name == MANIFEST and json.loads(data)["round"] == 2:
             raise Killed
         real(path, data)
 
-    monkeypatch.setattr(ckpt, "_write_atomically", crash_on_round_2_manifest)
+    monkeypatch.setattr(ckpt, "write_atomically", crash_on_round_2_manifest)
     with pytest.raises(Killed):
         run_federated("central", _setup(), _settings("central"), checkpoint=tmp_path)
-    monkeypatch.setattr(ckpt, "_write_atomically", real)
+    monkeypatch.setattr(ckpt, "write_atomically", real)
     assert load_checkpoint(tmp_path)[0]["round"] == 1
     resumed = run_federated("central", _setup(), _settings("central"), resume=tmp_path)
     assert comparable(resumed) == comparable(full)
@@ -570,19 +570,19 @@ def test_a_crash_while_saving_into_a_used_folder_keeps_its_checkpoint(tmp_path, 
             checkpoint=tmp_path,
             on_round=kill_after(0),
         )
-    real = ckpt._write_atomically
+    real = ckpt.write_atomically
 
     def crash_at_the_manifest(path, data):
         if path.name == MANIFEST:
             raise Killed  # run B dies after writing its party files
         real(path, data)
 
-    monkeypatch.setattr(ckpt, "_write_atomically", crash_at_the_manifest)
+    monkeypatch.setattr(ckpt, "write_atomically", crash_at_the_manifest)
     with pytest.raises((Killed, CheckpointError)):  # refused up front is fine too
         run_federated(
             "local", _noiseless_setup(seed=6), _short_settings("local"), checkpoint=tmp_path
         )
-    monkeypatch.setattr(ckpt, "_write_atomically", real)
+    monkeypatch.setattr(ckpt, "write_atomically", real)
     manifest, _ = load_checkpoint(tmp_path)  # raises: run A's files were overwritten
     assert manifest["round"] == 0 and manifest["setup"]["seed"] == 5
 

@@ -776,7 +776,7 @@ def test_nullable_preset_options_accept_none_on_the_command_line():
 def test_support_is_clamped_into_the_unit_cube(monkeypatch):
     # k-means centres are means of unit-cube points; rounding may leave one a few ulps
     # outside, which every client would refuse as a protocol violation
-    import botorch_fed.federation.fbo_fedgp as fbo
+    import botorch_fed.federation.fbo_fedgp_server as fbo
 
     real = fbo.global_support
 
