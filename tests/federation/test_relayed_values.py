@@ -30,7 +30,7 @@ import pytest
 from botorch_fed.federation import FBOFedGPConfig, FederationSetup, run_federated
 from botorch_fed.federation import roles as roles_module
 from botorch_fed.federation.checkpoint import CheckpointError
-from botorch_fed.federation.fbo_fedgp import OUTCOME_MOMENTS_LENGTH, FBOFedGPServer
+from botorch_fed.federation.fbo_fedgp import FBOFedGPServer
 from botorch_fed.federation.messages import Message
 from botorch_fed.federation.roles import (
     SECAGG,
@@ -38,6 +38,7 @@ from botorch_fed.federation.roles import (
     ProtocolViolation,
     relayed_digest,
 )
+from botorch_fed.models import OUTCOME_MOMENTS_LENGTH
 from botorch_fed.secure import (
     InputError,
     KeyMismatchError,
