@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.run_records import cpu_model  # noqa: E402
-from botorch_fed.federation.runner import library_versions  # noqa: E402
+from botorch_fed.protocol.results import library_versions  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 

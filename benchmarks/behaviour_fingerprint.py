@@ -30,8 +30,8 @@ CLIENTS = 3
 def cases() -> dict[str, list[str]]:
     r"""``{case name: argv of botorch-fed run}``: every registered algorithm, and
     FBO-FedGP per backend, preset and hyperparameter mode."""
-    import botorch_fed.federation  # noqa: F401 - registers the algorithms
-    from botorch_fed.federation.registry import available_algorithms, get_algorithm
+    import botorch_fed.algorithms  # noqa: F401 - registers the algorithms
+    from botorch_fed.protocol.registry import available_algorithms, get_algorithm
     from botorch_fed.secure import available_backends
 
     out = {}
@@ -46,9 +46,8 @@ def cases() -> dict[str, list[str]]:
 
 
 def _argv(name: str, *extra: str) -> list[str]:
-    from botorch_fed.federation.fedzero import FedZeroSettings
-    from botorch_fed.federation.ldp_bo import LDPBOSettings
-    from botorch_fed.federation.registry import get_algorithm
+    from botorch_fed.algorithms import FedZeroSettings, LDPBOSettings
+    from botorch_fed.protocol.registry import get_algorithm
 
     settings = get_algorithm(name).settings_class
     argv = [name, "--clients", str(CLIENTS), "--num-rounds", str(ROUNDS), "--seed", "2"]
@@ -69,8 +68,8 @@ def _argv(name: str, *extra: str) -> list[str]:
 
 def fingerprint(argv: list[str]) -> dict:
     r"""The run of ``argv`` as JSON, without wall and stage times and versions."""
-    from botorch_fed.federation.runner import run_federated
     from botorch_fed.flower.run_options import prepare
+    from botorch_fed.protocol.runner import run_federated
 
     run = prepare(argv)
     out = run_federated(run.algorithm, run.setup, run.settings).to_dict()

@@ -123,7 +123,7 @@ def _mlp_task(num_clients: int):
 
 
 def _settings(job: dict):
-    from botorch_fed.federation import get_algorithm
+    from botorch_fed.algorithms import get_algorithm
 
     algorithm, overrides = METHODS[job["method"]]
     cls = get_algorithm(algorithm).settings_class
@@ -147,7 +147,8 @@ def _one_run(job: dict) -> dict:
     r"""Run one configuration in this (worker) process; return a JSON record."""
     import torch
 
-    from botorch_fed.federation import FederationSetup, run_federated
+    from botorch_fed.algorithms import run_federated
+    from botorch_fed.protocol import FederationSetup
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")

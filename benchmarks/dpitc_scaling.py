@@ -52,7 +52,7 @@ from botorch_fed.models import (
     compute_local_summary,
     fit_exact_gp,
 )
-from botorch_fed.models.pitc_summary import support_cholesky
+from botorch_fed.models.support_set import support_cholesky
 from botorch_fed.regression_demo import RegressionDemoConfig, simulate_clients
 
 FUNCTION, DIM = "hartmann", 3

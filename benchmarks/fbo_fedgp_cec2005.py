@@ -83,7 +83,8 @@ def _one_run(job: dict) -> dict:
     r"""Run one configuration in this (worker) process; return a JSON record."""
     import torch
 
-    from botorch_fed.federation import BOSettings, FBOFedGPConfig, FederationSetup, run_federated
+    from botorch_fed.algorithms import FBOFedGPSettings, run_federated
+    from botorch_fed.protocol import BOSettings, FederationSetup
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
@@ -97,10 +98,10 @@ def _one_run(job: dict) -> dict:
     common = dict(num_init=job["init"], num_rounds=job["rounds"])
     if job["algorithm"] == "fbo-fedgp" and job["variant"] == "default":
         # the library's default (issue 13), beside the paper's algorithm
-        settings = FBOFedGPConfig(**common, **job["options"])
+        settings = FBOFedGPSettings(**common, **job["options"])
     elif job["algorithm"] == "fbo-fedgp":
         # the "main" runs are the paper's algorithm (issue 13 changed the library's default)
-        settings = FBOFedGPConfig.paper(**common, **job["options"])
+        settings = FBOFedGPSettings.paper(**common, **job["options"])
     else:
         settings = BOSettings(**common)
     t0 = time.perf_counter()

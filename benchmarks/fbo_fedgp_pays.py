@@ -89,14 +89,15 @@ def run_key(problem: str, seed: int, algorithm: str) -> str:
 
 
 def _settings(algorithm: str, common: dict):
-    from botorch_fed.federation import BOSettings, FBOFedGPConfig
+    from botorch_fed.algorithms import FBOFedGPSettings
+    from botorch_fed.protocol import BOSettings
 
     if algorithm == "default":
-        return "fbo-fedgp", FBOFedGPConfig(**common)
+        return "fbo-fedgp", FBOFedGPSettings(**common)
     if algorithm == "paper":
-        return "fbo-fedgp", FBOFedGPConfig.paper(**common)
+        return "fbo-fedgp", FBOFedGPSettings.paper(**common)
     if algorithm.startswith("variant:"):
-        return "fbo-fedgp", FBOFedGPConfig(**common, **VARIANTS[algorithm.split(":", 1)[1]])
+        return "fbo-fedgp", FBOFedGPSettings(**common, **VARIANTS[algorithm.split(":", 1)[1]])
     return algorithm, BOSettings(**common)
 
 
@@ -106,7 +107,8 @@ def _one_run(job: dict) -> dict:
     ``FederationSetup`` arguments) and ``options`` (more settings arguments)."""
     import torch
 
-    from botorch_fed.federation import FederationSetup, run_federated
+    from botorch_fed.algorithms import run_federated
+    from botorch_fed.protocol import FederationSetup
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")

@@ -49,17 +49,17 @@ import json, sys, time, warnings
 import torch
 warnings.simplefilter("ignore")
 torch.set_num_threads(1)
-from botorch_fed.federation import FBOFedGPConfig, FederationSetup, run_federated
+from botorch_fed import FBOFedGPSettings, FederationSetup, run_federated
 job = json.loads(sys.argv[1])
 if not job.get("memo", True):  # what each client of a deployment computes itself
-    from botorch_fed.federation.shared_search import SharedSearchMemo
+    from botorch_fed.protocol.shared_search import SharedSearchMemo
     SharedSearchMemo.supports = staticmethod(lambda acqf: False)
 setup = FederationSetup(problem=f"cec2005-f{job['function']}", dim=job["dim"],
                         num_clients=job["clients"], seed=job["seed"],
                         aggregator=job["aggregator"])
 common = dict(num_init=job["init"], num_rounds=job["rounds"])
-settings = (FBOFedGPConfig.paper(**common) if job["preset"] == "paper"
-            else FBOFedGPConfig(**common))
+settings = (FBOFedGPSettings.paper(**common) if job["preset"] == "paper"
+            else FBOFedGPSettings(**common))
 t0 = time.perf_counter()
 result = run_federated("fbo-fedgp", setup, settings)
 print(json.dumps({"time_s": time.perf_counter() - t0, "best_value": result.best_value,

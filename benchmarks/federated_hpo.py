@@ -105,13 +105,8 @@ def _one_run(job: dict) -> dict:
     r"""Run one (seed, algorithm) in this (worker) process; return a JSON record."""
     import torch
 
-    from botorch_fed.federation import (
-        BOSettings,
-        CallableObjective,
-        FBOFedGPConfig,
-        FederationSetup,
-        run_federated,
-    )
+    from botorch_fed.algorithms import FBOFedGPSettings, run_federated
+    from botorch_fed.protocol import BOSettings, CallableObjective, FederationSetup
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
@@ -127,7 +122,7 @@ def _one_run(job: dict) -> dict:
     common = dict(num_init=job["init"], num_rounds=job["rounds"])
     if job["algorithm"] == "fbo-fedgp":
         # the stored runs are the paper's algorithm (issue 13 changed the library's default)
-        settings = FBOFedGPConfig.paper(**common, support_size=job["support_size"])
+        settings = FBOFedGPSettings.paper(**common, support_size=job["support_size"])
     else:
         settings = BOSettings(**common)
     client_best: list[list[float | None]] = []
@@ -491,7 +486,7 @@ def _plot(by, variants, path: Path, meta: dict) -> None:
 def _meta(commands: list[str], args, wall: str) -> dict:
     import sklearn
 
-    from botorch_fed.federation.runner import library_versions
+    from botorch_fed.protocol.results import library_versions
 
     libraries = {**library_versions(), "scikit-learn": sklearn.__version__}
     versions = ", ".join(f"{name} {version}" for name, version in libraries.items())

@@ -35,12 +35,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.run_records import cpu_model  # noqa: E402
-from botorch_fed.federation import get_algorithm  # noqa: E402
-from botorch_fed.federation.runner import library_versions, run_federated  # noqa: E402
-from botorch_fed.federation.transport import InProcessTransport  # noqa: E402
-from botorch_fed.flower import launcher  # noqa: E402
+from botorch_fed.algorithms import get_algorithm  # noqa: E402
+from botorch_fed.flower import launcher, submission  # noqa: E402
 from botorch_fed.flower.keys import write_keyset  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.protocol.results import library_versions  # noqa: E402
+from botorch_fed.protocol.runner import run_federated  # noqa: E402
+from botorch_fed.protocol.transport import InProcessTransport  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 CLIENTS = 3
@@ -97,7 +98,7 @@ def _on_flower(state: Path, argv: list[str], out: Path) -> tuple[dict, list[floa
         keyset, _ = write_keyset(run.setup, list(range(CLIENTS)), state / "keys")
     lines: list[str] = []
     t0 = time.perf_counter()
-    launcher.submit(
+    submission.submit(
         state,
         {
             "argv": json.dumps(argv),

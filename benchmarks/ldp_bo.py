@@ -169,8 +169,9 @@ def _one_run(job: dict) -> dict:
 
 def _federated_run(job: dict) -> dict:
     r"""Part c: 3-D Hartmann through the federation protocol (box domain, optimize_acqf)."""
-    from botorch_fed.federation import FederationSetup, run_federated
-    from botorch_fed.federation.ldp_bo import LDPBOSettings
+    from botorch_fed.algorithms import run_federated
+    from botorch_fed.algorithms.ldp_bo import LDPBOSettings
+    from botorch_fed.protocol import FederationSetup
 
     setup = FederationSetup(
         problem="hartmann", dim=3, num_clients=10, seed=job["seed"], noise="uniform", noise_std=1.0
@@ -213,8 +214,9 @@ def _timing_run(job: dict) -> dict:
         rec = _one_run({**job, "part": "a"})
         rec["part"] = "d"
     else:
-        from botorch_fed.federation import FederationSetup, run_federated
-        from botorch_fed.federation.ldp_bo import LDPBOSettings
+        from botorch_fed.algorithms import run_federated
+        from botorch_fed.algorithms.ldp_bo import LDPBOSettings
+        from botorch_fed.protocol import FederationSetup
 
         t0 = time.perf_counter()
         result = run_federated(

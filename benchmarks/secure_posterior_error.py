@@ -30,7 +30,7 @@ from botorch.exceptions.warnings import InputDataWarning
 
 from botorch_fed.inducing import global_support, local_centers
 from botorch_fed.models import FederatedPITCGP, SparseSummary, compute_local_summary
-from botorch_fed.models.pitc_summary import support_cholesky
+from botorch_fed.models.support_set import support_cholesky
 from botorch_fed.regression_demo import RegressionDemoConfig, simulate_clients
 from botorch_fed.secure import make_aggregator
 

@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -152,7 +153,8 @@ def simulate_clients(config: RegressionDemoConfig):
     fn = get_test_function(config.function, dim=config.dim)
     d = fn.dim
     dtype = torch.float64
-    bounds = fn.bounds.to(dtype)
+    # a buffer BoTorch registers without declaring it (typed Tensor | Module)
+    bounds = cast(Tensor, fn.bounds).to(dtype)
     g = torch.Generator().manual_seed(config.seed)
 
     def f(X: Tensor) -> Tensor:

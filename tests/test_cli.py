@@ -103,7 +103,7 @@ def test_console_script_is_installed():
 
 
 def test_list_prints_every_algorithm_with_its_summary(capsys):
-    from botorch_fed.federation import available_algorithms, get_algorithm
+    from botorch_fed.algorithms import available_algorithms, get_algorithm
 
     assert main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -120,7 +120,7 @@ def test_list_prints_every_algorithm_with_its_summary(capsys):
 def test_algorithm_options_come_from_its_settings_dataclass():
     import dataclasses
 
-    from botorch_fed.federation import available_algorithms, get_algorithm
+    from botorch_fed.algorithms import available_algorithms, get_algorithm
 
     parser = build_parser()
     for name in available_algorithms():
@@ -141,16 +141,16 @@ def test_algorithm_options_come_from_its_settings_dataclass():
 
 
 def test_fixed_sets_of_strings_become_choices():
-    from botorch_fed.federation.bo_client import ACQUISITIONS
-    from botorch_fed.federation.fbo_fedgp import (
+    from botorch_fed.algorithms.fbo_fedgp.client import (
         GLOBAL_BATCHES,
         HYPERPARAMETERS,
         MIXINGS,
         SUPPORTS,
-        FBOFedGPConfig,
+        FBOFedGPSettings,
     )
+    from botorch_fed.protocol.bo_client import ACQUISITIONS
 
-    choices = {o.field: o.choices for o in setting_options(FBOFedGPConfig)}
+    choices = {o.field: o.choices for o in setting_options(FBOFedGPSettings)}
     assert set(choices["acquisition"]) == set(ACQUISITIONS)
     assert set(choices["support"]) == set(SUPPORTS)
     assert set(choices["mixing"]) == set(MIXINGS)
@@ -175,7 +175,7 @@ def test_every_fixed_set_of_strings_is_declared_in_field_metadata():
     import dataclasses
     import typing
 
-    from botorch_fed.federation import available_algorithms, get_algorithm
+    from botorch_fed.algorithms import available_algorithms, get_algorithm
     from botorch_fed.runs.options import field_type
 
     checked = 0
@@ -322,24 +322,24 @@ def test_run_defaults_to_the_functions_own_dimension(tmp_path):
 
 
 def test_run_uses_the_library_defaults_of_fbo_fedgp(tmp_path):
-    from botorch_fed.federation import FBOFedGPConfig
+    from botorch_fed.algorithms import FBOFedGPSettings
 
     out = tmp_path / "r.json"
     assert main(["run", "fbo-fedgp", *RUN_SMALL, "--out", str(out)]) == 0
     settings = json.loads(out.read_text())["config"]["settings"]
-    defaults = FBOFedGPConfig().resolved()  # the results record the resolved settings
+    defaults = FBOFedGPSettings().resolved()  # the results record the resolved settings
     for name in ("support_every", "support_growth", "schedule", "hyperparameters", "mixing",
                  "support", "center_noise"):  # fmt: skip
         assert settings[name] == getattr(defaults, name), name
 
 
 def test_preset_paper_on_the_command_line_gives_the_papers_algorithm(tmp_path):
-    from botorch_fed.federation import FBOFedGPConfig
+    from botorch_fed.algorithms import FBOFedGPSettings
 
     out = tmp_path / "r.json"
     assert main(["run", "fbo-fedgp", *RUN_SMALL, "--preset", "paper", "--out", str(out)]) == 0
     settings = json.loads(out.read_text())["config"]["settings"]
-    paper = FBOFedGPConfig.paper().resolved()
+    paper = FBOFedGPSettings.paper().resolved()
     for name in ("preset", "mixing", "global_model", "global_batch", "hyperparameters",
                  "support", "center_noise"):  # fmt: skip
         assert settings[name] == getattr(paper, name), name

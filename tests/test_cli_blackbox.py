@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from botorch_fed.cli import main
-from botorch_fed.federation import (
+from botorch_fed.algorithms import (
     FedZeroSettings,
     LDPBOSettings,
     available_algorithms,
     get_algorithm,
 )
+from botorch_fed.cli import main
 
 TINY = ["--clients", "3", "--init", "3", "--rounds", "2"]
 _counter = itertools.count()
@@ -228,7 +228,7 @@ def test_a_failing_run_exits_1_and_keeps_the_torch_threads(mod, monkeypatch, cap
     r"""An error inside a run whose arguments were valid is not "invalid arguments"."""
     import torch
 
-    import botorch_fed.federation.runner as runner
+    import botorch_fed.protocol.runner as runner
 
     def broken(*args, **kwargs):
         raise ValueError("singular matrix in round 7")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from botorch_fed.federation.checkpoint import MANIFEST
+from botorch_fed.protocol.checkpoint import MANIFEST
 
 ARGS = [
     "run", "local", "--problem", "branin", "--clients", "3", "--init", "3", "--rounds", "6",

@@ -12,9 +12,10 @@ import json
 import pytest
 import torch
 
+from botorch_fed.algorithms import run_federated
+from botorch_fed.algorithms.ldp_bo import LDPBOSettings
 from botorch_fed.cli import main
-from botorch_fed.federation import BOSettings, CallableObjective, FederationSetup, run_federated
-from botorch_fed.federation.ldp_bo import LDPBOSettings
+from botorch_fed.protocol import BOSettings, CallableObjective, FederationSetup
 from botorch_fed.secure import available_backends
 
 TIMING_KEYS = ("time_s", "stage_s", "stage_party_s", "wall_s")
@@ -143,7 +144,7 @@ def test_a_run_takes_the_setups_thread_count_and_restores_the_callers(threads):
         seen.append(torch.get_num_threads())
         return X.sum(-1)
 
-    from botorch_fed.federation.objectives import CallableObjective
+    from botorch_fed.protocol.objectives import CallableObjective
 
     before = torch.get_num_threads()
     caller = 2 if before != 2 else 4

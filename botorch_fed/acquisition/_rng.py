@@ -94,6 +94,11 @@ def uniform_draws(n: int, seed: SeedLike, name: str = "seed") -> Tensor:
     return torch.rand(n, generator=generator, dtype=torch.float64)
 
 
+def derived_seed(seed: int, offset: int) -> int:
+    r"""``(seed + offset) mod 2^62``: the seed of the ``offset``-th sampler."""
+    return (seed + offset) % _SEED_BOUND
+
+
 @contextmanager
 def isolated_seed(seed: int) -> Iterator[None]:
     r"""Seed torch's global generators inside the block; restore them on exit.

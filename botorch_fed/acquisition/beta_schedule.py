@@ -45,7 +45,7 @@ def _real(value: object, name: str) -> float:
     return out
 
 
-def _round(t: object) -> int:
+def _round(t: Any) -> int:
     if isinstance(t, bool):
         raise ValueError(f"`t` must be an int >= 1 (rounds are 1-based), got {t!r}.")
     try:
@@ -104,11 +104,13 @@ class BetaSchedule:
                     f"`{field}` is only used by kind={needed_by!r}, got {field}={value!r} "
                     f"with kind={self.kind!r}."
                 )
-        if self.kind == "linear" and self.rate < 0:
-            raise ValueError(
-                f"`rate` must be >= 0 (beta_t = beta0 + rate * (t - 1) would turn "
-                f"negative), got {self.rate!r}."
-            )
+        if self.kind == "linear":
+            assert self.rate is not None  # required just above
+            if self.rate < 0:
+                raise ValueError(
+                    f"`rate` must be >= 0 (beta_t = beta0 + rate * (t - 1) would turn "
+                    f"negative), got {self.rate!r}."
+                )
 
     def __call__(self, t: int) -> float:
         r"""``beta_t`` at round ``t``.
@@ -123,8 +125,10 @@ class BetaSchedule:
         if self.kind == "constant":
             value = self.beta0
         elif self.kind == "linear":
+            assert self.rate is not None  # __post_init__ requires it for "linear"
             value = self.beta0 + self.rate * (t - 1)
         else:
+            assert self.power is not None  # __post_init__ requires it for "power"
             try:
                 value = self.beta0 * float(t) ** self.power if self.beta0 else 0.0
             except OverflowError:

@@ -22,7 +22,13 @@ model's (BoTorch's path first moves the model to them).
 
 from __future__ import annotations
 
-from botorch.acquisition.analytic import LogExpectedImprovement, UpperConfidenceBound
+from typing import TYPE_CHECKING
+
+from botorch.acquisition.analytic import (
+    AnalyticAcquisitionFunction,
+    LogExpectedImprovement,
+    UpperConfidenceBound,
+)
 from torch import Tensor
 
 from botorch_fed.models.marginals import MarginalPredictor, marginal_predictor
@@ -30,7 +36,14 @@ from botorch_fed.models.marginals import MarginalPredictor, marginal_predictor
 __all__ = ["CachedLogExpectedImprovement", "CachedUpperConfidenceBound"]
 
 
-class _CachedMoments:
+# a mixin of BoTorch's analytic acquisition functions: type-checked as one of them
+if TYPE_CHECKING:
+    _Base = AnalyticAcquisitionFunction
+else:
+    _Base = object
+
+
+class _CachedMoments(_Base):
     r"""Overrides BoTorch's ``AnalyticAcquisitionFunction._mean_and_sigma``."""
 
     _predictor: MarginalPredictor | None = None

@@ -30,6 +30,7 @@ References:
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 
 import torch
@@ -49,14 +50,14 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 from torch.nn import ModuleList
 
-from botorch_fed.acquisition._rng import SeedLike, isolated_seed, resolve_seed
-from botorch_fed.acquisition.co_kg import (
+from botorch_fed.acquisition._rng import SeedLike, derived_seed, isolated_seed, resolve_seed
+from botorch_fed.acquisition.co_inputs import (
     _check_beta,
     _check_models,
     _check_points,
     _check_q_X,
     _input_dim,
-    derived_seed,
+    _models,
 )
 
 # MC samples of the central qLogEI (BoTorch's default sample shape).
@@ -69,7 +70,9 @@ def _training_points(model: Model) -> Tensor | None:
         if getattr(model, "_has_transformed_inputs", False):
             X = model._original_train_inputs
         else:
-            X = model.train_inputs[0]
+            # gpytorch's train_inputs (untyped): mypy sees nn.Module.__getattr__'s
+            # Tensor | Module; a model without them raises, handled below
+            X = model.train_inputs[0]  # type: ignore[index]
     except (AttributeError, IndexError, TypeError):
         return None
     return X if isinstance(X, Tensor) and X.ndim == 2 and X.shape[0] > 0 else None
@@ -102,7 +105,8 @@ def default_best_f(model: Model, support: Tensor | None = None, name: str = "mod
             "inputs. Pass `best_f` / `local_best_f` or `support`."
         )
     with torch.no_grad():
-        return model.posterior(points).mean.max()
+        # Model.posterior is typed as the abstract Posterior, which declares no ``mean``
+        return model.posterior(points).mean.max()  # type: ignore[attr-defined]
 
 
 def _check_best_f(value: object, name: str) -> Tensor:
@@ -145,7 +149,13 @@ class _CoAcquisition(AcquisitionFunction):
         r"""Pending points are not supported (every agent gets one point of the batch)."""
         if X_pending is not None:
             raise UnsupportedError(f"{type(self).__name__} does not support `X_pending`.")
-        self.X_pending = None
+        # BoTorch's X_pending is inferred as Tensor, though its set_X_pending stores None too
+        self.X_pending = None  # type: ignore[assignment]
+
+    @property
+    @abstractmethod
+    def _input_dim(self) -> int | None:
+        r"""The models' input dimension ``d`` where known."""
 
     def _check_X(self, X: Tensor) -> None:
         _check_q_X(X, self.num_agents, self._input_dim, "one point per agent")
@@ -202,6 +212,7 @@ class qCoExpectedImprovement(_CoAcquisition):
             if best_f is None
             else _check_best_f(best_f, "best_f")
         )
+        local_incumbents: list[Tensor] | None = None
         if local_best_f is not None:
             if isinstance(local_best_f, Tensor):
                 local_best_f = list(local_best_f.reshape(-1)) if local_best_f.ndim == 1 else None
@@ -210,11 +221,11 @@ class qCoExpectedImprovement(_CoAcquisition):
                     f"`local_best_f` must be a sequence or 1-dim tensor of N={N} incumbents, "
                     "one per local model."
                 )
-            local_best_f = [
+            local_incumbents = [
                 _check_best_f(v, f"local_best_f[{n}]") for n, v in enumerate(local_best_f)
             ]
         elif beta > 0:
-            local_best_f = [
+            local_incumbents = [
                 default_best_f(m, support, f"local_models[{n}]") for n, m in enumerate(local_models)
             ]
         if sampler is None:
@@ -230,20 +241,22 @@ class qCoExpectedImprovement(_CoAcquisition):
         self.central_acqf = qLogExpectedImprovement(
             model=central_model, best_f=best_f, sampler=sampler
         )
-        self.local_acqfs = ModuleList(
-            [
+        local_acqfs = []
+        if beta > 0:
+            assert local_incumbents is not None  # given or defaulted above when beta > 0
+            local_acqfs = [
                 LogExpectedImprovement(model=m, best_f=bf)
-                for m, bf in zip(local_models, local_best_f, strict=True)
+                for m, bf in zip(local_models, local_incumbents, strict=True)
             ]
-            if beta > 0
-            else []
-        )
+        self.local_acqfs = ModuleList(local_acqfs)
 
     @property
     def _input_dim(self) -> int | None:
-        return _input_dim(self.model, self.local_models)
+        return _input_dim(self.model, _models(self.local_models))
 
-    @t_batch_mode_transform()
+    # BoTorch types the decorated method's ``self`` as any AcquisitionFunction, which
+    # rejects every subclass's method
+    @t_batch_mode_transform()  # type: ignore[arg-type]
     def forward(self, X: Tensor) -> Tensor:
         r"""Co-EI at ``X``.
 
@@ -334,7 +347,9 @@ class qCoMaxValueEntropy(_CoAcquisition):
     def _input_dim(self) -> int | None:
         return self.candidate_set.shape[-1]
 
-    @t_batch_mode_transform()
+    # BoTorch types the decorated method's ``self`` as any AcquisitionFunction, which
+    # rejects every subclass's method
+    @t_batch_mode_transform()  # type: ignore[arg-type]
     def forward(self, X: Tensor) -> Tensor:
         r"""Co-ES at ``X``.
 
@@ -364,7 +379,9 @@ class qCoMaxValueEntropy(_CoAcquisition):
         quality = self.central_acqf(X.reshape(-1, 1, d)).reshape(*batch_shape, N).sum(dim=-1)
         if N == 1:
             return quality
-        cov = self.model.posterior(X, observation_noise=True).distribution.covariance_matrix
+        posterior = self.model.posterior(X, observation_noise=True)
+        # the abstract Posterior declares no ``distribution`` (a GPyTorchPosterior here)
+        cov = posterior.distribution.covariance_matrix  # type: ignore[attr-defined]
         std = cov.diagonal(dim1=-2, dim2=-1).clamp_min(torch.finfo(cov.dtype).tiny).sqrt()
         corr = cov / (std.unsqueeze(-1) * std.unsqueeze(-2))
         L = psd_safe_cholesky(corr)

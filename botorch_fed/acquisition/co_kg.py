@@ -50,273 +50,31 @@ References:
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from typing import Any
 
 import torch
-from botorch import settings
-from botorch.acquisition.analytic import PosteriorMean
 from botorch.acquisition.knowledge_gradient import qKnowledgeGradient
 from botorch.exceptions.errors import BotorchTensorDimensionError, UnsupportedError
 from botorch.models.model import Model
 from botorch.sampling.base import MCSampler
 from botorch.sampling.normal import SobolQMCNormalSampler
 from botorch.utils.transforms import t_batch_mode_transform
-from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 from torch.nn import ModuleList
 
-from botorch_fed.acquisition._rng import SeedLike, resolve_seed
-from botorch_fed.acquisition.mixed_ucb import model_input_dim
-
-_SEED_BOUND = 2**62
-# The discrete mode forms joint posteriors over the support and at most
-# max(s, this) of the t-batch's points at a time (covariances of at most (2 s)^2 or
-# (s + 1024)^2 entries), and conditioned means of at most this many entries at once
-# (t-batches x num_fantasies x s; 128 MiB of float64).
-_DISCRETE_CHUNK_POINTS = 1024
-_DISCRETE_CHUNK_ENTRIES = 2**24
-
-
-# ----------------------------------------------------------------------------------
-# Validation shared by the Co-* acquisitions
-# ----------------------------------------------------------------------------------
-
-
-def _check_model(model: object, name: str) -> Model:
-    if not isinstance(model, Model):
-        raise ValueError(f"`{name}` must be a BoTorch Model, got {type(model).__name__}.")
-    if model.num_outputs != 1:
-        raise UnsupportedError(
-            f"`{name}` has {model.num_outputs} outputs; the Co-* acquisitions need "
-            "single-output models."
-        )
-    return model
-
-
-def _check_models(central_model: object, local_models: object) -> tuple[Model, list[Model]]:
-    r"""The central model, the local models as a list (``N >= 1``), dims consistent."""
-    central_model = _check_model(central_model, "central_model")
-    if isinstance(local_models, Model | Tensor | str | bytes) or not isinstance(
-        local_models, Sequence | ModuleList
-    ):
-        raise ValueError(
-            "`local_models` must be a sequence of BoTorch Models (one per agent), got "
-            f"{type(local_models).__name__}."
-        )
-    local_models = list(local_models)
-    if len(local_models) == 0:
-        raise ValueError("`local_models` is empty; Co-* acquisitions need N >= 1 agents.")
-    local_models = [_check_model(m, f"local_models[{n}]") for n, m in enumerate(local_models)]
-    _input_dim(central_model, local_models)
-    return central_model, local_models
-
-
-def _input_dim(central_model: Model, local_models: Sequence[Model]) -> int | None:
-    r"""The common input dimension where it can be read off the models, else ``None``."""
-    dims = {"central_model": model_input_dim(central_model)}
-    dims.update({f"local_models[{n}]": model_input_dim(m) for n, m in enumerate(local_models)})
-    known = {name: d for name, d in dims.items() if d is not None}
-    if len(set(known.values())) > 1:
-        raise BotorchTensorDimensionError(f"The models have different input dimensions: {known}.")
-    return next(iter(known.values()), None)
-
-
-def _check_beta(beta: object) -> float:
-    if isinstance(beta, Tensor) and beta.numel() == 1:
-        beta = beta.item()
-    if isinstance(beta, bool) or not isinstance(beta, numbers.Real):
-        raise ValueError(f"`beta` must be a real number >= 0, got {beta!r}.")
-    value = float(beta)
-    if not (value >= 0 and value < float("inf")):
-        raise ValueError(f"`beta` must be finite and >= 0, got {beta!r}.")
-    return value
-
-
-def _check_points(points: object, name: str, d: int | None) -> Tensor:
-    r"""An ``s x d`` finite tensor (``s >= 1``), ``d`` matching the models'."""
-    if not isinstance(points, Tensor) or points.ndim != 2 or points.shape[0] < 1:
-        shape = tuple(points.shape) if isinstance(points, Tensor) else type(points).__name__
-        raise BotorchTensorDimensionError(
-            f"`{name}` must be an `s x d` tensor with s >= 1, got {shape}."
-        )
-    if d is not None and points.shape[-1] != d:
-        raise BotorchTensorDimensionError(
-            f"`{name}` has d={points.shape[-1]} columns but the models take d={d} inputs."
-        )
-    if not points.is_floating_point() or not torch.isfinite(points).all():
-        raise ValueError(f"`{name}` must be a finite floating point tensor.")
-    return points
-
-
-def _check_q_X(X: Tensor, q: int, d: int | None, what: str) -> None:
-    if X.shape[-2] != q:
-        raise BotorchTensorDimensionError(
-            f"`X` must be `batch_shape x {q} x d` ({what}), got {tuple(X.shape)}."
-        )
-    if d is not None and X.shape[-1] != d:
-        raise BotorchTensorDimensionError(
-            f"`X` has d={X.shape[-1]} but the models take d={d} inputs."
-        )
-
-
-def _check_sampler(sampler: object, name: str, num_fantasies: int) -> MCSampler:
-    if not isinstance(sampler, MCSampler):
-        raise ValueError(f"`{name}` must be a BoTorch MCSampler, got {type(sampler).__name__}.")
-    if sampler.sample_shape != torch.Size([num_fantasies]):
-        raise ValueError(
-            f"`{name}` draws sample_shape={tuple(sampler.sample_shape)}; expected "
-            f"({num_fantasies},) (num_fantasies)."
-        )
-    return sampler
-
-
-def derived_seed(seed: int, offset: int) -> int:
-    r"""``(seed + offset) mod 2^62``: the seed of the ``offset``-th sampler."""
-    return (seed + offset) % _SEED_BOUND
-
-
-# ----------------------------------------------------------------------------------
-# KG values of one model
-# ----------------------------------------------------------------------------------
-
-
-def one_shot_kg_values(
-    model: Model, sampler: MCSampler, X_actual: Tensor, X_fantasies: Tensor
-) -> Tensor:
-    r"""One-shot KG of ``model`` at ``X_actual``, as ``qKnowledgeGradient.forward``.
-
-    The expected maximum of the fantasy posterior mean, the maximum taken at the given
-    per-fantasy points (no ``current_value`` subtracted).
-
-    Args:
-        model: A single-output model that fantasizes.
-        sampler: The fantasy sampler, ``sample_shape = (num_fantasies,)``.
-        X_actual: ``batch_shape x q x d`` points to observe.
-        X_fantasies: ``batch_shape x num_fantasies x d``: the maximiser of fantasy
-            ``i`` is ``X_fantasies[..., i, :]``.
-
-    Returns:
-        A ``batch_shape`` tensor.
-    """
-    fantasy_model = model.fantasize(X=X_actual, sampler=sampler)
-    # batch x nf x d -> nf x batch x 1 x d (fantasy models have batch nf x batch)
-    X_f = X_fantasies.permute(-2, *range(X_fantasies.dim() - 2), -1).unsqueeze(-2)
-    with settings.propagate_grads(True):
-        values = PosteriorMean(model=fantasy_model)(X_f)  # nf x batch
-    return values.mean(dim=0)
-
-
-def discrete_kg_values(
-    model: Model, sampler: MCSampler, X_actual: Tensor, support: Tensor
-) -> Tensor:
-    r"""KG of ``model`` at ``X_actual`` with the inner max exact over ``support``.
-
-    ``E_y[max_{s in support} E[f(s) | y(X_actual)]]`` by Gaussian conditioning on the
-    sampler's draws of ``y ~ posterior(X_actual, observation_noise=True)`` (the draws
-    ``model.fantasize`` would condition on):
-    ``E[f(S) | y] = mu(S) + Sigma(S, X) (Sigma(X, X) + noise)^-1 (y - mu(X))``, with
-    ``mu(S)`` and ``Sigma(X, S)`` from :func:`support_mean_and_cross_covariance`.
-
-    Args:
-        model: A single-output model with a Gaussian posterior and no batch shape.
-        sampler: The fantasy sampler, ``sample_shape = (num_fantasies,)``.
-        X_actual: ``batch_shape x q x d`` points to observe.
-        support: ``s x d`` points over which the inner maximum is taken.
-
-    Returns:
-        A ``batch_shape`` tensor.
-    """
-    batch_shape, (q, d) = X_actual.shape[:-2], X_actual.shape[-2:]
-    support = support.to(X_actual)
-    s = support.shape[-2]
-    noisy = model.posterior(X_actual, observation_noise=True)
-    L = psd_safe_cholesky(_covariance(noisy)).expand(*batch_shape, q, q).reshape(-1, q, q)
-    Y = sampler(noisy)[..., 0]  # nf x batch x q
-    nf = Y.shape[0]
-    resid = (Y - noisy.mean[..., 0]).reshape(nf, -1, q)  # nf x B x q
-    # B x nf x q: the whitened residuals (the base samples when the sampler's factor is L)
-    Z = torch.linalg.solve_triangular(L, resid.permute(1, 2, 0), upper=False).transpose(-1, -2)
-    mu_S, cross = support_mean_and_cross_covariance(model, support, X_actual.reshape(-1, q, d))
-    W = torch.linalg.solve_triangular(L, cross, upper=False)  # B x q x s
-    B = L.shape[0]
-    chunk = max(1, _DISCRETE_CHUNK_ENTRIES // (nf * s))  # t-batches per B x nf x s block
-    out = []
-    for lo in range(0, B, chunk):
-        c = min(chunk, B - lo)
-        Zc, Wc = Z[lo : lo + c], W[lo : lo + c]
-        # The maximiser of each fantasy's mean without autograd, then its value with it:
-        # the gradient of a max is the gradient at the argmax (ties have measure zero),
-        # and the backward pass stays c x nf x q instead of c x nf x s.
-        with torch.no_grad():
-            idx = torch.baddbmm(mu_S.expand(c, 1, s), Zc, Wc).argmax(dim=-1)  # c x nf
-        W_best = Wc.gather(-1, idx.unsqueeze(-2).expand(c, q, nf))  # c x q x nf
-        best = mu_S[idx] + (Zc * W_best.transpose(-1, -2)).sum(dim=-1)  # c x nf
-        out.append(best.mean(dim=-1))
-    return torch.cat(out).reshape(batch_shape)
-
-
-def support_mean_and_cross_covariance(
-    model: Model, support: Tensor, X: Tensor
-) -> tuple[Tensor, Tensor]:
-    r"""The latent posterior mean on ``support`` and covariances between ``X`` and it.
-
-    A model may provide this itself as a method
-    ``support_mean_and_cross_covariance(support, X)`` with the same contract (used
-    when present: a model with structure can skip the ``s x s`` block; returning
-    ``NotImplemented`` falls back to the generic computation). Otherwise
-    it comes from joint posteriors over the support and chunks of the points of ``X``
-    flattened into one set (not the support repeated per t-batch, whose joint
-    covariances would be ``B x (q + s)^2``): each chunk holds at most
-    ``max(s, 1024)`` points.
-
-    Args:
-        model: A single-output model with a Gaussian posterior and no batch shape.
-        support: ``s x d`` points.
-        X: ``B x q x d`` points.
-
-    Returns:
-        ``(mean, cross)``: the ``s`` posterior mean on the support and the ``B x q x s``
-        covariances ``Cov(f(X[b, i]), f(support[j]))`` (no observation noise).
-    """
-    hook = getattr(model, "support_mean_and_cross_covariance", None)
-    if callable(hook):
-        out = hook(support, X)
-        if out is not NotImplemented:
-            return out
-    B, q, d = X.shape
-    s = support.shape[-2]
-    flat_X = X.reshape(-1, d)
-    chunk = max(1, max(s, _DISCRETE_CHUNK_POINTS) // q)  # t-batches per joint posterior
-    mean, cross = None, []
-    for lo in range(0, B, chunk):
-        c = min(chunk, B - lo)
-        joint = model.posterior(torch.cat([support, flat_X[lo * q : (lo + c) * q]], dim=-2))
-        if mean is None:
-            mean = joint.mean[..., :s, 0]
-        block = _covariance(joint, rows=slice(s, s + c * q), cols=slice(0, s))  # (c q) x s
-        cross.append(block.reshape(c, q, s))
-    return mean, torch.cat(cross)
-
-
-def _covariance(posterior: Any, rows: slice | None = None, cols: slice | None = None) -> Tensor:
-    r"""A (block of the) covariance of a Gaussian single-output posterior, dense."""
-    dist = getattr(posterior, "distribution", None)
-    lazy = getattr(dist, "lazy_covariance_matrix", None)
-    if lazy is None:
-        raise UnsupportedError(
-            "The discrete mode of qCoKnowledgeGradient needs a Gaussian posterior "
-            f"(a GPyTorchPosterior); got {type(posterior).__name__}."
-        )
-    if rows is not None:
-        lazy = lazy[..., rows, cols]
-    return lazy.to_dense()
-
-
-# ----------------------------------------------------------------------------------
-# The acquisition
-# ----------------------------------------------------------------------------------
+from botorch_fed.acquisition._rng import SeedLike, derived_seed, resolve_seed
+from botorch_fed.acquisition.co_inputs import (
+    _check_beta,
+    _check_models,
+    _check_points,
+    _check_q_X,
+    _check_sampler,
+    _input_dim,
+    _models,
+    _samplers,
+)
+from botorch_fed.acquisition.kg_values import discrete_kg_values, one_shot_kg_values
 
 
 class qCoKnowledgeGradient(qKnowledgeGradient):
@@ -344,6 +102,8 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
         >>> acqf(X_full), acqf.extract_candidates(X_full).shape  # (value, 2 x 2)
     """
 
+    sampler: MCSampler  # qKnowledgeGradient's is optional; the constructor always sets one
+
     def __init__(
         self,
         central_model: Model,
@@ -370,7 +130,8 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
                 them and ``X`` holds only the batch (``b x N x d``). The models then need
                 Gaussian posteriors and no batch shape; a model with a method
                 ``support_mean_and_cross_covariance(support, X)`` (see
-                :func:`support_mean_and_cross_covariance`) is evaluated through it.
+                :func:`~botorch_fed.acquisition.kg_values.support_mean_and_cross_covariance`)
+                is evaluated through it.
             seed: Seeds the default samplers: an ``int``, a ``torch.Generator`` /
                 ``numpy.random.Generator`` (one integer is drawn), or ``None`` (fresh
                 entropy; fixed for the lifetime of this object either way).
@@ -438,7 +199,7 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
     def _input_dim(self) -> int | None:
         if self.discrete_support is not None:
             return self.discrete_support.shape[-1]
-        return _input_dim(self.model, self.local_models)
+        return _input_dim(self.model, _models(self.local_models))
 
     @property
     def num_agents(self) -> int:
@@ -454,7 +215,8 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
         r"""Pending points are not supported (every agent gets one point of the batch)."""
         if X_pending is not None:
             raise UnsupportedError("qCoKnowledgeGradient does not support `X_pending`.")
-        self.X_pending = None
+        # BoTorch's X_pending is inferred as Tensor, though its set_X_pending stores None too
+        self.X_pending = None  # type: ignore[assignment]
 
     def get_augmented_q_batch_size(self, q: int) -> int:
         r"""The number of rows of ``X``: ``N`` (discrete), else ``N`` plus the
@@ -518,7 +280,9 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
         ]
         return X_actual, X_central, X_locals
 
-    @t_batch_mode_transform()
+    # BoTorch types the decorated method's ``self`` as any AcquisitionFunction, which
+    # rejects every subclass's method
+    @t_batch_mode_transform()  # type: ignore[arg-type]
     def forward(self, X: Tensor) -> Tensor:
         r"""Co-KG at ``X``.
 
@@ -549,6 +313,7 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
         """
         if self.discrete_support is not None:
             return discrete_kg_values(self.model, self.sampler, X_actual, self.discrete_support)
+        assert X_central is not None  # one-shot mode: split() returned the maximisers
         return one_shot_kg_values(self.model, self.sampler, X_actual, X_central)
 
     def local_values(self, X_actual: Tensor, X_locals: Sequence[Tensor]) -> Tensor:
@@ -567,7 +332,7 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
             return X_actual.new_zeros(0, *X_actual.shape[:-2])
         values = []
         for n, (model, sampler) in enumerate(
-            zip(self.local_models, self.local_samplers, strict=True)
+            zip(_models(self.local_models), _samplers(self.local_samplers), strict=True)
         ):
             x_n = X_actual[..., n : n + 1, :]
             if self.discrete_support is not None:
@@ -576,7 +341,9 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
                 values.append(one_shot_kg_values(model, sampler, x_n, X_locals[n]))
         return torch.stack(values)
 
-    def evaluate(self, X: Tensor, bounds: Tensor, **kwargs: Any) -> Tensor:
+    # BoTorch's decorators type qKnowledgeGradient.evaluate as (self, X) -> Any, without
+    # its ``bounds`` and ``**kwargs``; this is its actual signature
+    def evaluate(self, X: Tensor, bounds: Tensor, **kwargs: Any) -> Tensor:  # type: ignore[override]
         r"""Co-KG at the batch ``X`` with the inner problems solved numerically.
 
         The central and each local term as ``qKnowledgeGradient.evaluate`` (its own
@@ -597,15 +364,20 @@ class qCoKnowledgeGradient(qKnowledgeGradient):
         _check_q_X(X, self.num_agents, self._input_dim, "the N agents' points")
         if self.discrete_support is not None:
             return self.forward(X)
+        # (``bounds``: see the comment on this method)
         value = qKnowledgeGradient(self.model, num_fantasies=None, sampler=self.sampler).evaluate(
-            X, bounds=bounds, **kwargs
+            X,
+            bounds=bounds,  # type: ignore[call-arg]
+            **kwargs,
         )
         if self.uses_local_models:
             for n, (model, sampler) in enumerate(
-                zip(self.local_models, self.local_samplers, strict=True)
+                zip(_models(self.local_models), _samplers(self.local_samplers), strict=True)
             ):
                 kg = qKnowledgeGradient(model, num_fantasies=None, sampler=sampler)
                 value = value + self.beta * kg.evaluate(
-                    X[..., n : n + 1, :], bounds=bounds, **kwargs
+                    X[..., n : n + 1, :],
+                    bounds=bounds,  # type: ignore[call-arg]
+                    **kwargs,
                 )
         return value

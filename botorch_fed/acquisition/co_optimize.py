@@ -17,6 +17,7 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from torch import Tensor
 
 from botorch_fed.acquisition._rng import SeedLike, isolated_seed, resolve_seed
 from botorch_fed.acquisition.co_ei_es import qCoExpectedImprovement, qCoMaxValueEntropy
+from botorch_fed.acquisition.co_inputs import _models
 from botorch_fed.acquisition.co_kg import qCoKnowledgeGradient
 
 _CO_ACQUISITIONS = (qCoKnowledgeGradient, qCoExpectedImprovement, qCoMaxValueEntropy)
@@ -98,7 +100,7 @@ def gen_co_kg_initial_conditions(
         return ics
     models = [acq_function.model]
     if acq_function.uses_local_models:
-        models += list(acq_function.local_models)
+        models += list(_models(acq_function.local_models))
     for block, model in enumerate(models):
         cands, vals = optimize_acqf(
             acq_function=PosteriorMean(model),
@@ -111,6 +113,7 @@ def gen_co_kg_initial_conditions(
             inequality_constraints=inequality_constraints,
             equality_constraints=equality_constraints,
         )
+        assert vals is not None  # return_acq_values (default True)
         idx = boltzmann_sample(
             function_values=vals,
             num_samples=num_restarts * n_value,
@@ -178,7 +181,9 @@ def optimize_co_acquisition(
     s = resolve_seed(seed)
     options["seed"] = s
     one_shot = isinstance(acqf, qCoKnowledgeGradient) and acqf.discrete_support is None
-    ic_generator = gen_co_kg_initial_conditions if one_shot else gen_batch_initial_conditions
+    ic_generator: Callable[..., Tensor] = (
+        gen_co_kg_initial_conditions if one_shot else gen_batch_initial_conditions
+    )
     if not one_shot:
         for key in _INNER_OPTION_KEYS:
             if key in options:
@@ -200,8 +205,9 @@ def optimize_co_acquisition(
     return candidates.detach()
 
 
-def _with_inner_options(inner: dict[str, Any]):
+def _with_inner_options(inner: dict[str, Any]) -> Callable[..., Tensor]:
     def generator(*args: Any, options: dict[str, Any] | None = None, **kwargs: Any) -> Tensor:
-        return gen_co_kg_initial_conditions(*args, options={**(options or {}), **inner}, **kwargs)
+        kwargs["options"] = {**(options or {}), **inner}
+        return gen_co_kg_initial_conditions(*args, **kwargs)
 
     return generator

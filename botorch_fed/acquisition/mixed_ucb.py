@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import cast
 
 import torch
 from botorch.acquisition.acquisition import AcquisitionFunction
@@ -60,7 +61,9 @@ def model_input_dim(model: Model) -> int | None:
         if getattr(model, "_has_transformed_inputs", False):
             X = model._original_train_inputs
         else:
-            X = model.train_inputs[0]
+            # gpytorch's train_inputs (untyped): mypy sees nn.Module.__getattr__'s
+            # Tensor | Module; a model without them raises, handled below
+            X = model.train_inputs[0]  # type: ignore[index]
     except (AttributeError, IndexError, TypeError):
         return None
     return int(X.shape[-1]) if isinstance(X, Tensor) and X.ndim >= 2 else None
@@ -214,7 +217,9 @@ class MixedLocalGlobalUCB(AcquisitionFunction):
     @property
     def beta(self) -> Tensor:
         r"""The UCB trade-off parameter."""
-        return self.ucb_local.beta
+        # a buffer BoTorch registers without declaring it (nn.Module.__getattr__ types it
+        # Tensor | Module)
+        return cast(Tensor, self.ucb_local.beta)
 
     @property
     def weights(self) -> tuple[float, float]:
@@ -227,7 +232,9 @@ class MixedLocalGlobalUCB(AcquisitionFunction):
         r"""Not supported, as for BoTorch's analytic acquisition functions."""
         raise UnsupportedError("Analytic acquisition functions do not account for X_pending yet.")
 
-    @t_batch_mode_transform(expected_q=1)
+    # BoTorch types the decorated method's ``self`` as any AcquisitionFunction, which
+    # rejects every subclass's method
+    @t_batch_mode_transform(expected_q=1)  # type: ignore[arg-type]
     def forward(self, X: Tensor) -> Tensor:
         r"""Evaluate the mixed UCB on the candidate set ``X``.
 

@@ -33,6 +33,7 @@ import math
 import numbers
 import operator
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -43,7 +44,7 @@ from botorch_fed.acquisition._rng import SeedLike, uniform_draws
 _TOL = 1e-12
 
 
-def _check_t(t: object, name: str = "t") -> int:
+def _check_t(t: Any, name: str = "t") -> int:
     r"""``t`` as a Python int >= 1 (rounds are 1-based), else ValueError naming it."""
     if isinstance(t, bool):
         raise ValueError(f"`{name}` must be an int >= 1, got {t!r}.")
@@ -144,6 +145,7 @@ class MixingSchedule:
                 self._per_client = False
                 self._c = (_check_c(c, "c"),)
         else:
+            fns: tuple[Callable[[int], float], ...]
             if callable(prob_fn):
                 self._per_client = False
                 fns = (prob_fn,)
@@ -159,7 +161,9 @@ class MixingSchedule:
                 self._validate_fn(f, "prob_fn" if not self._per_client else f"prob_fn[{i}]")
                 for i, f in enumerate(fns)
             )
-        n_schedules = len(self._c if self._c is not None else self._fns)
+        schedules = self._c if self._c is not None else self._fns
+        assert schedules is not None  # one of the two is set above
+        n_schedules = len(schedules)
         if self._per_client and n_schedules == 0:
             raise ValueError("A per-client `c` / `prob_fn` needs at least one client.")
         if num_clients is not None:
@@ -234,6 +238,7 @@ class MixingSchedule:
     def _p(self, t: int, k: int) -> float:
         if self._c is not None:
             return 1.0 - float(t) ** (-self._c[k])
+        assert self._fns is not None  # a custom schedule (no ``c``)
         name = "prob_fn" if not self._per_client else f"prob_fn[{k}]"
         p = _check_prob(self._fns[k](t), name, t)
         if t > self._validate_up_to and p < self._fn_last[k] - _TOL:

@@ -99,7 +99,7 @@ def _negate(samples: Tensor, X: Tensor | None = None) -> Tensor:
     return -samples.squeeze(-1)
 
 
-def _check_kind(kind: str) -> str:
+def _check_kind(kind: StepKind) -> StepKind:
     if kind not in ACQUISITION_KINDS:
         raise ValueError(f"`kind` must be one of {ACQUISITION_KINDS}, got {kind!r}.")
     return kind
@@ -504,9 +504,10 @@ def ranked_step_candidates(
             return_best_only=False,
             return_full_tree=one_shot,
         )
+    assert v_opt is not None  # return_acq_values (default True)
     X_raw = draw_sobol_samples(bounds, n=raw_samples, q=1, seed=s + 2)
     with torch.no_grad():
-        if one_shot:
+        if isinstance(acqf, OneShotAcquisitionFunction):  # one_shot, narrowing acqf
             X_full = X_opt.detach()  # num_restarts x (1 + fantasies) x d
             fantasies = X_full[v_opt.detach().reshape(-1).argmax(), 1:]
             X_opt = acqf.extract_candidates(X_full)

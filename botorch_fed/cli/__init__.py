@@ -3,7 +3,7 @@ r"""The ``botorch-fed`` command line.
 Subcommands:
 
 - ``botorch-fed run <algorithm>``: a federated optimisation with any registered
-  algorithm (:func:`~botorch_fed.federation.available_algorithms`: ``fbo-fedgp`` and
+  algorithm (:func:`~botorch_fed.protocol.registry.available_algorithms`: ``fbo-fedgp`` and
   the baselines ``local``, ``central``, ``fts``, ``random``) on a built-in test
   function (``--problem``) or the user's own black box (``--objective
   module:function --bounds ...``, or per-client functions in a ``--config`` TOML
@@ -46,6 +46,7 @@ from botorch_fed.cli.parser import build_parser
 from botorch_fed.cli.run import execute_run, print_error
 from botorch_fed.runs.config import FromConfig, load_config
 from botorch_fed.runs.outputs import check_output_paths, write_json
+from botorch_fed.runs.parser import CommandParser
 from botorch_fed.runs.prepare import prepare_run
 
 __all__ = ["build_parser", "main"]
@@ -61,26 +62,26 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespa
         return code if isinstance(code, int) else (0 if code is None else 2)
 
 
-def _parse_with_config(parser: argparse.ArgumentParser, argv: list[str], args: argparse.Namespace):
+def _parse_with_config(parser: CommandParser, argv: list[str], args: argparse.Namespace):
     r"""Parse again with the ``--config`` file's values as defaults; returns
     ``(args, sources, config)`` where ``sources`` maps each ``dest`` whose value came
     from the file to its key (``args`` is argparse's exit code if it refused)."""
     algorithm_parser, options = parser.run_parsers[args.algorithm]
     defaults, config = load_config(args.config, args.algorithm, options)
     algorithm_parser.set_defaults(**defaults)
-    args = _parse(parser, argv)
+    parsed = _parse(parser, argv)
     sources: dict[str, str] = {}
-    if isinstance(args, argparse.Namespace):
-        for dest, value in vars(args).items():
+    if isinstance(parsed, argparse.Namespace):
+        for dest, value in vars(parsed).items():
             if isinstance(value, FromConfig):
-                setattr(args, dest, value.value)
+                setattr(parsed, dest, value.value)
                 sources[dest] = value.label
-    return args, sources, config
+    return parsed, sources, config
 
 
 def _list(console: Console) -> int:
     r"""``botorch-fed list``: one line per registered algorithm."""
-    from botorch_fed.federation import available_algorithms, get_algorithm
+    from botorch_fed.algorithms import available_algorithms, get_algorithm
 
     specs = [get_algorithm(n) for n in available_algorithms()]
     secure = {s.name: "yes (--aggregator)" if s.secure_aggregation else "no" for s in specs}

@@ -5,10 +5,11 @@ r"""``botorch-fed flower up | run | down | status``: a federation on Flower, on 
   and pids in a state folder (``--state-dir``, default a folder in the system's
   temporary directory) and the folder ``up`` is run from on their import path (a
   run's ``--objective`` module).
-- ``flower run <algorithm> [options of botorch-fed run]`` submits a run to it and
-  prints and writes (``--out``, ``--plot``) the same results as ``botorch-fed run``;
-  it writes nothing (no key set, no folder) unless the state folder has a live
-  federation of as many parties as the run has clients.
+- ``flower run <algorithm> [options of botorch-fed run]`` submits a run to it
+  (:mod:`botorch_fed.flower.submission`) and prints and writes (``--out``, ``--plot``)
+  the same results as ``botorch-fed run``; it writes nothing (no key set, no folder)
+  unless the state folder has a live federation of as many parties as the run has
+  clients.
   Flower's own flags: ``--state-dir``, ``--timeout`` (seconds a party may take to
   answer one message) and ``--on-dropout fail|continue``.
 - ``flower down`` stops exactly the processes ``up`` started; ``flower status`` lists
@@ -202,7 +203,7 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
     from botorch_fed.cli.run import print_error
 
     try:
-        from botorch_fed.flower import launcher
+        from botorch_fed.flower import launch_errors, launcher, submission
     except ImportError as exc:
         print_error(console, f"{exc}. Install the extra: pip install 'botorch-fed[flower]'.")
         return 2
@@ -244,16 +245,16 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
         return _run(args.options, console)
     except SystemExit as exc:  # argparse's own errors (printed) and --help
         return exc.code if isinstance(exc.code, int) else 2
-    except launcher.RunInterrupted as exc:  # Ctrl-C (SIGTERM, SIGHUP) on `flower run`
+    except submission.RunInterrupted as exc:  # Ctrl-C (SIGTERM, SIGHUP) on `flower run`
         print_error(console, f"{exc}.", "interrupted:")
         return 128 + exc.signum  # as the shell reports a process the signal ended
-    except launcher.FederationRunningError as exc:  # in the command line's words
+    except launch_errors.FederationRunningError as exc:  # in the command line's words
         print_error(console, _running(exc.state, exc.live))
         return 1
-    except launcher.NoFederationError as exc:
+    except launch_errors.NoFederationError as exc:
         print_error(console, _no_federation(exc.state))
         return 1
-    except launcher.FlowerLaunchError as exc:  # the launcher's words for `up(port=...)`
+    except launch_errors.FlowerLaunchError as exc:  # the launcher's words for `up(port=...)`
         print_error(console, str(exc).replace("leave port=None", "leave out --port"))
         return 1
     except ValueError as exc:
@@ -263,8 +264,8 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
 
 def _keys(args: argparse.Namespace, console: Console) -> int:
     r"""``flower keys``: a fresh key set (OS randomness) in ``--key-dir``."""
-    from botorch_fed.federation.setup import FederationSetup
     from botorch_fed.flower.keys import write_keyset
+    from botorch_fed.protocol.setup import FederationSetup
 
     if args.clients < 1:
         raise ValueError(f"--clients must be >= 1, got {args.clients}.")
@@ -319,11 +320,12 @@ def _run(tokens: list[str], console: Console) -> int:
     r"""``flower run <algorithm> ...``."""
     from botorch_fed.cli.report import plot_run, print_run
     from botorch_fed.cli.run import print_error
-    from botorch_fed.federation.registry import get_algorithm
-    from botorch_fed.federation.runner import RunResult, build_context
-    from botorch_fed.flower import launcher
+    from botorch_fed.flower import launcher, submission
     from botorch_fed.flower.keys import write_keyset
     from botorch_fed.flower.run_options import check_argv, prepare, results_files
+    from botorch_fed.protocol.registry import get_algorithm
+    from botorch_fed.protocol.results import RunResult
+    from botorch_fed.protocol.runner import build_context
     from botorch_fed.runs.outputs import write_json
 
     own, argv = _flower_options(tokens)
@@ -388,7 +390,7 @@ def _run(tokens: list[str], console: Console) -> int:
         if not line.startswith(RESULTS_WRITTEN):
             console.print(line, markup=False)
 
-    code = launcher.submit(state, config, stream=stream)
+    code = submission.submit(state, config, stream=stream)
     if error.exists():
         text = error.read_text().strip()
         error.unlink()

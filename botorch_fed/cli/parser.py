@@ -4,22 +4,20 @@ r"""The argument parser of ``botorch-fed``: ``run <algorithm>`` (its parsers are
 
 from __future__ import annotations
 
-import argparse
-
 from botorch_fed import __version__
 from botorch_fed.cli.demo import add_demo_parser
 from botorch_fed.cli.flower import add_flower_parser
-from botorch_fed.runs.parser import add_run_parser
+from botorch_fed.runs.parser import CommandParser, add_run_parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> CommandParser:
     r"""The argument parser of ``botorch-fed``.
 
     ``parser.run_parsers[algorithm]`` is ``(sub-parser, options)`` of ``run
     <algorithm>`` (``--config`` files are checked against the options and become the
     sub-parser's defaults).
     """
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="botorch-fed",
         description="Federated and privacy-preserving Bayesian optimisation for BoTorch.",
     )

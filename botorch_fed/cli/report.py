@@ -39,7 +39,7 @@ def plot_run(data: dict, path: str, console: Console) -> None:
 
 def _cumulative(algorithm: str) -> bool:
     r"""Whether ``algorithm`` is judged by its cumulative regret (registry)."""
-    from botorch_fed.federation import get_algorithm
+    from botorch_fed.algorithms import get_algorithm
 
     try:
         return get_algorithm(algorithm).cumulative_regret
@@ -90,7 +90,7 @@ def _cumulative_rows(result, rounds: int) -> list[tuple[str, str]]:
 
 
 def print_run(result, console: Console, label: str | None = None) -> None:
-    r"""The result tables of a :class:`~botorch_fed.federation.runner.RunResult`:
+    r"""The result tables of a :class:`~botorch_fed.protocol.results.RunResult`:
     federation, stages, clients, failed evaluations (``label``: the black box's name)."""
     rounds = len(result.best_per_round) - 1
     goal = "minimised" if result.minimize else "maximised"
@@ -169,11 +169,11 @@ def print_run(result, console: Console, label: str | None = None) -> None:
         clients.add_column("objective")
     clients.add_column("best value", justify="right")
     for cid, best in result.best_per_client.items():
-        row = [str(cid)]
+        cells = [str(cid)]
         if per_client_names:
-            row.append(escape(per_client_names[int(cid)]["name"]))
+            cells.append(escape(per_client_names[int(cid)]["name"]))
         evaluated = any(str(e["client"]) == str(cid) for e in result.evaluations)
-        clients.add_row(*row, _number(best, "none (all failed)" if evaluated else "never asked"))
+        clients.add_row(*cells, _number(best, "none (all failed)" if evaluated else "never asked"))
     console.print(clients)
     if result.failures:
         shown = result.failures[:MAX_FAILURES_SHOWN]

@@ -40,7 +40,7 @@ def print_error(console: Console, message: str, title: str = "error:") -> None:
 
 def _run_with_progress(run: PreparedRun, console: Console):
     r"""``run_federated`` with a progress bar (starting at the resumed round)."""
-    from botorch_fed.federation.runner import run_federated
+    from botorch_fed.protocol.runner import run_federated
 
     with Progress(
         SpinnerColumn(),
@@ -51,7 +51,9 @@ def _run_with_progress(run: PreparedRun, console: Console):
         TimeElapsedColumn(),
         console=console,
     ) as progress:
-        what = f"{run.algorithm} on {escape(run.label or run.setup.problem)}"
+        black_box = run.label or run.setup.problem
+        assert black_box is not None  # the user's black box is labelled, else a problem
+        what = f"{run.algorithm} on {escape(black_box)}"
         task = progress.add_task(what, total=run.settings.num_rounds, best="-")
         first: list[int] = []
 
@@ -82,7 +84,7 @@ def _run_with_progress(run: PreparedRun, console: Console):
 
 
 def _interrupted(run: PreparedRun, console: Console) -> int:
-    from botorch_fed.federation.checkpoint import MANIFEST
+    from botorch_fed.protocol.checkpoint import MANIFEST
 
     folder = run.checkpoint or run.resume
     if folder and os.path.isfile(os.path.join(folder, MANIFEST)):
@@ -99,8 +101,8 @@ def _interrupted(run: PreparedRun, console: Console) -> int:
 def execute_run(run: PreparedRun, console: Console) -> int:
     r"""Run a :class:`PreparedRun`, print its tables, write ``--out`` and ``--plot``;
     returns the exit code (module docstring)."""
-    from botorch_fed.federation.checkpoint import CheckpointError
-    from botorch_fed.federation.objectives import EvaluationError, ObjectiveContractError
+    from botorch_fed.protocol.checkpoint import CheckpointError
+    from botorch_fed.protocol.objectives import EvaluationError, ObjectiveContractError
 
     try:
         # the user's functions may import their own modules lazily: the folders stay on

@@ -50,14 +50,14 @@ def write_keyset(setup, ids: list[int], key_dir: str | os.PathLike) -> tuple[str
     another process (TenSEAL's is not).
 
     Args:
-        setup: The run's :class:`~botorch_fed.federation.setup.FederationSetup`.
+        setup: The run's :class:`~botorch_fed.protocol.setup.FederationSetup`.
         ids: The client ids.
         key_dir: Folder to create the key set in (``<key_dir>/<keyset>/``).
 
     Returns:
         ``(keyset name, path of server.key)``.
     """
-    from botorch_fed.federation.runner import secagg_backend
+    from botorch_fed.protocol.runner import secagg_backend
 
     material = secagg_backend(setup, ids).setup(ids, seed=setup.crypto_seed)
     mark = b"" if setup.crypto_seed is None else SEEDED_MARK

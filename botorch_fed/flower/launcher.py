@@ -14,51 +14,31 @@ One federation lives in a *state directory*; :func:`up` starts on ``127.0.0.1``
 each running in the state directory with the folder :func:`up` was called from first
 on its PYTHONPATH (where a run's ``--objective`` module is found), and writes the
 Flower configuration (``flwr_home/config.toml``, connection ``local-deployment``) and
-the Flower App (``app/pyproject.toml``) that :func:`submit` runs with ``flwr run``.
-:func:`down` stops what :func:`up` recorded in ``federation.json``; :func:`status`
-reports it.
-
-Layout of a state directory::
-
-    federation.json      the description returned by up (pids, ports, sockets, logs)
-    flwr_home/           FLWR_HOME of every child (config.toml, Flower's own state)
-    app/pyproject.toml   the Flower App (components live in the installed botorch_fed)
-    logs/<name>.log      stdout + stderr of each child (kept by down)
-    keys/                the parties' key folder (``--key-dir``)
-    parties/party-<i>.json  each agent's --state-file (the LDP epsilon spent; the runs
-                         it began in party-<i>.json.runs)
-    sockets/             the agents' Unix sockets (a short temporary folder instead
-                         when the state path is too long for a socket address)
-    runs/<id>.toml       run configs written by submit
-    results/<out>        a run's results JSON (or <out>.error), written by the
-                         ServerApp under the name its run config's ``out`` gives
+the Flower App (``app/pyproject.toml``) that :func:`~.submission.submit` runs with
+``flwr run``. :func:`down` stops what :func:`up` recorded in ``federation.json``;
+:func:`status` reports it. The state folder's layout and files are
+:mod:`.state_folder`'s, the launcher's errors :mod:`.launch_errors`'.
 
 The module imports neither torch nor flwr: it only starts processes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
+import functools
 import os
-import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import tomllib
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from queue import Empty, Queue
 from typing import Any
 
+from botorch_fed.flower.launch_errors import FederationRunningError, FlowerLaunchError
 from botorch_fed.flower.processes import (
     alive,
     descendants,
@@ -68,71 +48,26 @@ from botorch_fed.flower.processes import (
     terminate,
     track,
 )
-from botorch_fed.flower.run_options import RESULTS_DIR, RUN_CONFIG_DEFAULTS, SERVER_DIR_ENV
+from botorch_fed.flower.run_options import RESULTS_DIR, SERVER_DIR_ENV
+from botorch_fed.flower.state_folder import (
+    CONNECTION,
+    HOST,
+    STATE_ENV,
+    _live_names,
+    _log_tail,
+    _read_federation,
+    _state,
+    _write_app,
+    _write_federation,
+    _write_flower_config,
+)
 
-__all__ = [
-    "APP_CONFIG",
-    "CONNECTION",
-    "FederationRunningError",
-    "FlowerLaunchError",
-    "NoFederationError",
-    "RunInterrupted",
-    "down",
-    "status",
-    "submit",
-    "up",
-]
-
-HOST = "127.0.0.1"
-CONNECTION = "local-deployment"
-FEDERATION_FILE = "federation.json"
-#: run-config keys of the Flower App and their defaults (declared in its pyproject.toml;
-#: ``flwr run`` rejects overrides of keys not declared there)
-APP_CONFIG: dict[str, str | int | float | bool] = dict(RUN_CONFIG_DEFAULTS)
-#: marks every process started by ``up`` (inherited by Flower's own subprocesses),
-#: so ``down`` also finds descendants that were re-parented away from their parent.
-STATE_ENV = "BOTORCH_FED_FLOWER_STATE"
+__all__ = ["down", "status", "up"]
 
 _POLL = 0.1
-_LOG_TAIL = 20
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
 
 AgentCommand = Callable[[int, Path], list[str]]
-
-
-class FlowerLaunchError(RuntimeError):
-    r"""A Flower federation could not be started, reached or stopped."""
-
-
-class NoFederationError(FlowerLaunchError):
-    r"""A state folder has no live federation (no SuperLink running): :func:`submit`.
-
-    Attributes:
-        state: The state folder (resolved).
-    """
-
-    def __init__(self, state: Path) -> None:
-        self.state = state
-        super().__init__(
-            f"no live federation in {state}: start one with up(clients, {str(state)!r})"
-        )
-
-
-class FederationRunningError(FlowerLaunchError):
-    r"""A state folder already has a running federation: :func:`up`.
-
-    Attributes:
-        state: The state folder (resolved).
-        live: Names of its processes that still run.
-    """
-
-    def __init__(self, state: Path, live: list[str]) -> None:
-        self.state = state
-        self.live = list(live)
-        super().__init__(
-            f"{state} already has a running federation ({', '.join(live)}); run "
-            f"down({str(state)!r}) first, or give up() another state folder for a second one"
-        )
 
 
 # --------------------------------------------------------------------- processes
@@ -154,68 +89,7 @@ def _marked(state: Path, table: dict[int, tuple[int, int]]) -> set[int]:
     return found
 
 
-# ------------------------------------------------------------------ state files
-
-
-def _state(state_dir: str | os.PathLike[str], create: bool = False) -> Path:
-    r"""The state folder, private to this user: created ``0700`` (``create``); an
-    existing one must be ours and closed to others, since ``run`` executes what its
-    ``federation.json`` names and ``down`` signals the pids it lists.
-
-    Raises:
-        FlowerLaunchError: The folder belongs to another user, or others can write into
-            it or read it.
-    """
-    state = Path(state_dir).expanduser().resolve()
-    if create and not state.exists():
-        state.mkdir(parents=True, mode=0o700)
-    if state.exists():
-        info = state.stat()
-        if info.st_uid != os.getuid():
-            raise FlowerLaunchError(
-                f"The state folder {state} belongs to another user (uid {info.st_uid}): "
-                "give a folder of your own (--state-dir)."
-            )
-        if info.st_mode & 0o077:
-            raise FlowerLaunchError(
-                f"The state folder {state} is open to other users (mode "
-                f"{oct(info.st_mode & 0o777)}): `chmod 700 {state}`, or give another folder."
-            )
-    return state
-
-
-def _read_federation(state: Path) -> dict[str, Any] | None:
-    r"""The description in ``<state>/federation.json``, ``None`` when there is none."""
-    path = state / FEDERATION_FILE
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError as err:
-        raise FlowerLaunchError(f"{path} is not valid JSON: {err}") from err
-
-
-def _write_federation(state: Path, fed: dict[str, Any]) -> None:
-    r"""Write ``fed`` to ``<state>/federation.json`` atomically (rename)."""
-    tmp = state / f".{FEDERATION_FILE}.tmp"
-    tmp.write_text(json.dumps(fed, indent=2, sort_keys=True) + "\n")
-    tmp.replace(state / FEDERATION_FILE)
-
-
-def _live_names(fed: dict[str, Any]) -> list[str]:
-    r"""Names of the recorded processes of ``fed`` that still run."""
-    starts = fed.get("start_times", {})
-    return [n for n, pid in fed.get("pids", {}).items() if alive(pid, starts.get(n))]
-
-
-def _log_tail(path: Path, lines: int = _LOG_TAIL) -> str:
-    r"""The last ``lines`` lines of the log ``path`` (a note if it is empty/missing)."""
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return f"(no log at {path})"
-    tail = text.splitlines()[-lines:]
-    return "\n".join(tail) if tail else f"({path} is empty)"
+# ------------------------------------------------------------------- node config
 
 
 def _toml_string(value: str) -> str:
@@ -226,57 +100,6 @@ def _toml_string(value: str) -> str:
             "a backslash or a control character"
         )
     return f'"{value}"'
-
-
-def _write_flower_config(flwr_home: Path, port: int) -> Path:
-    r"""Write ``<flwr_home>/config.toml`` naming this SuperLink ``local-deployment``."""
-    flwr_home.mkdir(parents=True, exist_ok=True)
-    path = flwr_home / "config.toml"
-    path.write_text(
-        "[superlink]\n"
-        f'default = "{CONNECTION}"\n\n'
-        f"[superlink.{CONNECTION}]\n"
-        f'address = "{HOST}:{port}"\n'
-        "insecure = true\n"
-    )
-    return path
-
-
-def _write_app(app_dir: Path) -> Path:
-    r"""Write the Flower App ``<app_dir>/pyproject.toml`` (no code: botorch_fed is
-    installed where the SuperLink and SuperNodes run).
-
-    ``flwr run`` requires ``[project]`` ``name`` and ``version`` and
-    ``[tool.flwr.app]`` ``publisher`` and ``components`` (``serverapp``,
-    ``clientapp``); ``description`` and ``license`` only silence warnings.
-    """
-    import tomli_w  # a dependency of flwr, so part of the ``flower`` extra
-
-    app_dir.mkdir(parents=True, exist_ok=True)
-    doc = {
-        "project": {
-            "name": "botorch-fed-app",
-            "version": "1.0.0",
-            "description": "botorch-fed federation run through Flower",
-            "license": "MIT",
-            "dependencies": ["flwr>=1.41.0"],
-        },
-        "tool": {
-            "flwr": {
-                "app": {
-                    "publisher": "botorch-fed",
-                    "components": {
-                        "serverapp": "botorch_fed.flower.server_app:app",
-                        "clientapp": "botorch_fed.flower.client_app:app",
-                    },
-                    "config": dict(APP_CONFIG),
-                }
-            }
-        },
-    }
-    path = app_dir / "pyproject.toml"
-    path.write_text(tomli_w.dumps(doc))
-    return path
 
 
 # ----------------------------------------------------------------------- ports
@@ -446,10 +269,10 @@ def _wait_ready(fed: dict[str, Any], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     ports = fed["ports"]
     pending: dict[str, Callable[[], bool]] = {
-        name: (lambda p=port: _health(p)) for name, port in ports.items()
+        name: functools.partial(_health, port) for name, port in ports.items()
     }
     for name, path in fed["sockets"].items():
-        pending[name] = lambda p=path: Path(p).exists()
+        pending[name] = Path(path).exists
     while True:
         if (err := _died(fed)) is not None:
             raise FlowerLaunchError(err)
@@ -697,246 +520,3 @@ def status(state_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "running": any(p["alive"] for p in procs.values()),
         "processes": procs,
     }
-
-
-# --------------------------------------------------------------------- submit
-
-
-def _check_run_config(run_config: dict[str, Any], declared: dict[str, Any]) -> None:
-    r"""Raise naming the key if ``run_config`` has a key the App does not declare
-    (``flwr run`` would fail with "Invalid run configuration") or a value whose type
-    differs from the declared default's (an int is fine for a float); flwr itself
-    does not check types."""
-    unknown = sorted(set(run_config) - set(declared))
-    if unknown:
-        raise FlowerLaunchError(
-            f"run_config keys {unknown} are not declared in the Flower App "
-            f"([tool.flwr.app.config] keys: {sorted(declared)}); flwr rejects them"
-        )
-    for key, value in run_config.items():
-        want = type(declared[key])
-        ok = type(value) is want or (want is float and type(value) is int)
-        if not ok:
-            raise TypeError(
-                f"run_config[{key!r}] must be a {want.__name__} (as its default "
-                f"{declared[key]!r}), got {type(value).__name__} {value!r:.60}"
-            )
-
-
-#: the line of ``flwr run`` that names the run it started
-_STARTED = re.compile(r"Successfully started run (\d+)")
-
-
-class RunInterrupted(KeyboardInterrupt):
-    r""":func:`submit` was interrupted (Ctrl-C, SIGTERM, SIGHUP); the run it started,
-    if any, was stopped at the SuperLink (the message says whether that worked).
-
-    Attributes:
-        run_id: Flower's id of the run (``None``: interrupted before it started).
-        signum: The signal that interrupted it (``signal.SIGINT`` for Ctrl-C).
-    """
-
-    def __init__(self, run_id: int | None, message: str, signum: int = signal.SIGINT) -> None:
-        self.run_id = run_id
-        self.signum = int(signum)
-        super().__init__(message)
-
-
-class _Signalled(KeyboardInterrupt):
-    r"""SIGTERM or SIGHUP while :func:`submit` waits (handled as Ctrl-C is)."""
-
-    def __init__(self, signum: int) -> None:
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
-
-
-def _stop_run(flwr: str, run_id: int, env: dict[str, str]) -> bool:
-    r"""``flwr stop <run_id>`` on this federation's SuperLink, in its own session (a
-    second Ctrl-C on the terminal does not reach it); whether it succeeded."""
-    try:
-        done = subprocess.run(
-            [flwr, "stop", str(run_id), CONNECTION],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=30,
-            check=False,
-            start_new_session=True,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
-
-
-@contextlib.contextmanager
-def _signals(handler: Any, *signums: int) -> Iterator[None]:
-    r"""``handler`` for ``signums`` inside the block, the previous handlers after it
-    (a no-op outside the main thread, where Python cannot set handlers)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {s: signal.getsignal(s) for s in signums}
-    for s in signums:
-        signal.signal(s, handler)
-    try:
-        yield
-    finally:
-        for s, previous in saved.items():
-            signal.signal(s, signal.SIG_DFL if previous is None else previous)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise _Signalled(signum)
-
-
-def _give_up(
-    proc: subprocess.Popen[str] | None,
-    lines: Queue[str | None],
-    run_id: int | None,
-    flwr: str,
-    env: dict[str, str],
-) -> tuple[int | None, str]:
-    r"""Stop ``flwr run`` and the run it started; ``(run id, what became of it)``.
-
-    The run's id is read from ``flwr run``'s output, including lines it printed but
-    ``submit`` had not read yet when it gave up.
-    """
-    if proc is None:
-        return None, "it had not started"
-    if proc.poll() is None:
-        terminate({proc.pid: start_time(proc.pid)}, grace=1.0)
-    proc.wait()
-    end = time.monotonic() + 5.0  # the reader thread ends once flwr run's pipe closes
-    while run_id is None:
-        try:
-            line = lines.get(timeout=max(end - time.monotonic(), 0))
-        except Empty:
-            break
-        if line is None:
-            break
-        if started := _STARTED.search(line):
-            run_id = int(started.group(1))
-    if run_id is None:
-        return None, (
-            "flwr run had not named a run when it was stopped; if it had submitted one, "
-            f"`flwr ls {CONNECTION}` lists it and `flwr stop <id> {CONNECTION}` stops it"
-        )
-    if _stop_run(flwr, run_id, env):
-        return run_id, f"run {run_id} is stopped at the SuperLink (`flwr stop {run_id}`)"
-    return run_id, (
-        f"stopping run {run_id} at the SuperLink failed, so it may still be running: "
-        f"`flwr stop {run_id} {CONNECTION}` stops it"
-    )
-
-
-def _pump(proc: subprocess.Popen[str], lines: Queue[str | None]) -> None:
-    r"""Copy ``proc``'s output lines into ``lines``, then ``None``."""
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
-
-
-def submit(
-    state_dir: str | os.PathLike[str],
-    run_config: dict[str, Any],
-    *,
-    timeout: float | None = None,
-    stream: Callable[[str], Any] | None = None,
-) -> int:
-    r"""Run the Flower App of a live federation: ``flwr run <app> local-deployment
-    --stream --run-config <state>/runs/<id>.toml``.
-
-    Args:
-        state_dir: The federation's folder (started by :func:`up`).
-        run_config: Overrides of the App's run config (keys of :data:`APP_CONFIG`,
-            each value of its default's type; an int for a float is fine).
-        timeout: Seconds before ``flwr run`` is killed and the run it started is
-            stopped at the SuperLink (``flwr stop``); ``None`` waits.
-        stream: Called with each output line of ``flwr run`` (default ``print``).
-
-    Returns:
-        The exit code of ``flwr run``. Note: with ``--stream`` it is 0 once the run
-        was submitted and its logs streamed to the end, even when the ServerApp
-        failed; read the ServerApp's own result files for success.
-
-    Raises:
-        FlowerLaunchError: If ``state_dir`` has no live federation
-            (:class:`NoFederationError`), ``run_config`` has undeclared keys, or
-            ``timeout`` passed.
-        TypeError: If a ``run_config`` value's type differs from its default's.
-        RunInterrupted: On Ctrl-C (a ``KeyboardInterrupt``), or SIGTERM or SIGHUP in
-            the main thread (unless the caller ignores them), once ``flwr run`` and the
-            run it started are stopped; its message says whether stopping the run at
-            the SuperLink succeeded.
-    """
-    import tomli_w
-
-    state = _state(state_dir)
-    fed = _read_federation(state)
-    if fed is None or "superlink" not in _live_names(fed):
-        raise NoFederationError(state)
-    app_dir = Path(fed["app_dir"])
-    with (app_dir / "pyproject.toml").open("rb") as f:
-        declared = tomllib.load(f)["tool"]["flwr"]["app"].get("config", {})
-    _check_run_config(run_config, declared)
-    runs = state / "runs"
-    runs.mkdir(exist_ok=True)
-    run_file = runs / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}.toml"
-    run_file.write_text(tomli_w.dumps(dict(run_config)))
-
-    python = fed["python"]
-    flwr = str(Path(python).parent / "flwr")
-    argv = [flwr, "run", str(app_dir), CONNECTION, "--stream", "--run-config",
-            str(run_file)]  # fmt: skip
-    env = _child_env(state, python, fed.get("import_dir"))
-    del env[STATE_ENV]  # not part of the federation: down leaves it alone
-    out = print if stream is None else stream
-    lines: Queue[str | None] = Queue()
-    deadline = None if timeout is None else time.monotonic() + timeout
-    proc: subprocess.Popen[str] | None = None
-    run_id = None
-    failure: BaseException | None = None
-    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    # SIGTERM and SIGHUP (a closed terminal) stop the run as Ctrl-C does, unless the
-    # caller ignores them (`nohup botorch-fed flower run ...` must outlive its terminal)
-    caught = [s for s in stops[1:] if signal.getsignal(s) is not signal.SIG_IGN]
-    with _signals(_interrupt, *caught):
-        try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                env=env,
-                start_new_session=True,
-            )
-            threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
-            while True:
-                wait = None if deadline is None else max(deadline - time.monotonic(), 0)
-                try:
-                    line = lines.get(timeout=wait)
-                except Empty:
-                    break
-                if line is None:
-                    return proc.wait()
-                if run_id is None and (started := _STARTED.search(line)):
-                    run_id = int(started.group(1))
-                out(line)
-        except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP, or the caller's stream
-            failure = exc
-    # timed out, interrupted or failed: stop flwr run and the run; a second Ctrl-C must
-    # not cut this (one in the instant before the handlers change still can)
-    with _signals(signal.SIG_IGN, *stops):
-        run_id, what = _give_up(proc, lines, run_id, flwr, env)
-    if isinstance(failure, KeyboardInterrupt):
-        signum = getattr(failure, "signum", signal.SIGINT)
-        raise RunInterrupted(run_id, what, signum) from None
-    if failure is not None:
-        raise failure
-    raise FlowerLaunchError(
-        f"flwr run did not finish within timeout={timeout} s (run config {run_file}); {what}"
-    )

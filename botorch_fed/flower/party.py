@@ -33,36 +33,36 @@ leaves it except through the algorithm's declared outputs -- no error text. An e
 is one of two kinds, and :meth:`PartyAgent.reply` (what goes on the wire) treats them
 apart:
 
-- a *public refusal* (:func:`is_public_refusal`): decided before the run's client is
-  used, from the run's options, the party's policy and the agent's own bookkeeping
-  only -- a policy refusal, options that do not parse or do not fit this federation,
-  a run that is over, a full agent, the LDP epsilon cap. :meth:`PartyAgent.answer`
-  marks each one where it decides it (:func:`refusal`); its full text goes to the
-  server, whose submitter needs it ("--allow-plaintext allows it").
+- a *public refusal* (:func:`~.party_errors.is_public_refusal`): decided before the
+  run's client is used, from the run's options, the party's policy and the agent's own
+  bookkeeping only -- a policy refusal, options that do not parse or do not fit this
+  federation, a run that is over, a full agent, the LDP epsilon cap.
+  :meth:`PartyAgent.answer` marks each one where it decides it
+  (:func:`~.party_errors.refusal`); its full text goes to the server, whose submitter
+  needs it ("--allow-plaintext allows it").
 - everything else, above all what the client raised while it handled a message (a
-  :class:`~botorch_fed.federation.roles.ProtocolViolation` or a
+  :class:`~botorch_fed.protocol.declarations.ProtocolViolation` or a
   :class:`~botorch_fed.secure.errors.HeadroomError` may quote private values; so may
   the black box). The server learns only the error's type and what it sent itself:
   the client id, the message type, the secure sum's request and the round
-  (:func:`wire_error`). The full text and traceback go to the agent's log (stderr).
+  (:func:`~.party_errors.wire_error`). The full text and traceback go to the agent's
+  log (stderr).
 
 An error nobody marked is private: a new error path errs on the side of saying less.
 
 **What the agent remembers** (``--state-file``): the runs it began, so that none starts
 again, and the LDP epsilon it spent over all runs, in two files written so that each
-event costs the same however long the party has run (:class:`AgentState`).
+event costs the same however long the party has run
+(:class:`~.agent_state.AgentState`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import numbers
 import os
 import signal
 import socket
-import stat
 import sys
 import threading
 import time
@@ -70,8 +70,8 @@ import traceback
 from collections import OrderedDict
 from pathlib import Path
 
-from botorch_fed.federation.messages import TIME_PREFIX
-from botorch_fed.federation.roles import ProtocolViolation as ProtocolViolationError
+from botorch_fed.flower.agent_state import AgentState
+from botorch_fed.flower.party_errors import _private, refusal, wire_error
 from botorch_fed.flower.policy import (
     PartyPolicy,
     PolicyError,
@@ -79,6 +79,8 @@ from botorch_fed.flower.policy import (
     policy_from_arguments,
 )
 from botorch_fed.flower.records import encode_frame, read_frame
+from botorch_fed.protocol.declarations import ProtocolViolation as ProtocolViolationError
+from botorch_fed.protocol.messages import TIME_PREFIX
 
 HELLO = "botorch_fed_hello"
 REPORT = "botorch_fed_report"
@@ -90,13 +92,11 @@ it the agent takes no new run until its operator moves the runs journal aside
 (:class:`AgentState`)."""
 #: why a run the agent began before it restarted is over
 RESTARTED = "it began before this party's agent restarted"
-#: the public refusal's mark (:func:`refusal`)
-_PUBLIC = "botorch_fed_public_refusal"
 #: the exceptions a run's build raises as refusals: policy, options, key material
 _BUILD_REFUSALS = (PolicyError, ValueError)
 
 
-def _from_objective_import(exc: BaseException) -> bool:
+def _from_objective_import(exc: BaseException | None) -> bool:
     r"""Whether ``exc`` is, or was raised from, a failure to load the user's objective
     module (:class:`~botorch_fed.runs.black_box.ObjectiveImportError`)."""
     from botorch_fed.runs.black_box import ObjectiveImportError
@@ -108,56 +108,6 @@ def _from_objective_import(exc: BaseException) -> bool:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return False
-
-
-def refusal(exc: BaseException) -> BaseException:
-    r"""Mark ``exc`` a public refusal: one decided before the run's client is used, from
-    the run's options, the party's policy and the agent's bookkeeping alone, whose full
-    text may go to the server. Returns ``exc`` (``raise refusal(PolicyError(...))``)."""
-    setattr(exc, _PUBLIC, True)
-    return exc
-
-
-def is_public_refusal(exc: BaseException) -> bool:
-    r"""Whether ``exc`` was marked by :func:`refusal` (and not taken back since)."""
-    return getattr(exc, _PUBLIC, False) is True
-
-
-def _private(exc: BaseException) -> None:
-    r"""Take back any mark from ``exc``: it came from the run's client, so its text is
-    the party's own, whatever its type (an exception object the client kept and raised
-    again must not carry a mark from before)."""
-    if getattr(exc, _PUBLIC, False):
-        setattr(exc, _PUBLIC, False)
-
-
-def wire_error(exc: BaseException, partition_id: int, meta, payload) -> str:
-    r"""The error text the server is told for ``exc``, raised while this agent answered
-    ``(meta, payload)``: a public refusal's full text (:func:`is_public_refusal`),
-    otherwise only the error's type, the client id and what the server itself sent --
-    the message type, for a secure sum its request, and the round.
-
-    The round is the message's ``round`` or ``t`` field (an integer the server chose);
-    the request is its ``request`` field (``secagg`` opens a session with one); strings
-    are cut to 64 characters, so an answer stays short whatever the server sent."""
-    name = type(exc).__name__
-    if is_public_refusal(exc):
-        return f"{name}: {exc}"
-    where = [f"client {int(partition_id)}"]
-    meta = meta if isinstance(meta, dict) else {}
-    payload = payload if isinstance(payload, dict) else {}
-    type_ = meta.get("type")
-    if isinstance(type_, str):
-        where.append(f"message {type_[:64]!r}")
-    request = payload.get("request")
-    if isinstance(request, str):
-        where.append(f"request {request[:64]!r}")
-    for key in ("round", "t"):
-        value = payload.get(key)
-        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-            where.append(f"round {int(value)}")
-            break
-    return f"{name}: {', '.join(where)} (the details stay in the party's log)"
 
 
 class PartyAgent:
@@ -202,7 +152,7 @@ class PartyAgent:
         self._clock = clock
         self._lock = threading.Lock()
         self.state = None if state_file is None else AgentState(state_file)
-        self.state_file = None if state_file is None else self.state.path
+        self.state_file = None if self.state is None else self.state.path
         if self.state is not None:
             began, self.epsilon_spent = self.state.load()
             self._over = dict.fromkeys(began, RESTARTED)
@@ -242,7 +192,7 @@ class PartyAgent:
         """
         import torch
 
-        from botorch_fed.federation.messages import Message
+        from botorch_fed.protocol.messages import Message
 
         with self._lock:
             torch.set_num_threads(self.threads)
@@ -402,16 +352,16 @@ class PartyAgent:
         client count)."""
         import torch
 
-        from botorch_fed.federation.registry import get_algorithm
-        from botorch_fed.federation.runner import (
+        from botorch_fed.flower.keys import party_material
+        from botorch_fed.flower.run_options import decode_argv, prepare
+        from botorch_fed.protocol.registry import get_algorithm
+        from botorch_fed.protocol.runner import (
             build_context,
             make_client,
             secagg_backend,
             secagg_role_seed,
         )
-        from botorch_fed.federation.setup import DEFAULT_NUM_CLIENTS
-        from botorch_fed.flower.keys import party_material
-        from botorch_fed.flower.run_options import decode_argv, prepare
+        from botorch_fed.protocol.setup import DEFAULT_NUM_CLIENTS
 
         def check(args) -> None:  # the parsed options, before anything is built
             clients = DEFAULT_NUM_CLIENTS if args.clients is None else args.clients
@@ -466,186 +416,6 @@ class _Held:
     def __init__(self, client) -> None:
         self.client = client
         self.last = 0.0
-
-
-class AgentState:
-    r"""What a party's agent keeps across restarts (``--state-file PATH``), in two files.
-
-    - ``PATH``: the LDP epsilon spent over all runs, JSON ``{"format": 2,
-      "epsilon_spent": e}``. It is replaced atomically (a temporary file, fsync, rename,
-      fsync of the folder) at every answer that released epsilon, before that answer
-      leaves the agent: a crash leaves the total before or after the answer, never less
-      than what left. It stays a few dozen bytes.
-    - ``PATH.runs``: the runs the agent began, one decimal run id a line, appended and
-      fsynced before a run's client answers its first message: the runs a restarted
-      agent refuses.
-
-    Why the runs are a journal. A run that began must never start again, or a server
-    could reset a client mid-run (have its initial design evaluated again, its users
-    answer again with fresh noise). Flower's run ids are random 64-bit numbers, not
-    increasing, so no high-water mark can stand for the runs that ended: each id must
-    be kept. Kept in a JSON file rewritten at every event, each event cost time growing
-    with the history (3,000 ids: 110 s of agent time); appended, each run costs one line
-    (~20 bytes) and one fsync whatever came before, and the journal is read once, when
-    the agent starts. Only runs the agent began are written: a refused run, or the report
-    of a run it never held, writes nothing. The journal is capped at
-    :data:`MAX_REMEMBERED` runs (about 2 MB): past that the agent refuses new runs --
-    refusing is safe, forgetting is not -- until its operator moves the journal aside,
-    a decision only the party takes (the runs in it could then be answered again by
-    fresh clients) and one that leaves the epsilon spent as it is. A server fills it only
-    with runs the party's policy accepts, at the cost of a client build each.
-
-    A crash in the middle of an append leaves a torn last line; the next start cuts it
-    off (that run's client had answered nothing: its line is written first). A state
-    file of the earlier format (one JSON file holding the runs, rewritten at every
-    event) is converted when the agent starts: its runs go to the journal.
-
-    Both files and their folder must be this user's and closed to others' writes
-    (:func:`_check_state_path`).
-    """
-
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-        self.journal = self.path.with_name(f"{self.path.name}.runs")
-        _check_state_path(self.path)
-        _check_state_path(self.journal)
-
-    def load(self) -> tuple[list[int], float]:
-        r"""``(runs begun, epsilon spent)``; converts a file of the earlier format.
-
-        Raises:
-            ValueError: Naming the file, when it is not what this class writes.
-        """
-        spent, earlier = 0.0, None
-        if self.path.exists():
-            spent, earlier = _read_epsilon(self.path)
-        began = _read_journal(self.journal)
-        if earlier is not None:  # the earlier format: its runs into the journal first
-            known = set(began)
-            new = [r for r in dict.fromkeys(earlier) if r not in known]
-            if new:
-                _append(self.journal, "".join(f"{r}\n" for r in new))
-            began += new
-            self.spent(spent)
-        return began, spent
-
-    def began(self, run_id: int) -> None:
-        r"""Record that run ``run_id`` began (one line appended, fsynced)."""
-        _append(self.journal, f"{int(run_id)}\n")
-
-    def spent(self, total: float) -> None:
-        r"""Record the epsilon spent over all runs (the small file, replaced atomically)."""
-        _replace(self.path, json.dumps({"format": 2, "epsilon_spent": float(total)}))
-
-
-def _check_state_path(path: Path) -> None:
-    r"""The state file's folder is this user's and closed to others' writes; the file,
-    if there, is a regular file of this user that only this user can write (another
-    local user must not be able to reset what the party has spent).
-
-    Raises:
-        ValueError: Naming ``--state-file`` and what is wrong.
-    """
-    folder = path.parent
-    if not folder.is_dir():
-        raise ValueError(f"--state-file {path}: the folder {folder} does not exist.")
-    for what, item in (("the folder", folder), ("the file", path)):
-        try:
-            info = os.lstat(item)
-        except FileNotFoundError:
-            continue
-        if what == "the file" and not stat.S_ISREG(info.st_mode):
-            raise ValueError(f"--state-file {path}: not a regular file (a link?).")
-        if info.st_uid != os.getuid():
-            raise ValueError(f"--state-file {path}: {what} belongs to another user.")
-        if info.st_mode & 0o022:
-            raise ValueError(
-                f"--state-file {path}: {what} is writable by other users "
-                f"(mode {oct(stat.S_IMODE(info.st_mode))}): chmod go-w {item}"
-            )
-
-
-def _read_epsilon(path: Path) -> tuple[float, list[int] | None]:
-    r"""``(epsilon spent, runs)`` of an agent's state file; ``runs`` is ``None`` but in
-    a file of the earlier format (which held the runs that ended or were running).
-
-    Raises:
-        ValueError: Naming the file, when it is not an agent state file.
-    """
-    try:
-        data = json.loads(path.read_text())
-        spent = float(data["epsilon_spent"])
-        earlier = None
-        if "format" not in data:
-            earlier = [int(k) for k in data["over"]] + [int(r) for r in data["started"]]
-        elif data["format"] != 2:
-            raise ValueError(f"format {data['format']!r}")
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise ValueError(f"--state-file {path}: not an agent state file ({exc}).") from None
-    if not (math.isfinite(spent) and spent >= 0):
-        raise ValueError(f"--state-file {path}: epsilon_spent {spent!r} is not >= 0.")
-    return spent, earlier
-
-
-def _read_journal(path: Path) -> list[int]:
-    r"""The run ids of a runs journal (``[]`` when there is none); a torn last line (a
-    crash while it was appended) is cut off.
-
-    Raises:
-        ValueError: Naming the file, when a line is not a run id.
-    """
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return []
-    try:
-        with os.fdopen(fd, "rb+", closefd=False) as fh:
-            data = fh.read()
-            whole = data.rfind(b"\n") + 1
-            if whole < len(data):  # torn: its run had not begun answering
-                fh.truncate(whole)
-                os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        return [int(line) for line in data[:whole].decode("ascii").splitlines()]
-    except ValueError:
-        raise ValueError(
-            f"--state-file {path}: not an agent runs journal (a line is not a run id)."
-        ) from None
-
-
-def _append(path: Path, text: str) -> None:
-    r"""Append ``text`` to ``path`` (created ``0600``, never through a link) and fsync it:
-    one write, whatever the file's length."""
-    created = not os.path.lexists(path)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        data = memoryview(text.encode("ascii"))
-        while data:
-            data = data[os.write(fd, data) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    if created:
-        _fsync_folder(path.parent)
-
-
-def _replace(path: Path, text: str) -> None:
-    r"""Replace ``path`` by a file holding ``text``, atomically: a crash leaves the old
-    file or the new one, both complete."""
-    from botorch_fed.federation.checkpoint import write_atomically
-
-    write_atomically(path, text.encode())
-    _fsync_folder(path.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _quiet(fn):
@@ -751,7 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         p.error(str(exc))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    import botorch_fed.federation  # noqa: F401 - the algorithms, before the first message
+    import botorch_fed.algorithms  # noqa: F401 - the algorithms, before the first message
 
     serve(agent, args.socket)
     return 0

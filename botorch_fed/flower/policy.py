@@ -255,7 +255,7 @@ class PartyPolicy:
             ValueError: The run's options name an unknown algorithm, or the objective
                 cannot be imported.
         """
-        from botorch_fed.federation.registry import get_algorithm
+        from botorch_fed.protocol.registry import get_algorithm
 
         spec = get_algorithm(args.algorithm)
         values = {k.split(".", 1)[1]: v for k, v in vars(args).items() if k.startswith("settings.")}
@@ -368,6 +368,7 @@ class PartyPolicy:
             if domain == entry.bounds and maximize == entry.maximize and dim in (None, len(domain)):
                 return
         entry = pinned[0]
+        assert entry.bounds is not None  # pinned: a domain given or declared
         expected = ";".join(f"{lo:g},{hi:g}" for lo, hi in entry.bounds)
         if dim is not None and dim != len(entry.bounds):
             what = f"--dim {dim}"

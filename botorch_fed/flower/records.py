@@ -1,6 +1,6 @@
 r"""Protocol messages as Flower records, and as bytes for a party's local socket.
 
-A :class:`~botorch_fed.federation.messages.Message` payload is a flat dict of numpy
+A :class:`~botorch_fed.protocol.messages.Message` payload is a flat dict of numpy
 arrays, bytes and scalars. On Flower it travels as a ``RecordDict`` with two records:
 ``"arrays"`` (an ``ArrayRecord``: every array, dtype and shape kept) and ``"config"``
 (a ``ConfigRecord``: bytes, ``int``, ``float``, ``str``, ``bool``; numpy scalars become
@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import Any
 
 import numpy as np
 
-from botorch_fed.payloads import validate_payload
+from botorch_fed.protocol.payloads import validate_payload
 
 CATEGORY = "query"
 ARRAYS = "arrays"
@@ -56,7 +57,7 @@ def protocol_type(flower_message_type: str) -> str:
 
 
 def _items(payload: dict):
-    r"""The payload's entries, once :func:`~botorch_fed.payloads.validate_payload`
+    r"""The payload's entries, once :func:`~botorch_fed.protocol.payloads.validate_payload`
     passed it (the rules every message follows, in process as on Flower)."""
     return validate_payload(payload).items()
 
@@ -76,7 +77,7 @@ def to_records(payload: dict):
     r"""A payload as Flower's ``RecordDict`` (``"arrays"`` and ``"config"``).
 
     Raises:
-        TypeError, ValueError: As :func:`~botorch_fed.payloads.validate_payload`: a
+        TypeError, ValueError: As :func:`~botorch_fed.protocol.payloads.validate_payload`: a
             value that is not a payload value, or one Flower's wire encoding cannot
             carry (naming its key).
     """
@@ -158,7 +159,7 @@ def decode_frame(body: bytes) -> tuple[dict, dict]:
             raise ValueError("header length out of range")
         header = json.loads(body[8 : 8 + n])
         offset = 8 + n
-        payload = {}
+        payload: dict[str, Any] = {}
         if not isinstance(header, dict) or not isinstance(header["entries"], list):
             raise ValueError("the header is not a dict with a list of entries")
         for entry in header["entries"]:

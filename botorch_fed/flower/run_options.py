@@ -25,7 +25,7 @@ import os
 import re
 from pathlib import Path
 
-RUN_CONFIG_DEFAULTS = {
+RUN_CONFIG_DEFAULTS: dict[str, str | int | float | bool] = {
     "argv": "[]",
     "out": "",
     "clients": 0,

@@ -2,10 +2,10 @@ r"""The botorch-fed ``ServerApp``: any registered algorithm's server program on 
 
 ``main`` reads the run's options from the run config (:mod:`.run_options`), builds the
 server program exactly as the in-process runner does
-(:attr:`~botorch_fed.federation.registry.AlgorithmSpec.make_server`) on a
+(:attr:`~botorch_fed.protocol.registry.AlgorithmSpec.make_server`) on a
 :class:`~.transport.FlowerTransport`, waits for the parties, maps Flower's node ids
 to client ids (each party's agent names its partition id), runs the program and
-scores the run with the in-process harness (:func:`~botorch_fed.federation.runner.score_run`)
+scores the run with the in-process harness (:func:`~botorch_fed.protocol.results.score_run`)
 from the clients' reports. It writes the same JSON as ``botorch-fed run --out`` to
 ``<folder>/results/<out>``, or ``<out>.error`` there with the reason when the run fails.
 
@@ -28,7 +28,6 @@ from pathlib import Path
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from botorch_fed.federation.messages import Message
 from botorch_fed.flower.party import HELLO, REPORT
 from botorch_fed.flower.run_options import (
     ON_DROPOUT,
@@ -42,6 +41,7 @@ from botorch_fed.flower.run_options import (
     server_key_file,
 )
 from botorch_fed.flower.transport import ClientUnavailable, FlowerTransport
+from botorch_fed.protocol.messages import Message
 
 app = ServerApp()
 
@@ -177,7 +177,7 @@ def run_on_flower(grid, run_config, log=print, folder=None):
     runs it: some algorithms' decisions differ in the last bits between thread counts
     (Co-KG's barycenter and acquisition). Each party's agent works with its own
     ``--threads`` (``flower up --threads``)."""
-    from botorch_fed.federation.runner import torch_threads
+    from botorch_fed.protocol.runner import torch_threads
 
     cfg = _config(run_config)
     run = prepare(decode_argv(run_config))
@@ -189,14 +189,10 @@ def _run(grid, run_config, cfg: dict, run, log, folder):
     r""":func:`run_on_flower` once the run is prepared and its threads set."""
     import torch
 
-    from botorch_fed.federation.registry import get_algorithm
-    from botorch_fed.federation.runner import (
-        build_context,
-        score_run,
-        secagg_backend,
-        secagg_role_seed,
-    )
     from botorch_fed.flower.keys import read_material
+    from botorch_fed.protocol.registry import get_algorithm
+    from botorch_fed.protocol.results import score_run
+    from botorch_fed.protocol.runner import build_context, secagg_backend, secagg_role_seed
     from botorch_fed.runs.prepare import library_warnings_ignored
 
     spec = get_algorithm(run.algorithm)

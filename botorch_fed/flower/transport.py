@@ -20,11 +20,12 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
-from botorch_fed.federation.ledger import Ledger
-from botorch_fed.federation.messages import Message
-from botorch_fed.federation.transport import Transport
 from botorch_fed.flower.records import flower_type, from_records, to_records, wire_bytes
+from botorch_fed.protocol.ledger import Ledger
+from botorch_fed.protocol.messages import Message
+from botorch_fed.protocol.transport import Transport
 
 _UNAVAILABLE = (3, 4, 5, 8)  # MESSAGE / REPLY_MESSAGE / NODE unavailable, CLIENT_APP_CRASHED
 # the ClientApp's error (Flower's reason names its class) when the party's agent is gone
@@ -128,10 +129,11 @@ class FlowerTransport(Transport):
             outgoing[cid] = (msg, fmsg)
             sizes[cid] = wire_bytes(fmsg)
         ids = list(self.grid.push_messages([f for _, f in outgoing.values()]))
-        replies, errors = {}, {}
+        replies: dict[int, Any] = {}
+        errors: dict[int, tuple[int | None, str]] = {}
         if len(ids) != len(outgoing):  # Flower refused the whole batch (e.g. too large)
             ids = [None] * len(outgoing)
-        waiting = {}
+        waiting: dict[str, int] = {}
         for mid, cid in zip(ids, outgoing, strict=True):
             if mid is None:  # this message was not pushed
                 errors[cid] = (None, "Flower did not accept the message for delivery")
@@ -140,11 +142,13 @@ class FlowerTransport(Transport):
         deadline = time.monotonic() + self.timeout
         while waiting:
             for reply in self.grid.pull_messages(list(waiting)):
-                cid = waiting.pop(reply.metadata.reply_to_message_id, None)
-                if cid is None:
+                mid = reply.metadata.reply_to_message_id
+                if mid not in waiting:
                     continue
+                cid = waiting.pop(mid)
                 if reply.has_error():
-                    code, reason = int(reply.error.code), str(reply.error.reason)
+                    code: int | None = int(reply.error.code)
+                    reason = str(reply.error.reason)
                     if AGENT_GONE in reason:  # the party's agent is not there: a dropout
                         code = None
                     errors[cid] = (code, reason)

@@ -80,7 +80,7 @@ def local_centers(
         noise_seed: Seed of the noise; ``None``: ``seed``. Whoever knows the noise's
             seed can subtract the noise, so a client passes a seed from its private
             randomness, never one derived from a public seed (FBO-FedGP's clients do,
-            ``FBOFedGPConfig.center_noise``).
+            ``FBOFedGPSettings.center_noise``).
         min_cluster_size: Centres of clusters with fewer *distinct* points are not
             returned (a centre of one point, or of copies of one point, *is* that
             point, so the default 2 never sends a raw data point; 1 gives plain

@@ -1,8 +1,10 @@
 r"""Bayesian optimisation under local differential privacy and heavy-tailed noise [LDP-BO].
 
-- :mod:`~botorch_fed.ldp.learners`: the learners -- :class:`GPUCB` (exact GP-UCB),
-  :class:`TGPUCB` (Alg. 2), :class:`ATAGPUCB` (Alg. 1), :class:`MoMAGPUCB` (Alg. 3) --
-  each private (rewards privatised by the users with Curator 1,
+- the learners (:class:`UCBLearner`, :mod:`~botorch_fed.ldp.ucb_learner`) --
+  :class:`GPUCB` (exact GP-UCB) and :class:`TGPUCB` (Alg. 2)
+  (:mod:`~botorch_fed.ldp.exact_learners`), :class:`ATAGPUCB` (Alg. 1,
+  :mod:`~botorch_fed.ldp.ata`), :class:`MoMAGPUCB` (Alg. 3, :mod:`~botorch_fed.ldp.moma`),
+  by name in :data:`LEARNERS` -- each private (rewards privatised by the users with Curator 1,
   :class:`~botorch_fed.privacy.LaplaceMechanism`) or not (heavy-tailed noise), on a
   finite domain or a box; their surrogates are BoTorch models
   (:class:`~botorch_fed.models.FeatureSpaceGP`).
@@ -10,7 +12,7 @@ r"""Bayesian optimisation under local differential privacy and heavy-tailed nois
   ``b_t``, ``q``, ``k``).
 - :func:`run_learner`: a learner against a reward function, without the federation
   protocol (benchmarks); the protocol versions are ``botorch-fed run ldp-moma`` etc.
-  (:mod:`botorch_fed.federation.ldp_bo`).
+  (:mod:`botorch_fed.algorithms.ldp_bo`).
 
 References:
 
@@ -18,18 +20,13 @@ References:
    (paper 002 in ``shared/papers``).
 """
 
-from botorch_fed.ldp.learners import (
-    ATAGPUCB,
-    GPUCB,
-    KERNELS,
-    LEARNERS,
-    TGPUCB,
-    MoMAGPUCB,
-    RewardModel,
-    UCBLearner,
-    make_kernel,
-)
+from botorch_fed.ldp.assumptions import KERNELS, RewardModel, make_kernel
+from botorch_fed.ldp.ata import ATAGPUCB
+from botorch_fed.ldp.exact_learners import GPUCB, TGPUCB
 from botorch_fed.ldp.loop import LearnerTrace, run_learner
+from botorch_fed.ldp.moma import MoMAGPUCB
+from botorch_fed.ldp.registry import LEARNERS
+from botorch_fed.ldp.ucb_learner import UCBLearner
 
 __all__ = [
     "ATAGPUCB",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from botorch_fed.ldp.learners import UCBLearner
+from botorch_fed.ldp.ucb_learner import UCBLearner
 
 
 @dataclass

@@ -1,8 +1,8 @@
 r"""The parameter formulas of [LDP-BO] (Zhou & Tan, 2020), one function each.
 
-Every learner of :mod:`botorch_fed.ldp.learners` takes these as its defaults; each can
-be overridden (a constant ``beta``, a ``beta_scale``, a dictionary rate ``q``, plays per
-epoch ``k``). The theory's constants are large: with them the confidence widths are
+Every learner (:class:`~botorch_fed.ldp.ucb_learner.UCBLearner`) takes these as its
+defaults; each can be overridden (a constant ``beta``, a ``beta_scale``, a dictionary rate
+``q``, plays per epoch ``k``). The theory's constants are large: with them the confidence widths are
 conservative and the learners explore for a long time. The paper's own experiments set
 the parameters "order-wise similar" to the theorems; ``beta_scale`` is that knob.
 

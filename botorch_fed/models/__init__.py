@@ -21,8 +21,9 @@ r"""BoTorch models of botorch-fed.
   median-of-means estimates.
 """
 
+from botorch_fed.models.agent_weights import AGENT_WEIGHTS, agent_weights
 from botorch_fed.models.barycenter import bures_wasserstein_barycenter
-from botorch_fed.models.barycenter_gp import AGENT_WEIGHTS, BarycenterGP, agent_weights
+from botorch_fed.models.barycenter_gp import BarycenterGP
 from botorch_fed.models.exact_gp import (
     ExactGPRefitter,
     check_exact_gp_state,
@@ -41,6 +42,7 @@ from botorch_fed.models.federated_standardize import (
     standardize_from_moments,
     standardize_outcomes,
 )
+from botorch_fed.models.local_summary import compute_local_summary
 from botorch_fed.models.marginals import (
     ExactGPMarginals,
     FederatedPITCMarginals,
@@ -49,7 +51,7 @@ from botorch_fed.models.marginals import (
 )
 from botorch_fed.models.nystrom import NystromEmbedding, nystrom_embedding, sample_dictionary
 from botorch_fed.models.pic import FederatedPICGP
-from botorch_fed.models.pitc import FederatedPITCGP, HyperparametersChangedError, sum_arrays
+from botorch_fed.models.pitc import FederatedPITCGP
 from botorch_fed.models.pitc_fit import (
     FederatedFitResult,
     PITCFitClient,
@@ -59,18 +61,15 @@ from botorch_fed.models.pitc_fit import (
     pitc_loss_and_adjoint,
 )
 from botorch_fed.models.pitc_mll import PITCMarginalLogLikelihood
-from botorch_fed.models.pitc_summary import (
-    SparseSummary,
-    compute_local_summary,
-    default_jitter,
-    pitc_log_marginal_likelihood,
-    support_cholesky,
-)
+from botorch_fed.models.pitc_snapshot import HyperparametersChangedError
+from botorch_fed.models.plaintext_sum import sum_arrays
 from botorch_fed.models.robust_estimators import (
     ata_estimate,
     median_of_means_estimate,
     ridge_estimate,
 )
+from botorch_fed.models.sparse_summary import SparseSummary, pitc_log_marginal_likelihood
+from botorch_fed.models.support_set import default_jitter, support_cholesky
 
 __all__ = [
     "ExactGPMarginals",

@@ -22,19 +22,8 @@ it is one agent's discretised posterior (what a server knows of a local model). 
 observations (``condition_on_observations``, ``fantasize``) condition this GP exactly,
 so BoTorch's knowledge gradient and its fantasy-based acquisitions work on it.
 
-Numerics: with ``L L' = K_SS + jitter I`` the model keeps ``a = K_SS^-1 (m_c - mu_0)``
-and the whitened information ``L^-1 (K_SS - K_c) L^-T = Q diag(lam) Q'``, truncated to
-the eigenvalues above ``rank_tol`` times the largest magnitude, as ``G = L^-T Q``: a
-test point then costs one ``s``-vector of kernel values and an ``s x r`` product, not a
-solve with ``K_SS``. The barycenter is not "prior minus low rank": on a 30x30 grid with
-4 agents and 40 observations ``r`` was 392 of 900 (measured), so ``r`` saves a factor of
-about 2, not ``s / n``. The jitter bounds the absolute error on the support by about
-``2 jitter`` times the outputscale (3e-8 measured; a relative error of a few percent in
-the variance at a data point observed with noise 1e-6). The cache depends on the
-kernel's hyperparameters and on this model's buffers and is rebuilt whenever they change
-(values -- also through ``.data`` --, a replaced module or a setting such as ``nu``).
-Like gpytorch's test caches it is detached: gradients reach the kernel's
-hyperparameters only under ``gpytorch.settings.detach_test_caches(False)``. The model
+The cached parts the model predicts from (and their numerics) are those of its base
+class, :class:`~botorch_fed.models.whitened_barycenter.WhitenedBarycenter`. The model
 stays float64 under ``.to(dtype)`` and never casts the kernel it was given (BoTorch's
 acquisition functions call ``.to(X)``); predictions come back in ``X``'s dtype.
 
@@ -47,7 +36,6 @@ References:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -70,72 +58,8 @@ from linear_operator.utils.cholesky import psd_safe_cholesky
 from torch import Tensor
 
 from botorch_fed.models.barycenter import bures_wasserstein_barycenter
-from botorch_fed.models.pitc import (
-    _SCALARS,
-    _noise_diagonal,
-    _state_tensors,
-    _summary_modules,
-)
-
-AGENT_WEIGHTS = ("uniform", "data", "precision")
-
-
-def agent_weights(
-    scheme: str,
-    covariances: Tensor | None = None,
-    num_data: Sequence[int] | Tensor | None = None,
-) -> Tensor:
-    r"""Barycenter weights of ``N`` agents.
-
-    - ``"uniform"``: ``1 / N`` (the paper).
-    - ``"data"``: proportional to each agent's number of observations.
-    - ``"precision"``: proportional to the inverse of each agent's average posterior
-      variance on the support, ``s / tr(C_n)`` (the slides' "adaptive agent weighting"
-      future work: an agent whose posterior is confident counts more).
-
-    Args:
-        scheme: One of ``"uniform"``, ``"data"``, ``"precision"``.
-        covariances: ``N x s x s`` posterior covariances (``"uniform"``: used for
-            ``N`` if ``num_data`` is not given; ``"precision"``: required).
-        num_data: ``N`` observation counts (``"data"``: required).
-
-    Returns:
-        ``N`` float64 weights summing to one.
-    """
-    if scheme not in AGENT_WEIGHTS:
-        raise ValueError(f"`scheme`={scheme!r} must be one of {AGENT_WEIGHTS}.")
-    counts = None
-    if num_data is not None:
-        counts = torch.as_tensor(num_data, dtype=torch.float64)
-        if counts.ndim != 1 or counts.numel() == 0:
-            raise ValueError(f"`num_data` must be a non-empty sequence, got {num_data!r}.")
-        if not torch.isfinite(counts).all() or (counts < 0).any():
-            raise ValueError(f"`num_data` must be non-negative counts, got {counts.tolist()}.")
-    if covariances is not None:
-        if not isinstance(covariances, Tensor) or covariances.ndim != 3:
-            raise ValueError("`covariances` must be an `N x s x s` tensor.")
-        if counts is not None and counts.numel() != covariances.shape[0]:
-            raise ValueError(
-                f"`num_data` has {counts.numel()} entries but `covariances` {covariances.shape[0]}."
-            )
-    if scheme == "uniform":
-        if counts is None and covariances is None:
-            raise ValueError("`uniform` weights need `covariances` or `num_data` (for N).")
-        N = counts.numel() if counts is not None else covariances.shape[0]
-        return torch.full((N,), 1.0 / N, dtype=torch.float64)
-    if scheme == "data":
-        if counts is None:
-            raise ValueError("`data` weights need `num_data`.")
-        if counts.sum() <= 0:
-            raise ValueError("`data` weights need at least one observation in total.")
-        return counts / counts.sum()
-    if covariances is None:
-        raise ValueError("`precision` weights need `covariances`.")
-    trace = covariances.detach().to(torch.float64).diagonal(dim1=-2, dim2=-1).sum(-1)
-    if not torch.isfinite(trace).all() or (trace <= 0).any():
-        raise ValueError("`precision` weights need covariances with a positive finite trace.")
-    precision = covariances.shape[-1] / trace
-    return precision / precision.sum()
+from botorch_fed.models.pitc_inputs import _noise_diagonal
+from botorch_fed.models.whitened_barycenter import WhitenedBarycenter, _quadratic
 
 
 def _positive_scalar(value: Any, name: str) -> Tensor:
@@ -145,29 +69,7 @@ def _positive_scalar(value: Any, name: str) -> Tensor:
     return t.reshape(())
 
 
-def _settings(module: torch.nn.Module) -> tuple:
-    r"""A module's non-tensor settings (a Matern kernel's ``nu``, flags), sorted."""
-    return tuple(
-        sorted(
-            (k, v)
-            for k, v in vars(module).items()
-            if k != "training"
-            and (
-                isinstance(v, _SCALARS)
-                or (isinstance(v, tuple) and all(isinstance(e, _SCALARS) for e in v))
-            )
-        )
-    )
-
-
-def _quadratic(F1: Tensor, F2: Tensor, lam: Tensor) -> Tensor:
-    r"""``F1 diag(lam) F2'`` (``lam`` a vector) or ``F1 lam F2'`` (a matrix)."""
-    if lam.ndim == 1:
-        return (F1 * lam) @ F2.transpose(-1, -2)
-    return F1 @ lam @ F2.transpose(-1, -2)
-
-
-class BarycenterGP(Model, FantasizeMixin):
+class BarycenterGP(WhitenedBarycenter, FantasizeMixin):
     r"""The Wasserstein barycenter of agents' GP posteriors on a support, as a BoTorch GP.
 
     See the module docstring for the model. ``posterior`` returns the full ``q x q``
@@ -323,63 +225,6 @@ class BarycenterGP(Model, FantasizeMixin):
             return torch.Size([])
         return self._observations[1].shape[:-1]  # the outcomes carry the full batch
 
-    def _fingerprint(self) -> tuple:
-        r"""What the prediction cache depends on: the kernel's structure (module types,
-        settings such as ``nu``) and parameter/buffer values, and this model's buffers.
-        Compared on every prediction (a tuple comparison, no hashing)."""
-        modules = _summary_modules([("covar_module", self.covar_module)])
-        structure = tuple(
-            (path, type(m), _settings(m)) if m is not None else (path, None) for path, m in modules
-        )
-        values = tuple(tuple(t.detach().reshape(-1).tolist()) for t in _state_tensors(modules))
-        own = (self.support, self.barycenter_mean, self.barycenter_covariance, self.mean_constant)
-        return (
-            structure,
-            values,
-            tuple((t.data_ptr(), t._version) for t in own),
-            # a write through ``.data`` does not bump ``_version``: cheap checksums
-            tuple(float(t.detach().sum()) for t in own),
-            self._jitter,
-            self._rank_tol,
-        )
-
-    def _prior_parts(self) -> tuple[Tensor, Tensor, Tensor]:
-        r"""``(a, G, lam)``: ``mean(X) = mu_0 + k_XS a``, ``cov = k_XX - (k_XS G) lam (G' k_SX)``
-        (``lam`` a vector of eigenvalues, or a full matrix on the differentiable path).
-
-        Cached and detached, as gpytorch's ``detach_test_caches`` (the default): rebuilt
-        when the kernel's hyperparameters or the model's buffers changed. With
-        ``gpytorch.settings.detach_test_caches(False)`` and grad mode on, computed live
-        without truncation so that gradients reach the kernel's hyperparameters."""
-        if gpytorch_settings.detach_test_caches.off() and torch.is_grad_enabled():
-            return self._compute_parts(truncate=False)
-        key = self._fingerprint()
-        if self._cache.get("key") != key:
-            with torch.no_grad():
-                parts = self._compute_parts(truncate=True)
-            self._cache = {"key": key, "parts": parts}
-        return self._cache["parts"]
-
-    def _compute_parts(self, truncate: bool) -> tuple[Tensor, Tensor, Tensor]:
-        S = self.support
-        K = self._kernel(S).to(torch.float64)
-        K = 0.5 * (K + K.transpose(-1, -2))
-        scale = K.diagonal().abs().max().detach().clamp_min(1e-300)
-        eye = torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
-        L = psd_safe_cholesky(K + self._jitter * scale * eye)
-        centred = (self.barycenter_mean - self.mean_constant).to(torch.float64).unsqueeze(-1)
-        a = torch.cholesky_solve(centred, L).squeeze(-1)
-        D = K - self.barycenter_covariance.to(torch.float64)
-        half = torch.linalg.solve_triangular(L, D, upper=False)
-        M = torch.linalg.solve_triangular(L, half.transpose(-1, -2), upper=False)
-        M = 0.5 * (M + M.transpose(-1, -2))
-        if not truncate:  # G = L^-T, lam = M: exact and differentiable (no eigh)
-            return a, torch.linalg.solve_triangular(L.transpose(-1, -2), eye, upper=True), M
-        lam, Q = torch.linalg.eigh(M)
-        keep = lam.abs() > self._rank_tol * lam.abs().max().clamp_min(1e-300)
-        G = torch.linalg.solve_triangular(L.transpose(-1, -2), Q[:, keep], upper=True)
-        return a, G, lam[keep]
-
     def agent_models(self) -> list[BarycenterGP]:
         r"""The agents' own discretised posteriors as ``N`` one-agent models (with this
         model's support, kernel, noise and prior mean; not conditioned on anything this
@@ -414,25 +259,6 @@ class BarycenterGP(Model, FantasizeMixin):
             )
         if X.device.type == "cpu" and not torch.isfinite(X).all():
             raise InputDataError(f"`{name}` contains NaN or infinite values.")
-
-    def _kernel(self, X1: Tensor, X2: Tensor | None = None) -> Tensor:
-        r"""Dense kernel matrix (evaluated eagerly: no lazy-tensor overhead per call)."""
-        with gpytorch_settings.lazily_evaluate_kernels(False):
-            out = self.covar_module(X1) if X2 is None else self.covar_module(X1, X2)
-        return out.to_dense() if not isinstance(out, Tensor) else out
-
-    def _support_features(self, X: Tensor, parts: tuple) -> tuple[Tensor, Tensor]:
-        r"""``(mu_0 + k_XS a, k_XS G)`` at ``... x n x d`` inputs: ``... x n``, ``... x n x r``."""
-        a, G, _ = parts
-        S = self.support
-        KXS = self._kernel(X, S.expand(*X.shape[:-2], *S.shape))
-        return self.mean_constant + KXS @ a, KXS @ G
-
-    def _base(self, X: Tensor, parts: tuple) -> tuple[Tensor, Tensor, Tensor]:
-        r"""Mean ``... x n``, covariance ``... x n x n`` and features ``... x n x r`` of the
-        barycenter GP before any conditioning."""
-        mean, F = self._support_features(X, parts)
-        return mean, self._kernel(X) - _quadratic(F, F, parts[2]), F
 
     def _predict(self, X: Tensor) -> tuple[Tensor, Tensor]:
         r"""Latent mean ``batch x q`` and covariance ``batch x q x q`` at float64 ``X``.
@@ -494,7 +320,9 @@ class BarycenterGP(Model, FantasizeMixin):
         mean, cov = self._predict(X.to(torch.float64))
         return MultivariateNormal(mean.to(X.dtype), DenseLinearOperator(cov.to(X.dtype)))
 
-    def posterior(
+    # Model.posterior's signature, which BoTorch's FantasizeMixin.posterior (``X, *args``)
+    # does not admit: every BoTorch GP that fantasizes overrides both alike
+    def posterior(  # type: ignore[override]
         self,
         X: Tensor,
         output_indices: list[int] | None = None,
@@ -668,4 +496,4 @@ class BarycenterGP(Model, FantasizeMixin):
         return None
 
 
-__all__ = ["AGENT_WEIGHTS", "BarycenterGP", "agent_weights"]
+__all__ = ["BarycenterGP"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from botorch.fit import fit_gpytorch_mll
@@ -176,7 +177,9 @@ def fit_exact_gp(
     if warm_start is not None:
         model.load_state_dict(dict(warm_start), strict=False)
     if refit:
-        kwargs = {} if maxiter is None else {"optimizer_kwargs": {"options": {"maxiter": maxiter}}}
+        kwargs: dict[str, Any] = (
+            {} if maxiter is None else {"optimizer_kwargs": {"options": {"maxiter": maxiter}}}
+        )
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
         # BoTorch fits batches and outputs one by one when given no closure
         if train_X.dim() == 2 and model.num_outputs == 1:

@@ -63,7 +63,9 @@ def _covered(mll: ExactMarginalLogLikelihood) -> bool:
         return False
     if likelihood.noise_covar.noise.numel() != 1:
         return False
-    if any(True for _ in model.added_loss_terms()):
+    # gpytorch's GP.added_loss_terms: gpytorch is untyped, so mypy resolves it through
+    # nn.Module.__getattr__ (Tensor | Module)
+    if any(True for _ in model.added_loss_terms()):  # type: ignore[operator]
         return False
     if gpytorch_settings.observation_nan_policy.value() != "ignore":
         return False

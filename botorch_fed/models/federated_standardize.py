@@ -81,7 +81,7 @@ from botorch.exceptions.errors import BotorchTensorDimensionError, InputDataErro
 from botorch.models.transforms.outcome import Standardize
 from torch import Tensor
 
-from botorch_fed.models.pitc import sum_arrays
+from botorch_fed.models.plaintext_sum import sum_arrays
 
 LIMB_BITS = 12
 MAX_LIMB = 1 << (LIMB_BITS - 1)

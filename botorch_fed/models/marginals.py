@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from botorch import settings as botorch_settings
@@ -50,13 +51,9 @@ from gpytorch import settings as gpytorch_settings
 from gpytorch.likelihoods import GaussianLikelihood
 from torch import Tensor
 
+from botorch_fed.models.module_state import _fingerprint, _structure, _summary_modules
 from botorch_fed.models.pic import FederatedPICGP
-from botorch_fed.models.pitc import (
-    FederatedPITCGP,
-    _fingerprint,
-    _structure,
-    _summary_modules,
-)
+from botorch_fed.models.pitc import FederatedPITCGP
 
 __all__ = [
     "ExactGPMarginals",
@@ -169,6 +166,8 @@ class ExactGPMarginals(MarginalPredictor):
             in the model's dtype (gpytorch would add jitter).
     """
 
+    model: SingleTaskGP
+
     def __init__(self, model: SingleTaskGP) -> None:
         if type(model) is not SingleTaskGP or type(model.likelihood) is not GaussianLikelihood:
             raise TypeError("a SingleTaskGP (not a subclass) with a GaussianLikelihood")
@@ -220,6 +219,8 @@ class FederatedPITCMarginals(MarginalPredictor):
         HyperparametersChangedError: If the modules are not in the summary's state.
     """
 
+    model: FederatedPITCGP
+
     def __init__(self, model: FederatedPITCGP) -> None:
         transform = _standardize(model)
         model.eval()
@@ -238,7 +239,8 @@ class FederatedPITCMarginals(MarginalPredictor):
         return mean.squeeze(-1), variance.squeeze(-1)
 
 
-_PREDICTORS: tuple[tuple[type, Callable[[Model], MarginalPredictor]], ...] = (
+# each builder takes a model of its class
+_PREDICTORS: tuple[tuple[type, Callable[[Any], MarginalPredictor]], ...] = (
     (FederatedPITCGP, FederatedPITCMarginals),
     (FederatedPICGP, FederatedPITCMarginals),
     (SingleTaskGP, ExactGPMarginals),

@@ -5,7 +5,7 @@ that belong to one of the training blocks: there the covariance between the test
 points and *that* block is the exact kernel, while every other block is seen
 through the support set ``S`` as in PITC. In a federation ([Chen2013], pPIC) client
 ``i`` holds the federation's summed dPITC summary (over all clients' blocks, its own
-included, :class:`~botorch_fed.models.pitc_summary.SparseSummary`) and its own raw
+included, :class:`~botorch_fed.models.sparse_summary.SparseSummary`) and its own raw
 data block ``B = (X_B, y_B)``; the test points are treated as members of ``B``. So
 predictions near the client's own data use the exact covariance with that data,
 while the other clients' information enters through the support set. The block
@@ -13,7 +13,7 @@ data never leave the client: the model is built on the client, from the summary 
 received and the data it holds.
 
 With ``L = chol(K_SS)``, ``B~ = I + A~ = L_B L_B'``, ``v = L_B^-1 b~`` (see
-:func:`~botorch_fed.models.pitc_summary.summary_factor`), ``W = L^-1 K_S*`` and
+:func:`~botorch_fed.models.sparse_summary.summary_factor`), ``W = L^-1 K_S*`` and
 ``C = L_B^-1 W`` (the PITC quantities of :class:`FederatedPITCGP`), and for the own
 block::
 
@@ -63,14 +63,10 @@ from gpytorch.likelihoods import Likelihood
 from gpytorch.means import Mean
 from torch import Tensor
 
+from botorch_fed.models.float64 import evaluate64, noise64, prior_variance64
 from botorch_fed.models.pitc import FederatedPITCGP
-from botorch_fed.models.pitc_summary import (
-    SparseSummary,
-    evaluate64,
-    noise64,
-    prior_variance64,
-    transform_support_inputs,
-)
+from botorch_fed.models.sparse_summary import SparseSummary
+from botorch_fed.models.support_set import transform_support_inputs
 
 _BLOCK_BUFFERS = ("_block_X", "_block_Y")
 
@@ -110,6 +106,10 @@ class FederatedPICGP(FederatedPITCGP):
         >>> model = FederatedPICGP.from_pitc(pitc, X_own, Y_own_t)
         >>> UCB = UpperConfidenceBound(model, beta=2.0)
     """
+
+    # the own block's buffers (registered in ``__init__``)
+    _block_X: Tensor
+    _block_Y: Tensor
 
     def __init__(
         self,
@@ -358,8 +358,8 @@ class FederatedPICGP(FederatedPITCGP):
 
     def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> FederatedPICGP:
         r"""As :meth:`FederatedPITCGP._apply`; the block also stays float64."""
-        kept = {n: self._buffers.get(n) for n in _BLOCK_BUFFERS}
-        if any(t is None for t in kept.values()):  # during construction
+        kept = {n: t for n in _BLOCK_BUFFERS if (t := self._buffers.get(n)) is not None}
+        if len(kept) < len(_BLOCK_BUFFERS):  # during construction
             return super()._apply(fn, recurse)
         for n in _BLOCK_BUFFERS:
             self._buffers[n] = None  # nn.Module._apply skips None buffers

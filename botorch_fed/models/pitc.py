@@ -1,7 +1,7 @@
 r"""The federated PITC sparse GP (dPITC) as a BoTorch model.
 
 The server (or any client) holding the *sum* of the clients' whitened summaries
-(:class:`~botorch_fed.models.pitc_summary.SparseSummary`) predicts with eq. 9-10 of
+(:class:`~botorch_fed.models.sparse_summary.SparseSummary`) predicts with eq. 9-10 of
 [FBO-FedGP] (App. A). With ``L = chol(K_SS)``, ``B = I + sum_i A~_i`` and
 ``b~ = sum_i b~_i`` (so ``Sigma = K_SS + sum_i A_i = L B L'``):
 
@@ -33,201 +33,58 @@ References:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from typing import Any
 
 import numpy as np
 import torch
-from botorch import settings as botorch_settings
 from botorch.acquisition.objective import PosteriorTransform
 from botorch.exceptions.errors import (
-    BotorchError,
     BotorchTensorDimensionError,
     InputDataError,
     UnsupportedError,
 )
-from botorch.models.model import FantasizeMixin, Model
+from botorch.models.model import FantasizeMixin
 from botorch.models.transforms.input import InputTransform
-from botorch.models.transforms.outcome import ChainedOutcomeTransform, OutcomeTransform
+from botorch.models.transforms.outcome import OutcomeTransform
 from botorch.posteriors.gpytorch import GPyTorchPosterior
 from botorch.posteriors.posterior import Posterior
-from gpytorch import settings as gpytorch_settings
 from gpytorch.distributions import MultivariateNormal
 from gpytorch.kernels import Kernel
 from gpytorch.likelihoods import GaussianLikelihood, Likelihood
-from gpytorch.means import Mean, ZeroMean
+from gpytorch.means import Mean
 from gpytorch.mlls import MarginalLogLikelihood
 from gpytorch.models import GP
-from gpytorch.priors import Prior
 from linear_operator.operators import DenseLinearOperator
 from torch import Tensor
 
-from botorch_fed.models.pitc_summary import (
-    DEFAULT_JITTER,
-    SparseSummary,
+from botorch_fed.models.float64 import evaluate64, noise64, prior_variance64
+from botorch_fed.models.local_summary import (
     UnsupportedLikelihoodError,
-    check_input_transform,
     compute_local_summary,
-    evaluate64,
     local_summary,
-    noise64,
-    prior_variance64,
-    summary_factor,
+)
+from botorch_fed.models.pitc_inputs import (
+    _check_client_data,
+    _check_output_indices,
+    _check_summary,
+    _learns,
+    _noise_diagonal,
+    _untrained,
+    check_outcome_transform,
+    transform_outcomes,
+)
+from botorch_fed.models.pitc_snapshot import PITCSnapshot
+from botorch_fed.models.sparse_summary import SparseSummary, summary_factor
+from botorch_fed.models.support_set import (
+    check_input_transform,
     support_factor,
     validate_support,
 )
 
-_SUMMARY_FIELDS = ("b", "A", "quad", "logdet", "num_data")
 
-
-class HyperparametersChangedError(BotorchError):
-    r"""The shared modules no longer hold the hyperparameters a summary was computed with.
-
-    A dPITC summary is a function of the data *and* the hyperparameters; the model
-    cannot recompute it (it never sees the data), so predicting would mix new
-    hyperparameters with a summary of the old ones.
-    """
-
-
-def sum_arrays(arrays: Sequence[np.ndarray]) -> np.ndarray:
-    r"""Plaintext aggregation: the elementwise sum of the clients' float64 arrays.
-
-    This is the default ``aggregate`` callable; secure backends
-    (``botorch_fed.secure``) provide drop-in replacements with the same signature.
-
-    Args:
-        arrays: One array per client, all of the same shape.
-
-    Returns:
-        Their float64 sum.
-    """
-    if len(arrays) == 0:
-        raise ValueError("`arrays` is empty: no client contributed to the aggregate.")
-    return np.sum(np.stack([np.asarray(a, dtype=np.float64) for a in arrays]), axis=0)
-
-
-def check_outcome_transform(outcome_transform: OutcomeTransform | None) -> None:
-    r"""Check that an outcome transform is trained and for a single output.
-
-    Args:
-        outcome_transform: The transform, or ``None``.
-
-    Raises:
-        TypeError: If it is not a BoTorch ``OutcomeTransform``.
-        UnsupportedError: If it transforms more than one output.
-        ValueError: If it (or a part of a chained transform) is untrained.
-    """
-    if outcome_transform is None:
-        return
-    if not isinstance(outcome_transform, OutcomeTransform):
-        raise TypeError(
-            "`outcome_transform` must be a BoTorch OutcomeTransform, got "
-            f"{type(outcome_transform).__name__}."
-        )
-    parts = (
-        list(outcome_transform.values())
-        if isinstance(outcome_transform, ChainedOutcomeTransform)
-        else [outcome_transform]
-    )
-    for part in parts:
-        name = type(part).__name__
-        m = getattr(part, "_m", None)
-        if m is not None and m != 1:
-            raise UnsupportedError(
-                f"`outcome_transform` ({name}) transforms m={m} outputs, but "
-                "FederatedPITCGP models a single output."
-            )
-        trained = getattr(part, "_is_trained", None)
-        if trained is not None and not bool(trained):
-            raise ValueError(
-                f"`outcome_transform` ({name}) is untrained: the model never sees the "
-                "outcomes, so it cannot learn its statistics. Build it from the "
-                "federation's outcome moments (standardize_from_moments), or pass raw "
-                "outcomes and the untrained transform to FederatedPITCGP.from_client_data, "
-                "which trains it on the pooled outcomes."
-            )
-
-
-def _summary_modules(
-    slots: Sequence[tuple[str, torch.nn.Module | None]],
-) -> list[tuple[str, torch.nn.Module | None]]:
-    r"""The modules whose state a summary depends on, with their paths, in a fixed order.
-
-    Priors are left out (they do not enter the posterior), and so are input transforms
-    that do not transform training inputs (``transform_on_train=False``, e.g.
-    ``InputPerturbation``): they act on test inputs only.
-    """
-    out: list[tuple[str, torch.nn.Module | None]] = []
-    stack = list(reversed(slots))
-    while stack:
-        path, module = stack.pop()
-        if isinstance(module, Prior):
-            continue
-        if isinstance(module, InputTransform) and not getattr(module, "transform_on_train", True):
-            continue
-        out.append((path, module))
-        if module is not None:
-            children = [(f"{path}.{n}", m) for n, m in module._modules.items() if m is not None]
-            stack.extend(reversed(children))
-    return out
-
-
-def _state_tensors(modules: list[tuple[str, torch.nn.Module | None]]) -> list[Tensor]:
-    r"""Parameters and buffers of ``modules`` (see :func:`_summary_modules`)."""
-    out: list[Tensor] = []
-    seen: set[int] = set()
-    for _, module in modules:
-        if module is None:
-            continue
-        for t in (*module._parameters.values(), *module._buffers.values()):
-            if t is not None and id(t) not in seen:
-                seen.add(id(t))
-                out.append(t)
-    return out
-
-
-def _fingerprint(tensors: Sequence[Tensor]) -> tuple:
-    r"""Identity, storage, version, dtype and device of each tensor: changes whenever a
-    tensor is replaced, moved, converted or modified in place (not on ``.data`` writes)."""
-    return tuple((id(t), t.data_ptr(), t._version, t.dtype, t.device) for t in tensors)
-
-
-_SCALARS = (bool, int, float, str, type(None))
-
-
-def _structure(modules: list[tuple[str, torch.nn.Module | None]]) -> tuple:
-    r"""The modules' structure: paths, types and non-tensor settings (e.g. a Matern
-    kernel's ``nu``, a transform's flags), as a tuple to compare with ``==``."""
-    parts = []
-    for path, module in modules:
-        if module is None:
-            parts.append((path, None))
-            continue
-        settings = sorted(
-            (k, v if not isinstance(v, tuple) else tuple(v))
-            for k, v in vars(module).items()
-            if k != "training"
-            and (
-                isinstance(v, _SCALARS)
-                or (isinstance(v, tuple) and all(isinstance(e, _SCALARS) for e in v))
-            )
-        )
-        parts.append((path, type(module).__module__, type(module).__qualname__, tuple(settings)))
-    return tuple(parts)
-
-
-def _structure_key(modules: list[tuple[str, torch.nn.Module | None]]) -> int:
-    r"""A stable 63-bit hash of :func:`_structure` (what a model stores in a buffer;
-    hashed with each module's settings as a list, the form saved models hold, so they
-    still load)."""
-    parts = [(*p[:3], list(p[3])) if len(p) == 4 else p for p in _structure(modules)]
-    digest = hashlib.sha256(repr(parts).encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True) >> 1
-
-
-class FederatedPITCGP(Model, FantasizeMixin, GP):
+class FederatedPITCGP(PITCSnapshot, FantasizeMixin, GP):
     r"""Distributed PITC sparse GP built from aggregated client summaries.
 
     The model never sees a data point: it is fully determined by the support set,
@@ -337,273 +194,6 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         self.eval()
         summary_factor(self.summary)  # I + A must be positive definite: fail here, not later
 
-    def _setup(
-        self,
-        support: Tensor,
-        summary: SparseSummary,
-        covar_module: Kernel,
-        likelihood: Likelihood,
-        mean_module: Mean | None,
-        outcome_transform: OutcomeTransform | None,
-        input_transform: InputTransform | None,
-        jitter: float | Tensor | None,
-        snapshot: Tensor | None = None,
-        structure: Tensor | None = None,
-    ) -> None:
-        self.covar_module = covar_module
-        self.likelihood = likelihood
-        self.mean_module = ZeroMean() if mean_module is None else mean_module
-        if outcome_transform is not None:
-            self.outcome_transform = outcome_transform
-        if input_transform is not None:
-            self.input_transform = input_transform
-        device = support.device
-        self.register_buffer("support", support)
-        for name in _SUMMARY_FIELDS:
-            value = getattr(summary, name).to(device=device, dtype=torch.float64)
-            self.register_buffer(f"summary_{name}", value)
-        # The state the summary was computed with (all persistent: load_state_dict
-        # brings a summary together with what it depends on).
-        jitter = DEFAULT_JITTER if jitter is None else jitter
-        self.register_buffer(
-            "summary_jitter", torch.as_tensor(jitter, dtype=torch.float64, device=device)
-        )
-        if snapshot is None:
-            snapshot = self._hyperparameter_values(device)
-        self.register_buffer("summary_hyperparameters", snapshot)
-        if structure is None:
-            structure = torch.tensor(
-                _structure_key(self._summary_modules()), dtype=torch.int64, device=device
-            )
-        self.register_buffer("summary_structure", structure)
-        self._cache: dict[str, Any] = {}
-
-    # --- state and caches ----------------------------------------------------------
-    @property
-    def summary(self) -> SparseSummary:
-        r"""The aggregated whitened summary the model predicts from."""
-        return SparseSummary(*(getattr(self, f"summary_{n}") for n in _SUMMARY_FIELDS))
-
-    @property
-    def batch_shape(self) -> torch.Size:
-        r"""The model batch shape (that of the summary)."""
-        return self.summary.batch_shape
-
-    @property
-    def _jitter(self) -> float:
-        r"""The relative jitter of ``K_SS`` the summary was computed with."""
-        entry = self._cache.get("jitter")
-        return float(self.summary_jitter) if entry is None else entry
-
-    def _summary_modules(self) -> list[tuple[str, torch.nn.Module | None]]:
-        return _summary_modules(
-            [
-                ("covar_module", self.covar_module),
-                ("likelihood", self.likelihood),
-                ("mean_module", self.mean_module),
-                ("input_transform", getattr(self, "input_transform", None)),
-                ("outcome_transform", getattr(self, "outcome_transform", None)),
-            ]
-        )
-
-    def _hyperparameter_values(
-        self, device: torch.device, tensors: list[Tensor] | None = None
-    ) -> Tensor:
-        tensors = _state_tensors(self._summary_modules()) if tensors is None else tensors
-        if not tensors:
-            return torch.zeros(0, dtype=torch.float64, device=device)
-        return torch.cat(
-            [t.detach().reshape(-1).to(dtype=torch.float64, device=device) for t in tensors]
-        )
-
-    def check_hyperparameters(self) -> None:
-        r"""Raise if the modules' hyperparameters differ from the summary's.
-
-        Raises:
-            HyperparametersChangedError: If any parameter, buffer or setting (module
-                type, ``nu``, transform flags, ...) of the kernel, likelihood, mean or
-                transforms changed since the summary was set.
-        """
-        modules = self._summary_modules()
-        self._check_structure(_structure_key(modules), int(self.summary_structure))
-        self._check_values(_state_tensors(modules))
-
-    @staticmethod
-    def _check_structure(current: int, reference: int) -> None:
-        if current != reference:
-            raise HyperparametersChangedError(
-                "The structure of this FederatedPITCGP's modules (a module replaced or "
-                "added, a kernel's nu, a transform's flags) is not the one its summary was "
-                "computed with. Build a new model from summaries computed with the current "
-                "modules."
-            )
-
-    def _check_values(self, tensors: list[Tensor]) -> None:
-        snapshot = self.summary_hyperparameters
-        values = self._hyperparameter_values(snapshot.device, tensors)
-        if values.shape != snapshot.shape or not torch.equal(values, snapshot):
-            raise HyperparametersChangedError(
-                "The hyperparameters of this FederatedPITCGP's modules (kernel, "
-                "likelihood, mean or transforms) are not those its summary was computed "
-                "with -- e.g. after fit_federated_pitc, an optimiser step or "
-                "load_state_dict on the shared modules. Predicting would mix them with a "
-                "summary of the old values. Recompute the clients' summaries with the "
-                "current hyperparameters and call `model.update_summary(summary)` (or "
-                "build a new model); fit with PITCMarginalLogLikelihood, which does this "
-                "after fit_gpytorch_mll."
-            )
-
-    def _ensure_current(self) -> None:
-        r"""Check the modules against the summary's state and clear the caches if any
-        state tensor was replaced or modified (see the class docstring).
-
-        Reads tensor values only on the CPU, or when tensor metadata changed (then the
-        structure key and jitter buffers are read too).
-        """
-        modules = self._summary_modules()
-        tensors = _state_tensors(modules)
-        own = self._own_tensors()
-        fingerprint = tuple((id(t), t.data_ptr(), t._version) for t in (*tensors, *own))
-        changed = fingerprint != self._cache.get("fingerprint")
-        reference = int(self.summary_structure) if changed else self._cache["structure"]
-        self._check_structure(_structure_key(modules), reference)
-        if changed or self._reads_are_free():
-            self._check_values(tensors)
-        if changed:
-            self._cache = {
-                "fingerprint": fingerprint,
-                # holding the tensors keeps their ids and storage from being reused
-                "tensors": (*tensors, *own),
-                "structure": reference,
-                "jitter": float(self.summary_jitter),
-            }
-
-    def _own_tensors(self) -> list[Tensor]:
-        r"""The model's own state: the summary, the support and the snapshot buffers."""
-        own = [getattr(self, f"summary_{n}") for n in _SUMMARY_FIELDS]
-        return [*own, self.support, self.summary_hyperparameters, self.summary_structure,
-                self.summary_jitter]  # fmt: skip
-
-    def state_fingerprint(self) -> tuple[tuple, list[Tensor]]:
-        r"""Identity, storage, version, dtype and device of every tensor the predictions
-        depend on, and the identity of every module holding them: it changes whenever
-        one is replaced, moved, converted or modified in place through the version
-        counter (not on ``.data`` writes: compare the tensors' values for those),
-        and the modules' structure (settings that are not tensors, e.g. a Matern
-        kernel's ``nu``).
-
-        Returns:
-            The fingerprint (compare with ``==``) and the tensors it covers.
-        """
-        modules = self._summary_modules()
-        tensors = [*_state_tensors(modules), *self._own_tensors()]
-        structure = _structure(modules)
-        return (tuple(id(m) for _, m in modules), structure, _fingerprint(tensors)), tensors
-
-    def _reads_are_free(self) -> bool:
-        r"""Whether reading tensor values costs no host synchronisation (CPU)."""
-        return self.support.device.type == "cpu"
-
-    def _support_factor(self) -> tuple[Tensor, Tensor]:
-        r"""The (transformed) float64 support and ``L = chol(K_SS)``: cached and
-        detached, as gpytorch's ``detach_test_caches`` (recomputed with gradients to
-        the hyperparameters when that setting is off)."""
-        self._ensure_current()
-        live = gpytorch_settings.detach_test_caches.off()
-        entry = None if live else self._cache.get("support")
-        if entry is None:
-            with torch.set_grad_enabled(torch.is_grad_enabled() and live):
-                entry = support_factor(
-                    self.support,
-                    self.covar_module,
-                    self._jitter,
-                    getattr(self, "input_transform", None),
-                )
-            if not live:
-                self._cache["support"] = entry
-        return entry
-
-    def _summary_factor(self) -> tuple[Tensor, Tensor]:
-        r"""``chol(I + A~)`` and ``v``: cached and detached unless gradients must flow
-        to the data the model was conditioned on (``propagate_grads``, as BoTorch)."""
-        if botorch_settings.propagate_grads.on() or gpytorch_settings.detach_test_caches.off():
-            # the summary was checked when the model was built: no flag read needed
-            return summary_factor(self.summary, check=self._reads_are_free())
-        entry = self._cache.get("summary")
-        if entry is None:
-            with torch.no_grad():
-                entry = summary_factor(self.summary)
-            self._cache["summary"] = entry
-        return entry
-
-    def update_summary(self, summary: SparseSummary) -> None:
-        r"""Replace the summary by one computed with the modules' current state.
-
-        Args:
-            summary: The new summed summary (same support set and jitter), computed by
-                the clients with the current hyperparameters.
-        """
-        if not isinstance(summary, SparseSummary):
-            raise TypeError(f"`summary` must be a SparseSummary, got {type(summary).__name__}.")
-        _check_summary(summary, self.support.shape[0])
-        summary_factor(summary)
-        device = self.support.device
-        for name in _SUMMARY_FIELDS:
-            value = getattr(summary, name).detach().to(device, torch.float64)
-            setattr(self, f"summary_{name}", value)
-        self.summary_hyperparameters = self._hyperparameter_values(device)
-        self.summary_structure = torch.tensor(
-            _structure_key(self._summary_modules()), dtype=torch.int64, device=device
-        )
-        self._cache = {}
-
-    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> FederatedPITCGP:
-        r"""``.to``, ``.float()``, ``.double()``, ...: the summary, the support it lives
-        on and the state it was computed with keep their dtype (only their device
-        follows); a dtype conversion of the modules re-records their (converted) values
-        if they matched before."""
-        names = [f"summary_{n}" for n in _SUMMARY_FIELDS]
-        names += ["summary_hyperparameters", "summary_jitter", "support"]
-        if any(self._buffers.get(n) is None for n in names):  # during construction
-            return super()._apply(fn, recurse)
-        kept = {n: self._buffers[n] for n in names}
-        tensors = _state_tensors(self._summary_modules())
-        before = _fingerprint((*tensors, *kept.values()))
-        # the values before the conversion, to tell whether they matched the summary
-        values = self._hyperparameter_values(kept["summary_hyperparameters"].device, tensors)
-        for n in names:
-            self._buffers[n] = None  # nn.Module._apply skips None buffers
-        try:
-            super()._apply(fn, recurse)
-        finally:
-            device = fn(torch.zeros((), dtype=torch.float64, device=kept[names[0]].device)).device
-            for n, t in kept.items():
-                self._buffers[n] = t.to(device=device)
-        modules = self._summary_modules()
-        own = [self._buffers[n] for n in names]
-        if _fingerprint((*_state_tensors(modules), *own)) == before:
-            # nothing moved or converted (e.g. the ``.to(X)`` every BoTorch analytic
-            # acquisition runs on each call): the caches stay valid
-            return self
-        snapshot = kept["summary_hyperparameters"]
-        current = (
-            values.shape == snapshot.shape
-            and bool(torch.equal(values, snapshot))
-            and _structure_key(modules) == int(self.summary_structure)
-        )
-        if current:
-            self.summary_hyperparameters = self._hyperparameter_values(device)
-        self._cache = {}
-        return self
-
-    # BoTorch transforms stored training inputs on eval(); this model has none (the
-    # support and the clients' inputs are transformed where they are used).
-    def _set_transformed_inputs(self) -> None:
-        return None
-
-    def _revert_to_original_inputs(self) -> None:
-        return None
-
     # --- construction from data in one process ------------------------------------
     @classmethod
     def from_client_data(
@@ -657,7 +247,8 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
             input_transform(torch.cat([X for X, _ in client_data], dim=-2).to(torch.float64))
             for module in input_transform.modules():
                 if getattr(module, "learn_coefficients", False):
-                    module.learn_coefficients = False
+                    # torch types Module.__setattr__'s value as Tensor | Module only
+                    module.learn_coefficients = False  # type: ignore[assignment]
             input_transform.eval()
         if outcome_transform is not None:
             if _untrained(outcome_transform):
@@ -775,7 +366,9 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         mean, cov = self._predict(X)
         return self._mvn(mean, cov, X.dtype)
 
-    def posterior(
+    # Model.posterior's signature, which BoTorch's FantasizeMixin.posterior (``X, *args``)
+    # does not admit: every BoTorch GP that fantasizes overrides both alike
+    def posterior(  # type: ignore[override]
         self,
         X: Tensor,
         output_indices: list[int] | None = None,
@@ -811,7 +404,7 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
             raise ValueError(
                 f"`observation_noise` must be a bool or a Tensor, got {observation_noise!r}."
             )
-        posterior = GPyTorchPosterior(distribution=self._mvn(mean, cov, X.dtype))
+        posterior: Posterior = GPyTorchPosterior(distribution=self._mvn(mean, cov, X.dtype))
         if hasattr(self, "outcome_transform"):
             posterior = self.outcome_transform.untransform_posterior(posterior, X=X)
         if posterior_transform is not None:
@@ -830,7 +423,8 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         _check_output_indices(idcs)
         return self
 
-    def condition_on_observations(
+    # no ``**kwargs``, unlike Model's signature: an unknown keyword raises, not ignored
+    def condition_on_observations(  # type: ignore[override]
         self, X: Tensor, Y: Tensor, noise: Tensor | None = None
     ) -> FederatedPITCGP:
         r"""Add ``(X, Y)`` as one more PITC block (a rank update of the summary).
@@ -967,111 +561,3 @@ class FederatedPITCGP(Model, FantasizeMixin, GP):
         if mll.model is not self:
             raise ValueError("`mll.model` is not this model.")
         return _fit_fallback(mll, **kwargs)
-
-
-def _learns(input_transform: InputTransform) -> bool:
-    return any(getattr(m, "learn_coefficients", False) for m in input_transform.modules())
-
-
-def _untrained(outcome_transform: OutcomeTransform) -> bool:
-    parts = (
-        list(outcome_transform.values())
-        if isinstance(outcome_transform, ChainedOutcomeTransform)
-        else [outcome_transform]
-    )
-    return any(
-        getattr(p, "_is_trained", None) is not None and not bool(p._is_trained) for p in parts
-    )
-
-
-def transform_outcomes(
-    client_data: Sequence[tuple[Tensor, Tensor]], outcome_transform: OutcomeTransform | None
-) -> list[tuple[Tensor, Tensor]]:
-    r"""Apply a trained outcome transform (in eval mode) to every client's outcomes.
-
-    Args:
-        client_data: ``(train_X, train_Y)`` pairs.
-        outcome_transform: The shared transform or ``None``.
-
-    Returns:
-        The pairs with transformed outcomes.
-    """
-    if outcome_transform is None:
-        return list(client_data)
-    was_training = outcome_transform.training
-    outcome_transform.eval()  # never re-learn statistics from one client's outcomes
-    try:
-        return [(X, outcome_transform(Y, X=X)[0]) for X, Y in client_data]
-    finally:
-        outcome_transform.train(was_training)
-
-
-def _check_client_data(client_data: Sequence[tuple[Tensor, Tensor]]) -> list:
-    if isinstance(client_data, (Tensor, str, bytes)) or not isinstance(client_data, Sequence):
-        raise TypeError(
-            "`client_data` must be a sequence of (train_X, train_Y) pairs, got "
-            f"{type(client_data).__name__}."
-        )
-    if len(client_data) == 0:
-        raise ValueError("`client_data` is empty: a federation needs clients.")
-    pairs = []
-    for i, pair in enumerate(client_data):
-        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-            raise TypeError(f"`client_data[{i}]` must be a (train_X, train_Y) pair.")
-        X, Y = pair
-        if not isinstance(X, Tensor) or not isinstance(Y, Tensor) or X.ndim != 2 or Y.ndim != 2:
-            raise BotorchTensorDimensionError(
-                f"`client_data[{i}]` must hold an `n x d` train_X and an `n x 1` train_Y."
-            )
-        if Y.shape[-1] != 1:
-            raise UnsupportedError(
-                f"`client_data[{i}]` has {Y.shape[-1]} outputs: FederatedPITCGP models a "
-                "single output (one model per outcome, e.g. in a ModelListGP)."
-            )
-        if pairs and X.dtype != pairs[0][0].dtype:
-            raise InputDataError(
-                f"`client_data[{i}]` has dtype {X.dtype} but client 0 has {pairs[0][0].dtype}."
-            )
-        pairs.append((X, Y))
-    return pairs
-
-
-def _check_summary(summary: SparseSummary, num_support: int) -> None:
-    if summary.num_support != num_support:
-        raise BotorchTensorDimensionError(
-            f"`summary` lives on {summary.num_support} support points but `support` "
-            f"has {num_support}."
-        )
-    for name in _SUMMARY_FIELDS:
-        value = getattr(summary, name)
-        if not value.is_floating_point():
-            raise InputDataError(f"`summary.{name}` must be floating point, got {value.dtype}.")
-        if not torch.isfinite(value).all():
-            raise InputDataError(f"`summary.{name}` contains NaN or infinite values.")
-
-
-def _check_output_indices(output_indices: list[int] | None) -> None:
-    if output_indices is not None and list(output_indices) != [0]:
-        raise UnsupportedError(
-            f"`output_indices`={list(output_indices)}: FederatedPITCGP models a single "
-            "output (index 0). Model several outcomes with one model each (ModelListGP)."
-        )
-
-
-def _noise_diagonal(observation_noise: Tensor, mean: Tensor) -> Tensor:
-    r"""The ``batch x q`` noise variances of a 0-dim or ``batch x q x 1`` tensor."""
-    noise = observation_noise.to(device=mean.device, dtype=torch.float64)
-    if noise.ndim > 0:
-        if noise.shape[-1] != 1:
-            raise BotorchTensorDimensionError(
-                "`observation_noise` must be a 0-dim tensor or `batch_shape x q x 1`, got "
-                f"shape {tuple(observation_noise.shape)}."
-            )
-        noise = noise.squeeze(-1)
-    try:
-        return noise.expand(torch.broadcast_shapes(noise.shape, mean.shape))
-    except RuntimeError as e:
-        raise BotorchTensorDimensionError(
-            f"`observation_noise` of shape {tuple(observation_noise.shape)} does not "
-            f"broadcast with the posterior's `batch_shape x q` = {tuple(mean.shape)}."
-        ) from e

@@ -6,7 +6,7 @@ callable so that secure aggregation (``botorch_fed.secure``) plugs in:
 1. :func:`fit_federated_pitc`: exact type-II maximum likelihood of the PITC model
    from aggregated quantities only. The log marginal likelihood is a function of
    the summed whitened summaries (see
-   :func:`~botorch_fed.models.pitc_summary.pitc_log_marginal_likelihood`), so one
+   :func:`~botorch_fed.models.sparse_summary.pitc_log_marginal_likelihood`), so one
    evaluation of the objective and its gradient takes two aggregation rounds:
 
    - round 1: the server broadcasts the hyperparameters ``theta``; each client
@@ -49,14 +49,10 @@ from scipy.optimize import minimize
 from torch import Tensor
 
 from botorch_fed.models.exact_gp import fit_exact_gp
-from botorch_fed.models.pitc import sum_arrays
-from botorch_fed.models.pitc_summary import (
-    SparseSummary,
-    check_input_transform,
-    compute_local_summary,
-    pitc_log_marginal_likelihood,
-    support_factor,
-)
+from botorch_fed.models.local_summary import compute_local_summary
+from botorch_fed.models.plaintext_sum import sum_arrays
+from botorch_fed.models.sparse_summary import SparseSummary, pitc_log_marginal_likelihood
+from botorch_fed.models.support_set import check_input_transform, support_factor
 
 Aggregate = Callable[[Sequence[np.ndarray]], np.ndarray]
 
@@ -87,7 +83,9 @@ class PITCHyperparameters:
         self.mean_module = mean_module
         self.container = container
         self.parameters, bounds = get_parameters_and_bounds(container, requires_grad=True)
-        self.bounds = get_bounds_as_ndarray(self.parameters, bounds)
+        # botorch types these bounds narrower than get_bounds_as_ndarray takes (a dict
+        # is invariant): the same values
+        self.bounds = get_bounds_as_ndarray(self.parameters, bounds)  # type: ignore[arg-type]
         self._constraints = {
             name: constraint for name, _, constraint in container.named_parameters_and_constraints()
         }
@@ -264,13 +262,13 @@ class PITCFitClient:
         if self._packed is None:
             raise RuntimeError("`vjp` called before `summary`: no forward pass to differentiate.")
         packed, self._packed = self._packed, None
-        adjoint = torch.as_tensor(np.asarray(adjoint, dtype=np.float64)).to(packed)
-        if adjoint.shape != packed.shape:
+        adjoint_t = torch.as_tensor(np.asarray(adjoint, dtype=np.float64)).to(packed)
+        if adjoint_t.shape != packed.shape:
             raise ValueError(
-                f"`adjoint` must have shape {tuple(packed.shape)}, got {tuple(adjoint.shape)}."
+                f"`adjoint` must have shape {tuple(packed.shape)}, got {tuple(adjoint_t.shape)}."
             )
         params = list(self._hyper.parameters.values())
-        grads = torch.autograd.grad(packed, params, grad_outputs=adjoint, allow_unused=True)
+        grads = torch.autograd.grad(packed, params, grad_outputs=adjoint_t, allow_unused=True)
         return self._hyper.flat_grad(grads)
 
     def fit_local(self, theta: np.ndarray | None = None, seed: int | None = None) -> np.ndarray:

@@ -29,19 +29,11 @@ from gpytorch.likelihoods import Likelihood
 from gpytorch.mlls import MarginalLogLikelihood
 from torch import Tensor
 
-from botorch_fed.models.pitc import (
-    FederatedPITCGP,
-    _check_client_data,
-    transform_outcomes,
-)
-from botorch_fed.models.pitc_summary import (
-    SparseSummary,
-    compute_local_summary,
-    local_summary,
-    pitc_log_marginal_likelihood,
-    support_factor,
-    transform_support_inputs,
-)
+from botorch_fed.models.local_summary import compute_local_summary, local_summary
+from botorch_fed.models.pitc import FederatedPITCGP
+from botorch_fed.models.pitc_inputs import _check_client_data, transform_outcomes
+from botorch_fed.models.sparse_summary import SparseSummary, pitc_log_marginal_likelihood
+from botorch_fed.models.support_set import support_factor, transform_support_inputs
 
 
 class PITCMarginalLogLikelihood(MarginalLogLikelihood):

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 
 class ReleaseLogError(RuntimeError):
@@ -113,4 +114,4 @@ class ReleaseLog:
         self._file.flush()
         os.fsync(self._file.fileno())
 
-    _file = None
+    _file: BinaryIO | None = None

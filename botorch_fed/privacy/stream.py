@@ -11,7 +11,7 @@ seed (whoever knows that seed knows the noise).
 The stream is addressable: :attr:`KeyStream.position` counts the bytes drawn, and
 :meth:`KeyStream.advance_to` moves it forward only. A user that persists the position
 of every release before the release leaves it (see
-:class:`~botorch_fed.federation.ldp_bo.LDPUserClient`) never draws the same noise twice,
+:class:`~botorch_fed.algorithms.ldp_bo.client.LDPUserClient`) never draws the same noise twice,
 even when it is restored from an older checkpoint.
 """
 

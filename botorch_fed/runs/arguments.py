@@ -1,6 +1,6 @@
 r"""From the parsed arguments of ``botorch-fed run <algorithm>`` to what
-:func:`~botorch_fed.federation.runner.run_federated` takes: the algorithm's settings
-and the :class:`~botorch_fed.federation.setup.FederationSetup`.
+:func:`~botorch_fed.protocol.runner.run_federated` takes: the algorithm's settings
+and the :class:`~botorch_fed.protocol.setup.FederationSetup`.
 
 Both are validated here, before the run, and their errors are put in the user's
 words: the library names Python fields (```support_size```, ```num_clients```), the
@@ -102,7 +102,7 @@ def build_setup(
     r"""The :class:`FederationSetup` from the flags and the config file, validated (the
     user's modules imported, a built-in problem built once); returns ``(setup,
     label)`` where ``label`` names the user's black box (``None`` for a problem)."""
-    from botorch_fed.federation.setup import DEFAULT_NUM_CLIENTS, FederationSetup
+    from botorch_fed.protocol.setup import DEFAULT_NUM_CLIENTS, FederationSetup
 
     by_dest = {o.dest: o for o in options}
     names = {py: by_dest[d].label(sources) for py, d in SETUP_DESTS.items() if d in by_dest}
@@ -135,6 +135,7 @@ def build_setup(
             clients = DEFAULT_NUM_CLIENTS if args.clients is None else args.clients
             setup = FederationSetup(objectives=objectives[0], num_clients=clients, **common)
         else:
+            assert config is not None  # per-client objectives come from the config file
             if args.clients is not None and args.clients != len(objectives):
                 raise ValueError(
                     f"{names['num_clients']} {args.clients} but {config.path} has "

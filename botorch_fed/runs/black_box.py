@@ -4,7 +4,7 @@ r"""The clients' black box from the command line or the config file.
 --bounds "lo,hi;..."`` (or the config file's ``objective`` / ``[[objectives]]`` tables
 and ``bounds``) names the user's own Python functions, imported with the current
 directory (then the config file's folder) on the path and wrapped in
-:class:`~botorch_fed.federation.objectives.CallableObjective`. Every error names the
+:class:`~botorch_fed.protocol.objectives.CallableObjective`. Every error names the
 flag or the config key it came from.
 """
 
@@ -100,7 +100,7 @@ def parse_bounds(value: Any, where: str) -> torch.Tensor:
     r"""``--bounds`` (``"0,1;0,1;-5,5"``) or a config file's ``bounds`` (that string or
     ``[[0, 1], [0, 1], [-5, 5]]``: one ``[lower, upper]`` pair per dimension) as a
     ``2 x d`` float64 tensor; ``ValueError`` naming ``where``."""
-    from botorch_fed.federation.objectives import check_bounds
+    from botorch_fed.protocol.objectives import check_bounds
 
     example = '"0,1;0,1;-5,5" (lower,upper per dimension, separated by ";")'
     if isinstance(value, str):
@@ -220,8 +220,9 @@ def make_objectives(
 ) -> list:
     r"""The user's functions wrapped in :class:`CallableObjective` (one per spec), over
     ``--bounds`` and in the ``--maximize`` convention."""
-    from botorch_fed.federation.objectives import CallableObjective
+    from botorch_fed.protocol.objectives import CallableObjective
 
+    assert box.specs is not None  # a black box without a built-in problem has specs
     if args.bounds is None:
         raise ValueError(
             f'{box.specs[0].where} needs the domain: `--bounds` (e.g. "0,1;-5,5") or `bounds` '

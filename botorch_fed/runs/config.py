@@ -93,7 +93,7 @@ def _check_settings_table(
 ) -> None:
     r"""Check a ``[settings]`` table against ``algorithm``'s settings fields; values
     with a flag go into ``out`` (parser defaults), the others into ``extra``."""
-    from botorch_fed.federation import available_algorithms, get_algorithm
+    from botorch_fed.algorithms import available_algorithms, get_algorithm
 
     spec = get_algorithm(algorithm)
     if not isinstance(table, dict):
@@ -169,7 +169,7 @@ def load_config(path: str, algorithm: str, options: list[Option]) -> tuple[dict,
     Raises:
         ConfigError: Naming the file and the key.
     """
-    from botorch_fed.federation import available_algorithms
+    from botorch_fed.algorithms import available_algorithms
 
     data = _read_toml(path)
     config = Config(path=path, has=set(data))

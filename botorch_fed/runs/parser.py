@@ -47,7 +47,7 @@ def _algorithm_parser(
     sub: argparse._SubParsersAction, spec
 ) -> tuple[argparse.ArgumentParser, list[Option]]:
     r"""The sub-parser of ``run <spec.name>`` and its options."""
-    from botorch_fed.federation.setup import DEFAULT_NUM_CLIENTS, FederationSetup
+    from botorch_fed.protocol.setup import DEFAULT_NUM_CLIENTS, FederationSetup
     from botorch_fed.secure.registry import BACKENDS
 
     fed = FederationSetup()
@@ -161,6 +161,7 @@ def _algorithm_parser(
                 "to botorch_fed.runs.options.SETTING_FLAGS."
             )
         taken.update(option.flags)
+        assert option.field is not None  # a settings option names its field
         text = docs.get(option.field) or option.field.replace("_", " ")
         if option.nullable and defaults[option.field] is None:
             text += " (default: none)"
@@ -185,11 +186,18 @@ def _algorithm_parser(
     return p, options
 
 
+class CommandParser(argparse.ArgumentParser):
+    r"""``botorch-fed``'s top-level parser: ``run_parsers[algorithm]`` is
+    ``(sub-parser, options)`` of ``run <algorithm>``."""
+
+    run_parsers: dict[str, tuple[argparse.ArgumentParser, list[Option]]]
+
+
 def add_run_parser(
     sub: argparse._SubParsersAction,
 ) -> dict[str, tuple[argparse.ArgumentParser, list[Option]]]:
     r"""The ``run`` sub-command: one sub-parser per registered algorithm."""
-    from botorch_fed.federation import available_algorithms, get_algorithm
+    from botorch_fed.algorithms import available_algorithms, get_algorithm
 
     p = sub.add_parser(
         "run",
@@ -205,13 +213,13 @@ def add_run_parser(
     }
 
 
-def build_run_parser() -> argparse.ArgumentParser:
+def build_run_parser() -> CommandParser:
     r"""A ``botorch-fed`` parser with the ``run`` command only (a Flower run's options).
 
     ``parser.run_parsers[algorithm]`` is ``(sub-parser, options)`` of ``run
     <algorithm>``.
     """
-    parser = argparse.ArgumentParser(prog="botorch-fed")
+    parser = CommandParser(prog="botorch-fed")
     sub = parser.add_subparsers(dest="command", required=True)
     parser.run_parsers = add_run_parser(sub)
     return parser

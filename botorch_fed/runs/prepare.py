@@ -13,12 +13,16 @@ import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from botorch_fed.runs.arguments import SETUP_DESTS, build_settings, build_setup
 from botorch_fed.runs.black_box import import_path
 from botorch_fed.runs.config import Config
 from botorch_fed.runs.options import Option, rename_to_flags
 from botorch_fed.runs.outputs import check_output_paths
+
+if TYPE_CHECKING:
+    from botorch_fed.protocol.setup import FederationSetup
 
 # warnings of these packages are advice about the library's own small linear algebra
 # (BoTorch's input scaling, GPyTorch's jitter, ...); the user's black box's are shown
@@ -42,8 +46,8 @@ class PreparedRun:
     r"""A checked ``run``: what :func:`run_federated` takes and where the results go."""
 
     algorithm: str
-    setup: object
-    settings: object
+    setup: FederationSetup
+    settings: Any  # an instance of the algorithm's ``settings_class``
     label: str | None  # the user's black box's name (None: a built-in problem)
     folders: list[str]  # where the user's modules are imported from
     checkpoint: str | None
@@ -56,7 +60,7 @@ class PreparedRun:
 def _check_checkpoint_folders(args: argparse.Namespace, label) -> None:
     r"""``--resume`` is a folder; ``--checkpoint`` can be written and does not overwrite
     another run's checkpoint."""
-    from botorch_fed.federation.checkpoint import MANIFEST
+    from botorch_fed.protocol.checkpoint import MANIFEST
 
     checkpoint, resume = args.checkpoint, args.resume
     if resume and not os.path.isdir(resume):
@@ -96,7 +100,7 @@ def prepare_run(
     Raises:
         ValueError, ImportError: Naming the flag or the config key.
     """
-    from botorch_fed.federation import get_algorithm
+    from botorch_fed.algorithms import get_algorithm
 
     by_dest = {o.dest: o for o in options}
 
@@ -122,7 +126,7 @@ def prepare_run(
     with import_path(folders):
         setup, name = build_setup(spec, args, options, sources, config)
         if spec.check is not None:  # the algorithm's own checks, before the run starts
-            from botorch_fed.federation.runner import build_context
+            from botorch_fed.protocol.runner import build_context
 
             names = {o.field: o.label(sources) for o in options if o.field is not None}
             names.update(

@@ -26,15 +26,10 @@ The threat model of every backend is in ``docs/security.md``.
 from __future__ import annotations
 
 from botorch_fed.secure.aggregator import make_aggregator
-from botorch_fed.secure.base import (
-    BackendSetup,
-    ClientRole,
-    RoundSpec,
-    SecureAggregationBackend,
-    ServerRole,
-)
+from botorch_fed.secure.base import BackendSetup, RoundSpec, SecureAggregationBackend
 from botorch_fed.secure.ckks import CKKSBackend
 from botorch_fed.secure.ckks_keys import HE_STANDARD_MAX_LOGQ, CKKSKeyHolder, CKKSParameters
+from botorch_fed.secure.client_role import ClientRole
 from botorch_fed.secure.driver import aggregate, run_protocol
 from botorch_fed.secure.errors import (
     BackendUnavailableError,
@@ -58,6 +53,7 @@ from botorch_fed.secure.registry import (
     get_backend,
     require_backend,
 )
+from botorch_fed.secure.server_role import ServerRole
 
 __all__ = [
     "HE_STANDARD_MAX_LOGQ",

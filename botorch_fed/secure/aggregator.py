@@ -63,7 +63,7 @@ def make_aggregator(
                 raise ValueError(f"Client {i} sent shape {a.shape}, client 0 sent {shape}.")
         flat = [a.reshape(-1) for a in arrays]
         inputs = {i: encoding.encode(a) if encoding else a for i, a in enumerate(flat)}
-        call_stats = {} if stats is not None else None
+        call_stats: dict | None = {} if stats is not None else None
         call_seed = None if seed is None else seed * 100_003 + calls
         calls += 1
         total = aggregate(backend, inputs, seed=call_seed, stats=call_stats)

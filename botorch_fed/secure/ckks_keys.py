@@ -319,6 +319,7 @@ def _parse(data: bytes, magic: bytes, *, server: bool) -> Any:
         params = CKKSParameters.read(r)
         enc = {v: k for k, v in _ENCRYPTION_CODES.items()}[r.u32()]
         key_id = r.raw(16)
+        out: ServerKeyMaterial | ClientKeyMaterial
         if server:
             out = ServerKeyMaterial(params, enc, key_id, r.ids(), r.blob())
         else:

@@ -18,21 +18,19 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
-from botorch_fed.secure.base import (
-    STAGES,
-    ClientRole,
-    SecureAggregationBackend,
-    ServerRole,
-)
+from botorch_fed.secure.base import STAGES, SecureAggregationBackend
+from botorch_fed.secure.client_role import ClientRole
 from botorch_fed.secure.errors import (
     DropoutError,
     InputError,
     ProtocolError,
     TamperedMessageError,
 )
+from botorch_fed.secure.server_role import ServerRole
 from botorch_fed.secure.validation import validate_client_ids
 
 __all__ = ["aggregate", "run_protocol"]
@@ -90,7 +88,7 @@ def run_protocol(
     bytes_down = dict.fromkeys(ids, 0)
     bytes_up = dict.fromkeys(ids, 0)
     stage = dict.fromkeys(STAGES, 0.0)
-    rounds = []
+    rounds: list[dict[str, Any]] = []
     specs = server.backend.rounds
 
     t0 = time.perf_counter()
@@ -138,12 +136,17 @@ def run_protocol(
             rnd += 1
             continue
         if out is None:
-            holders = [cid for cid in server.contributors if clients[cid].result is not None]
-            if not holders:
+            held = {
+                cid: held_sum
+                for cid in server.contributors
+                if (held_sum := clients[cid].result) is not None
+            }
+            if not held:
                 raise DropoutError("the sum is held by clients, but none of them finished")
-            result = clients[holders[0]].result
+            holders = list(held)
+            result = held[holders[0]]
             for cid in holders[1:]:
-                if not np.array_equal(clients[cid].result, result):
+                if not np.array_equal(held[cid], result):
                     raise TamperedMessageError(
                         "clients decrypted different sums", client_id=cid, round=rnd
                     )

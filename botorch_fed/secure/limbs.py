@@ -69,7 +69,7 @@ class LimbEncoding:
         # (power-of-two scalings, rounding of representable values, and differences of
         # nearby integers), so no Python-level big integers are needed.
         base = float(1 << self.bits)
-        v = np.round(np.ldexp(x, -self.low))
+        v: np.ndarray = np.round(np.ldexp(x, -self.low))
         out = np.empty((x.size, self.num_limbs))
         for k in range(self.num_limbs):
             d = v - base * np.round(v / base)  # balanced digit in [-base/2, base/2]

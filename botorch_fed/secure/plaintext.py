@@ -14,13 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from botorch_fed.secure.base import (
-    ClientRole,
-    RoundSpec,
-    SecureAggregationBackend,
-    ServerRole,
-)
+from botorch_fed.secure.base import RoundSpec, SecureAggregationBackend
+from botorch_fed.secure.client_role import ClientRole
 from botorch_fed.secure.errors import ConfigurationError, InputError
+from botorch_fed.secure.server_role import ServerRole
 from botorch_fed.secure.validation import error_context
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
 

@@ -17,6 +17,7 @@ and :func:`get_backend` raises
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from botorch_fed.secure.base import SecureAggregationBackend
 from botorch_fed.secure.ckks import CKKSBackend
@@ -102,7 +103,7 @@ def _lookup(name: str) -> type[SecureAggregationBackend]:
     return BACKENDS[name]
 
 
-def get_backend(name: str, **options: object) -> SecureAggregationBackend:
+def get_backend(name: str, **options: Any) -> SecureAggregationBackend:
     """Create a secure-aggregation backend.
 
     Args:

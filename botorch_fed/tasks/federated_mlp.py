@@ -31,13 +31,9 @@ from __future__ import annotations
 
 import warnings
 
-from botorch_fed.tasks.federated_hpo import (
-    FederatedHPOTask,
-    Hyperparameter,
-    _check_int,
-    decode_hyperparameters,
-    split_data_set,
-)
+from botorch_fed.tasks.data_split import _check_int, split_data_set
+from botorch_fed.tasks.federated_hpo import FederatedHPOTask
+from botorch_fed.tasks.search_space import Hyperparameter, decode_hyperparameters
 
 MLP_HYPERPARAMETERS: tuple[Hyperparameter, ...] = (
     Hyperparameter("alpha", -6.0, 0.0, "log10"),

@@ -33,13 +33,24 @@ References:
 from __future__ import annotations
 
 from botorch_fed.test_functions.base import SeededNoiseMixin, make_generator
-from botorch_fed.test_functions.cec2005 import (
-    CEC2005_FUNCTIONS,
-    CEC2005F1,
-    CEC2005F2,
-    CEC2005F3,
-    CEC2005F4,
-    CEC2005F5,
+from botorch_fed.test_functions.cec2005 import CEC2005_FUNCTIONS
+from botorch_fed.test_functions.cec2005_composition import (
+    CEC2005F15,
+    CEC2005F16,
+    CEC2005F17,
+    CEC2005F18,
+    CEC2005F19,
+    CEC2005F20,
+    CEC2005CompositionFunction,
+)
+from botorch_fed.test_functions.cec2005_data import (
+    SUPPORTED_DIMS,
+    CEC2005Data,
+    load_cec2005_data,
+    opfunu_data_dir,
+)
+from botorch_fed.test_functions.cec2005_function import CEC2005Function
+from botorch_fed.test_functions.cec2005_multimodal import (
     CEC2005F6,
     CEC2005F7,
     CEC2005F8,
@@ -49,20 +60,13 @@ from botorch_fed.test_functions.cec2005 import (
     CEC2005F12,
     CEC2005F13,
     CEC2005F14,
-    CEC2005F15,
-    CEC2005F16,
-    CEC2005F17,
-    CEC2005F18,
-    CEC2005F19,
-    CEC2005F20,
-    CEC2005CompositionFunction,
-    CEC2005Function,
 )
-from botorch_fed.test_functions.cec2005_data import (
-    SUPPORTED_DIMS,
-    CEC2005Data,
-    load_cec2005_data,
-    opfunu_data_dir,
+from botorch_fed.test_functions.cec2005_unimodal import (
+    CEC2005F1,
+    CEC2005F2,
+    CEC2005F3,
+    CEC2005F4,
+    CEC2005F5,
 )
 from botorch_fed.test_functions.cokg import CoKGRosenbrock, CoKGSinCosBowl
 from botorch_fed.test_functions.l1_regression import L1Regression

@@ -15,9 +15,17 @@ bounds").
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from botorch.exceptions.errors import BotorchTensorDimensionError
 from torch import Tensor
+
+# a mixin of BoTorch's test functions: type-checked as one of them
+if TYPE_CHECKING:
+    from botorch.test_functions.synthetic import SyntheticTestFunction as _Base
+else:
+    _Base = object
 
 
 def make_generator(
@@ -42,7 +50,7 @@ def make_generator(
     return torch.Generator(device="cpu").manual_seed(int(seed))
 
 
-class SeededNoiseMixin:
+class SeededNoiseMixin(_Base):
     r"""Seeded observation noise and input validation for BoTorch test functions.
 
     Put it *before* the BoTorch base class (``class F(SeededNoiseMixin,
@@ -55,6 +63,7 @@ class SeededNoiseMixin:
 
     _generator: torch.Generator | None = None
     _enforce_bounds: bool = True
+    bounds: Tensor  # the buffer BoTorch's BaseTestProblem registers (undeclared there)
 
     def _init_noise_rng(
         self, seed: int | None = None, generator: torch.Generator | None = None

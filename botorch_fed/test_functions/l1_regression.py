@@ -125,6 +125,9 @@ class L1Regression(SeededNoiseMixin, SyntheticTestFunction):
     _enforce_bounds = False
     default_bound: tuple[float, float] = (-1.0, 1.0)
     MAX_LP_SIZE: int = 4_000_000
+    A: Tensor  # buffers (registered in ``__init__``)
+    b: Tensor
+    solution: Tensor
 
     def __init__(
         self,
@@ -146,7 +149,7 @@ class L1Regression(SeededNoiseMixin, SyntheticTestFunction):
             raise ValueError(f"`num_data` must be an integer >= 1, got {num_data!r}.")
         if sparsity is None and _is_int(dim) and dim >= 1:
             sparsity = min(10, int(dim))
-        if not (_is_int(sparsity) and 1 <= sparsity <= dim):
+        if sparsity is None or not (_is_int(sparsity) and 1 <= sparsity <= dim):
             raise ValueError(
                 f"`sparsity` must be an integer with 1 <= sparsity <= dim = {dim}, "
                 f"got {sparsity!r}."
@@ -159,7 +162,8 @@ class L1Regression(SeededNoiseMixin, SyntheticTestFunction):
             )
         dim, num_data, sparsity = int(dim), int(num_data), int(sparsity)
         if bounds is None:
-            bounds = [tuple(self.default_bound) for _ in range(dim)]
+            low, high = self.default_bound
+            bounds = [(low, high) for _ in range(dim)]
         try:
             pairs = [(float(lo), float(hi)) for lo, hi in bounds]
         except (TypeError, ValueError) as exc:

@@ -155,6 +155,12 @@ class LDPSynthetic(SeededNoiseMixin, SyntheticTestFunction):
     continuous_inds = [0]
     _default_bounds = [(0.0, 1.0)]
     default_observation_noise: tuple[str, float] = ("uniform", 1.0)
+    # buffers (registered in ``__init__``)
+    coefficients: Tensor
+    center_indices: Tensor
+    centers: Tensor
+    candidates: Tensor
+    _unit_centers: Tensor
 
     def __init__(
         self,

@@ -108,7 +108,7 @@ def list_test_functions() -> list[str]:
     return ours + sorted(_botorch_classes())
 
 
-def _lookup_table() -> dict[str, tuple[str, Callable[..., SyntheticTestFunction]]]:
+def _lookup_table() -> dict[str, tuple[str, type[SyntheticTestFunction]]]:
     table: dict[str, tuple[str, Any]] = {}
     for key, cls in _botorch_classes().items():
         table[key] = (key, cls)
@@ -127,7 +127,7 @@ def _lookup_table() -> dict[str, tuple[str, Callable[..., SyntheticTestFunction]
     return table
 
 
-def _resolve(name: str) -> tuple[str, Callable[..., SyntheticTestFunction]]:
+def _resolve(name: str) -> tuple[str, type[SyntheticTestFunction]]:
     r"""``(canonical name, class)`` of a test function name, or a ``ValueError``
     listing close matches."""
     if not isinstance(name, str):
@@ -191,8 +191,10 @@ def get_test_function(
         ImportError: For CEC-2005 functions without ``botorch-fed[cec]``.
     """
     canonical, cls = _resolve(name)
+    # our classes take keyword arguments (``seed``, ...) SyntheticTestFunction lacks
+    make: Callable[..., SyntheticTestFunction] = cls
     if cls in CEC2005_FUNCTIONS.values():
-        return cls(
+        return make(
             dim=10 if dim is None else dim,
             noise_std=noise_std,
             negate=negate,
@@ -201,7 +203,7 @@ def get_test_function(
         )
     if cls in _COKG.values():
         _check_fixed_dim(canonical, dim, 2)
-        return cls(noise_std=noise_std, negate=negate, seed=seed, **kwargs)
+        return make(noise_std=noise_std, negate=negate, seed=seed, **kwargs)
     if cls is LDPSynthetic:
         _check_fixed_dim(canonical, dim, 1)
         ctor = dict(_LDP[canonical])

@@ -181,7 +181,7 @@ def _holders(t: Tensor) -> tuple | None:
         return (
             sys.getrefcount(t),
             weakref.getweakrefcount(t),
-            t._use_count(),
+            t._use_count(),  # type: ignore[attr-defined]  # private, not in torch's stubs
             torch._C._storage_Use_Count(storage._cdata),
             sys.getrefcount(storage),
             weakref.getweakrefcount(storage),

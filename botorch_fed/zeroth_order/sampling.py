@@ -78,7 +78,8 @@ def _random_words(n: int, generator: torch.Generator | None, dtype: torch.dtype)
     nbytes = n * torch.finfo(dtype).bits // 8
     # cryptography asks for block size - 1 bytes of room after each chunk it encrypts
     raw = np.empty(nbytes + 16, dtype=np.uint8)
-    out = memoryview(raw)
+    # numpy declares ndarray.__buffer__ for Python >= 3.12 only
+    out = memoryview(raw)  # type: ignore[arg-type]
     stream = Cipher(algorithms.AES(key.numpy().astype("<u4").tobytes()), modes.CTR(bytes(16)))
     encryptor = stream.encryptor()
     for start in range(0, nbytes, len(_ZEROS)):

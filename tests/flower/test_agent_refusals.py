@@ -330,8 +330,8 @@ def test_a_malformed_pinned_domain_stops_the_agent_at_start_up(entry):
 )
 def test_the_built_run_is_checked_again(extra, match):
     # defence in depth: what the options were refused for, the built run is refused for too
-    from botorch_fed.federation.registry import get_algorithm
     from botorch_fed.flower.run_options import prepare
+    from botorch_fed.protocol.registry import get_algorithm
 
     run = prepare(["local", "--problem", "branin", "--clients", "3", *extra])
     with pytest.raises(PolicyError, match=match):
@@ -339,8 +339,8 @@ def test_the_built_run_is_checked_again(extra, match):
 
 
 def test_the_built_runs_objective_is_checked_again(party_box):
-    from botorch_fed.federation.registry import get_algorithm
     from botorch_fed.flower.run_options import prepare
+    from botorch_fed.protocol.registry import get_algorithm
 
     for argv, match in [
         (_objective_argv("0,1;-9,9"), "the domain '0,1;-9,9'"),

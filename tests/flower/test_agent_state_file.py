@@ -20,13 +20,15 @@ import pytest
 
 pytest.importorskip("flwr")
 
+import botorch_fed.flower.agent_state as agent_state  # noqa: E402
 import botorch_fed.flower.party as party  # noqa: E402
-from botorch_fed.federation.registry import get_algorithm  # noqa: E402
-from botorch_fed.federation.roles import ProtocolViolation  # noqa: E402
-from botorch_fed.federation.runner import build_context  # noqa: E402
-from botorch_fed.flower.party import REPORT, PartyAgent, is_public_refusal  # noqa: E402
+from botorch_fed.flower.party import REPORT, PartyAgent  # noqa: E402
+from botorch_fed.flower.party_errors import is_public_refusal  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.protocol.declarations import ProtocolViolation  # noqa: E402
+from botorch_fed.protocol.registry import get_algorithm  # noqa: E402
+from botorch_fed.protocol.runner import build_context  # noqa: E402
 from tests.helpers.flower_runs import short_argv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
@@ -58,7 +60,7 @@ def _files(folder) -> dict[str, int]:
 def writes(monkeypatch):
     r"""Every write to the agent's state: ``[("append" | "replace", path, bytes)]``."""
     seen: list[tuple[str, str, int]] = []
-    append, replace = getattr(party, "_append", None), getattr(party, "_replace", None)
+    append, replace = getattr(agent_state, "_append", None), getattr(agent_state, "_replace", None)
 
     def appending(path, text):
         seen.append(("append", str(path), len(text)))
@@ -68,8 +70,8 @@ def writes(monkeypatch):
         seen.append(("replace", str(path), len(text)))
         return replace(path, text)
 
-    monkeypatch.setattr(party, "_append", appending, raising=False)
-    monkeypatch.setattr(party, "_replace", replacing, raising=False)
+    monkeypatch.setattr(agent_state, "_append", appending, raising=False)
+    monkeypatch.setattr(agent_state, "_replace", replacing, raising=False)
     return seen
 
 
@@ -172,7 +174,7 @@ def test_past_its_cap_the_agent_refuses_new_runs_rather_than_forget(tmp_path, mo
 def _ldp_query() -> dict:
     run = prepare(_ldp_argv())
     box = build_context(get_algorithm(run.algorithm), run.setup, run.settings).objectives[0]
-    return {"x": box.candidates[37:38].numpy(), "t": 1}
+    return {"x": box.candidates[37].numpy(), "t": 1}
 
 
 def test_the_epsilon_spent_is_written_before_the_answer_leaves(tmp_path, writes, monkeypatch):

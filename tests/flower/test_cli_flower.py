@@ -20,10 +20,10 @@ pytest.importorskip("flwr")
 
 from botorch_fed.cli import main  # noqa: E402
 from botorch_fed.cli.flower import FLOWER_HELP  # noqa: E402
-from botorch_fed.federation.registry import get_algorithm  # noqa: E402
-from botorch_fed.flower import launcher, processes  # noqa: E402
+from botorch_fed.flower import launcher, processes, submission  # noqa: E402
 from botorch_fed.flower.policy import add_policy_arguments, policy_from_arguments  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.protocol.registry import get_algorithm  # noqa: E402
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -156,19 +156,19 @@ def test_flower_run_interrupted_exits_as_the_signal_ended_it(
     signum, live_federation, monkeypatch, capsys
 ):
     def submit(state, config, stream):
-        raise launcher.RunInterrupted(7, "run 7 is stopped at the SuperLink", signum)
+        raise submission.RunInterrupted(7, "run 7 is stopped at the SuperLink", signum)
 
-    monkeypatch.setattr(launcher, "submit", submit)
+    monkeypatch.setattr(submission, "submit", submit)
     argv = ["flower", "run", "local", "--problem", "branin", "--clients", "3"]
     assert main([*argv, "--state-dir", str(live_federation)]) == 128 + signum
     assert "interrupted: run 7 is stopped at the SuperLink." in _out(capsys)
 
 
 def _serverapp_stand_in(state: Path, seen: dict, error: str | None = None):
-    r"""A ``launcher.submit`` that does what the ServerApp does with the run config: its
+    r"""A ``submission.submit`` that does what the ServerApp does with the run config: its
     results (a real run's JSON) go to ``<state>/results/<out>``, ``out`` a plain name."""
-    from botorch_fed.federation.runner import run_federated
     from botorch_fed.flower.run_options import RESULTS_WRITTEN, results_files
+    from botorch_fed.protocol.runner import run_federated
 
     run = prepare(["random", "--problem", "branin", "--clients", "3", "--num-rounds", "1"])
     data = run_federated(run.algorithm, run.setup, run.settings).to_dict()
@@ -195,7 +195,7 @@ def test_flower_run_out_is_the_submitters_file(
     # reads it there and writes the user's --out itself, on the user's machine
     seen: dict = {}
     submit, data = _serverapp_stand_in(live_federation, seen)
-    monkeypatch.setattr(launcher, "submit", submit)
+    monkeypatch.setattr(submission, "submit", submit)
     user = tmp_path / "mine" / "r.json"
     user.parent.mkdir()
     argv = ["flower", "run", "random", "--problem", "branin", "--clients", "3"]
@@ -217,7 +217,7 @@ def test_flower_run_out_is_the_submitters_file(
 def test_flower_run_says_why_the_run_failed(live_federation, monkeypatch, capsys):
     seen: dict = {}
     submit, _ = _serverapp_stand_in(live_federation, seen, error="ClientFailed: client 1 ...")
-    monkeypatch.setattr(launcher, "submit", submit)
+    monkeypatch.setattr(submission, "submit", submit)
     argv = ["flower", "run", "random", "--problem", "branin", "--clients", "3"]
     assert main([*argv, "--state-dir", str(live_federation)]) == 1
     assert "the run failed: ClientFailed: client 1 ..." in _out(capsys)

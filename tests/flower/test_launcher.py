@@ -25,8 +25,16 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from botorch_fed.flower import launcher, processes  # noqa: E402
-from botorch_fed.flower.launcher import FlowerLaunchError, down, status, submit, up  # noqa: E402
+from botorch_fed.flower import (  # noqa: E402
+    launch_errors,
+    launcher,
+    processes,
+    state_folder,
+    submission,
+)
+from botorch_fed.flower.launch_errors import FlowerLaunchError  # noqa: E402
+from botorch_fed.flower.launcher import down, status, up  # noqa: E402
+from botorch_fed.flower.submission import submit  # noqa: E402
 
 # a stand-in party agent: serve the Unix socket, exit on SIGTERM
 AGENT = (
@@ -138,7 +146,7 @@ def test_flower_config_and_app(fed):
         "clientapp": "botorch_fed.flower.client_app:app",
     }
     config = app["tool"]["flwr"]["app"]["config"]
-    assert config == launcher.APP_CONFIG
+    assert config == state_folder.APP_CONFIG
     assert isinstance(config["timeout"], float) and isinstance(config["clients"], int)
     # what `flwr run` checks before building the FAB (modules not imported here)
     from flwr.cli.config_utils import load_and_validate
@@ -182,7 +190,7 @@ def test_the_serverapp_learns_its_folder_from_up_not_from_a_run(fed):
 @pytest.mark.flower
 def test_up_twice_is_refused(fed):
     before = dict(fed["pids"])
-    with pytest.raises(launcher.FederationRunningError, match="down") as err:
+    with pytest.raises(launch_errors.FederationRunningError, match="down") as err:
         up(1, fed["state_dir"], agent_command=stand_in)
     assert err.value.state == Path(fed["state_dir"]) and "superlink" in err.value.live
     assert json.loads((Path(fed["state_dir"]) / "federation.json").read_text())["pids"] == before
@@ -256,7 +264,7 @@ def test_down_and_status_without_federation(tmp_path):
 
 
 def test_submit_without_federation(tmp_path):
-    with pytest.raises(launcher.NoFederationError, match="no live federation") as err:
+    with pytest.raises(launch_errors.NoFederationError, match="no live federation") as err:
         submit(tmp_path, {})
     assert err.value.state == tmp_path.resolve()
     assert isinstance(err.value, FlowerLaunchError)
@@ -286,7 +294,7 @@ def test_submit_refuses_a_state_folder_others_can_write(tmp_path):
     }
     (state / "federation.json").write_text(json.dumps(fed))
     try:
-        launcher.submit(state, {}, stream=lambda line: None)
+        submission.submit(state, {}, stream=lambda line: None)
     except Exception:  # noqa: BLE001 - refused, as it must be
         pass
     assert not marker.exists(), "the victim ran the attacker's `flwr`"
@@ -302,7 +310,7 @@ def test_up_makes_a_private_state_folder(tmp_path):
     state = tmp_path / "state"
     old = os.umask(0o022)
     try:
-        with pytest.raises(launcher.FlowerLaunchError):
+        with pytest.raises(launch_errors.FlowerLaunchError):
             launcher.up(1, state, timeout=5, python=str(fake / "python"))
     finally:
         os.umask(old)
@@ -384,11 +392,11 @@ def fake_federation(tmp_path):
     processes.track(link)
     fed = {
         "python": str(bin_dir / "python"),
-        "app_dir": str(launcher._write_app(state / "app").parent),
+        "app_dir": str(state_folder._write_app(state / "app").parent),
         "pids": {"superlink": link.pid},
         "start_times": {"superlink": processes.start_time(link.pid)},
     }
-    launcher._write_federation(state, fed)
+    state_folder._write_federation(state, fed)
     yield state, bin_dir
     link.kill()
     link.wait()
@@ -398,7 +406,7 @@ def test_a_run_that_times_out_is_stopped_at_the_superlink(fake_federation):
     state, bin_dir = fake_federation
     with pytest.raises(FlowerLaunchError, match="run 42 is stopped at the SuperLink"):
         submit(state, {}, stream=lambda line: None, timeout=2)
-    assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+    assert (bin_dir / "stopped").read_text().split() == ["42", state_folder.CONNECTION]
 
 
 @pytest.mark.parametrize(
@@ -416,10 +424,10 @@ def test_ctrl_c_on_submit_stops_the_run_it_started(at, fake_federation):
         if line.startswith(at):
             raise KeyboardInterrupt
 
-    with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped") as err:
+    with pytest.raises(submission.RunInterrupted, match="run 42 is stopped") as err:
         submit(state, {}, stream=interrupt)
     assert err.value.run_id == 42
-    assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+    assert (bin_dir / "stopped").read_text().split() == ["42", state_folder.CONNECTION]
 
 
 def test_a_failing_stream_stops_the_run_and_its_error_goes_on(fake_federation):
@@ -431,7 +439,7 @@ def test_a_failing_stream_stops_the_run_and_its_error_goes_on(fake_federation):
 
     with pytest.raises(OSError, match="terminal is gone"):
         submit(state, {}, stream=fail)
-    assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+    assert (bin_dir / "stopped").read_text().split() == ["42", state_folder.CONNECTION]
 
 
 def test_sigterm_on_submit_stops_the_run_and_restores_the_handler(fake_federation):
@@ -447,14 +455,14 @@ def test_sigterm_on_submit_stops_the_run_and_restores_the_handler(fake_federatio
 
     previous = signal.signal(signal.SIGTERM, callers_handler)
     try:
-        with pytest.raises(launcher.RunInterrupted, match="run 42 is stopped") as err:
+        with pytest.raises(submission.RunInterrupted, match="run 42 is stopped") as err:
             submit(state, {}, stream=terminated, timeout=20)
         assert signal.getsignal(signal.SIGTERM) is callers_handler
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert caught == []  # submit's own handler took it
     assert err.value.signum == signal.SIGTERM
-    assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+    assert (bin_dir / "stopped").read_text().split() == ["42", state_folder.CONNECTION]
 
 
 def test_a_hangup_the_caller_ignores_does_not_stop_the_run(fake_federation):
@@ -478,13 +486,13 @@ def test_a_hangup_the_caller_ignores_does_not_stop_the_run(fake_federation):
 
 def test_a_second_ctrl_c_does_not_cut_stopping_the_run(fake_federation, monkeypatch):
     state, bin_dir = fake_federation
-    real_stop = launcher._stop_run
+    real_stop = submission._stop_run
 
     def stop_after_another_ctrl_c(*args):
         os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C again
         return real_stop(*args)
 
-    monkeypatch.setattr(launcher, "_stop_run", stop_after_another_ctrl_c)
+    monkeypatch.setattr(submission, "_stop_run", stop_after_another_ctrl_c)
 
     def interrupt(line):
         if "started run" in line:
@@ -492,13 +500,13 @@ def test_a_second_ctrl_c_does_not_cut_stopping_the_run(fake_federation, monkeypa
 
     try:
         submit(state, {}, stream=interrupt)
-    except launcher.RunInterrupted as err:
+    except submission.RunInterrupted as err:
         assert "run 42 is stopped" in str(err) and err.signum == signal.SIGINT
     except KeyboardInterrupt:  # the second one escaped: the run was not stopped
         pytest.fail("a second Ctrl-C cut stopping the run")
     else:
         pytest.fail("submit was not interrupted")
-    assert (bin_dir / "stopped").read_text().split() == ["42", launcher.CONNECTION]
+    assert (bin_dir / "stopped").read_text().split() == ["42", state_folder.CONNECTION]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
@@ -516,5 +524,5 @@ def test_the_app_in_the_deployment_docs_is_the_one_up_writes(tmp_path):
     docs = (Path(__file__).resolve().parents[2] / "docs" / "deployment.md").read_text()
     block = re.search(r"```toml\n# app/pyproject.toml[^\n]*\n(.*?)```", docs, re.DOTALL)
     assert block, "docs/deployment.md shows no app/pyproject.toml"
-    written = tomllib.loads(launcher._write_app(tmp_path / "app").read_text())
+    written = tomllib.loads(state_folder._write_app(tmp_path / "app").read_text())
     assert tomllib.loads(block.group(1)) == written

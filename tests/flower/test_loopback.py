@@ -30,12 +30,12 @@ import pytest
 
 pytest.importorskip("flwr")
 
+from botorch_fed.algorithms import available_algorithms, get_algorithm  # noqa: E402
 from botorch_fed.cli import main  # noqa: E402
-from botorch_fed.federation import available_algorithms, get_algorithm  # noqa: E402
-from botorch_fed.federation.runner import run_federated  # noqa: E402
-from botorch_fed.flower import launcher  # noqa: E402
+from botorch_fed.flower import launcher, submission  # noqa: E402
 from botorch_fed.flower.keys import write_keyset  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.protocol.runner import run_federated  # noqa: E402
 from botorch_fed.secure import available_backends  # noqa: E402
 from tests.helpers.flower_runs import comparable, short_argv  # noqa: E402
 
@@ -108,7 +108,7 @@ def _submit(state, argv: list[str], out: str, lines: list[str] | None = None) ->
     }
     sink = lines.append if lines is not None else (lambda line: None)
     try:
-        launcher.submit(state, config, stream=sink, timeout=900)
+        submission.submit(state, config, stream=sink, timeout=900)
     finally:  # the ServerApp writes into the federation's results folder
         for suffix in ("", ".error"):
             written = state / "results" / f"{os.path.basename(out)}{suffix}"

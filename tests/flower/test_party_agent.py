@@ -24,10 +24,6 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from botorch_fed.federation.messages import Message  # noqa: E402
-from botorch_fed.federation.registry import get_algorithm  # noqa: E402
-from botorch_fed.federation.roles import ProtocolViolation  # noqa: E402
-from botorch_fed.federation.runner import build_context  # noqa: E402
 from botorch_fed.flower.client_app import AgentError, forward  # noqa: E402
 from botorch_fed.flower.keys import write_keyset  # noqa: E402
 from botorch_fed.flower.party import (  # noqa: E402
@@ -35,13 +31,16 @@ from botorch_fed.flower.party import (  # noqa: E402
     MAX_RUNS,
     REPORT,
     PartyAgent,
-    is_public_refusal,
-    refusal,
     serve,
 )
+from botorch_fed.flower.party_errors import is_public_refusal, refusal  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.flower.transport import ClientFailed, FlowerTransport  # noqa: E402
+from botorch_fed.protocol.declarations import ProtocolViolation  # noqa: E402
+from botorch_fed.protocol.messages import Message  # noqa: E402
+from botorch_fed.protocol.registry import get_algorithm  # noqa: E402
+from botorch_fed.protocol.runner import build_context  # noqa: E402
 from botorch_fed.secure.errors import HeadroomError  # noqa: E402
 from tests.helpers.flower_runs import short_argv  # noqa: E402
 
@@ -306,7 +305,7 @@ def test_an_ldp_user_spends_its_budget_once(how):
     argv = _ldp_argv()
     run = prepare(argv)
     box = build_context(get_algorithm(run.algorithm), run.setup, run.settings).objectives[0]
-    query = {"x": box.candidates[37:38].numpy(), "t": 1}  # a point of the finite domain
+    query = {"x": box.candidates[37].numpy(), "t": 1}  # a point of the finite domain
     agent = PartyAgent(0, 3, policy=PartyPolicy(max_total_epsilon=3.0))
     _send(agent, 1, argv, "query", query)
     with pytest.raises(Exception, match="budget"):  # the run's own check holds
@@ -335,7 +334,7 @@ def test_the_runs_that_ended_and_the_epsilon_spent_outlive_the_agent(tmp_path):
     argv = _ldp_argv()
     run = prepare(argv)
     box = build_context(get_algorithm(run.algorithm), run.setup, run.settings).objectives[0]
-    query = {"x": box.candidates[37:38].numpy(), "t": 1}
+    query = {"x": box.candidates[37].numpy(), "t": 1}
     policy = PartyPolicy(max_total_epsilon=2.0)
     agent = PartyAgent(0, 3, policy=policy, state_file=state)
     _send(agent, 1, argv, "query", query)  # epsilon 1 of 2
@@ -423,7 +422,7 @@ def test_a_client_sends_its_noisy_centres_once_per_data(tmp_path):
     for _ in range(5):
         again = _send(agent, 1, argv, "centers", {"k": 2}, keyset=keyset)[1]["centers"]
         np.testing.assert_array_equal(again, first)  # the same noise: nothing to average
-    with pytest.raises(ProtocolViolation, match="`k`=3, but the run's `centers_per_client` is 2"):
+    with pytest.raises(ProtocolViolation, match=r"`k`=3 lies outside its domain \[2, 2\]"):
         _send(agent, 1, argv, "centers", {"k": 3}, keyset=keyset)
 
 
@@ -442,7 +441,7 @@ def test_a_partys_stage_timings_go_with_its_results_only(share):
 def test_an_error_building_the_partys_own_client_is_not_told(monkeypatch, capfd):
     # the run's options passed every check; what then fails is the party's own code
     # (its objective, its data): the server learns the error's type, not its text
-    import botorch_fed.federation.runner as runner
+    import botorch_fed.protocol.runner as runner
 
     def broken(*args, **kwargs):
         raise ValueError("calibration file /home/lab/secret.csv has 0.4242 in row 7")

@@ -4,7 +4,7 @@ r"""A party's client draws torch's global random numbers from its own stream
 ``torch_rng`` of the wrong size is refused, and building a party's client leaves the
 process's generator alone. The controls (``test_control_*``) show the premise of the
 test after them holds (so it fails for the reason it names, not for a broken set-up).
-The stream itself: tests/federation/test_client_torch_stream.py."""
+The stream itself: tests/protocol/test_client_torch_stream.py."""
 
 from __future__ import annotations
 
@@ -16,30 +16,49 @@ import torch
 
 pytest.importorskip("flwr")
 
-from botorch_fed.federation.checkpoint import CheckpointError  # noqa: E402
-from botorch_fed.federation.messages import Message  # noqa: E402
-from botorch_fed.federation.roles import FederatedClient  # noqa: E402
 from botorch_fed.flower.party import PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy  # noqa: E402
+from botorch_fed.protocol.checkpoint import CheckpointError  # noqa: E402
+from botorch_fed.protocol.client import FederatedClient  # noqa: E402
+from botorch_fed.protocol.declarations import Declared, declare, handles  # noqa: E402
+from botorch_fed.protocol.messages import Message  # noqa: E402
 from tests.helpers.flower_runs import short_argv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+
+
+@declare("one")
+class _One(Declared):
+    pass
+
+
+@declare("outer")
+class _Outer(Declared):
+    pass
+
+
+@declare("inner")
+class _Inner(Declared):
+    pass
 
 
 class _Drawing(FederatedClient):
     r"""A client whose handlers draw from torch's global generator; ``outer`` answers
     a message of its own through :meth:`handle` in the middle (a nested call)."""
 
-    def on_one(self, payload: dict) -> dict:
+    @handles(_One)
+    def on_one(self, message: _One) -> dict:
         return {"x": torch.rand(3).numpy()}
 
-    def on_outer(self, payload: dict) -> dict:
+    @handles(_Outer)
+    def on_outer(self, message: _Outer) -> dict:
         a = torch.rand(1).item()
         b = float(self.handle(Message("inner")).payload["x"])
         c = torch.rand(1).item()
         return {"draws": np.array([a, b, c])}
 
-    def on_inner(self, payload: dict) -> dict:
+    @handles(_Inner)
+    def on_inner(self, message: _Inner) -> dict:
         return {"x": torch.rand(1).item()}
 
 
@@ -77,16 +96,6 @@ def test_a_torch_rng_of_the_wrong_size_is_refused_at_load():
     state["torch_rng"] = torch.zeros(10, dtype=torch.uint8)
     with pytest.raises(CheckpointError, match="Client 0.*torch_rng"):
         client.load_state_dict(state)
-
-
-def test_control_a_checkpoint_without_torch_rng_keeps_the_seeded_stream():
-    # an old checkpoint (before the key existed) loads; the stream stays as seeded
-    client = _Drawing(0)
-    client.own_torch_rng(11)
-    state = client.state_dict()
-    del state["torch_rng"]
-    client.load_state_dict(state)
-    np.testing.assert_array_equal(client.handle(Message("one")).payload["x"], _stream(11, 3))
 
 
 def test_building_a_partys_client_leaves_the_process_rng_alone():

@@ -17,12 +17,12 @@ import torch
 
 pytest.importorskip("flwr")
 
-from botorch_fed.federation.roles import ProtocolViolation  # noqa: E402
 from botorch_fed.flower.keys import write_keyset  # noqa: E402
 from botorch_fed.flower.party import REPORT, PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
+from botorch_fed.protocol.declarations import ProtocolViolation  # noqa: E402
 from botorch_fed.secure import available_backends  # noqa: E402
 from tests.helpers.fake_grid import FakeGrid  # noqa: E402
 from tests.helpers.flower_runs import short_argv  # noqa: E402
@@ -115,7 +115,7 @@ def test_a_key_set_made_from_a_crypto_seed_is_refused_unless_allowed(tmp_path):
     r"""The run config names the key set: a run without --crypto-seed that names a key
     set an earlier seeded run left in the party's key folder is refused, since whoever
     knows that seed can recompute the party's key material."""
-    from botorch_fed.federation.runner import secagg_backend
+    from botorch_fed.protocol.runner import secagg_backend
 
     seeded_argv = short_argv("fbo-fedgp", "masking")  # --crypto-seed 5
     argv = _without_seed(seeded_argv)
@@ -139,7 +139,7 @@ def test_a_partys_private_randomness_comes_from_the_os_not_the_run_seed():
     r"""A simulation derives its parties' randomness from the public seed; a party
     agent never does: two agents of one run config draw different noise keys, and
     neither is the simulation's."""
-    from botorch_fed.federation import build_federation
+    from botorch_fed.algorithms import build_federation
 
     argv = _without_seed(short_argv("ldp-tgp"))
     config = {"argv": json.dumps(argv), "keyset": ""}
@@ -161,9 +161,9 @@ def test_two_parties_of_one_run_config_draw_their_own_centre_noise_and_sum_keys(
     set) send the same centres with different noise, not the simulation's, and open a
     secure sum with different ephemeral keys: neither the noise nor the secure-sum
     role's randomness follows from the run's public options."""
-    from botorch_fed.federation import build_federation
-    from botorch_fed.federation.runner import secagg_backend
+    from botorch_fed.algorithms import build_federation
     from botorch_fed.inducing import local_centers
+    from botorch_fed.protocol.runner import secagg_backend
 
     argv = _without_seed(short_argv("fbo-fedgp", "masking"))
     argv += ["--num-init", "6", "--support-selection", "clustered", "--center-noise", "0.1"]
@@ -183,8 +183,10 @@ def test_two_parties_of_one_run_config_draw_their_own_centre_noise_and_sum_keys(
     assert ((exact > 0.2) & (exact < 0.9)).all()  # the noise is rarely clamped
     assert not np.allclose(centres[0], centres[1])
     _, simulated, _ = build_federation("fbo-fedgp", run.setup, run.settings)
-    simulated[0].on_init({})
-    expected = simulated[0].on_centers({"k": 2})["centers"]
+    from botorch_fed.protocol.messages import Message
+
+    simulated[0].handle(Message("init"))
+    expected = simulated[0].handle(Message("centers", {"k": 2})).payload["centers"]
     assert not any(np.allclose(c, expected) for c in centres)
     # the secure sum: the same opening message to both parties' roles
     server = secagg_backend(run.setup, [0, 1, 2]).server(server_key.read_bytes())
@@ -196,9 +198,9 @@ def test_two_parties_of_one_run_config_draw_their_own_centre_noise_and_sum_keys(
 def test_a_key_set_without_a_crypto_seed_is_made_from_os_randomness(tmp_path):
     r"""Two key sets of one run config (no crypto seed) give a party different key
     material, and neither is the material a simulation derives from the run's seed."""
-    from botorch_fed.federation.runner import secagg_backend
-    from botorch_fed.federation.setup import simulation_crypto_seed
     from botorch_fed.flower.keys import party_material
+    from botorch_fed.protocol.runner import secagg_backend
+    from botorch_fed.protocol.setup import simulation_crypto_seed
 
     setup = prepare(_without_seed(short_argv("fbo-fedgp", "masking"))).setup
     names = [write_keyset(setup, [0, 1, 2], tmp_path)[0] for _ in range(2)]

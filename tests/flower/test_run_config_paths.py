@@ -21,8 +21,6 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from botorch_fed.federation.registry import get_algorithm  # noqa: E402
-from botorch_fed.federation.runner import build_context  # noqa: E402
 from botorch_fed.flower import server_app  # noqa: E402
 from botorch_fed.flower.keys import write_keyset  # noqa: E402
 from botorch_fed.flower.run_options import (  # noqa: E402
@@ -33,6 +31,8 @@ from botorch_fed.flower.run_options import (  # noqa: E402
     server_dir,
     server_key_file,
 )
+from botorch_fed.protocol.registry import get_algorithm  # noqa: E402
+from botorch_fed.protocol.runner import build_context  # noqa: E402
 from tests.helpers.fake_grid import FakeGrid  # noqa: E402
 from tests.helpers.flower_runs import short_argv  # noqa: E402
 

@@ -22,11 +22,11 @@ import torch
 
 pytest.importorskip("flwr")
 
-from botorch_fed.federation import available_algorithms  # noqa: E402
-from botorch_fed.federation.runner import run_federated  # noqa: E402
+from botorch_fed.algorithms import available_algorithms  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
 from botorch_fed.flower.transport import ClientFailed, ClientUnavailable  # noqa: E402
+from botorch_fed.protocol.runner import run_federated  # noqa: E402
 from botorch_fed.secure import available_backends  # noqa: E402
 from tests.helpers.fake_grid import FakeGrid, flower_run  # noqa: E402
 from tests.helpers.flower_runs import comparable, short_argv  # noqa: E402
@@ -195,11 +195,11 @@ def test_the_server_side_runs_with_the_runs_threads(threads, expected, tmp_path,
     # them (run.threads), whatever the ServerApp process was given, and the process's
     # setting must be left as it was (torch's setting is per thread with OpenMP: the
     # party agents' threads of the FakeGrid do not touch this one's)
-    import botorch_fed.federation.registry as registry
-    import botorch_fed.federation.runner as runner
+    import botorch_fed.protocol.registry as registry
+    import botorch_fed.protocol.results as results
 
     seen: dict[str, list[int]] = {"build": [], "send": [], "score": []}
-    get_algorithm, score_run = registry.get_algorithm, runner.score_run
+    get_algorithm, score_run = registry.get_algorithm, results.score_run
 
     def spying(name):
         spec = get_algorithm(name)
@@ -222,7 +222,7 @@ def test_the_server_side_runs_with_the_runs_threads(threads, expected, tmp_path,
         return score_run(*args, **kwargs)
 
     monkeypatch.setattr(registry, "get_algorithm", spying)
-    monkeypatch.setattr(runner, "score_run", scoring)
+    monkeypatch.setattr(results, "score_run", scoring)
     before = 3 - expected  # the process's own setting differs from the run's
     session = torch.get_num_threads()
     torch.set_num_threads(before)

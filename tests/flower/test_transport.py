@@ -14,12 +14,12 @@ pytest.importorskip("flwr")
 from flwr.app import Message as FlowerMessage  # noqa: E402
 from flwr.app import RecordDict  # noqa: E402
 
-from botorch_fed.federation.messages import Message  # noqa: E402
 from botorch_fed.flower.transport import (  # noqa: E402
     ClientFailed,
     ClientUnavailable,
     FlowerTransport,
 )
+from botorch_fed.protocol.messages import Message  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

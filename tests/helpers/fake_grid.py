@@ -26,14 +26,14 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 from flwr.supercore.task_identity import TaskIdentity
 
-from botorch_fed.federation import get_algorithm
-from botorch_fed.federation.runner import build_context
+from botorch_fed.algorithms import get_algorithm
 from botorch_fed.flower.client_app import app as client_app
 from botorch_fed.flower.keys import write_keyset
 from botorch_fed.flower.party import PartyAgent, serve
 from botorch_fed.flower.policy import PartyPolicy
 from botorch_fed.flower.run_options import prepare
 from botorch_fed.flower.server_app import run_on_flower
+from botorch_fed.protocol.runner import build_context
 
 # every party of a test federation accepts the seeded, plaintext experiments and shares
 # its results (tests/flower/test_policy.py checks the defaults refuse them)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from botorch_fed.federation import get_algorithm
-from botorch_fed.federation.fedzero import FedZeroSettings
-from botorch_fed.federation.ldp_bo import LDPBOSettings
+from botorch_fed.algorithms import get_algorithm
+from botorch_fed.algorithms.fedzero import FedZeroSettings
+from botorch_fed.algorithms.ldp_bo import LDPBOSettings
 
 CO_KG = ("co-kg", "co-ei", "co-es", "barycenter-qkg")
 

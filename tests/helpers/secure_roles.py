@@ -156,7 +156,7 @@ def write_masking_endorsements(recipient: int, tags: dict[int, bytes]) -> bytes:
 def masking_material(material: bytes) -> dict:
     """Parse a client's masking setup material: ``{"tag", "signing", "static",
     "directory": {cid: [ed25519 pk, static pk, signature]}, "federation"}``."""
-    from botorch_fed.secure.masking import _MATERIAL_TAG
+    from botorch_fed.secure.masking_identity import _MATERIAL_TAG
     from botorch_fed.secure.wire import PayloadReader
 
     reader = PayloadReader(material)
@@ -185,8 +185,8 @@ def run_roles(setup, material=None):
     r"""The secure-aggregation roles of an FBO-FedGP run of ``setup``, as the in-process
     runner builds them: fresh key material, or (a resume) ``material``; returns
     ``(server, clients, material)``."""
-    from botorch_fed.federation.registry import get_algorithm
-    from botorch_fed.federation.runner import _secagg_roles, build_context
+    from botorch_fed.protocol.registry import get_algorithm
+    from botorch_fed.protocol.runner import _secagg_roles, build_context
 
     ctx = build_context(get_algorithm("fbo-fedgp"), setup, None)
     return _secagg_roles(ctx, material)

@@ -38,7 +38,7 @@ from botorch_fed.models import (
     FederatedPITCMarginals,
     marginal_predictor,
 )
-from botorch_fed.models.pitc_summary import prior_variance64
+from botorch_fed.models.float64 import prior_variance64
 from tests.helpers.tolerances import (
     assert_close,
     assert_within,

@@ -40,6 +40,7 @@ from gpytorch.means import ConstantMean, LinearMean
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
 import botorch_fed.models.pitc as pitc_module
+import botorch_fed.models.pitc_snapshot as pitc_snapshot_module
 from botorch_fed.inducing import global_support, local_centers
 from botorch_fed.models import (
     FederatedPITCGP,
@@ -53,8 +54,8 @@ from botorch_fed.models import (
     fit_local_average,
     pitc_loss_and_adjoint,
 )
-from botorch_fed.models.pitc import _SCALARS, _structure, _structure_key, _summary_modules
-from botorch_fed.models.pitc_summary import summary_factor
+from botorch_fed.models.module_state import _SCALARS, _structure, _structure_key, _summary_modules
+from botorch_fed.models.sparse_summary import summary_factor
 from tests.helpers.dense_pitc import make_modules, random_federation
 from tests.helpers.tolerances import assert_close, eps, reordering_factor, tol
 
@@ -386,10 +387,14 @@ def test_condition_on_observations_reuses_the_support_factorisation(monkeypatch)
     X_test = torch.rand(3, d, dtype=torch.float64)
     model.posterior(X_test)
     calls = []
-    for name in ("validate_support", "support_factor"):
-        original = getattr(pitc_module, name)
+    for module, name in (
+        (pitc_module, "validate_support"),
+        (pitc_module, "support_factor"),
+        (pitc_snapshot_module, "support_factor"),
+    ):
+        original = getattr(module, name)
         monkeypatch.setattr(
-            pitc_module,
+            module,
             name,
             lambda *a, _o=original, _n=name, **kw: (calls.append(_n), _o(*a, **kw))[1],
         )

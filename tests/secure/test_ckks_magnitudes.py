@@ -299,7 +299,7 @@ def test_a_small_integer_offset_with_guessed_compensation_fails_the_tags(delta: 
     # 1.5 s delta. With the declared input bound (limb digits: 2048) the tolerance is
     # ~1e-9 and every trial fails; with the weights themselves (only the group key
     # gives them) the same offset passes: the check is the tag.
-    from botorch_fed.secure.ckks import _tag_weights
+    from botorch_fed.secure.ckks_guards import _tag_weights
 
     backend = get_backend("ckks", encryption="asymmetric")
     d, s = backend.params.data_slots, 1.0 / (2 * backend.params.data_slots)

@@ -22,8 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from botorch_fed.secure import SecureAggregationError, get_backend
-from botorch_fed.secure import base as secure_base
+from botorch_fed.secure import SecureAggregationError, client_role, get_backend, server_role
 from botorch_fed.secure.wire import CLIENT_TO_SERVER
 from tests.helpers.secure_roles import make_roles, plain_sum, random_inputs
 from tests.helpers.secure_sum_bounds import sum_bound
@@ -87,7 +86,7 @@ def test_every_mutation_ends_in_a_named_error_or_the_right_sum(name, monkeypatch
     tol = CKKS_NOISE if name == "ckks" else sum_bound(name, inputs)
     rng = np.random.default_rng(["plaintext", "masking", "ckks"].index(name))
     rounds = len(backend.rounds)
-    real_seal = secure_base.seal_frame
+    real_seal = server_role.seal_frame
     target: dict = {}
 
     def seal(**kw):  # the insider: alters its payload, then seals it correctly
@@ -113,7 +112,8 @@ def test_every_mutation_ends_in_a_named_error_or_the_right_sum(name, monkeypatch
             return _mutate(frame, rng)
         return frame
 
-    monkeypatch.setattr(secure_base, "seal_frame", seal)
+    monkeypatch.setattr(server_role, "seal_frame", seal)
+    monkeypatch.setattr(client_role, "seal_frame", seal)
     outcomes = {"error": 0, "sum": 0, "other input": 0, "missed": 0}
     for i in range(MUTATIONS):
         target.clear()

@@ -203,7 +203,7 @@ def _drive(server, clients, inputs, *, route=None, aggregate=None, ids=IDS):
 
 
 def test_resumed_seeded_roles_refuse_a_stale_aggregate_under_the_old_session_id(ckks_backend):
-    from botorch_fed.federation.setup import FederationSetup
+    from botorch_fed.protocol.setup import FederationSetup
 
     setup = FederationSetup(
         problem="hartmann", dim=3, num_clients=4, aggregator="ckks", crypto_seed=CRYPTO_SEED
@@ -229,7 +229,7 @@ def test_resumed_seeded_roles_refuse_a_stale_aggregate_under_the_old_session_id(
 
 
 def test_nonces_are_fresh_across_a_restart_with_crypto_seed(ckks_backend):
-    from botorch_fed.federation.setup import FederationSetup
+    from botorch_fed.protocol.setup import FederationSetup
 
     setup = FederationSetup(
         problem="hartmann", dim=3, num_clients=4, aggregator="ckks", crypto_seed=CRYPTO_SEED

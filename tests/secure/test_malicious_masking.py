@@ -38,12 +38,8 @@ from botorch_fed.secure.crypto import (
     x25519_private_from_bytes,
     x25519_shared,
 )
-from botorch_fed.secure.masking import (
-    _pair_mask,
-    _self_mask,
-    _survivors_message,
-    default_threshold,
-)
+from botorch_fed.secure.masking import default_threshold
+from botorch_fed.secure.masking_derivations import _pair_mask, _self_mask, _survivors_message
 from botorch_fed.secure.wire import PayloadReader, PayloadWriter
 from tests.helpers.secure_roles import (
     drive,
@@ -523,7 +519,7 @@ CRYPTO_SEED = 5  # secret to the server (experiments only), unlike the run's see
 
 
 def test_resumed_seeded_roles_draw_fresh_masks():
-    from botorch_fed.federation.setup import FederationSetup
+    from botorch_fed.protocol.setup import FederationSetup
     from botorch_fed.secure import fixed_point
 
     setup = FederationSetup(

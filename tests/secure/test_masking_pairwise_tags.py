@@ -35,6 +35,7 @@ from botorch_fed.secure import (
     TooFewClientsError,
     crypto,
     get_backend,
+    masking_identity,
 )
 from botorch_fed.secure import masking as masking_module
 from botorch_fed.secure.crypto import (
@@ -48,7 +49,7 @@ from botorch_fed.secure.crypto import (
     x25519_private_from_bytes,
     x25519_shared,
 )
-from botorch_fed.secure.masking import (
+from botorch_fed.secure.masking_derivations import (
     _keys_message,
     _pair_mac_key,
     _static_key_message,
@@ -121,13 +122,13 @@ def test_identities_are_checked_once_per_role_not_per_session(monkeypatch):
     """No Ed25519 operation and no static agreement in a session: the directory's
     signatures are verified (and the MAC keys derived) when a role is created."""
     calls = {"verify": 0}
-    honest = masking_module.ed25519_verify
+    honest = masking_identity.ed25519_verify
 
     def counting(*args):
         calls["verify"] += 1
         return honest(*args)
 
-    monkeypatch.setattr(masking_module, "ed25519_verify", counting)
+    monkeypatch.setattr(masking_identity, "ed25519_verify", counting)
     ids = list(range(6))
     server, clients = make_roles(get_backend("masking"), ids, seed=1)
     assert calls["verify"] == len(ids) ** 2  # every role checks every directory entry
@@ -564,7 +565,7 @@ def test_federation_secret_is_unchanged_by_the_static_keys():
     ids = [0, 1, 2]
     setup, parts = _material(ids)
     roles = [get_backend("masking").client(c, setup.for_client(c)) for c in ids]
-    expected = hkdf(parts["federation"], masking_module.label("masking/federation-secret", b""))
+    expected = hkdf(parts["federation"], crypto.label("masking/federation-secret", b""))
     assert {r.federation_secret() for r in roles} == {expected}
 
 

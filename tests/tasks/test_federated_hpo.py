@@ -14,7 +14,8 @@ import pytest
 import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
 
-from botorch_fed.federation import BOSettings, CallableObjective, FederationSetup, run_federated
+from botorch_fed.algorithms import run_federated
+from botorch_fed.protocol import BOSettings, CallableObjective, FederationSetup
 from botorch_fed.tasks import (
     HYPERPARAMETERS,
     FederatedHPOTask,

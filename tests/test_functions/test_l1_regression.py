@@ -15,7 +15,7 @@ import pytest
 import torch
 from scipy import optimize
 
-from botorch_fed.federation.setup import FederationSetup
+from botorch_fed.protocol.setup import FederationSetup
 from botorch_fed.test_functions import (
     L1Regression,
     get_test_function,

@@ -11,14 +11,8 @@ import math
 import pytest
 import torch
 
-from botorch_fed.federation import (
-    CallableObjective,
-    FederationSetup,
-    FedZeroSettings,
-    ProtocolViolation,
-    build_federation,
-    run_federated,
-)
+from botorch_fed.algorithms import FedZeroSettings, build_federation, run_federated
+from botorch_fed.protocol import CallableObjective, FederationSetup, ProtocolViolation
 from botorch_fed.zeroth_order import (
     Box,
     FedZero,

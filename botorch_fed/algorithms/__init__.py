@@ -1,0 +1,64 @@
+r"""The federated algorithms, one package each; importing this package registers them.
+
+- :mod:`~botorch_fed.algorithms.fbo_fedgp`: FBO-FedGP (paper 000, Alg. 1 + Alg. 2).
+- :mod:`~botorch_fed.algorithms.co_kg`: Co-KG and its family (Co-EI, Co-ES,
+  barycenter-qKG; paper 001): agents send their posteriors on a support, the server
+  assigns every agent a point from their Wasserstein barycenter.
+- :mod:`~botorch_fed.algorithms.ldp_bo`: LDP-BO (paper 002: ``ldp-tgp``, ``ldp-ata``,
+  ``ldp-moma`` and their non-private versions, ``gp-ucb``).
+- :mod:`~botorch_fed.algorithms.fedzero`: FedZero (paper 004, Alg. 1).
+- Baselines: independent local BO and random search
+  (:mod:`~botorch_fed.algorithms.independent`), BO on pooled data
+  (:mod:`~botorch_fed.algorithms.central`), federated Thompson sampling
+  (:mod:`~botorch_fed.algorithms.fts`).
+
+:func:`run_federated`, :func:`build_federation`, :func:`available_algorithms` and
+:func:`get_algorithm` are the protocol's (:mod:`botorch_fed.protocol.runner`), here with
+every algorithm registered.
+"""
+
+from botorch_fed.algorithms.central import CentralClient, CentralServer
+from botorch_fed.algorithms.co_kg import (
+    BarycenterQKGSettings,
+    CoEISettings,
+    CoESSettings,
+    CoKGClient,
+    CoKGServer,
+    CoKGSettings,
+)
+from botorch_fed.algorithms.fbo_fedgp import FBOFedGPClient, FBOFedGPServer, FBOFedGPSettings
+from botorch_fed.algorithms.fedzero import FedZeroClient, FedZeroServer, FedZeroSettings
+from botorch_fed.algorithms.fts import FTSClient, FTSServer
+from botorch_fed.algorithms.independent import LocalBOClient, PacingServer, RandomSearchClient
+from botorch_fed.algorithms.ldp_bo import LDPBOSettings, LDPServer, LDPUserClient
+from botorch_fed.protocol.registry import available_algorithms, get_algorithm
+from botorch_fed.protocol.runner import build_federation, run_federated
+
+__all__ = [
+    "BarycenterQKGSettings",
+    "CentralClient",
+    "CentralServer",
+    "CoEISettings",
+    "CoESSettings",
+    "CoKGClient",
+    "CoKGServer",
+    "CoKGSettings",
+    "FBOFedGPClient",
+    "FBOFedGPServer",
+    "FBOFedGPSettings",
+    "FTSClient",
+    "FTSServer",
+    "FedZeroClient",
+    "FedZeroServer",
+    "FedZeroSettings",
+    "LDPBOSettings",
+    "LDPServer",
+    "LDPUserClient",
+    "LocalBOClient",
+    "PacingServer",
+    "RandomSearchClient",
+    "available_algorithms",
+    "build_federation",
+    "get_algorithm",
+    "run_federated",
+]

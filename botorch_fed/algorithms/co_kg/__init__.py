@@ -1,0 +1,119 @@
+r"""Co-KG and its family on the federation protocol (Alg. 1 of [Co-KG]).
+
+After the warm-up the server fixes a shared support; each round every agent sends its GP
+posterior discretised on it, the server forms their Wasserstein barycenter and maximises
+the acquisition over the batch ``x_1..x_N`` -- Co-KG (``co-kg``), Co-EI (``co-ei``),
+Co-ES (``co-es``) or Co-KG with ``beta = 0`` (``barycenter-qkg``, whose means can be
+summed securely) -- and agent ``n`` evaluates ``x_n``. The output is the largest of the
+agents' local optima (:attr:`CoKGServer.recommendation`). The posteriors give the
+agents' data away (docs/security.md, "Co-KG").
+
+Modules: :mod:`.settings`, :mod:`.messages` (what the server sends an agent, and the
+domains an agent accepts), :mod:`.client` (the agent), :mod:`.server`.
+
+References:
+
+.. [Co-KG] D. Zhan, H. Zhang, R. Righter, Z. Zheng, J. Anderson. Collaborative
+   Bayesian optimization via Wasserstein barycenters (paper 001 in ``shared/papers``;
+   slides, IEEE CDC 2025), Alg. 1 and "Experimental Setup".
+"""
+
+import torch
+
+from botorch_fed.algorithms.co_kg.client import CoKGClient
+from botorch_fed.algorithms.co_kg.server import CoKGServer
+from botorch_fed.algorithms.co_kg.settings import (
+    BarycenterQKGSettings,
+    CoEISettings,
+    CoESSettings,
+    CoKGSettings,
+)
+from botorch_fed.protocol.registry import AlgorithmSpec, register_algorithm
+
+__all__ = [
+    "BarycenterQKGSettings",
+    "CoEISettings",
+    "CoESSettings",
+    "CoKGClient",
+    "CoKGServer",
+    "CoKGSettings",
+]
+
+_ALGORITHMS = {
+    "co-kg": (
+        CoKGSettings,
+        "Co-KG: agents share GP posteriors on a support; the server's Wasserstein-barycenter "
+        "GP and q-KG plus beta_t x the agents' own KG assign the points (paper 001)",
+    ),
+    "co-ei": (
+        CoEISettings,
+        "Co-EI: as co-kg with (log) expected improvement on the barycenter and the agents' "
+        "GPs (paper 001's baseline)",
+    ),
+    "co-es": (
+        CoESSettings,
+        "Co-ES: as co-kg with max-value entropy search on the barycenter and the agents' "
+        "GPs (paper 001's baseline)",
+    ),
+    "barycenter-qkg": (
+        BarycenterQKGSettings,
+        "barycenter-qKG: Co-KG with beta = 0, q-KG on the barycenter GP alone; the means "
+        "can be securely aggregated (paper 001's baseline)",
+    ),
+}
+
+
+def _check_secure_aggregator(ctx) -> None:
+    r"""The secure mean runs on the masking backend only."""
+    aggregator = ctx.setup.aggregator
+    if not ctx.settings.hides_means() or aggregator == "masking":
+        return
+    why = {
+        "ckks": "the server needs the barycenter mean, and CKKS sums stay on the agents",
+        "plaintext": "the plaintext backend hands every agent's input to the server in clear",
+    }.get(aggregator, "only masking hides the agents' inputs from the server")
+    raise ValueError(
+        f"`mean_aggregation`='secure' with `aggregator`={aggregator!r}: {why}; use masking."
+    )
+
+
+def _make_client(ctx, cid: int) -> CoKGClient:
+    _check_secure_aggregator(ctx)
+    return CoKGClient(
+        secagg=ctx.secagg_clients.get(cid),
+        support_seed=ctx.setup.seed,
+        num_agents=len(ctx.client_ids),
+        **ctx.client_arguments(cid),
+    )
+
+
+def _server_maker(algorithm: str):
+    def make(ctx, transport) -> CoKGServer:
+        _check_secure_aggregator(ctx)
+        objective = ctx.objectives[0]
+        return CoKGServer(
+            transport,
+            ctx.settings,
+            ctx.dim,
+            seed=ctx.setup.seed,
+            algorithm=algorithm,
+            secagg=ctx.secagg_server if ctx.settings.hides_means() else None,
+            bounds=objective.bounds.to(torch.float64),
+            minimize=objective.minimize,
+        )
+
+    return make
+
+
+for _name, (_settings_class, _summary) in _ALGORITHMS.items():
+    register_algorithm(
+        AlgorithmSpec(
+            name=_name,
+            summary=_summary,
+            settings_class=_settings_class,
+            make_client=_make_client,
+            make_server=_server_maker(_name),
+            secure_aggregation=_name == "barycenter-qkg",
+            min_clients=2 if _name == "barycenter-qkg" else 1,
+        )
+    )

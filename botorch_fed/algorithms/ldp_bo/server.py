@@ -1,0 +1,130 @@
+r"""LDP-BO's learning agent (the server): one query per round, to one user.
+
+In round ``t`` the learner proposes ``x_t`` and sends it to one user -- the next in
+turn, or one drawn at random, among the users whose (public) budget still covers an
+answer -- and updates on the reply, the privatised reward or a failure. The server
+sees ``x_t`` (it chose it) and the privatised value, never a raw reward.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from botorch_fed.algorithms.ldp_bo.messages import Query
+from botorch_fed.algorithms.ldp_bo.settings import LDPBOSettings, answers_per_user
+from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
+from botorch_fed.protocol.declarations import ProtocolViolation
+from botorch_fed.protocol.server import FederatedServer
+
+
+class LDPServer(FederatedServer):
+    r"""The learning agent: one query per round, to one user."""
+
+    def __init__(
+        self,
+        transport,
+        settings: LDPBOSettings,
+        learner,
+        seed: int,
+        bounds: torch.Tensor,
+        minimize: bool = False,
+    ) -> None:
+        super().__init__(transport)
+        self.settings = settings
+        self.bounds = bounds.to(torch.float64)  # the public domain and convention (for x^)
+        self.minimize = bool(minimize)
+        self.learner = learner
+        self.seed = int(seed)
+        self.user_rng = torch.Generator().manual_seed(self.seed * 7_919 + 3)
+        self.failed = 0  # queries that brought no reward
+        self.queries: dict[int, int] = {}  # queries sent to each user
+        self.capacity = answers_per_user(settings) if learner.rewards.private else None
+
+    def initialize(self) -> None:
+        r"""Nothing to initialise: the learner starts from the prior (Alg. 1-3, line 2)."""
+
+    def _user(self, t: int) -> int:
+        r"""The user of round ``t``: the next in turn, or one drawn at random, among the
+        users whose budget (public) still covers a query."""
+        ids = self.client_ids
+        open_ = [c for c in ids if self.capacity is None or self.queries.get(c, 0) < self.capacity]
+        if not open_:
+            raise ProtocolViolation(f"Round {t}: every user's budget is spent.")
+        if self.settings.users == "random":
+            return open_[int(torch.randint(len(open_), (1,), generator=self.user_rng))]
+        turn = (t - 1) % len(ids)
+        return min(open_, key=lambda c: (ids.index(c) - turn) % len(ids))
+
+    def run_round(self, t: int) -> None:
+        r"""Round ``t``: propose, ask one user, observe the (privatised) reward."""
+        user = self._user(t)
+        self.queries[user] = self.queries.get(user, 0) + 1
+        with self.ledger.timer("acquisition"):
+            x = self.learner.propose()
+        reply = self.send({user: Query(x=x.reshape(-1).numpy(), t=t)})[user]
+        y = self._reward(user, t, reply.payload)
+        if y is None:
+            self.failed += 1
+            return
+        with self.ledger.timer("model_update"):
+            self.learner.observe(x, y)
+
+    def _reward(self, user: int, t: int, payload: dict) -> float | None:
+        if set(payload) == {"failed"}:
+            return None
+        if set(payload) != {"y"}:
+            raise ProtocolViolation(
+                f"Round {t}: user {user} replied with fields {sorted(payload)}; expected `y`."
+            )
+        try:
+            y = float(np.asarray(payload["y"], dtype=np.float64).reshape(()))
+        except (TypeError, ValueError):
+            raise ProtocolViolation(f"Round {t}: user {user}'s reward is not a number.") from None
+        if not math.isfinite(y):
+            raise ProtocolViolation(f"Round {t}: user {user}'s reward {y!r} is not finite.")
+        return y
+
+    @property
+    def recommendation(self) -> dict | None:
+        r"""``x^``: the maximiser of the surrogate's mean over the finite domain (or over
+        the points played, on a box) -- what the learner would deploy after ``T`` rounds."""
+        learner = self.learner
+        if learner.t == 0:
+            return None
+        X = learner.candidates if learner.candidates is not None else learner.X
+        mean, variance = learner.model.mean_and_variance(X)
+        i = int(torch.argmax(mean))
+        lower, upper = self.bounds
+        return {
+            "round": self.ledger.round,
+            "client": 0,
+            "x_unit": X[i].tolist(),
+            "x": (lower + X[i] * (upper - lower)).tolist(),
+            # the user's convention (the learner maximises)
+            "predicted_value": (-float(mean[i]) if self.minimize else float(mean[i])) + 0.0,
+            "predicted_std": float(variance[i].sqrt()),
+        }
+
+    def state_dict(self) -> dict:
+        return {
+            **super().state_dict(),
+            "learner": self.learner.state_dict(),
+            "user_rng": self.user_rng.get_state(),
+            "failed": self.failed,
+            "queries": {str(c): n for c, n in sorted(self.queries.items())},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        own, rest = split_state("Server", state, ("learner", "user_rng", "failed", "queries"))
+        super().load_state_dict(rest)
+        try:
+            self.learner.load_state_dict(own["learner"])
+        except (ValueError, TypeError, KeyError, RuntimeError) as exc:
+            raise CheckpointError(f"Server: learner state: {exc}") from exc
+        rng = check_tensor("Server", "user_rng", own["user_rng"], (None,), torch.uint8)
+        self.user_rng.set_state(rng)
+        self.failed = int(own["failed"])
+        self.queries = {int(c): int(n) for c, n in dict(own["queries"]).items()}

@@ -1,0 +1,509 @@
+r"""What the server chooses for an FBO-FedGP client to compute on lies in a declared
+domain, checked before private data is touched; no refusal depends on private data.
+
+The attack these tests mount (an independent review, under ``ckks`` with the default
+policy): the server puts the support on a client's public initial point, sends a tiny
+lengthscale and noise and a far mean constant, and asks for raw floats (``wide=0``);
+the largest entry of the client's summary is then about ``(y_k - m)^2 / Lambda_kk``,
+and whether it fits the encoding -- a refusal -- tells the server a bit of ``y_k``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+
+import numpy as np
+import pytest
+import torch
+from botorch.models.transforms.outcome import Standardize
+
+from botorch_fed.algorithms import FBOFedGPSettings, build_federation
+from botorch_fed.algorithms.fbo_fedgp.domain import (
+    FIT_EVALUATIONS_PER_ITERATION,
+    MEAN_RANGE,
+    clamp_to_domain,
+    outcome_bound,
+)
+from botorch_fed.models import PITCHyperparameters, SparseSummary, compute_local_summary
+from botorch_fed.protocol import FederatedClient, FederationSetup, Message, ProtocolViolation
+from botorch_fed.protocol.declarations import contributes
+from botorch_fed.secure import get_backend
+from tests.helpers.federation_runs import backend_params
+from tests.helpers.secure_roles import make_roles
+
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+
+M, NUM_INIT, NUM_ROUNDS = 3, 4, 3
+ATTACK_THETA = np.array([1e-3, 1e-3, 1e-12, -10.0])  # lengthscales, noise, mean
+
+
+def _federation(aggregator="plaintext", num_clients=M, **settings):
+    setup = FederationSetup(
+        problem="branin",
+        dim=2,
+        num_clients=num_clients,
+        seed=0,
+        crypto_seed=0,
+        aggregator=aggregator,
+    )
+    base = dict(
+        num_init=NUM_INIT, num_rounds=NUM_ROUNDS, support_size=4, raw_samples=16, maxiter=20
+    )
+    server, clients, _ = build_federation(
+        "fbo-fedgp", setup, FBOFedGPSettings(**{**base, **settings})
+    )
+    server.initialize()
+    return server, clients
+
+
+def _round(server, t):
+    server.ledger.round = t
+    server.broadcast("round", {"t": t})
+
+
+def _support_on(server, point):
+    server.support = point
+    server.broadcast("support", {"support": point.numpy()})
+
+
+def _length(server):
+    return SparseSummary.packed_length(len(server.support))
+
+
+def _counting(monkeypatch, cls, name):
+    calls = []
+    original = getattr(cls, name)
+
+    def wrapped(self, *args, **kwargs):
+        calls.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(cls, name, wrapped)
+    return calls
+
+
+# --- hyperparameters ----------------------------------------------------------------
+@pytest.mark.parametrize(
+    "theta",
+    [
+        ATTACK_THETA,
+        np.array([0.02, 0.5, 1e-2, 0.0]),  # a lengthscale below BoTorch's 0.025
+        np.array([0.5, 0.5, 1e-5, 0.0]),  # noise below 1e-4
+        np.array([0.5, 0.5, 1e-2, MEAN_RANGE[0] - 1e-9]),  # the mean just outside
+        np.array([0.5, 0.5, 1e-2, 1e6]),
+        np.array([0.5, 0.5, np.nan, 0.0]),
+        np.array([0.5, 0.5, 1e-2]),  # wrong length
+    ],
+    ids=["attack", "lengthscale", "noise", "mean edge", "mean far", "nan", "short"],
+)
+def test_a_theta_outside_the_domain_is_refused_before_any_private_computation(theta, monkeypatch):
+    from botorch_fed.models import PITCFitClient
+
+    server, clients = _federation(aggregator="ckks", hyperparameters="federated")
+    _round(server, 1)
+    summaries = _counting(monkeypatch, PITCFitClient, "summary")
+    server.standardize_outcomes()
+    with pytest.raises(ProtocolViolation, match="outside the declared domain|must be an array"):
+        server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+    with pytest.raises(ProtocolViolation, match="outside the declared domain"):
+        server.broadcast("apply_theta", {"theta": theta})
+    assert summaries == []
+    hyper = PITCHyperparameters(*clients[0].modules)
+    assert hyper.get_theta().shape != theta.shape or not np.array_equal(hyper.get_theta(), theta)
+
+
+def test_the_domain_holds_botorchs_bounds_and_a_finite_mean_range():
+    _, clients = _federation()
+    domain = clients[0].theta_domain
+    np.testing.assert_allclose(domain[:, 0], [0.025, 0.025, 1e-4, MEAN_RANGE[0]], rtol=1e-6)
+    assert np.isfinite(domain).all() and (domain[:, 0] < domain[:, 1]).all()
+    values = np.array([1e-9, 1e9, np.nan, -1e9])
+    np.testing.assert_array_equal(
+        clamp_to_domain(values, domain), [domain[0, 0], domain[1, 1], domain[2].mean(), -10.0]
+    )
+
+
+# --- the encoding ---------------------------------------------------------------------
+@pytest.mark.parametrize(("request_", "wide"), [("summary", 0), ("summary", 32), ("moments", 64)])
+def test_the_server_cannot_choose_a_sums_encoding(request_, wide):
+    server, _ = _federation(aggregator="ckks")
+    _round(server, 1)
+    if request_ == "summary":
+        server.standardize_outcomes()
+    with pytest.raises(ProtocolViolation, match=r"`wide`=.*this client sends"):
+        server.secure_sum(request_, 4 if request_ == "summary" else 189, wide=wide)
+
+
+def test_honest_vectors_at_every_corner_of_the_domain_fit_the_encoding_far_below_its_range():
+    # The worst case the domain allows: every outcome at the bound Z (a forged moments
+    # sum gave a standard deviation of 1e-8), the support on one of the client's own
+    # points, lengthscales and noise at their least and largest, the mean at +-10: the
+    # client's fit summary (what `vector_pitc_summary` sends) at each corner.
+    from botorch_fed.models import PITCFitClient
+
+    server, clients = _federation(hyperparameters="federated")
+    victim = clients[1]
+    _round(server, 1)
+    server.standardize_outcomes()
+    forged = Standardize(m=1)
+    forged.eval()
+    forged.means = torch.zeros(1, 1, dtype=torch.float64)
+    forged.stdvs = torch.full((1, 1), 1e-8, dtype=torch.float64)
+    forged._stdvs_sq = forged.stdvs**2
+    victim.Y = torch.full_like(victim.Y, 1e6)
+    victim.standardize = forged
+    support = victim.X[:1].clone()
+    fit = PITCFitClient(victim.X, victim._transformed_Y(), support, *victim.modules)
+    domain = victim.theta_domain
+    corners = [
+        np.array([ls, ls, noise, mean])
+        for ls, noise, mean in itertools.product(domain[0], domain[2], domain[3])
+    ]
+    peak = max(float(np.abs(fit.summary(theta)).max()) for theta in corners)
+    assert peak < 2.0**64 * 1e-6
+    # what the bound on the outcomes prevents: unclamped, the same corner overflows
+    z = forged(victim.Y)[0]
+    assert float(z.abs().max()) > 1e13 > outcome_bound(M, NUM_INIT, NUM_ROUNDS)
+    PITCHyperparameters(*victim.modules).set_theta(domain[:, 0])
+    raw = compute_local_summary(victim.X, z, support, *victim.modules).to_numpy()
+    assert float(np.abs(raw).max()) > 2.0**64
+
+
+@pytest.mark.parametrize("name", backend_params("ckks"))
+def test_whether_a_client_answers_does_not_depend_on_its_outcomes(name):
+    # The server's strategy of the review within what the clients accept: the support on
+    # the victim's point, in two worlds whose victim's first outcome differs by 10^6
+    # standard deviations. Every client answers the coordinator's fit evaluation and the
+    # summary sum in both (no refusal bit), and the sums stay on the clients.
+    answered = []
+    for outlier in (0.0, 1e6):
+        server, clients = _federation(aggregator=name, hyperparameters="federated")
+        victim = clients[1]
+        victim.Y[0] = victim.Y[0] + outlier
+        _round(server, 1)
+        server.standardize_outcomes()
+        _support_on(server, victim.X[:1].clone())
+        reply = server.send({0: Message("hyper_start")})[0].payload
+        args = {"theta": reply["theta"], "tag": reply["tag"], "index": reply["index"]}
+        fit = server.secure_sum("pitc_summary", _length(server), args)
+        total = server.secure_sum("summary", _length(server))
+        answered.append((fit, total, all(c.last_sum is not None for c in clients.values())))
+    assert answered == [(None, None, True), (None, None, True)]
+
+
+# --- the standardisation ----------------------------------------------------------------
+def test_a_forged_standardisation_is_clamped_not_refused():
+    server, clients = _federation()
+    victim = clients[0]
+    _round(server, 1)
+    server.standardize_outcomes()
+    victim.standardize.stdvs.fill_(1e-8)
+    victim.standardize._stdvs_sq.fill_(1e-16)
+    victim.standardize.means.fill_(float(victim.Y.mean()) + 1.0)
+    Z = outcome_bound(M, NUM_INIT, NUM_ROUNDS)
+    z = victim._transformed_Y()
+    assert float(z.abs().max()) == pytest.approx(Z)
+    total = server.secure_sum("summary", _length(server))  # plaintext: the server sums
+    assert np.isfinite(total).all()
+
+
+def test_honest_standardised_outcomes_never_reach_the_bound():
+    # Samuelson's inequality, at its extreme: one outlier among N - 1 equal outcomes
+    # lies (N - 1) / sqrt(N) sample standard deviations from the mean, below sqrt(N).
+    for n in (2, 3, 21, 1000):
+        y = torch.zeros(n, 1, dtype=torch.float64)
+        y[0] = 1.0
+        tf = Standardize(m=1)
+        tf.train()
+        z = tf(y)[0]
+        assert float(z.abs().max()) == pytest.approx((n - 1) / n**0.5)
+        assert float(z.abs().max()) < outcome_bound(1, n, 0)
+
+
+# --- the federated fit (F7) ---------------------------------------------------------------
+def test_the_coordinator_refuses_a_theta_that_is_not_its_pending_iterate():
+    server, clients = _federation(hyperparameters="federated")
+    _round(server, 1)
+    server.standardize_outcomes()
+    reply = server.send({0: Message("hyper_start")})[0].payload
+    other = reply["theta"].copy()
+    other[-1] += 0.5  # inside the domain, but not the coordinator's
+    with pytest.raises(ProtocolViolation, match="Client 0.*not the fit's pending iterate"):
+        server.secure_sum("pitc_summary", _length(server), {"theta": other})
+
+
+def test_a_support_between_a_fit_summary_and_its_product_is_refused():
+    # a product of a summary the client no longer holds (a new support came in between)
+    # is refused by name, before anything is computed (new outcome moments cannot come
+    # in between: one moments sum per round)
+    server, clients = _federation(hyperparameters="federated")
+    _round(server, 1)
+    server.standardize_outcomes()
+    honest = server.secure_sum
+
+    def meddling(request, *args, **kwargs):
+        if request == "pitc_vjp":
+            server.broadcast("support", {"support": server.support.numpy()})
+        return honest(request, *args, **kwargs)
+
+    server.secure_sum = meddling
+    with pytest.raises(ProtocolViolation, match="a product without the summary sum"):
+        server.refresh_hyperparameters(1)
+
+
+def test_the_server_stops_a_coordinator_that_never_finishes(monkeypatch):
+    server, clients = _federation(hyperparameters="federated", federated_maxiter=2)
+    _round(server, 1)
+    server.standardize_outcomes()
+    coordinator = clients[0]
+    start = type(coordinator).on_hyper_start
+
+    def endless_start(self, payload):
+        reply = start(self, payload)
+        self._minimizer.close()
+        self._minimizer = None
+        return reply
+
+    def endless_feed(self, payload):  # a malicious coordinator: always one more iterate
+        return self._hyper_reply(self._pending_theta + 1e-3)
+
+    monkeypatch.setattr(type(coordinator), "on_hyper_start", endless_start)
+    monkeypatch.setattr(type(coordinator), "on_hyper_feed", endless_feed)
+    with pytest.raises(ProtocolViolation, match="more than 4 evaluations in one fit"):
+        server.refresh_hyperparameters(1)
+
+
+def _pending_iterate(server):
+    return server.send({0: Message("hyper_start")})[0].payload["theta"]
+
+
+def test_clients_refuse_fit_evaluations_beyond_the_budget(monkeypatch):
+    # a malicious coordinator (another party) hands out iterates without end; the
+    # server relays them without its own cap: every other client stops at the budget
+    server, clients = _federation(hyperparameters="federated", federated_maxiter=1)
+    _round(server, 1)
+    server.standardize_outcomes()
+    coordinator = type(clients[0])
+    monkeypatch.setattr(
+        coordinator, "on_hyper_feed", lambda self, p: self._hyper_reply(self._pending_theta + 1e-3)
+    )
+    reply = server.send({0: Message("hyper_start")})[0].payload
+    size = PITCHyperparameters(*clients[0].modules).size
+    for _ in range(FIT_EVALUATIONS_PER_ITERATION):
+        server.secure_sum("pitc_summary", _length(server), {"theta": reply["theta"]})
+        server.secure_sum("pitc_vjp", size)
+        reply = server.send({0: Message("hyper_feed")})[0].payload
+    with pytest.raises(ProtocolViolation, match="3 'pitc_summary' sums in round 1"):
+        server.secure_sum("pitc_summary", _length(server), {"theta": reply["theta"]})
+
+
+def test_a_fit_needs_the_coordinators_iterate_and_the_coordinator():
+    # without `hyper_start` the coordinator has no iterate and refuses; a session
+    # without the coordinator is refused by every client
+    server, clients = _federation(hyperparameters="federated", num_clients=4)
+    _round(server, 1)
+    server.standardize_outcomes()
+    theta = clients[1].theta_domain.mean(axis=1)
+    with pytest.raises(ProtocolViolation, match="Client 0.*handed out no iterate"):
+        server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+    _round(server, 2)
+    with pytest.raises(ProtocolViolation, match="without the coordinator 0"):
+        server.secure_sum(
+            "pitc_summary", _length(server), {"theta": theta}, clients=(1, 2, 3), share=False
+        )
+
+
+def test_a_refresh_comes_only_when_due_and_applies_only_an_iterate():
+    server, clients = _federation(hyperparameters="federated", hyper_every=5)
+    _round(server, 1)
+    server.standardize_outcomes()
+    server.refresh_hyperparameters(1)  # an honest fit
+    theta = PITCHyperparameters(*clients[1].modules).get_theta()
+    with pytest.raises(ProtocolViolation, match="the last was in round 1"):
+        server.send({0: Message("hyper_start")})
+    _round(server, 2)
+    with pytest.raises(ProtocolViolation, match="the last was in round 1"):
+        server.send({0: Message("hyper_start")})
+    with pytest.raises(ProtocolViolation, match="no fit ran in this round"):
+        server.broadcast("apply_theta", {"theta": theta})
+
+
+def test_apply_theta_must_be_one_of_the_fits_iterates():
+    server, clients = _federation(hyperparameters="federated")
+    _round(server, 1)
+    server.standardize_outcomes()
+    theta = _pending_iterate(server)
+    # the clients summarise at the iterate; the server then asks one to adopt another
+    server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+    with pytest.raises(ProtocolViolation, match="none of the fit's iterates"):
+        server.send({1: Message("apply_theta", {"theta": theta + 0.125})})
+    server.send({1: Message("apply_theta", {"theta": theta})})
+    np.testing.assert_array_equal(PITCHyperparameters(*clients[1].modules).get_theta(), theta)
+
+
+def test_averaged_hyperparameters_are_clamped_into_the_domain():
+    server, clients = _federation(hyperparameters="average")
+    _round(server, 1)
+    server.standardize_outcomes()
+    client = clients[1]
+    size = PITCHyperparameters(*client.modules).size
+    client._admit_sum("hyper")
+    client.sum_received("hyper", np.array([1e-9, 1e9, 1e-9, 1e9, 1.0]) * np.r_[[1.0] * size, 1])
+    values = PITCHyperparameters(*client.modules).get_values()
+    np.testing.assert_array_equal(values, client.theta_domain[[0, 1, 2, 3], [0, 1, 0, 1]])
+
+
+# --- saturation, not refusal ----------------------------------------------------------------
+class _Loud(FederatedClient):
+    def __init__(self, cid, role, value):
+        super().__init__(cid, role)
+        self.value = value
+
+    @contributes("a")
+    def vector_a(self):
+        return self.value
+
+
+def test_a_vector_beyond_the_encodings_range_is_saturated_and_logged_not_refused(caplog):
+    from botorch_fed.protocol.server import FederatedServer
+    from botorch_fed.protocol.transport import InProcessTransport
+
+    values = {0: np.array([1e30, -1.0]), 1: np.array([1.0, 2.0]), 2: np.array([-1e25, 0.5])}
+    secagg, roles = make_roles(get_backend("plaintext"), list(values), seed=0)
+    clients = {c: _Loud(c, roles[c], v) for c, v in values.items()}
+    server = FederatedServer(InProcessTransport(clients), secagg)
+    with caplog.at_level(logging.WARNING, logger="botorch_fed.protocol.client"):
+        total = server.secure_sum("a", 2)
+    assert total[0] == pytest.approx(1.0)  # both saturated: +limit + 1 - limit
+    assert total[1] == pytest.approx(1.5)
+    assert sum("saturated" in r.getMessage() for r in caplog.records) == 2
+
+
+# --- forged sums under ckks: the server never sees them, so they are never refused -------
+@pytest.mark.parametrize("name", [*backend_params("ckks"), "masking"])
+def test_a_forged_moments_sum_is_refused_only_where_the_server_holds_the_sums(
+    name, monkeypatch, caplog
+):
+    import botorch_fed.algorithms.fbo_fedgp.client as fbo
+
+    refused = name == "masking"
+    server, clients = _federation(aggregator=name)
+    _round(server, 1)
+
+    def forged(total, max_contributors=None):  # what an offset sum decodes to
+        raise ValueError("`first_sum` has a limb sum beyond what 3 contributors produce")
+
+    monkeypatch.setattr(fbo, "center_from_moments", forged)
+    if refused:
+        with pytest.raises(ProtocolViolation, match="limb sum beyond"):
+            server.standardize_outcomes()
+        return
+    with caplog.at_level(logging.WARNING, logger="botorch_fed.algorithms.fbo_fedgp.client"):
+        server.standardize_outcomes()
+        server.secure_sum("summary", _length(server))
+    assert all(c.last_sum is not None for c in clients.values())
+    assert all(c.standardize is not None for c in clients.values())
+    assert sum("forged moments sum" in r.getMessage() for r in caplog.records) == M
+
+
+@pytest.mark.parametrize("name", backend_params("ckks"))
+def test_an_offset_limb_sum_under_ckks_is_clamped_not_refused(name, monkeypatch, caplog):
+    server, clients = _federation(aggregator=name)
+    _round(server, 1)
+    server.standardize_outcomes()
+    victim = clients[0]
+    step = victim.secagg.step
+
+    def offset_step(*args, **kwargs):  # the server added 10^6 to one limb of the sum
+        out = step(*args, **kwargs)
+        if victim.secagg.result is not None and not getattr(victim, "_offset", False):
+            victim.secagg.result = victim.secagg.result.copy()
+            victim.secagg.result[3] += 1e6
+            victim._offset = True
+        return out
+
+    monkeypatch.setattr(victim.secagg, "step", offset_step)
+    with caplog.at_level(logging.WARNING, logger="botorch_fed.protocol.client"):
+        server.secure_sum("summary", _length(server))
+    assert victim.last_sum is not None
+    assert any("clamped" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("name", backend_params("ckks"))
+def test_a_summary_sum_no_honest_clients_produce_gives_a_local_step_not_a_refusal(name, caplog):
+    # under ckks the server may offset the summed summary: with I + A indefinite the
+    # global model has no Cholesky factor, and a client that failed on it would tell
+    # the server a bit of a sum it never sees
+    server, clients = _federation(aggregator=name)
+    _round(server, 1)
+    server.standardize_outcomes()
+    server.secure_sum("summary", _length(server))
+    victim = clients[0]
+    m = len(server.support)
+    summary = SparseSummary.from_numpy(victim.last_sum, m)
+    summary.A[0, 0] -= 1e3  # what an offset of -1000 on that slot decodes to
+    victim.last_sum = summary.to_numpy()
+    before = len(victim.history)
+    with caplog.at_level(logging.WARNING, logger="botorch_fed.algorithms.fbo_fedgp.client"):
+        server.send({0: Message("global_step", {"t": 1, "rank": 0, "count": 1})})
+    assert len(victim.history) == before + 1 and victim.history[-1]["step"] == "local"
+    assert any("no honest sum" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("name", [*backend_params("ckks"), "masking"])
+def test_a_fit_evaluation_needs_the_coordinators_tag_on_its_iterate(name):
+    # under masking a server could drop the refusing coordinator from the session and
+    # still sum the others' summaries at a theta of its choosing; every client checks
+    # the coordinator's tag (keyed by the federation secret the server lacks) instead
+    server, clients = _federation(aggregator=name, hyperparameters="federated", num_clients=4)
+    _round(server, 1)
+    server.standardize_outcomes()
+    reply = server.send({0: Message("hyper_start")})[0].payload
+    chosen = reply["theta"].copy()
+    chosen[-1] += 0.5  # inside the domain, but the server's
+    for tag, index in ((reply["tag"], reply["index"]), (reply["tag"], 2), (b"", 1)):
+        with pytest.raises(ProtocolViolation, match="Client 1.*tag does not verify"):
+            server.secure_sum(
+                "pitc_summary",
+                _length(server),
+                {"theta": chosen, "tag": tag, "index": index},
+                clients=(1, 2, 3),
+            )
+    # the coordinator's own iterate with its tag is summed by everyone -- once
+    honest = {"theta": reply["theta"], "tag": reply["tag"], "index": reply["index"]}
+    server.secure_sum("pitc_summary", _length(server), honest)
+    assert all(c.last_sum is not None for c in clients.values())
+    # summed again over other clients (to difference one client's summary out): refused
+    with pytest.raises(ProtocolViolation, match="Client 1.*evaluated once, in order"):
+        server.secure_sum("pitc_summary", _length(server), honest, clients=(1, 2, 3))
+
+
+def test_the_coordinator_feeds_only_the_product_sum_of_its_iterate():
+    # a server that opens another session between the product and the feed would have
+    # the coordinator take that sum for its gradient (and send back the next iterate)
+    server, clients = _federation(hyperparameters="federated")
+    _round(server, 1)
+    server.standardize_outcomes()
+    theta = _pending_iterate(server)
+    server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+    server.secure_sum("pitc_vjp", PITCHyperparameters(*clients[0].modules).size)
+    server.secure_sum("summary", _length(server))
+    with pytest.raises(ProtocolViolation, match="a feed before the pending iterate"):
+        server.send({0: Message("hyper_feed")})
+
+
+def test_the_support_and_k_are_the_settings_not_the_servers():
+    # a party's policy caps a run's cost on its settings (--support-size, ...): a server
+    # that then sent a support of 4096 points would run a fit 4096^3 per evaluation
+    server, clients = _federation(support_size=4, support_growth=2, support_every=1)
+    limit = 4 + 2 * (NUM_ROUNDS - 1)
+    assert clients[1].max_support_size() == limit
+    grid = torch.rand(limit + 1, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    with pytest.raises(ProtocolViolation, match=f"1..{limit} finite points"):
+        _support_on(server, grid)
+    _support_on(server, grid[:limit])  # the largest the settings make
+    for k in (3, 5, 4096, True, 4.0):
+        with pytest.raises(ProtocolViolation, match="`k`="):
+            server.broadcast("centers", {"k": k})
+    server.broadcast("centers", {"k": 4})  # centers_per_client
