@@ -43,7 +43,7 @@ _API = {
     "available_algorithms": "botorch_fed.algorithms",
     "RunResult": "botorch_fed.protocol.results",
     "FederationSetup": "botorch_fed.protocol.setup",
-    "ProtocolViolation": "botorch_fed.protocol.client",
+    "ProtocolViolation": "botorch_fed.protocol.declarations",
     # black boxes
     "CallableObjective": "botorch_fed.protocol.objectives",
     "Objective": "botorch_fed.protocol.objectives",
@@ -91,7 +91,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_API})
+    return sorted(__all__)
 
 
 if TYPE_CHECKING:

@@ -95,8 +95,16 @@ def test_the_package_root_imports_its_api_only_for_type_checkers():
     )
 
 
-def test_importing_the_secure_layer_does_not_import_torch():
-    code = "import sys, botorch_fed.secure; print('torch' in sys.modules)"
+@pytest.mark.parametrize(
+    "module",
+    [
+        "botorch_fed.secure",
+        # Flower starts a ClientApp process for every message: torch would cost seconds each
+        "botorch_fed.flower.client_app",
+    ],
+)
+def test_importing_a_light_module_does_not_import_torch(module):
+    code = f"import sys, {module}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -13,58 +13,76 @@ r"""The federation protocol: what every algorithm runs on.
   runner builds and runs any of them; checkpoints.
 
 The algorithms themselves live in :mod:`botorch_fed.algorithms` (importing it registers
-them).
+them; run them with :func:`botorch_fed.algorithms.run_federated`). The names below load
+on first use, so a process that needs only what a message may carry
+(:mod:`~botorch_fed.protocol.payloads`: a Flower ClientApp) imports no torch.
 """
 
-from botorch_fed.protocol.bo_client import BOClient, BOSettings
-from botorch_fed.protocol.client import FederatedClient
-from botorch_fed.protocol.declarations import ProtocolViolation
-from botorch_fed.protocol.ledger import Ledger
-from botorch_fed.protocol.messages import Message
-from botorch_fed.protocol.objectives import (
-    CallableObjective,
-    EvaluationError,
-    Objective,
-    ObjectiveContractError,
-)
-from botorch_fed.protocol.problem import ClientObjective
-from botorch_fed.protocol.registry import (
-    AlgorithmSpec,
-    BuildContext,
-    available_algorithms,
-    get_algorithm,
-    register_algorithm,
-    unregister_algorithm,
-)
-from botorch_fed.protocol.results import RunResult
-from botorch_fed.protocol.runner import build_federation, run_federated
-from botorch_fed.protocol.server import FederatedServer
-from botorch_fed.protocol.setup import FederationSetup
-from botorch_fed.protocol.transport import InProcessTransport, Transport
+from __future__ import annotations
 
-__all__ = [
-    "AlgorithmSpec",
-    "BOClient",
-    "BOSettings",
-    "BuildContext",
-    "CallableObjective",
-    "ClientObjective",
-    "EvaluationError",
-    "FederatedClient",
-    "FederatedServer",
-    "FederationSetup",
-    "InProcessTransport",
-    "Ledger",
-    "Message",
-    "Objective",
-    "ObjectiveContractError",
-    "ProtocolViolation",
-    "RunResult",
-    "Transport",
-    "available_algorithms",
-    "build_federation",
-    "get_algorithm",
-    "register_algorithm",
-    "run_federated",
-    "unregister_algorithm",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_API = {
+    "BOClient": "bo_client",
+    "BOSettings": "bo_client",
+    "Ledger": "ledger",
+    "Message": "messages",
+    "CallableObjective": "objectives",
+    "EvaluationError": "objectives",
+    "Objective": "objectives",
+    "ObjectiveContractError": "objectives",
+    "ClientObjective": "problem",
+    "AlgorithmSpec": "registry",
+    "BuildContext": "registry",
+    "register_algorithm": "registry",
+    "unregister_algorithm": "registry",
+    "FederatedClient": "client",
+    "FederatedServer": "server",
+    "ProtocolViolation": "declarations",
+    "RunResult": "results",
+    "FederationSetup": "setup",
+    "InProcessTransport": "transport",
+    "Transport": "transport",
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _API[name]
+    except KeyError:
+        raise AttributeError(f"module 'botorch_fed.protocol' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"botorch_fed.protocol.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, *(n for n in globals() if not n.startswith("_"))} - {"annotations"})
+
+
+if TYPE_CHECKING:
+    from botorch_fed.protocol.bo_client import BOClient, BOSettings
+    from botorch_fed.protocol.client import FederatedClient
+    from botorch_fed.protocol.declarations import ProtocolViolation
+    from botorch_fed.protocol.ledger import Ledger
+    from botorch_fed.protocol.messages import Message
+    from botorch_fed.protocol.objectives import (
+        CallableObjective,
+        EvaluationError,
+        Objective,
+        ObjectiveContractError,
+    )
+    from botorch_fed.protocol.problem import ClientObjective
+    from botorch_fed.protocol.registry import (
+        AlgorithmSpec,
+        BuildContext,
+        register_algorithm,
+        unregister_algorithm,
+    )
+    from botorch_fed.protocol.results import RunResult
+    from botorch_fed.protocol.server import FederatedServer
+    from botorch_fed.protocol.setup import FederationSetup
+    from botorch_fed.protocol.transport import InProcessTransport, Transport

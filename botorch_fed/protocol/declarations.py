@@ -247,8 +247,9 @@ class Declared:
         r"""The message as a typed object, every field checked against its domain.
 
         Raises:
-            FieldError: Through :func:`field_problem` -- use :meth:`decode_for` for the
-                :class:`ProtocolViolation` a party raises.
+            Refused: Naming the field that is missing, extra or outside its domain
+                (:meth:`~botorch_fed.protocol.client.FederatedClient.handle` turns it into
+                the :class:`ProtocolViolation` a party raises).
         """
         extra = sorted(set(payload) - set(cls.DOMAINS))
         if extra:
@@ -281,6 +282,8 @@ class Declared:
 
 
 class Refused(Exception):
+    r"""A message that does not match its declaration: the field and what is wrong."""
+
     def __init__(self, name: str, problem: str, value: object = dataclasses.MISSING) -> None:
         super().__init__(name, problem)
         self.name, self.problem, self.value = name, problem, value

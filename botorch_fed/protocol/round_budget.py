@@ -1,7 +1,7 @@
 r"""What a client accepts of the rounds and values the server names: every
 algorithm's evaluation budget (:class:`RoundBudget`: round ``t = last + 1 <=
-num_rounds``, docs/security.md "Budgets: every algorithm") and the check of a
-server-sent array (:func:`numeric_array`)."""
+num_rounds``, docs/security.md "Budgets: every algorithm") and the declared domain of a
+round the server names (:class:`RoundNumber`)."""
 
 from __future__ import annotations
 
@@ -62,21 +62,6 @@ class RoundNumber(Domain):
         return t
 
 
-def numeric_array(value: object) -> np.ndarray | None:
-    r"""A server's field as a float64 array, or ``None`` when it is not an array of
-    numbers (text -- ``np.asarray("0.5", float)`` would parse it --, objects, ragged
-    nesting)."""
-    if isinstance(value, str | bytes):
-        return None
-    try:
-        array = np.asarray(value)
-        if array.dtype.kind not in "iuf":
-            return None
-        return array.astype(np.float64)
-    except (TypeError, ValueError, OverflowError):
-        return None
-
-
 ROUND_STATE = "accepted_round"  # the state key of the last round a client accepted
 
 
@@ -132,7 +117,7 @@ class RoundBudget:
         Call it before anything is evaluated or computed on private data.
 
         Args:
-            t: The round of the server's message (``payload["t"]``).
+            t: The round the server's message names (its ``t``).
             request: The message type (for the error).
 
         Returns:

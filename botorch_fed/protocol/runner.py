@@ -120,7 +120,7 @@ def build_context(
     setup.validate(spec.name)
     if settings is None:
         settings = spec.settings_class()
-    if not isinstance(settings, spec.settings_class):
+    if type(settings) is not spec.settings_class:  # a subclass has fields it would ignore
         raise ValueError(
             f"{spec.name} needs `settings` of type {spec.settings_class.__name__}, got "
             f"{type(settings).__name__}."

@@ -83,6 +83,9 @@ def test_settings_of_another_algorithm_are_refused():
     setup = FederationSetup(problem="branin", num_clients=3)
     with pytest.raises(ValueError, match="FBOFedGPSettings"):
         build_federation("fbo-fedgp", setup, BOSettings(num_init=2, num_rounds=1))
+    # a subclass's settings too: their own fields would be silently ignored
+    with pytest.raises(ValueError, match="local needs `settings` of type BOSettings"):
+        build_federation("local", setup, FBOFedGPSettings(num_init=2, num_rounds=1))
 
 
 # --- registration -------------------------------------------------------------------

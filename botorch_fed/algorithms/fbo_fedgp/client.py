@@ -21,15 +21,13 @@ local and global UCB (every round is then a global round).
 
 Presets (``FBOFedGPSettings.preset``; :data:`PRESET_VALUES`): ``"paper"`` is Alg. 2 as
 above, with hyperparameters averaged from the clients' local fits every 10 rounds.
-``"default"`` (the best configuration ``benchmarks/fbo_fedgp_pays.py`` has measured so
-far; see its results for where it beats local BO) takes every step
-as a global step (``mixing="global"``) on the client's own distributed PIC model
-(``global_model="pic"``, :class:`~botorch_fed.models.FederatedPICGP`: the summed
-summaries plus the client's own data block, exact), with federated hyperparameters
-every 5 rounds, and its clients add Gaussian noise of std 0.1 (``center_noise``, from
-their private generators) to the k-means centres they share (the paper's are exact;
-``benchmarks/fbo_fedgp_support_privacy.py``: regret not significantly worse than
-with exact centres over 32 paired runs, while a random support was).
+``"default"`` takes every step as a global step (``mixing="global"``) on the client's
+own distributed PIC model (``global_model="pic"``,
+:class:`~botorch_fed.models.FederatedPICGP`: the summed summaries plus the client's own
+data block, exact), with federated hyperparameters every 5 rounds, and its clients add
+Gaussian noise of std 0.1 (``center_noise``, from their private generators) to the
+k-means centres they share (the paper's are exact). How it compares:
+``benchmarks/results/fbo_fedgp_pays*.md`` and ``fbo_fedgp_support_privacy.md``.
 
 Choices of this implementation where the paper is silent (all configurable):
 

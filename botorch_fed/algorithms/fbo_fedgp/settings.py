@@ -40,8 +40,8 @@ GLOBAL_MODELS = ("pitc", "pic")
 PRESETS = ("default", "paper")
 # What a preset decides for the settings left at None. "paper" is Alg. 2 as published
 # (with this implementation's documented choices where the paper is silent); "default"
-# is the best configuration benchmarks/fbo_fedgp_pays.py has measured so far
-# (plaintext aggregation, 5 clients, 20 rounds; see its results for where it wins).
+# is the configuration benchmarks/results/fbo_fedgp_pays*.md measure against the
+# baselines.
 # `global_batch` follows the global model ("distinct" on the shared dPITC model,
 # "independent" on each client's own PIC model, and "independent" with mixing
 # "expected"); an explicit shared-model batch rule ("distinct", "batch") or acquisition
@@ -53,10 +53,8 @@ PRESET_VALUES: dict[str, dict[str, Any]] = {
                 "hyper_every": 5, "support": "clustered", "center_noise": 0.1},
 }  # fmt: skip
 # The default's support: k-means centres with noise of std 0.1 (unit cube) from each
-# client's private generator -- the least revealing arm whose regret was not
-# significantly worse than exact centres' (benchmarks/results/
-# fbo_fedgp_support_privacy.md: random support was, p = 0.016); the paper keeps Alg. 1's
-# exact centres.
+# client's private generator (benchmarks/results/fbo_fedgp_support_privacy.md compares
+# it with exact centres and a random support); the paper keeps Alg. 1's exact centres.
 
 
 @dataclass

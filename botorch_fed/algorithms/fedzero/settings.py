@@ -21,7 +21,7 @@ def _number(name: str, value, positive: bool = True) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
     if value <= 0 if positive else value < 0:
-        raise ValueError(f"`{name}` must be positive, got {value!r}.")
+        raise ValueError(f"`{name}` must be {'positive' if positive else '>= 0'}, got {value!r}.")
 
 
 @dataclass
