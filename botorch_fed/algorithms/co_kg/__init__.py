@@ -87,22 +87,18 @@ def _make_client(ctx, cid: int) -> CoKGClient:
     )
 
 
-def _server_maker(algorithm: str):
-    def make(ctx, transport) -> CoKGServer:
-        _check_secure_aggregator(ctx)
-        objective = ctx.objectives[0]
-        return CoKGServer(
-            transport,
-            ctx.settings,
-            ctx.dim,
-            seed=ctx.setup.seed,
-            algorithm=algorithm,
-            secagg=ctx.secagg_server if ctx.settings.hides_means() else None,
-            bounds=objective.bounds.to(torch.float64),
-            minimize=objective.minimize,
-        )
-
-    return make
+def _make_server(ctx, transport) -> CoKGServer:
+    _check_secure_aggregator(ctx)
+    objective = ctx.objectives[0]
+    return CoKGServer(
+        transport,
+        ctx.settings,
+        ctx.dim,
+        seed=ctx.setup.seed,
+        secagg=ctx.secagg_server if ctx.settings.hides_means() else None,
+        bounds=objective.bounds.to(torch.float64),
+        minimize=objective.minimize,
+    )
 
 
 for _name, (_settings_class, _summary) in _ALGORITHMS.items():
@@ -112,7 +108,7 @@ for _name, (_settings_class, _summary) in _ALGORITHMS.items():
             summary=_summary,
             settings_class=_settings_class,
             make_client=_make_client,
-            make_server=_server_maker(_name),
+            make_server=_make_server,
             secure_aggregation=_name == "barycenter-qkg",
             min_clients=2 if _name == "barycenter-qkg" else 1,
         )

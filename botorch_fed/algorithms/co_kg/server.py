@@ -33,6 +33,10 @@ from botorch_fed.algorithms.co_kg.messages import (
     Support,
 )
 from botorch_fed.algorithms.co_kg.settings import (
+    BarycenterQKGSettings,
+    CoEISettings,
+    CoESSettings,
+    CoKGSettings,
     CollaborativeSettings,
     public_support,
     support_kind,
@@ -43,7 +47,6 @@ from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split
 from botorch_fed.protocol.declarations import Array, FieldError, Int, ProtocolViolation, Real
 from botorch_fed.protocol.server import FederatedServer
 
-ALGORITHMS = ("co-kg", "co-ei", "co-es", "barycenter-qkg")
 # What the server accepts of an agent's GP: wide ranges that every honest fit lies far
 # inside; they keep the server's numerics finite and name an agent that sends the impossible.
 LENGTHSCALE_RANGE = (1e-3, 1e4)  # in the unit cube
@@ -99,10 +102,11 @@ class CoKGServer(FederatedServer):
 
     Args:
         transport: Reaches the agents.
-        settings: The algorithm's settings.
+        settings: The algorithm's settings; their class is the algorithm (its
+            acquisition): :class:`CoKGSettings`, :class:`CoEISettings`,
+            :class:`CoESSettings` or :class:`BarycenterQKGSettings`.
         dim: Problem dimension.
         seed: The run's seed (Sobol support, k-means, acquisition seeds).
-        algorithm: One of :data:`ALGORITHMS`.
         secagg: The server role of the secure-aggregation backend (the secure mean).
         bounds: ``2 x d`` bounds of the objectives' domain (public), of ``x^``.
         minimize: The objectives' convention (public), of ``x^``'s value.
@@ -114,21 +118,24 @@ class CoKGServer(FederatedServer):
         settings: CollaborativeSettings,
         dim: int,
         seed: int,
-        algorithm: str = "co-kg",
         secagg=None,
         bounds: Tensor | None = None,
         minimize: bool = False,
     ) -> None:
         super().__init__(transport, secagg)
         settings.validate()
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"`algorithm`={algorithm!r} must be one of {ALGORITHMS}.")
+        if not isinstance(
+            settings, CoKGSettings | CoEISettings | CoESSettings | BarycenterQKGSettings
+        ):
+            raise TypeError(
+                "`settings` must be the settings of a Co-KG algorithm, got "
+                f"{type(settings).__name__}."
+            )
         if settings.hides_means() and secagg is None:
             raise ValueError(
                 "`mean_aggregation`='secure' needs a secure-aggregation backend (`aggregator`)."
             )
         self.settings = settings
-        self.algorithm = algorithm
         self.dim = int(dim)
         self.seed = int(seed)
         self.schedule = settings.make_beta_schedule()
@@ -449,11 +456,10 @@ class CoKGServer(FederatedServer):
 
     def _acquisition(self, central, locals_, beta: float, t: int):
         r"""Round ``t``'s acquisition on the central and the local models."""
-        # the algorithm's own settings class (CoKGSettings, CoESSettings, ...)
-        cfg: Any = self.settings
+        cfg = self.settings
         seed = self.round_seed(t)
         S = self.support
-        if self.algorithm in ("co-kg", "barycenter-qkg"):
+        if isinstance(cfg, CoKGSettings | BarycenterQKGSettings):
             return qCoKnowledgeGradient(
                 central,
                 locals_,
@@ -462,8 +468,9 @@ class CoKGServer(FederatedServer):
                 discrete_support=S if cfg.discrete else None,
                 seed=seed,
             )
-        if self.algorithm == "co-ei":
+        if isinstance(cfg, CoEISettings):
             return qCoExpectedImprovement(central, locals_, beta=beta, seed=seed, support=S)
+        assert isinstance(cfg, CoESSettings)  # checked at construction
         return qCoMaxValueEntropy(
             central,
             locals_,

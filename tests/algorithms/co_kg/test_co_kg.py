@@ -678,3 +678,11 @@ def test_settings_that_would_silently_be_another_algorithm_are_flagged():
             CoKGSettings(beta_schedule=schedule, beta0=0.0).validate()
     with pytest.raises(ValueError, match="at least 2"):
         CoKGSettings(points_per_dim=1).validate()
+
+
+def test_the_server_takes_its_acquisition_from_the_settings_class():
+    from botorch_fed.algorithms.co_kg.server import CoKGServer
+    from botorch_fed.algorithms.co_kg.settings import CollaborativeSettings
+
+    with pytest.raises(TypeError, match="settings of a Co-KG algorithm, got CollaborativeSettings"):
+        CoKGServer(None, CollaborativeSettings(num_init=2, num_rounds=1), 2, seed=0)
