@@ -333,12 +333,17 @@ def declare(type_: str, relayed: bool = False) -> Callable[[type[_D]], type[_D]]
     return wrap
 
 
-def handles(declaration: type[Declared]) -> Callable[[Callable], Callable]:
-    r"""Method decorator: the method handles messages of ``declaration``'s type; it is
-    called with the decoded message (``self.on_x(message: Declaration) -> dict``). A
-    subclass that overrides the method (without the decorator) keeps the declaration."""
+_M = TypeVar("_M", bound=Declared)
+_Handler = Callable[[Any, _M], Any]
 
-    def wrap(method: Callable) -> Callable:
+
+def handles(declaration: type[_M]) -> Callable[[_Handler[_M]], _Handler[_M]]:
+    r"""Method decorator: the method handles messages of ``declaration``'s type; it is
+    called with the decoded message (``self.on_x(message: Declaration) -> dict``; a type
+    checker refuses a method annotated with another declaration). A subclass that
+    overrides the method (without the decorator) keeps the declaration."""
+
+    def wrap(method: _Handler[_M]) -> _Handler[_M]:
         method.__handles__ = declaration  # type: ignore[attr-defined]
         return method
 
