@@ -141,7 +141,7 @@ def test_algorithm_options_come_from_its_settings_dataclass():
 
 
 def test_fixed_sets_of_strings_become_choices():
-    from botorch_fed.algorithms.fbo_fedgp.client import (
+    from botorch_fed.algorithms.fbo_fedgp.settings import (
         GLOBAL_BATCHES,
         HYPERPARAMETERS,
         MIXINGS,

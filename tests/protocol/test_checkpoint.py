@@ -27,7 +27,7 @@ from botorch_fed.algorithms import (
     get_algorithm,
     run_federated,
 )
-from botorch_fed.algorithms.fbo_fedgp.client import FBOFedGPServer
+from botorch_fed.algorithms.fbo_fedgp.server import FBOFedGPServer
 from botorch_fed.protocol import BOSettings, CallableObjective, FederationSetup, ProtocolViolation
 from botorch_fed.protocol import checkpoint as ckpt
 from botorch_fed.protocol.checkpoint import MANIFEST, CheckpointError, load_checkpoint

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 from botorch_fed.algorithms import FBOFedGPSettings, run_federated
-from botorch_fed.algorithms.fbo_fedgp.client import FBOFedGPServer
+from botorch_fed.algorithms.fbo_fedgp.server import FBOFedGPServer
 from botorch_fed.models import OUTCOME_MOMENTS_LENGTH
 from botorch_fed.protocol import FederationSetup
 from botorch_fed.protocol import client as client_module

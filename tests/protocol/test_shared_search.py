@@ -17,7 +17,7 @@ from gpytorch.kernels import MaternKernel, ScaleKernel
 
 from botorch_fed.acquisition import ranked_step_candidates
 from botorch_fed.algorithms import FBOFedGPSettings, build_federation
-from botorch_fed.algorithms.fbo_fedgp.client import global_step_seed, secret_step_seed
+from botorch_fed.algorithms.fbo_fedgp.seeds import global_step_seed, secret_step_seed
 from botorch_fed.models import (
     FederatedPICGP,
     FederatedPITCGP,

@@ -85,24 +85,11 @@ from botorch_fed.algorithms.fbo_fedgp.domain import (
     outcome_bound,
     theta_domain,
 )
-from botorch_fed.algorithms.fbo_fedgp.fit import COORDINATOR, FederatedFitClient  # noqa: F401
+from botorch_fed.algorithms.fbo_fedgp.fit import FederatedFitClient
 from botorch_fed.algorithms.fbo_fedgp.global_step import GlobalStepClient
 from botorch_fed.algorithms.fbo_fedgp.messages import Centers, Round, Support
-from botorch_fed.algorithms.fbo_fedgp.seeds import (  # noqa: F401 - re-exported
-    SEED_RANGE,
-    global_step_seed,
-    secret_step_seed,
-)
-from botorch_fed.algorithms.fbo_fedgp.server import FBOFedGPServer
-from botorch_fed.algorithms.fbo_fedgp.settings import (  # noqa: F401 - re-exported
-    GLOBAL_BATCHES,
-    GLOBAL_MODELS,
-    HYPERPARAMETERS,
+from botorch_fed.algorithms.fbo_fedgp.settings import (
     MAX_SUPPORT_SIZE,
-    MIXINGS,
-    PRESET_VALUES,
-    PRESETS,
-    SUPPORTS,
     FBOFedGPSettings,
     global_modules,
 )
@@ -122,7 +109,6 @@ from botorch_fed.models.federated_standardize import MAX_LIMB as MOMENT_MAX_LIMB
 from botorch_fed.protocol.bo_client import BOClient
 from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.protocol.declarations import ProtocolViolation, contributes, handles
-from botorch_fed.protocol.registry import AlgorithmSpec, register_algorithm
 from botorch_fed.protocol.stepped_minimizer import SteppedMinimizer
 
 _LOG = logging.getLogger(__name__)
@@ -494,27 +480,3 @@ class FBOFedGPClient(GlobalStepClient, FederatedFitClient, BOClient):
             )
             self._end_fit()
         return None
-
-
-register_algorithm(
-    AlgorithmSpec(
-        name="fbo-fedgp",
-        summary=(
-            "FBO-FedGP: GP-UCB on each client's distributed PIC model, built from dPITC "
-            "summaries under secure aggregation (paper 000; --preset paper: Alg. 2's mix of "
-            "local and global dPITC steps)"
-        ),
-        settings_class=FBOFedGPSettings,
-        make_client=lambda ctx, cid: FBOFedGPClient(
-            secagg=ctx.secagg_clients[cid],
-            num_clients=ctx.setup.num_clients,
-            run_seed=ctx.setup.seed,
-            **ctx.client_arguments(cid),
-        ),
-        make_server=lambda ctx, transport: FBOFedGPServer(
-            transport, ctx.settings, ctx.dim, ctx.secagg_server, seed=ctx.setup.seed
-        ),
-        secure_aggregation=True,
-        min_clients=2,
-    )
-)

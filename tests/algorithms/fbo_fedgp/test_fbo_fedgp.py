@@ -17,11 +17,8 @@ import torch
 from botorch_fed.acquisition import MixingSchedule
 from botorch_fed.acquisition._rng import uniform_draws
 from botorch_fed.algorithms import FBOFedGPSettings, build_federation, run_federated
-from botorch_fed.algorithms.fbo_fedgp.client import (
-    PRESET_VALUES,
-    FBOFedGPClient,
-    global_modules,
-)
+from botorch_fed.algorithms.fbo_fedgp.client import FBOFedGPClient
+from botorch_fed.algorithms.fbo_fedgp.settings import PRESET_VALUES, global_modules
 from botorch_fed.cli import build_parser
 from botorch_fed.models import OUTCOME_MOMENTS_LENGTH, SparseSummary, compute_local_summary
 from botorch_fed.models import federated_standardize as fs
@@ -598,7 +595,7 @@ def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregato
 
 # --- presets and options ---------------------------------------------------------------
 def test_presets_fill_what_is_left_unset():
-    from botorch_fed.algorithms.fbo_fedgp.client import PRESET_VALUES
+    from botorch_fed.algorithms.fbo_fedgp.settings import PRESET_VALUES
 
     default, paper = FBOFedGPSettings().resolved(), FBOFedGPSettings.paper().resolved()
     for cfg, preset in ((default, "default"), (paper, "paper")):

@@ -29,13 +29,9 @@ import torch
 from scipy.optimize import least_squares
 
 from botorch_fed.algorithms import FBOFedGPSettings, build_federation, run_federated
-from botorch_fed.algorithms.fbo_fedgp.client import (
-    SEED_RANGE,
-    FBOFedGPClient,
-    global_modules,
-    global_step_seed,
-    secret_step_seed,
-)
+from botorch_fed.algorithms.fbo_fedgp.client import FBOFedGPClient
+from botorch_fed.algorithms.fbo_fedgp.seeds import SEED_RANGE, global_step_seed, secret_step_seed
+from botorch_fed.algorithms.fbo_fedgp.settings import global_modules
 from botorch_fed.models import PITCHyperparameters, SparseSummary, compute_local_summary
 from botorch_fed.protocol import FederationSetup, ProtocolViolation, bo_client
 from botorch_fed.protocol.checkpoint import load_checkpoint

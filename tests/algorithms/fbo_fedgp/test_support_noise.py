@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from botorch_fed.algorithms import FBOFedGPSettings, build_federation, run_federated
-from botorch_fed.algorithms.fbo_fedgp.client import PRESET_VALUES
+from botorch_fed.algorithms.fbo_fedgp.settings import PRESET_VALUES
 from botorch_fed.inducing import local_centers
 from botorch_fed.protocol import FederationSetup, Message
 from botorch_fed.protocol.checkpoint import load_checkpoint
