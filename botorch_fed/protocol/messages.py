@@ -13,12 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from botorch_fed.protocol.payloads import (  # noqa: F401 - re-exported: the protocol's rules
-    INT_RANGE,
-    SCALAR_TYPES,
-    PayloadValue,
-    validate_payload,
-)
+from botorch_fed.protocol.payloads import PayloadValue, validate_payload
 
 TIME_PREFIX = "time:"
 

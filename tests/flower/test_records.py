@@ -18,8 +18,8 @@ pytest.importorskip("flwr")
 from flwr.app import ConfigRecord, Message, RecordDict  # noqa: E402
 
 from botorch_fed.flower.records import decode_frame, from_records, to_records  # noqa: E402
-from botorch_fed.protocol.messages import INT_RANGE, validate_payload  # noqa: E402
 from botorch_fed.protocol.messages import Message as ProtocolMessage  # noqa: E402
+from botorch_fed.protocol.payloads import INT_RANGE, validate_payload  # noqa: E402
 from tests.helpers.fake_grid import FakeGrid, wire  # noqa: E402
 
 

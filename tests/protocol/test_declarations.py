@@ -268,14 +268,20 @@ def test_every_field_out_of_its_domain_is_refused_before_any_handler_runs(name, 
 
 
 @pytest.mark.parametrize("name", available_algorithms())
-def test_only_declared_handlers_exist(name):
-    r"""Every ``on_<type>`` method of every client class is a declared handler, so no
-    method is reachable by a message type's name alone."""
+def test_only_declared_message_types_reach_a_handler(name):
+    r"""Every handler of every client class is registered under its declaration's type,
+    and a message named after a method (``on_<type>``) that is not registered, or after
+    nothing at all, is refused before anything runs."""
     client = _clients(name)[0]
+    for type_, (declaration, method) in client.HANDLERS.items():
+        assert issubclass(declaration, Declared) and dataclasses.is_dataclass(declaration)
+        assert declaration.TYPE == type_ and callable(getattr(client, method))
     registered = {method for _, method in client.HANDLERS.values()}
-    handlers = {m for m in dir(type(client)) if m.startswith("on_")}
-    assert handlers <= registered, handlers - registered
-    assert dataclasses.is_dataclass(next(iter(client.HANDLERS.values()))[0])
+    unregistered = {m for m in dir(type(client)) if m.startswith("on_")} - registered
+    assert not unregistered, unregistered  # a method no message type can reach
+    for type_ in ("state_dict", "handle", "violation", "undeclared"):
+        with pytest.raises(ProtocolViolation, match=f"cannot handle messages of type '{type_}'"):
+            client.handle(Message(type_, {}))
 
 
 def _opening_frame(name: str):
