@@ -167,8 +167,9 @@ def _refused(cls, name, value) -> bool:
     return False
 
 
-def test_every_fixed_set_of_strings_is_declared_in_field_metadata():
-    r"""The command line reads choices from ``field(metadata={"choices": ...})`` only: a
+def test_every_fixed_set_of_strings_is_declared():
+    r"""The command line reads choices from a field's ``Choice`` domain (or
+    ``field(metadata={"choices": ...})``) only: a
     string setting of a registered algorithm that ``validate()`` restricts to some
     values (it refuses an odd string) must declare them, and they must be exactly
     values ``validate()`` accepts."""
@@ -188,9 +189,9 @@ def test_every_fixed_set_of_strings_is_declared_in_field_metadata():
                 continue
             checked += 1
             where = f"{algorithm}: {cls.__name__}.{f.name}"
-            choices = f.metadata.get("choices")
+            choices = options[f.name].choices if f.name in options else None
             if _refused(cls, f.name, "no such value \x00"):
-                assert choices, f"{where} takes a fixed set of strings: declare metadata choices"
+                assert choices, f"{where} takes a fixed set of strings: declare its choices"
             if choices is not None:
                 assert _refused(cls, f.name, "no such value \x00"), where
                 for choice in choices:
@@ -367,7 +368,7 @@ def test_center_noise_on_the_command_line_reaches_the_settings(tmp_path):
         (["--clients", "2", "--aggregator", "ckks"], ["`--clients`", "at least 3 clients"]),
         (["--aggregator", "rot13"], ["--aggregator", "rot13"]),
         (["--schedule", "1.5"], ["`--schedule` 1.5", "`c`"]),
-        (["--rounds", "0"], ["`--num-rounds`/`--rounds` must be a positive integer"]),
+        (["--rounds", "0"], ["`--num-rounds`/`--rounds`=0 must be >= 1"]),
         (["--support", "0"], ["`--support-size`/`--support` must be a positive integer"]),
         (["--init", "1"], ["`--num-init`/`--init`=1", "`--min-cluster-size`=2"]),
         (["--mixing", "expected", "--acquisition", "ei"], ["`--mixing`", "`--acquisition`"]),

@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Annotated, Any, cast
 
 import torch
 from botorch.acquisition.acquisition import AcquisitionFunction
@@ -44,14 +44,21 @@ from botorch_fed.models import (
 from botorch_fed.privacy import KeyStream
 from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.protocol.client import FederatedClient
-from botorch_fed.protocol.declarations import Declared, declare, handles
-from botorch_fed.protocol.evaluation import evaluate_point
+from botorch_fed.protocol.declarations import (
+    Choice,
+    Declared,
+    Int,
+    Real,
+    check_settings,
+    declare,
+    handles,
+)
+from botorch_fed.protocol.evaluation import EVALUATION_ERRORS, evaluate_point
 from botorch_fed.protocol.objectives import Objective
 from botorch_fed.protocol.problem import initial_design
-from botorch_fed.protocol.round_budget import RoundBudget
+from botorch_fed.protocol.round_budget import RoundBudget, round_seed
 
 ACQUISITIONS = ("ucb", "ei", "ts", "kg")
-EVALUATION_ERRORS = ("record", "raise")
 
 
 @dataclass
@@ -79,44 +86,21 @@ class BOSettings:
         num_fantasies: Fantasies of the knowledge gradient (``acquisition="kg"``).
     """
 
-    num_init: int = 4
-    num_rounds: int = 50
-    acquisition: str = field(default="ucb", metadata={"choices": ACQUISITIONS})
-    beta: float | None = None
-    local_refit_every: int = 5
-    fit_maxiter: int = 50
-    num_restarts: int = 2
-    raw_samples: int = 64
-    maxiter: int = 50
-    ts_candidates: int = 512
-    num_fantasies: int = 64
+    num_init: Annotated[int, Int(1)] = 4
+    num_rounds: Annotated[int, Int(1)] = 50
+    acquisition: Annotated[str, Choice(ACQUISITIONS)] = "ucb"
+    beta: Annotated[float | None, Real(0, optional=True)] = None
+    local_refit_every: Annotated[int, Int(1)] = 5
+    fit_maxiter: Annotated[int, Int(1)] = 50
+    num_restarts: Annotated[int, Int(1)] = 2
+    raw_samples: Annotated[int, Int(1)] = 64
+    maxiter: Annotated[int, Int(1)] = 50
+    ts_candidates: Annotated[int, Int(1)] = 512
+    num_fantasies: Annotated[int, Int(1)] = 64
 
     def validate(self) -> None:
-        r"""Raise ``ValueError`` naming the first invalid setting."""
-        for name in (
-            "num_init",
-            "num_rounds",
-            "local_refit_every",
-            "fit_maxiter",
-            "num_restarts",
-            "raw_samples",
-            "maxiter",
-            "ts_candidates",
-            "num_fantasies",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-        if self.acquisition not in ACQUISITIONS:
-            raise ValueError(f"`acquisition`={self.acquisition!r} must be one of {ACQUISITIONS}.")
-        beta = self.beta
-        if beta is not None and not (
-            isinstance(beta, int | float)
-            and not isinstance(beta, bool)
-            and beta >= 0
-            and math.isfinite(beta)
-        ):
-            raise ValueError(f"`beta` must be a non-negative number, got {self.beta!r}.")
+        r"""Raise ``ValueError`` naming the first setting outside its domain."""
+        check_settings(self)
 
     def beta_at(self, t: int, dim: int) -> float:
         r"""The UCB ``beta`` of round ``t`` (``0.2 d log(2t)`` unless fixed)."""
@@ -394,7 +378,7 @@ class BOClient(RoundBudget, FederatedClient):
 
     def step_seed(self, t: int) -> int:
         r"""A seed for round ``t``'s acquisition optimisation on this client."""
-        return (self.seed * 1_000_003 + t) % (2**31)
+        return round_seed(self.seed, t)
 
     def _kind(self, kind: str | None) -> StepKind:
         kind = self.settings.acquisition if kind is None else kind

@@ -80,9 +80,11 @@ def _integer(value: object) -> int:
 
 def _in_range(value: float, low: Any, high: Any) -> None:
     if (low is not None and value < low) or (high is not None and value > high):
-        lo = "-inf" if low is None else f"{low:g}"
-        hi = "inf" if high is None else f"{high:g}"
-        raise FieldError(f"lies outside its domain [{lo}, {hi}]")
+        if high is None:
+            raise FieldError(f"must be >= {low:g}")
+        if low is None:
+            raise FieldError(f"must be <= {high:g}")
+        raise FieldError(f"lies outside its domain [{low:g}, {high:g}]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,19 +320,39 @@ def declare(type_: str, relayed: bool = False) -> Callable[[type[_D]], type[_D]]
         if not issubclass(cls, Declared):
             raise TypeError(f"{cls.__name__} must subclass Declared.")
         cls = dataclasses.dataclass(frozen=True)(cls)
-        hints = typing.get_type_hints(cls, include_extras=True)
-        domains = {}
-        for f in dataclasses.fields(cls):
-            meta = [m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, Domain)]
-            if len(meta) != 1:
-                raise TypeError(
-                    f"{cls.__name__}.{f.name} must be annotated with exactly one Domain."
-                )
-            domains[f.name] = meta[0]
-        cls.TYPE, cls.RELAYED, cls.DOMAINS = type_, relayed, domains
+        cls.TYPE, cls.RELAYED, cls.DOMAINS = type_, relayed, field_domains(cls, every=True)
         return cls
 
     return wrap
+
+
+def field_domains(cls: type, every: bool = False) -> dict[str, Domain]:
+    r"""``{field: domain}`` of the dataclass ``cls``'s fields annotated
+    ``Annotated[type, Domain]`` (``every``: each field must have exactly one)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    domains = {}
+    for f in dataclasses.fields(cls):
+        meta = [m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, Domain)]
+        if len(meta) > 1 or (every and not meta):
+            raise TypeError(f"{cls.__name__}.{f.name} must be annotated with exactly one Domain.")
+        if meta:
+            domains[f.name] = meta[0]
+    return domains
+
+
+def check_settings(settings: object) -> None:
+    r"""Raise ``ValueError`` naming the first field of the settings dataclass
+    ``settings`` that lies outside its declared domain (bounds resolve against
+    ``settings``, so a bound may name another setting; ``None`` passes an ``optional``
+    domain)."""
+    for name, domain in field_domains(type(settings)).items():
+        value = getattr(settings, name)
+        if value is None and domain.optional:
+            continue
+        try:
+            domain.check(value, settings)
+        except FieldError as exc:
+            raise ValueError(f"`{name}`={_brief(value)} {exc}.") from None
 
 
 _M = TypeVar("_M", bound=Declared)

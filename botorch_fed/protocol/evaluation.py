@@ -19,6 +19,8 @@ from botorch_fed.protocol.objectives import (
     describe_failure,
 )
 
+EVALUATION_ERRORS = ("record", "raise")
+
 
 def evaluate_point(
     objective: Objective, x: Tensor, entry: dict, evaluation_errors: str, client_id: int

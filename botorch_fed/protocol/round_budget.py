@@ -14,6 +14,12 @@ import numpy as np
 from botorch_fed.protocol.checkpoint import CheckpointError
 from botorch_fed.protocol.declarations import Bound, Domain, FieldError, resolve
 
+
+def round_seed(seed: int, t: int) -> int:
+    r"""The public seed of round ``t``'s stochastic steps in a run seeded ``seed``."""
+    return (seed * 1_000_003 + t) % (2**31)
+
+
 if TYPE_CHECKING:
     from botorch_fed.protocol.declarations import ProtocolViolation
 

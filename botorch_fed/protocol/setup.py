@@ -29,13 +29,13 @@ from typing import Any
 
 import torch
 
+from botorch_fed.protocol.evaluation import EVALUATION_ERRORS
 from botorch_fed.protocol.objectives import Objective
 from botorch_fed.protocol.problem import ClientObjective, client_shifts
 from botorch_fed.protocol.registry import get_algorithm
 from botorch_fed.test_functions import get_test_function, get_test_function_class
 from botorch_fed.test_functions.noise import ObservationNoise
 
-EVALUATION_ERRORS = ("record", "raise")
 # ``FederationSetup.noise``: None (the problem's default) or one of these
 SETUP_NOISES = ("none", "gaussian", "uniform", "student-t", "pareto")
 #: the largest run seed: the seeds derived from it (``seed * 7919 + i``, ...) fit int64

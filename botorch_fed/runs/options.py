@@ -23,6 +23,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from botorch_fed.protocol.declarations import Choice, field_domains
+
 # Settings fields whose command-line flags are not just ``--field-name``: older flag
 # names kept as aliases (README, Makefile, benchmarks use them). ``--support`` is the
 # support *size*, so the support-selection field ``support`` is ``--support-selection``.
@@ -119,8 +121,10 @@ def field_type(hint: Any) -> tuple[type | None, bool]:
 def setting_options(settings_class: type) -> list[Option]:
     r"""One command-line option per field of an algorithm's settings dataclass that
     has a plain type (int, float, str, bool, optionally ``| None``); a field's fixed
-    set of values is ``field.metadata["choices"]``."""
+    set of values is its declared :class:`~botorch_fed.protocol.declarations.Choice`
+    (or ``field.metadata["choices"]``)."""
     hints = typing.get_type_hints(settings_class)
+    domains = field_domains(settings_class)
     out = []
     for f in dataclasses.fields(settings_class):
         if not f.init:
@@ -128,7 +132,10 @@ def setting_options(settings_class: type) -> list[Option]:
         kind, nullable = field_type(hints.get(f.name))
         if kind is None:
             continue  # only through the config file's [settings]
+        domain = domains.get(f.name)
         choices = f.metadata.get("choices")
+        if isinstance(domain, Choice) and isinstance(domain.options, tuple):
+            choices = domain.options
         out.append(
             Option(
                 dest=f"settings.{f.name}",

@@ -43,7 +43,7 @@ def _out(capsys) -> str:
     [
         (["--checkpoint", "ck"], "--checkpoint is not available on Flower"),
         (["--resume", "ck"], "--resume is not available on Flower"),
-        (["--rounds", "0"], "must be a positive integer"),
+        (["--rounds", "0"], "=0 must be >= 1"),
         (["--timeout", "0"], "--timeout must be > 0 seconds"),
         (["--on-dropout", "ignore"], "invalid choice: 'ignore'"),
     ],

@@ -16,6 +16,7 @@ from botorch_fed.algorithms.central.messages import Evaluate, Upload
 from botorch_fed.models import ExactGPRefitter, check_exact_gp_state
 from botorch_fed.protocol.bo_client import BOSettings
 from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
+from botorch_fed.protocol.round_budget import round_seed
 from botorch_fed.protocol.server import FederatedServer
 
 
@@ -68,12 +69,12 @@ class CentralServer(FederatedServer):
     def _batch(self, t: int, q: int) -> torch.Tensor:
         s = self.settings
         if len(self.X) == 0:  # every evaluation failed so far: a seeded random batch
-            g = torch.Generator().manual_seed((self.seed * 1_000_003 + t) % (2**31))
+            g = torch.Generator().manual_seed(round_seed(self.seed, t))
             return torch.rand(q, self.dim, generator=g, dtype=torch.float64)
         with self.ledger.timer("local_fit"):
             model = self._fitter(self.X, self.Y)
         bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
-        seed = (self.seed * 1_000_003 + t) % (2**31)
+        seed = round_seed(self.seed, t)
         sequential = True
         with self.ledger.timer("acquisition"):
             if s.acquisition == "ts":

@@ -45,6 +45,7 @@ from botorch_fed.inducing import global_support, sobol_support
 from botorch_fed.models import BarycenterGP, agent_weights
 from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.protocol.declarations import Array, FieldError, Int, ProtocolViolation, Real
+from botorch_fed.protocol.round_budget import round_seed
 from botorch_fed.protocol.server import FederatedServer
 
 # What the server accepts of an agent's GP: wide ranges that every honest fit lies far
@@ -226,7 +227,7 @@ class CoKGServer(FederatedServer):
     # --- the round -----------------------------------------------------------------------
     def round_seed(self, t: int) -> int:
         r"""The seed of round ``t``'s acquisition (samplers and search)."""
-        return (self.seed * 1_000_003 + t) % (2**31)
+        return round_seed(self.seed, t)
 
     def run_round(self, t: int) -> None:
         r"""Round ``t`` (Alg. 1 lines 4-8): posteriors in, barycenter, acquisition,
