@@ -21,3 +21,25 @@ def test_the_package_type_checks_without_errors(monkeypatch):
 
 def test_the_package_ships_its_type_marker():
     assert (ROOT / "botorch_fed" / "py.typed").is_file()
+
+
+def test_run_federated_refuses_another_algorithms_settings_to_a_type_checker(tmp_path, monkeypatch):
+    r"""``bf.run_federated``'s overloads tie each algorithm name to its settings class:
+    a type checker accepts matching settings and refuses another algorithm's."""
+    user = tmp_path / "user.py"
+    user.write_text(
+        "import botorch_fed as bf\n"
+        "setup = bf.FederationSetup(problem='branin', num_clients=3)\n"
+        "bf.run_federated('fbo-fedgp', setup, bf.FBOFedGPSettings(), checkpoint='c')\n"
+        "bf.run_federated('gp-ucb', setup, bf.LDPBOSettings())\n"
+        "bf.run_federated('local', setup)\n"
+        "bf.run_federated('fbo-fedgp', setup, bf.FedZeroSettings())\n"
+        "bf.run_federated('co-kg', setup, bf.CoEISettings())\n"
+        "bf.run_federated('local', setup, private_randomness='always')\n"
+    )
+    monkeypatch.chdir(ROOT)
+    out, err, status = mypy.api.run(
+        ["--config-file", str(ROOT / "pyproject.toml"), "--no-incremental", str(user)]
+    )
+    errors = sorted(int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line)
+    assert errors == [6, 7, 8], out + err

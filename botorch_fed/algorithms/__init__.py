@@ -14,8 +14,11 @@ r"""The federated algorithms, one package each; importing this package registers
 
 :func:`run_federated`, :func:`build_federation`, :func:`available_algorithms` and
 :func:`get_algorithm` are the protocol's (:mod:`botorch_fed.protocol.runner`), here with
-every algorithm registered.
+every algorithm registered; :func:`run_federated` is typed by algorithm (a type checker
+refuses settings of another algorithm's class).
 """
+
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, overload
 
 from botorch_fed.algorithms.central import CentralClient, CentralServer
 from botorch_fed.algorithms.co_kg import (
@@ -31,8 +34,47 @@ from botorch_fed.algorithms.fedzero import FedZeroClient, FedZeroServer, FedZero
 from botorch_fed.algorithms.fts import FTSClient, FTSServer
 from botorch_fed.algorithms.independent import LocalBOClient, PacingServer, RandomSearchClient
 from botorch_fed.algorithms.ldp_bo import LDPBOSettings, LDPServer, LDPUserClient
+from botorch_fed.protocol.bo_client import BOSettings
 from botorch_fed.protocol.registry import available_algorithms, get_algorithm
-from botorch_fed.protocol.runner import build_federation, run_federated
+from botorch_fed.protocol.runner import build_federation
+
+if TYPE_CHECKING:  # run_federated typed by algorithm: the settings class follows from the name
+    import os
+    from collections.abc import Callable
+
+    from botorch_fed.protocol.results import RunResult
+    from botorch_fed.protocol.setup import FederationSetup
+
+    class _RunOptions(TypedDict, total=False):
+        on_round: Callable[[int, float | None], None] | None
+        on_receive: Callable[[int, dict], None] | None
+        checkpoint: str | os.PathLike | None
+        resume: str | os.PathLike | None
+        private_randomness: Literal["seed", "os"]
+
+    _LDP = Literal["ldp-tgp", "ldp-ata", "ldp-moma", "tgp", "ata", "moma", "gp-ucb"]
+
+    # fmt: off
+    @overload
+    def run_federated(algorithm: Literal["fbo-fedgp"], setup: FederationSetup, settings: FBOFedGPSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+    @overload
+    def run_federated(algorithm: Literal["co-kg"], setup: FederationSetup, settings: CoKGSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+    @overload
+    def run_federated(algorithm: Literal["co-ei"], setup: FederationSetup, settings: CoEISettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+    @overload
+    def run_federated(algorithm: Literal["co-es"], setup: FederationSetup, settings: CoESSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+    @overload
+    def run_federated(algorithm: Literal["barycenter-qkg"], setup: FederationSetup, settings: BarycenterQKGSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+    @overload
+    def run_federated(algorithm: _LDP, setup: FederationSetup, settings: LDPBOSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+    @overload
+    def run_federated(algorithm: Literal["fedzero"], setup: FederationSetup, settings: FedZeroSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+    @overload
+    def run_federated(algorithm: Literal["local", "random", "central", "fts"], setup: FederationSetup, settings: BOSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+    def run_federated(algorithm: str, setup: FederationSetup, settings: object = None, **options: Any) -> RunResult: ...  # noqa: E501
+    # fmt: on
+else:
+    from botorch_fed.protocol.runner import run_federated
 
 __all__ = [
     "BarycenterQKGSettings",
