@@ -11,19 +11,18 @@ compared on a common test set:
     and the model built from the aggregated whitened summaries,
 (c) an exact GP on the pooled data (the non-private oracle).
 
-Everything the server receives goes through one ``aggregate`` callable, so the
-same run works with secure aggregation.
+Every sum over clients goes through one ``aggregate`` callable (default: plain sums;
+``botorch_fed.secure.make_aggregator`` gives a secure one).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import cast
 
-import numpy as np
 import torch
 from botorch.models import SingleTaskGP
 from botorch.models.utils.gpytorch_modules import (
@@ -42,14 +41,16 @@ from botorch_fed.models import (
     PITCHyperparameters,
     SparseSummary,
     fit_exact_gp,
+)
+from botorch_fed.protocol.federated_fit import (
+    Aggregate,
     fit_federated_pitc,
     fit_local_average,
+    plain_sum,
     standardize_outcomes,
-    sum_arrays,
 )
 from botorch_fed.test_functions import get_test_function
 
-Aggregate = Callable[[Sequence[np.ndarray]], np.ndarray]
 FIT_STRATEGIES = ("federated", "average")
 
 
@@ -193,7 +194,7 @@ def run_regression_demo(
         A dict with ``config``, ``rows`` (list of :class:`DemoRow` as dicts) and
         ``federated`` details (support size, aggregation rounds, timings).
     """
-    aggregate = sum_arrays if aggregate is None else aggregate
+    aggregate = aggregate or plain_sum
     stage = on_stage or (lambda _: None)
     torch.manual_seed(config.seed)  # BoTorch's fit uses the global RNG for restarts
     stage("simulating clients")

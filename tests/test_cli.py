@@ -369,7 +369,7 @@ def test_center_noise_on_the_command_line_reaches_the_settings(tmp_path):
         (["--aggregator", "rot13"], ["--aggregator", "rot13"]),
         (["--schedule", "1.5"], ["`--schedule` 1.5", "`c`"]),
         (["--rounds", "0"], ["`--num-rounds`/`--rounds`=0 must be >= 1"]),
-        (["--support", "0"], ["`--support-size`/`--support` must be a positive integer"]),
+        (["--support", "0"], ["`--support-size`/`--support`=0 must be >= 1"]),
         (["--init", "1"], ["`--num-init`/`--init`=1", "`--min-cluster-size`=2"]),
         (["--mixing", "expected", "--acquisition", "ei"], ["`--mixing`", "`--acquisition`"]),
         (["--support-selection", "nearest"], ["--support-selection", "nearest"]),

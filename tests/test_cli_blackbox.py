@@ -313,7 +313,7 @@ def _write_bad_modules(tmp_path: Path, mod: str) -> None:
         (["--objective", "{mod}:loss", "--bounds", "0,1", "--noise-std", "0.1"],
          ["`--noise-std` applies to built-in problems only"]),
         (["--objective", "{mod}:loss", "--bounds", "0,1", "--dim", "3"],
-         ["`--dim`=3 but the objectives have d=1"]),
+         ["`--dim`=3 but the objective", "d=1"]),
         (["--objective", "{mod}:loss", "--bounds", "0,1", "--clients", "2",
           "--aggregator", "masking"], ["`--clients`=2", "at least 3 clients"]),
     ],
@@ -478,7 +478,7 @@ def test_config_with_a_shared_objective_in_another_folder(tmp_path, monkeypatch,
          ["`clients` in {path} 3 but {path} has 2 [[objectives]] tables"]),
         ("this is = not toml", ["--config {path} is not valid TOML"]),
         ('out = "/no/such/folder/r.json"', ["`out` in {path} /no/such/folder/r.json: the folder"]),
-        ("threads = 0", ["`threads` in {path} must be >= 1"]),
+        ("threads = 0", ["`threads` in {path}", ">= 1"]),
     ],
 )  # fmt: skip
 def test_bad_config_files_exit_2_naming_the_key_and_the_file(text, messages, mod, tmp_path, capsys):

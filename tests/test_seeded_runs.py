@@ -8,6 +8,7 @@ draws it from the OS, as the parties of a deployment do (their side:
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -162,5 +163,5 @@ def test_a_run_takes_the_setups_thread_count_and_restores_the_callers(threads):
 @pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])
 def test_a_bad_thread_count_is_refused(threads):
     setup = FederationSetup(problem="branin", num_clients=2, threads=threads)
-    with pytest.raises(ValueError, match=f"`threads` must be an integer >= 1, got {threads!r}"):
+    with pytest.raises(ValueError, match=re.escape(f"`threads`={threads!r} must be")):
         run_federated("random", setup)

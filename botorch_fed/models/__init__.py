@@ -3,9 +3,10 @@ r"""BoTorch models of botorch-fed.
 - :class:`FederatedPITCGP`: the distributed PITC sparse GP (dPITC) of [FBO-FedGP]
   built from aggregated client summaries (:func:`compute_local_summary`,
   :class:`SparseSummary`).
-- :func:`fit_federated_pitc` / :func:`fit_local_average`: federated hyperparameters;
-  :class:`PITCMarginalLogLikelihood` fits the same objective with ``fit_gpytorch_mll``
-  when all clients' data are in one process.
+- :class:`PITCFitClient` / :class:`PITCHyperparameters` / :func:`pitc_loss_and_adjoint`:
+  the pieces of the federated hyperparameter fit (run by
+  :mod:`botorch_fed.protocol.federated_fit`); :class:`PITCMarginalLogLikelihood` fits the
+  same objective with ``fit_gpytorch_mll`` when all clients' data are in one process.
 - :class:`FederatedPICGP`: the client-side distributed PIC sparse GP (pPIC): dPITC plus the
   client's own data block, exact covariance with that block (:meth:`FederatedPICGP.from_pitc`).
 - :func:`fit_exact_gp` / :class:`ExactGPRefitter`: the one exact ``SingleTaskGP`` fit
@@ -40,7 +41,6 @@ from botorch_fed.models.federated_standardize import (
     outcome_moments,
     outcome_statistics,
     standardize_from_moments,
-    standardize_outcomes,
 )
 from botorch_fed.models.local_summary import compute_local_summary
 from botorch_fed.models.marginals import (
@@ -52,17 +52,9 @@ from botorch_fed.models.marginals import (
 from botorch_fed.models.nystrom import NystromEmbedding, nystrom_embedding, sample_dictionary
 from botorch_fed.models.pic import FederatedPICGP
 from botorch_fed.models.pitc import FederatedPITCGP
-from botorch_fed.models.pitc_fit import (
-    FederatedFitResult,
-    PITCFitClient,
-    PITCHyperparameters,
-    fit_federated_pitc,
-    fit_local_average,
-    pitc_loss_and_adjoint,
-)
+from botorch_fed.models.pitc_fit import PITCFitClient, PITCHyperparameters, pitc_loss_and_adjoint
 from botorch_fed.models.pitc_mll import PITCMarginalLogLikelihood
 from botorch_fed.models.pitc_snapshot import HyperparametersChangedError
-from botorch_fed.models.plaintext_sum import sum_arrays
 from botorch_fed.models.robust_estimators import (
     ata_estimate,
     median_of_means_estimate,
@@ -87,15 +79,12 @@ __all__ = [
     "exact_gp_state",
     "fit_exact_gp",
     "exact_mll_closure",
-    "FederatedFitResult",
     "FederatedPICGP",
     "FederatedPITCGP",
     "HyperparametersChangedError",
     "PITCMarginalLogLikelihood",
     "PITCFitClient",
     "PITCHyperparameters",
-    "fit_federated_pitc",
-    "fit_local_average",
     "center_from_moments",
     "centred_moments",
     "outcome_moments",
@@ -106,8 +95,6 @@ __all__ = [
     "default_jitter",
     "pitc_log_marginal_likelihood",
     "standardize_from_moments",
-    "standardize_outcomes",
-    "sum_arrays",
     "support_cholesky",
     "FeatureSpaceGP",
     "NystromEmbedding",

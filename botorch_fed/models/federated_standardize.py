@@ -21,8 +21,8 @@ Two passes (two secure sums):
    instead of ``0.995`` for ``y = 1e8 + N(0, 1)`` and ``1.0`` instead of ``1e-3`` for
    ``y = 1e5 + 1e-3 N(0, 1)``.
 
-:func:`standardize_outcomes` runs both passes with any ``aggregate(list of arrays)
--> sum`` callable.
+The summing itself is the protocol's (in one process:
+:func:`botorch_fed.protocol.federated_fit.standardize_outcomes`).
 
 **Rounding (privacy).** Every value except ``n`` is rounded by the client to
 :data:`SIGNIFICANT_BITS` (40) significant bits (round to nearest, ties to even, so
@@ -73,15 +73,13 @@ millisecond of integer arithmetic per client.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from botorch.exceptions.errors import BotorchTensorDimensionError, InputDataError
 from botorch.models.transforms.outcome import Standardize
 from torch import Tensor
-
-from botorch_fed.models.plaintext_sum import sum_arrays
 
 LIMB_BITS = 12
 MAX_LIMB = 1 << (LIMB_BITS - 1)
@@ -443,36 +441,3 @@ def standardize_from_moments(
     tf._stdvs_sq = stdvs.pow(2)
     tf._is_trained = torch.tensor(True)
     return tf.eval()
-
-
-def standardize_outcomes(
-    client_Y: Sequence[Tensor],
-    aggregate: Callable[[Sequence[np.ndarray]], np.ndarray] | None = None,
-    dtype: torch.dtype = torch.float64,
-    device: torch.device | str | None = None,
-    min_stdv: float = 1e-8,
-) -> Standardize:
-    r"""Both passes of federated standardisation with one ``aggregate`` callable.
-
-    Sums :func:`outcome_moments` of every client, derives the centre, sums
-    :func:`centred_moments` around it and builds the transform
-    (:func:`standardize_from_moments`). In a real federation each client computes its
-    own vectors; this runs both passes in one process (tests, demos).
-
-    Args:
-        client_Y: Each client's ``n_i x 1`` outcomes.
-        aggregate: ``list of arrays -> elementwise sum`` (e.g.
-            ``botorch_fed.secure.make_aggregator("masking")``; default: plain sum).
-        dtype: dtype of the transform's buffers.
-        device: device of the transform's buffers.
-        min_stdv: Standard deviations below this are replaced by 1 (as BoTorch).
-
-    Returns:
-        The trained ``Standardize(m=1)`` of all clients' outcomes pooled.
-    """
-    aggregate = sum_arrays if aggregate is None else aggregate
-    client_Y = list(client_Y)
-    first = aggregate([outcome_moments(Y) for Y in client_Y])
-    _, center = center_from_moments(first)
-    second = aggregate([centred_moments(Y, center) for Y in client_Y])
-    return standardize_from_moments(first, second, dtype=dtype, device=device, min_stdv=min_stdv)

@@ -33,11 +33,10 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from copy import deepcopy
 from typing import Any
 
-import numpy as np
 import torch
 from botorch.acquisition.objective import PosteriorTransform
 from botorch.exceptions.errors import (
@@ -85,7 +84,7 @@ from botorch_fed.models.support_set import (
 
 
 class FederatedPITCGP(PITCSnapshot, FantasizeMixin, GP):
-    r"""Distributed PITC sparse GP built from aggregated client summaries.
+    r"""Distributed PITC sparse GP built from the sum of the client summaries.
 
     The model never sees a data point: it is fully determined by the support set,
     the shared hyperparameter modules and the summed whitened summary. It is a
@@ -205,10 +204,9 @@ class FederatedPITCGP(PITCSnapshot, FantasizeMixin, GP):
         mean_module: Mean | None = None,
         outcome_transform: OutcomeTransform | None = None,
         input_transform: InputTransform | None = None,
-        aggregate: Callable[[Sequence[np.ndarray]], np.ndarray] | None = None,
         jitter: float | None = None,
     ) -> FederatedPITCGP:
-        r"""Simulate the federation in one process: summarise, aggregate, build.
+        r"""Build the model from all clients' data in one process: summarise, sum, build.
 
         Outcomes and inputs are given in their original spaces, as to
         ``SingleTaskGP``. An untrained outcome transform (e.g. ``Standardize(m=1)``)
@@ -217,11 +215,6 @@ class FederatedPITCGP(PITCSnapshot, FantasizeMixin, GP):
         learning then switched off), exactly as ``SingleTaskGP`` would on the pooled
         data; in a real federation nobody holds the pooled data -- use
         :func:`standardize_from_moments` and transforms with fixed coefficients.
-
-        Without ``aggregate`` the summaries are added as tensors. With ``aggregate``
-        (e.g. a secure backend, ``botorch_fed.secure.make_aggregator``), each client's
-        summary is packed into a float64 vector as it would be sent, the vectors are
-        combined by ``aggregate`` and the model is built from the unpacked sum.
 
         Args:
             client_data: One ``(train_X, train_Y)`` pair per client (``n_i x d``,
@@ -232,7 +225,6 @@ class FederatedPITCGP(PITCSnapshot, FantasizeMixin, GP):
             mean_module: The shared prior mean (``None``: zero).
             outcome_transform: Outcome transform (trained or not, see above).
             input_transform: Input transform (fixed or learnable, see above).
-            aggregate: ``list of arrays -> their sum``; default: add the tensors.
             jitter: Relative jitter of ``K_SS``.
 
         Returns:
@@ -275,14 +267,9 @@ class FederatedPITCGP(PITCSnapshot, FantasizeMixin, GP):
                 except (InputDataError, BotorchTensorDimensionError, UnsupportedError) as e:
                     raise type(e)(f"client_data[{i}]: {e}") from e
                 summaries.append(summary)
-        if aggregate is None:
-            total = SparseSummary.sum(summaries)
-        else:
-            packed = aggregate([s.to_numpy() for s in summaries])
-            total = SparseSummary.from_numpy(packed, support.shape[0], device=support.device)
         return cls(
             support,
-            total,
+            SparseSummary.sum(summaries),
             covar_module,
             likelihood,
             mean_module,
@@ -536,8 +523,9 @@ class FederatedPITCGP(PITCSnapshot, FantasizeMixin, GP):
         The model holds no training data, so it is fitted through a
         :class:`~botorch_fed.models.pitc_mll.PITCMarginalLogLikelihood`, which holds
         the clients' data in one process (simulations, tests, tutorials) and optimises
-        the same objective as :func:`fit_federated_pitc`. In a federation use
-        ``fit_federated_pitc``.
+        the same objective as
+        :func:`~botorch_fed.protocol.federated_fit.fit_federated_pitc`, which a
+        federation uses.
 
         Args:
             mll: A ``PITCMarginalLogLikelihood`` of this model.
@@ -555,8 +543,8 @@ class FederatedPITCGP(PITCSnapshot, FantasizeMixin, GP):
                 f"fit_gpytorch_mll got a {type(mll).__name__} for a FederatedPITCGP, which "
                 "holds no training data. With all clients' data in one process fit "
                 "PITCMarginalLogLikelihood(model.likelihood, model, client_data); in a "
-                "federation use botorch_fed.models.fit_federated_pitc and rebuild the model "
-                "from fresh summaries."
+                "federation use botorch_fed.protocol.federated_fit.fit_federated_pitc and "
+                "rebuild the model from fresh summaries."
             )
         if mll.model is not self:
             raise ValueError("`mll.model` is not this model.")

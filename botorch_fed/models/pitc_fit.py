@@ -1,40 +1,17 @@
-r"""Federated hyperparameter fitting of the dPITC sparse GP.
+r"""The client's side of the federated PITC hyperparameter fit, and its loss.
 
-Two strategies, both written over a pluggable ``aggregate(list_of_arrays) -> sum``
-callable so that secure aggregation (``botorch_fed.secure``) plugs in:
-
-1. :func:`fit_federated_pitc`: exact type-II maximum likelihood of the PITC model
-   from aggregated quantities only. The log marginal likelihood is a function of
-   the summed whitened summaries (see
-   :func:`~botorch_fed.models.sparse_summary.pitc_log_marginal_likelihood`), so one
-   evaluation of the objective and its gradient takes two aggregation rounds:
-
-   - round 1: the server broadcasts the hyperparameters ``theta``; each client
-     returns its packed summary (``SparseSummary.pack``); the server sums them and
-     evaluates ``loss = -(log p(y) + log prior(theta)) / n``;
-   - round 2: the server broadcasts the adjoint ``d loss / d packed sum``; each
-     client returns the vector-Jacobian product of its packed summary with the
-     adjoint (a vector of the size of ``theta``); the sum plus the server's prior
-     gradient is ``d loss / d theta``.
-
-   L-BFGS-B (scipy) drives the server side, exactly as ``fit_gpytorch_mll`` does
-   for BoTorch models. The objective equals gpytorch's ``ExactMarginalLogLikelihood``
-   normalisation (divided by ``n``, priors included).
-
-2. :func:`fit_local_average`: each client fits an exact GP to its own data; the
-   server averages the hyperparameter values (weighted by client size) in one
-   aggregation round. Cheap, but biased when clients see different regions.
-
-The client side of both lives in :class:`PITCFitClient`, which owns the client's
-data and its own copy of the hyperparameter modules; the server functions only
-see the arrays the clients return.
+:class:`PITCHyperparameters` maps the kernel, likelihood and mean to one raw vector
+``theta``; :class:`PITCFitClient` holds a client's data and returns its packed summary
+at ``theta``, the vector-Jacobian product of that summary with an adjoint, or its own
+exact-GP fit; :func:`pitc_loss_and_adjoint` is the loss ``-(log p(y) + log prior) / n``
+at summed summaries and its adjoint. The fit itself, which sums over clients, is
+:mod:`botorch_fed.protocol.federated_fit`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from copy import deepcopy
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -45,16 +22,12 @@ from gpytorch import Module as GPyTorchModule
 from gpytorch.kernels import Kernel
 from gpytorch.likelihoods import Likelihood
 from gpytorch.means import Mean, ZeroMean
-from scipy.optimize import minimize
 from torch import Tensor
 
 from botorch_fed.models.exact_gp import fit_exact_gp
 from botorch_fed.models.local_summary import compute_local_summary
-from botorch_fed.models.plaintext_sum import sum_arrays
 from botorch_fed.models.sparse_summary import SparseSummary, pitc_log_marginal_likelihood
 from botorch_fed.models.support_set import check_input_transform, support_factor
-
-Aggregate = Callable[[Sequence[np.ndarray]], np.ndarray]
 
 
 class PITCHyperparameters:
@@ -284,7 +257,7 @@ class PITCFitClient:
 
         Returns:
             The client-size-weighted natural hyperparameter values followed by the
-            client size, ready to be summed by the aggregator.
+            client size, to be summed over clients.
         """
         if theta is not None:
             self._hyper.set_theta(theta)
@@ -307,48 +280,26 @@ class PITCFitClient:
         return np.concatenate([n * h.get_values(), [n]])
 
 
-@dataclass
-class FederatedFitResult:
-    r"""Outcome of a federated hyperparameter fit.
-
-    Attributes:
-        loss: Final ``-(log p(y) + log prior) / n``.
-        success: Whether the optimiser reported convergence.
-        message: The optimiser's message.
-        num_evaluations: Objective evaluations.
-        num_rounds: Aggregation rounds used (two per evaluation).
-    """
-
-    loss: float
-    success: bool
-    message: str
-    num_evaluations: int
-    num_rounds: int
-
-
 def pitc_loss_and_adjoint(
     packed_sum: np.ndarray, num_support: int, hyper: PITCHyperparameters, include_prior: bool = True
 ) -> tuple[float, np.ndarray, np.ndarray]:
-    r"""Server side of one objective evaluation.
+    r"""The loss at summed summaries and its adjoint.
 
     Args:
-        packed_sum: The aggregated packed summary at the current ``theta``.
+        packed_sum: The summed packed summaries at the current ``theta``.
         num_support: Number of support points ``m``.
-        hyper: The server's hyperparameters, set to the current ``theta`` (for the
-            prior term).
+        hyper: The hyperparameters, set to the current ``theta`` (for the prior term).
         include_prior: Whether to add the modules' log priors.
 
     Returns:
-        ``(loss, adjoint, prior_grad)``: the loss
-        ``-(log p(y) + log prior) / n``, its gradient with respect to the packed
-        sum (to broadcast for round 2), and the prior's contribution to
-        ``d loss / d theta``.
+        ``(loss, adjoint, prior_grad)``: ``-(log p(y) + log prior) / n``, its gradient
+        with respect to the packed sum, and the prior's part of ``d loss / d theta``.
     """
     packed = torch.as_tensor(np.asarray(packed_sum, dtype=np.float64)).requires_grad_(True)
     summary = SparseSummary.unpack(packed, num_support)
     n = float(summary.num_data.detach())
     if not n >= 1:
-        raise ValueError(f"The aggregated summary reports {n} observations; need >= 1.")
+        raise ValueError(f"The summed summaries report {n} observations; need >= 1.")
     loss = -pitc_log_marginal_likelihood(summary) / n
     (adjoint,) = torch.autograd.grad(loss, packed)
     prior_grad = np.zeros(hyper.size)
@@ -360,114 +311,3 @@ def pitc_loss_and_adjoint(
             prior_grad = hyper.flat_grad(grads)
         loss = loss - log_prior.detach() / n
     return float(loss.detach()), adjoint.numpy(), prior_grad
-
-
-def fit_federated_pitc(
-    clients: Sequence[PITCFitClient],
-    support: Tensor,
-    covar_module: Kernel,
-    likelihood: Likelihood,
-    mean_module: Mean | None = None,
-    aggregate: Aggregate | None = None,
-    include_prior: bool = True,
-    maxiter: int = 200,
-    gtol: float = 1e-6,
-) -> FederatedFitResult:
-    r"""Exact federated type-II ML for the PITC model (two rounds per evaluation).
-
-    The given modules are updated in place with the fitted hyperparameters (as
-    ``fit_gpytorch_mll`` does for a model). The clients end at the fitted values.
-
-    Args:
-        clients: The client endpoints (each holds its own data).
-        support: ``m x d`` shared support set.
-        covar_module: The server's kernel (its values are the starting point).
-        likelihood: The server's ``GaussianLikelihood``.
-        mean_module: The server's mean (``None``: zero mean).
-        aggregate: ``list of arrays -> their sum``; default plaintext sum. A secure
-            backend's aggregation function plugs in here.
-        include_prior: Add the modules' priors (MAP, as BoTorch's default fit).
-        maxiter: Maximum L-BFGS-B iterations.
-        gtol: Projected-gradient tolerance of L-BFGS-B.
-
-    Returns:
-        A :class:`FederatedFitResult`.
-    """
-    if len(clients) == 0:
-        raise ValueError("`clients` is empty: a federation needs clients.")
-    aggregate = sum_arrays if aggregate is None else aggregate
-    hyper = PITCHyperparameters(covar_module, likelihood, mean_module)
-    for i, c in enumerate(clients):
-        if c.num_hyperparameters != hyper.size:
-            raise ValueError(
-                f"Client {i} has {c.num_hyperparameters} hyperparameters but the server's modules "
-                f"have {hyper.size}: the module structures differ."
-            )
-    m = support.shape[0]
-    evaluations = 0
-
-    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
-        nonlocal evaluations
-        evaluations += 1
-        hyper.set_theta(theta)
-        packed_sum = aggregate([c.summary(theta) for c in clients])
-        loss, adjoint, grad = pitc_loss_and_adjoint(packed_sum, m, hyper, include_prior)
-        grad = grad + aggregate([c.vjp(adjoint) for c in clients])
-        return loss, grad
-
-    result = minimize(
-        objective,
-        hyper.get_theta(),
-        jac=True,
-        method="L-BFGS-B",
-        bounds=hyper.bounds,
-        options={"maxiter": maxiter, "gtol": gtol},
-    )
-    hyper.set_theta(result.x)
-    for c in clients:
-        c.set_theta(result.x)
-    return FederatedFitResult(
-        loss=float(result.fun),
-        success=bool(result.success),
-        message=str(result.message),
-        num_evaluations=evaluations,
-        num_rounds=2 * evaluations,
-    )
-
-
-def fit_local_average(
-    clients: Sequence[PITCFitClient],
-    covar_module: Kernel,
-    likelihood: Likelihood,
-    mean_module: Mean | None = None,
-    aggregate: Aggregate | None = None,
-) -> np.ndarray:
-    r"""Average of locally fitted hyperparameters (one aggregation round).
-
-    Each client fits an exact GP (MAP, BoTorch's default fit) to its own data
-    starting from the server's hyperparameters; the server sets its modules to the
-    client-size-weighted average of the natural-space values (lengthscales, noise,
-    ...) and the clients adopt them.
-
-    Args:
-        clients: The client endpoints.
-        covar_module: The server's kernel (updated in place).
-        likelihood: The server's likelihood (updated in place).
-        mean_module: The server's mean (updated in place; ``None``: zero mean).
-        aggregate: ``list of arrays -> their sum``; default plaintext sum.
-
-    Returns:
-        The averaged natural-space hyperparameter values.
-    """
-    if len(clients) == 0:
-        raise ValueError("`clients` is empty: a federation needs clients.")
-    aggregate = sum_arrays if aggregate is None else aggregate
-    hyper = PITCHyperparameters(covar_module, likelihood, mean_module)
-    theta = hyper.get_theta()
-    total = aggregate([c.fit_local(theta) for c in clients])
-    values = total[:-1] / total[-1]
-    hyper.set_values(values)
-    theta = hyper.get_theta()
-    for c in clients:
-        c.set_theta(theta)
-    return values

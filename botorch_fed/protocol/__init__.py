@@ -1,21 +1,7 @@
-r"""The federation protocol: what every algorithm runs on.
-
-- :mod:`~botorch_fed.protocol.messages`, :mod:`~botorch_fed.protocol.transport`,
-  :mod:`~botorch_fed.protocol.ledger`, :mod:`~botorch_fed.protocol.client`: messages,
-  the in-process transport, the communication/timing ledger, and the server/client
-  roles (with the secure-sum sub-protocol).
-- :mod:`~botorch_fed.protocol.bo_client`: the state every BO client keeps (data,
-  local model, history) and its evaluation budget (:mod:`~botorch_fed.protocol.round_budget`).
-- :mod:`~botorch_fed.protocol.objectives`, :mod:`~botorch_fed.protocol.problem`,
-  :mod:`~botorch_fed.protocol.setup`: the clients' black boxes and a federation's set-up.
-- :mod:`~botorch_fed.protocol.registry`, :mod:`~botorch_fed.protocol.runner`,
-  :mod:`~botorch_fed.protocol.checkpoint`: every algorithm registers once; the in-process
-  runner builds and runs any of them; checkpoints.
-
-The algorithms themselves live in :mod:`botorch_fed.algorithms` (importing it registers
-them; run them with :func:`botorch_fed.algorithms.run_federated`). The names below load
-on first use, so a process that needs only what a message may carry
-(:mod:`~botorch_fed.protocol.payloads`: a Flower ClientApp) imports no torch.
+r"""The federation protocol every algorithm runs on: messages, transports, the ledger,
+the server/client roles with secure sums, the BO client state, objectives, the registry
+and the in-process runner. Names load on first use, so a Flower ClientApp that needs only
+:mod:`~botorch_fed.protocol.payloads` imports no torch.
 """
 
 from __future__ import annotations
@@ -23,28 +9,21 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-_API = {
-    "BOClient": "bo_client",
-    "BOSettings": "bo_client",
-    "Ledger": "ledger",
-    "Message": "messages",
-    "CallableObjective": "objectives",
-    "EvaluationError": "objectives",
-    "Objective": "objectives",
-    "ObjectiveContractError": "objectives",
-    "ClientObjective": "problem",
-    "AlgorithmSpec": "registry",
-    "BuildContext": "registry",
-    "register_algorithm": "registry",
-    "unregister_algorithm": "registry",
-    "FederatedClient": "client",
-    "FederatedServer": "server",
-    "ProtocolViolation": "declarations",
-    "RunResult": "results",
-    "FederationSetup": "setup",
-    "InProcessTransport": "transport",
-    "Transport": "transport",
+_MODULES = {
+    "bo_client": ("BOClient", "BOSettings"),
+    "client": ("FederatedClient",),
+    "declarations": ("ProtocolViolation",),
+    "ledger": ("Ledger",),
+    "messages": ("Message",),
+    "objectives": ("CallableObjective", "EvaluationError", "Objective", "ObjectiveContractError"),
+    "problem": ("ClientObjective",),
+    "registry": ("AlgorithmSpec", "BuildContext", "register_algorithm", "unregister_algorithm"),
+    "results": ("RunResult",),
+    "server": ("FederatedServer",),
+    "setup": ("FederationSetup",),
+    "transport": ("InProcessTransport", "Transport"),
 }
+_API = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = sorted(_API)
 

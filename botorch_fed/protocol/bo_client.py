@@ -1,21 +1,12 @@
 r"""What every Bayesian-optimisation client of a federation has in common.
 
-A :class:`BOClient` holds its private data in the unit cube, evaluates its own black
-box, keeps a local ``SingleTaskGP`` and maximises an acquisition function (UCB, EI
-or Thompson sampling) on any model it is given. ``history`` is a harness-side record
-of what it evaluated (for result tables); it is never sent to the server.
-
-It implements neither piece itself: the local GP is fitted by
-:class:`~botorch_fed.models.ExactGPRefitter` (warm-started refits every
-``local_refit_every`` updates, seeded from the client's seed), and acquisitions are
-built and maximised by :mod:`botorch_fed.acquisition.step_acquisition` -- UCB with a
-float64 ``beta``, log-EI, pathwise Thompson sampling on the local GP (discrete
-Thompson sampling on a Sobol set only for models without pathwise support, such as
-the global ``FederatedPITCGP``), and the ranked distinct optima of a shared search.
+A :class:`BOClient` holds private unit-cube data, evaluates its black box, keeps a local
+GP and maximises UCB, log-EI, Thompson sampling or KG on any model it is given.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable
@@ -35,14 +26,14 @@ from botorch_fed.acquisition import (
     ranked_step_candidates,
 )
 from botorch_fed.acquisition.step_acquisition import StepKind
-from botorch_fed.models import (
-    ExactGPRefitter,
-    check_exact_gp_state,
-    exact_gp_state,
-    fit_exact_gp,
-)
+from botorch_fed.models import ExactGPRefitter, check_exact_gp_state, exact_gp_state, fit_exact_gp
 from botorch_fed.privacy import KeyStream
-from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
+from botorch_fed.protocol.checkpoint import (
+    CheckpointError,
+    check_history,
+    check_tensor,
+    split_state,
+)
 from botorch_fed.protocol.client import FederatedClient
 from botorch_fed.protocol.declarations import (
     Choice,
@@ -50,6 +41,7 @@ from botorch_fed.protocol.declarations import (
     Int,
     Real,
     check_settings,
+    check_value,
     declare,
     handles,
 )
@@ -69,20 +61,14 @@ class BOSettings:
         num_init: Initial design size per client.
         num_rounds: Number of rounds ``T``.
         acquisition: ``"ucb"`` (GP-UCB), ``"ei"`` (log-EI), ``"ts"`` (Thompson) or
-            ``"kg"`` (one-shot knowledge gradient; ``local`` with it is the "no
-            collaboration" baseline of Co-KG, ``central`` with q-KG over the clients'
-            batch its "data sharing" baseline).
+            ``"kg"`` (one-shot knowledge gradient).
         beta: UCB ``beta``; ``None`` uses ``beta_t = 0.2 d log(2t)``.
-        local_refit_every: Refit the local GP's hyperparameters on every ``K``-th
-            model update (in between, the last fitted values are reused).
-        fit_maxiter: L-BFGS-B iterations of a local refit (warm-started from the
-            previous fit).
+        local_refit_every: Refit the local GP's hyperparameters every ``K``-th update.
+        fit_maxiter: L-BFGS-B iterations of a (warm-started) local refit.
         num_restarts: ``optimize_acqf`` restarts.
         raw_samples: ``optimize_acqf`` raw samples.
         maxiter: ``optimize_acqf`` L-BFGS-B iterations.
-        ts_candidates: Candidate-set size of discrete Thompson sampling (models
-            without pathwise sampling: the global dPITC model; FTS's shared-feature
-            steps).
+        ts_candidates: Candidate-set size of discrete Thompson sampling.
         num_fantasies: Fantasies of the knowledge gradient (``acquisition="kg"``).
     """
 
@@ -118,47 +104,30 @@ _MT_STATE_BYTES = 5056
 
 
 def private_generator(private_seed: int | None = None) -> torch.Generator:
-    r"""A CPU ``torch.Generator`` for a client's private randomness, with a secret state.
-
-    ``torch.Generator.manual_seed`` keeps only the low 32 bits of its seed, few enough
-    for a server to try every one. This generator's whole Mersenne Twister state, all
-    624 32-bit words, comes from a :class:`~botorch_fed.privacy.KeyStream` (ChaCha20)
-    instead: under 32 bytes of OS randomness, or, for simulations and tests, under
-    SHA-256 of ``private_seed`` (every bit of it counts; whoever knows it knows the
-    stream). Its state is saved and restored with ``get_state`` / ``set_state``, as
-    any generator's.
-
-    Args:
-        private_seed: ``None`` (OS randomness) or an integer of any size.
-
-    Returns:
-        The generator.
+    r"""A CPU ``torch.Generator`` whose whole Mersenne Twister state (not a 32-bit seed a
+    server could enumerate) comes from a :class:`~botorch_fed.privacy.KeyStream` of the
+    OS (``private_seed=None``) or of the integer ``private_seed``.
 
     Raises:
         TypeError: ``private_seed`` is not an integer.
-        RuntimeError: torch's CPU generator state does not have the layout this
-            function fills (its size, and the Mersenne Twister's words at byte 24).
+        RuntimeError: torch's generator state does not have the layout filled here.
     """
-    if private_seed is None:
-        stream = KeyStream()
-    else:
-        if isinstance(private_seed, bool):
-            raise TypeError(f"`private_seed` must be an integer or None, got {private_seed!r}.")
-        stream = KeyStream.from_seed(operator.index(private_seed))
+    if isinstance(private_seed, bool):
+        raise TypeError(f"`private_seed` must be an integer or None, got {private_seed!r}.")
+    seed = None if private_seed is None else operator.index(private_seed)
+    stream = KeyStream() if seed is None else KeyStream.from_seed(seed)
     # the top 32 bits of each uniform's 52: (k + 1/2) / 2^52 * 2^32 floors to k >> 20
     words = (stream.uniform(_MT_WORDS) * 2.0**32).floor().to(torch.int64)
     generator = torch.Generator().manual_seed(0)
     state = generator.get_state()
     layout = state.numel() == _MT_STATE_BYTES
-    if layout:
+    if layout:  # manual_seed(0) puts the words 0, 1, 1812433255, ... in the slots
         slots = state[_MT_OFFSET : _MT_OFFSET + 8 * _MT_WORDS].view(torch.int64)
-        # manual_seed(0) puts the words 0, 1, 1812433255, ... in the slots
         layout = slots[:3].tolist() == [0, 1, 1812433255]
     if not layout:
         raise RuntimeError(
-            "torch's CPU generator state does not have the layout the private generator "
-            f"fills: torch {torch.__version__} gives {state.numel()} bytes; expected "
-            f"{_MT_STATE_BYTES} with the Mersenne Twister's words at byte {_MT_OFFSET}."
+            f"torch {torch.__version__}'s CPU generator state ({state.numel()} bytes) does not "
+            f"have the layout the private generator fills ({_MT_STATE_BYTES} bytes)."
         )
     slots.copy_(words)  # the view writes into `state`
     generator.set_state(state)
@@ -171,28 +140,19 @@ class Init(Declared):
 
 
 class BOClient(RoundBudget, FederatedClient):
-    r"""A client that evaluates its black box and runs BO steps on given models.
+    r"""A client that evaluates its black box (at most ``num_init + num_rounds`` points:
+    round handlers call :meth:`accept_round` first) and runs BO steps on given models.
 
     Args:
         client_id: The id.
-        objective: The client's black box (unit-cube inputs).
+        objective: The client's black box.
         settings: The BO settings.
-        seed: The client's seed (initial design, draws, acquisition restarts).
+        seed: The client's public seed (initial design, acquisition searches).
         secagg: The client's secure-aggregation role (or ``None``).
         init_region: Optional ``2 x d`` sub-box of the unit cube for the initial design.
-        evaluation_errors: ``"record"`` (a failed evaluation is recorded and the
-            client carries on) or ``"raise"`` (it stops the run).
-        private_seed: Seed of the client's private generator
-            (:func:`private_generator`), which draws the random points that replace a
-            candidate next to a failed point and the steps of a client without data
-            (``None``: 32 bytes of OS randomness; an integer: every bit counts). It is
-            kept apart from ``seed``, which is public (the server can derive the
-            client's coins from it): a failure must not change anything the server
-            observes.
-
-    A handler of a round calls :meth:`accept_round` (:class:`RoundBudget`) before it
-    evaluates anything: the client evaluates at most ``num_init + num_rounds`` points
-    (the initial design once, one point per round) whatever the server sends.
+        evaluation_errors: ``"record"`` or ``"raise"``.
+        private_seed: Seed of :func:`private_generator` (``None``: OS randomness): its
+            draws after failures change nothing the server observes.
     """
 
     def __init__(
@@ -209,20 +169,14 @@ class BOClient(RoundBudget, FederatedClient):
         super().__init__(client_id, secagg)
         settings.validate()
         if not isinstance(objective, Objective):
+            got = type(objective).__name__
             raise ValueError(
-                f"`objective` must be an Objective (e.g. CallableObjective), got "
-                f"{type(objective).__name__}."
+                f"`objective` must be an Objective (CallableObjective, ...), got {got}."
             )
-        if evaluation_errors not in EVALUATION_ERRORS:
-            raise ValueError(
-                f"`evaluation_errors`={evaluation_errors!r} must be one of {EVALUATION_ERRORS}."
-            )
-        self.objective = objective
+        check_value("evaluation_errors", evaluation_errors, Choice(EVALUATION_ERRORS))
+        self.objective, self.settings, self.dim = objective, settings, objective.dim
         self.evaluation_errors = evaluation_errors
-        self.settings = settings
-        self.dim = objective.dim
-        self.seed = int(seed)
-        self.init_region = init_region
+        self.seed, self.init_region = int(seed), init_region
         self.rng = torch.Generator().manual_seed(self.seed)
         self.private_rng = private_generator(private_seed)
         self.bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
@@ -231,28 +185,16 @@ class BOClient(RoundBudget, FederatedClient):
         self.failed_X = torch.empty(0, self.dim, dtype=torch.float64)  # never sent
         self.history: list[dict] = []  # harness-only record, never sent
         self._initialized = False  # the initial design was asked for (once)
-        # searches every client of a round runs identically: the in-process runner
-        # gives the clients of one run a shared memo (shared_search); None: compute
+        # a memo of searches the run's clients share in one process (shared_search)
         self.search_memo: Callable[..., Tensor] | None = None
         self._local_model: SingleTaskGP | None = None
         self._local_fitter = ExactGPRefitter(
-            refit_every=settings.local_refit_every,
-            maxiter=settings.fit_maxiter,
-            warm_start=True,
-            seed=self.seed,
+            refit_every=settings.local_refit_every, maxiter=settings.fit_maxiter, seed=self.seed
         )
 
     def evaluate(self, x: Tensor, t: int, step: str) -> bool:
-        r"""Evaluate ``x`` (``1 x d``), add it to the private data, record it.
-
-        A failed evaluation (the objective raises, or returns NaN/inf) is recorded in
-        :attr:`history` and :attr:`failures` and the point is *not* added to the data
-        (it is never sent anywhere); with ``evaluation_errors="raise"`` it raises
-        :class:`~botorch_fed.protocol.objectives.EvaluationError` instead.
-
-        Returns:
-            Whether the evaluation succeeded.
-        """
+        r"""Evaluate ``x`` (``1 x d``), add it to the data and record it; returns whether
+        it succeeded (a failed point is recorded only, or raises with ``"raise"``)."""
         x = x.detach().to(torch.float64)
         point = self.objective.to_domain(x).squeeze(0).tolist()
         entry = {"round": t, "step": step, "x": point}
@@ -260,15 +202,14 @@ class BOClient(RoundBudget, FederatedClient):
             entry, observed = evaluate_point(
                 self.objective, x, entry, self.evaluation_errors, self.client_id
             )
+        self.history.append(entry)
         if observed is None:
-            self.history.append(entry)
             self.failed_X = torch.cat([self.failed_X, x])
             return False
         y = observed.reshape(1, 1)
         self.X = torch.cat([self.X, x])
         self.Y = torch.cat([self.Y, -y if self.objective.minimize else y])
         self._local_model = None
-        self.history.append(entry)
         return True
 
     @property
@@ -276,40 +217,24 @@ class BOClient(RoundBudget, FederatedClient):
         r"""The failed evaluations (round, step, point in the user's domain, error)."""
         return [h for h in self.history if h.get("failed")]
 
-    _STATE = (
-        "X",
-        "Y",
-        "failed_X",
-        "history",
-        "rng",
-        "private_rng",
-        "local_fitter",
-        "local_model",
-        "objective",
+    _STATE = tuple(
+        "X Y failed_X history rng private_rng local_fitter local_model objective".split()
     )
 
     def state_dict(self) -> dict:
-        r"""The client's state between rounds: private data, failed points, history,
-        generator, local GP (fitter state and the current model's hyperparameters), the
-        objective's own state (e.g. a noise generator) and the last round accepted
-        (:meth:`accept_round`)."""
-        state = super().state_dict()
-        state.update(self.round_state())
-        state.update(
-            X=self.X.clone(),
-            Y=self.Y.clone(),
-            failed_X=self.failed_X.clone(),
-            history=[dict(h) for h in self.history],
-            rng=self.rng.get_state(),
-            private_rng=self.private_rng.get_state(),
-            local_fitter=self._local_fitter.state_dict(),
-            local_model=None if self._local_model is None else exact_gp_state(self._local_model),
-            objective=self.objective.state_dict(),
-        )
+        r"""The client's state between rounds (data, history, generators, GP, objective)."""
+        state = {**super().state_dict(), **self.round_state()}
+        state |= {k: getattr(self, k).clone() for k in ("X", "Y", "failed_X")}
+        state |= {k: getattr(self, k).get_state() for k in ("rng", "private_rng")}
+        state["history"] = [dict(h) for h in self.history]
+        state["local_fitter"] = self._local_fitter.state_dict()
+        model = self._local_model
+        state["local_model"] = None if model is None else exact_gp_state(model)
+        state["objective"] = self.objective.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        r"""Restore :meth:`state_dict` (a checkpoint of a client with the same setup)."""
+        r"""Restore :meth:`state_dict` (of a client with the same setup)."""
         owner = f"Client {self.client_id}"
         state = self.load_round_state(owner, state)
         own, rest = split_state(owner, state, self._STATE)
@@ -317,14 +242,11 @@ class BOClient(RoundBudget, FederatedClient):
         X = check_tensor(owner, "X", own["X"], (None, self.dim))
         Y = check_tensor(owner, "Y", own["Y"], (len(X), 1))
         failed = check_tensor(owner, "failed_X", own["failed_X"], (None, self.dim))
-        if not isinstance(own["history"], list) or not all(
-            isinstance(h, dict) for h in own["history"]
-        ):
-            raise CheckpointError(f"{owner}: `history` must be a list of dicts.")
-        if sum(1 for h in own["history"] if not h.get("failed")) != len(X):
+        history = check_history(owner, own["history"])
+        if sum(1 for h in history if not h.get("failed")) != len(X):
             raise CheckpointError(f"{owner}: `history` does not match the {len(X)} data points.")
         self.X, self.Y, self.failed_X = X.clone(), Y.clone(), failed.clone()
-        self.history = [dict(h) for h in own["history"]]
+        self.history = history
         self._initialized = bool(self.history)
         _restore_generator(owner, "rng", self.rng, own["rng"])
         _restore_generator(owner, "private_rng", self.private_rng, own["private_rng"])
@@ -339,37 +261,25 @@ class BOClient(RoundBudget, FederatedClient):
             raise CheckpointError(f"{owner}: {exc}") from exc
         self.objective.load_state_dict(own["objective"])
         self._local_model = None
-        if own["local_model"] is not None:  # the model the uninterrupted run holds now
-            self._local_model = fit_exact_gp(
-                self.X, self.Y, warm_start=own["local_model"], refit=False
-            )
+        if (gp := own["local_model"]) is not None:  # the model the uninterrupted run holds now
+            self._local_model = fit_exact_gp(self.X, self.Y, warm_start=gp, refit=False)
 
     def local_model(self) -> SingleTaskGP:
-        r"""The client's own GP on its data (BoTorch defaults, outcome standardised).
-
-        Fitted by :class:`~botorch_fed.models.ExactGPRefitter`: every
-        ``local_refit_every``-th update refits the hyperparameters (warm-started from
-        the last fit, at most ``fit_maxiter`` L-BFGS-B iterations, seeded from the
-        client's seed); the updates in between reuse the last fitted values.
-        """
+        r"""The client's own GP on its data (refitted every ``local_refit_every``-th update)."""
         if self._local_model is None:
             with self.timed("local_fit"):
                 self._local_model = self._local_fitter(self.X, self.Y)
         return self._local_model
 
     def propose_local(self, t: int, kind: str | None = None) -> Tensor:
-        r"""A local step's point: the acquisition on the client's own GP, or a uniform
-        point from the client's private generator while it holds no data (every
-        evaluation so far failed)."""
+        r"""A local step: the acquisition on the local GP (without data a private uniform point)."""
         if len(self.X) == 0:
             return torch.rand(1, self.dim, generator=self.private_rng, dtype=torch.float64)
         return self.acquire(self.local_model(), t, kind=kind)
 
     def avoid_failures(self, x: Tensor) -> Tensor:
-        r"""``x``, or, if it lies within :data:`MIN_DISTANCE` of a point whose evaluation
-        failed, uniform points from the client's private generator until one does not
-        (the models never learn of failures, so they would propose the same point
-        again)."""
+        r"""``x``, or private uniform points until one lies :data:`MIN_DISTANCE` from every
+        failed point (the models never learn of failures)."""
         for _ in range(1000):  # a redraw may land next to another failed point
             if not len(self.failed_X) or torch.cdist(x, self.failed_X).min() >= MIN_DISTANCE:
                 break
@@ -382,13 +292,10 @@ class BOClient(RoundBudget, FederatedClient):
 
     def _kind(self, kind: str | None) -> StepKind:
         kind = self.settings.acquisition if kind is None else kind
-        if kind not in ACQUISITIONS:
-            raise ValueError(f"`kind`={kind!r} must be one of {ACQUISITIONS}.")
-        return cast(StepKind, kind)
+        return cast(StepKind, check_value("kind", kind, Choice(ACQUISITIONS)))
 
     def _step_arguments(self, kind: str, t: int, best_f: Tensor | float | None) -> dict:
-        r"""``beta`` (UCB), ``best_f`` (EI) and ``num_fantasies`` (KG) of round ``t`` for
-        the step functions."""
+        r"""``beta`` (UCB), ``best_f`` (EI) or ``num_fantasies`` (KG) of round ``t``."""
         if kind == "ucb":
             return {"beta": self.settings.beta_at(t, self.dim)}
         if kind == "ei":
@@ -405,28 +312,13 @@ class BOClient(RoundBudget, FederatedClient):
         seed: int | None = None,
         kind: str | None = None,
     ) -> AcquisitionFunction:
-        r"""The configured acquisition of round ``t``, by
-        :func:`~botorch_fed.acquisition.make_step_acquisition`.
-
-        Args:
-            model: The GP to acquire on.
-            t: The round (UCB's ``beta_t``, stored in float64; the default TS seed).
-            best_f: EI's incumbent (``None``: the best value of the local data).
-            seed: Seed of the Thompson path and of KG's fantasies (``None``:
-                :meth:`step_seed` of ``t``).
-            kind: ``"ucb"``, ``"ei"``, ``"ts"`` or ``"kg"`` (``None``: the settings').
-
-        Returns:
-            ``UpperConfidenceBound``, ``LogExpectedImprovement``,
-            ``PathwiseThompsonSampling`` (only for models with pathwise sampling
-            support) or ``qKnowledgeGradient``.
-        """
-        kind = self._kind(kind)
+        r"""The acquisition ``kind`` (``None``: the settings') of round ``t`` on ``model``
+        (:func:`~botorch_fed.acquisition.make_step_acquisition`); ``best_f``: EI's
+        incumbent (``None``: the local best); ``seed``: of TS and KG (``None``:
+        :meth:`step_seed`)."""
+        kind, seed = self._kind(kind), self.step_seed(t) if seed is None else int(seed)
         return make_step_acquisition(
-            kind,
-            model,
-            seed=self.step_seed(t) if seed is None else int(seed),
-            **self._step_arguments(kind, t, best_f),
+            kind, model, seed=seed, **self._step_arguments(kind, t, best_f)
         )
 
     def acquire(
@@ -439,25 +331,9 @@ class BOClient(RoundBudget, FederatedClient):
         seed: int | None = None,
         kind: str | None = None,
     ) -> Tensor:
-        r"""Maximise the configured acquisition (or ``acqf``) on ``model``.
-
-        Without ``acqf`` this is one step of
-        :func:`~botorch_fed.acquisition.propose_step_candidate` (UCB, log-EI with the
-        local incumbent, one-shot KG with ``num_fantasies`` fantasies, pathwise TS --
-        or discrete TS on ``ts_candidates`` Sobol points for a model without pathwise
-        sampling); a given ``acqf`` is maximised
-        by :func:`~botorch_fed.acquisition.maximize_step_acquisition`.
-
-        With ``count > 1`` (``count`` clients maximise the same acquisition on the same
-        model in this round, and this one has ``rank``), all of them run the same
-        seeded search -- a multi-start optimisation plus its raw Sobol samples -- and
-        rank the results (:func:`~botorch_fed.acquisition.ranked_step_candidates`):
-        the optimised points by value, then the raw samples by value, skipping any
-        point within :data:`MIN_DISTANCE` of one already ranked. This client takes the
-        ``rank``-th, so simultaneous steps do not evaluate one point ``count`` times.
-        Thompson sampling ignores ``rank`` and ``count`` (each client's own sample).
-        Searches run under a fixed seed (the global RNG state is restored
-        afterwards).
+        r"""Maximise the configured acquisition (or ``acqf``) on ``model``; ``count > 1``
+        clients doing so this round run one search and take its ``rank``-th distinct
+        result (:func:`~botorch_fed.acquisition.ranked_step_candidates`; not with TS).
 
         Args:
             model: The GP to acquire on.
@@ -469,69 +345,41 @@ class BOClient(RoundBudget, FederatedClient):
             kind: ``"ucb"``, ``"ei"``, ``"ts"`` or ``"kg"`` (``None``: the settings').
 
         Returns:
-            The ``1 x d`` candidate in the unit cube.
+            The ``1 x d`` unit-cube candidate (:meth:`avoid_failures`).
         """
         s = self.settings
         kind = self._kind(kind)
         seed = self.step_seed(t) if seed is None else int(seed)
         distinct = count > 1 and not (acqf is None and kind == "ts")
         restarts = max(s.num_restarts, 2 * count) if distinct else s.num_restarts
-        search: dict[str, Any] = {
-            "num_restarts": restarts,
-            "raw_samples": max(s.raw_samples, 4 * restarts),
-            "maxiter": s.maxiter,
-        }
+        search: dict[str, Any] = {"num_restarts": restarts, "maxiter": s.maxiter}
+        search["raw_samples"] = max(s.raw_samples, 4 * restarts)
         with self.timed("acquisition"):
             if acqf is None and not distinct:
-                X = propose_step_candidate(
-                    kind,
-                    model,
-                    self.bounds,
-                    seed=seed,
-                    num_candidates=s.ts_candidates,
-                    **search,
-                    **self._step_arguments(kind, t, None),
-                )
+                args = {"num_candidates": s.ts_candidates, **self._step_arguments(kind, t, None)}
+                X = propose_step_candidate(kind, model, self.bounds, seed=seed, **search, **args)
             elif not distinct:
                 assert acqf is not None  # the branch above takes acqf=None
                 X = maximize_step_acquisition(acqf, self.bounds, seed=seed, **search)
             else:
-                # the search's seed also seeds the acquisition (KG's fantasies): every
-                # client of the round must build the same one, from the secret seed
+                # every client of the round builds the same acquisition (KG's fantasies
+                # too) and runs the same search: once in one process (the runner's memo)
                 if acqf is None:
                     acqf = self.make_acquisition(model, t, seed=seed, kind=kind)
-
-                # every client of the round runs this same search: in one process the
-                # runner's memo runs it once (keyed by the digest of all its inputs)
-                def run_search() -> Tensor:
-                    return ranked_step_candidates(
-                        acqf, self.bounds, seed=seed, min_distance=MIN_DISTANCE, **search
-                    )
-
+                options = {"seed": seed, "min_distance": MIN_DISTANCE, **search}
+                run_search = functools.partial(ranked_step_candidates, acqf, self.bounds, **options)
                 if self.search_memo is None:
                     ranked = run_search()
-                else:
-                    ranked = self.search_memo(
-                        acqf,
-                        self.bounds,
-                        # torch's thread count changes the search's last bits
-                        {
-                            "seed": seed,
-                            "min_distance": MIN_DISTANCE,
-                            **search,
-                            "threads": torch.get_num_threads(),
-                        },
-                        run_search,
-                    )
+                else:  # torch's thread count changes the search's last bits
+                    threads = {"threads": torch.get_num_threads()}
+                    ranked = self.search_memo(acqf, self.bounds, options | threads, run_search)
                 X = ranked[min(rank, len(ranked) - 1)]
         return self.avoid_failures(X.detach().reshape(1, self.dim).clamp(0.0, 1.0))
 
     @handles(Init)
     def on_init(self, message: Init) -> dict:
-        r"""Round 0: evaluate the initial design -- once. A client that has evaluated
-        anything (a second ``init``, or a client resumed from a checkpoint) refuses, so
-        a server cannot have the design evaluated again and again; so does one whose
-        first ``init`` stopped at a failed point (``evaluation_errors="raise"``)."""
+        r"""Round 0: evaluate the initial design, once (a client that has evaluated
+        anything refuses, so a server cannot have it evaluated again)."""
         if self.history or self._initialized or self._accepted_round:
             raise self.violation(
                 "a second `init`: the initial design is evaluated once (this client holds "
@@ -539,20 +387,13 @@ class BOClient(RoundBudget, FederatedClient):
                 "init",
             )
         self._initialized = True
-        X0 = initial_design(self.settings.num_init, self.dim, self.seed, self.init_region)
-        for x in X0:
+        for x in initial_design(self.settings.num_init, self.dim, self.seed, self.init_region):
             self.evaluate(x.unsqueeze(0), 0, "init")
         return {}
 
 
 def _restore_generator(owner: str, name: str, generator: torch.Generator, state) -> None:
-    r"""Set ``generator`` to the saved ``state`` of the field ``name``.
-
-    Raises:
-        CheckpointError: Naming ``owner`` and ``name``, when ``state`` is not a
-            ``uint8`` tensor of torch's CPU generator state size or does not hold a
-            valid Mersenne Twister state.
-    """
+    r"""Set ``generator`` to the saved ``state`` of field ``name``."""
     state = check_tensor(owner, name, state, (_MT_STATE_BYTES,), torch.uint8)
     try:
         generator.set_state(state)

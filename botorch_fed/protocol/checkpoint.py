@@ -1,32 +1,9 @@
 r"""Checkpoints of a federated run: every party's state in its own file, written atomically.
 
-After every round the harness asks each party for its ``state_dict()`` (a client's
-private data, models, generators and key material; the server's state and ledger) and
-writes one file per party with :func:`torch.save`, then a manifest
-``checkpoint.json`` naming the round, the files and their SHA-256 digests, the
-algorithm, the federation, the settings and where the parties' private randomness
-comes from (``private_randomness``: a resume must keep it). A checkpoint directory
-always holds one complete, consistent checkpoint:
-
-1. each party's file is written under a name of its own (``client-3.r000012.<token>.pt``,
-   a fresh random token per save, so no save ever writes over a file the current
-   manifest lists) to a temporary file, flushed to disk and renamed;
-2. the manifest is written the same way and replaces the old one with
-   :func:`os.replace` (atomic on POSIX and Windows);
-3. only then are the previous round's files removed.
-
-A crash at any point leaves the previous manifest and its files intact. A run refuses a
-folder that holds another run's checkpoint (:func:`prepare_folder`), and holds an
-advisory lock on the folder while it runs (POSIX), so two runs cannot write into one
-folder.
-:func:`load_checkpoint` verifies the manifest, every file's digest and every file's
-content before returning anything, and loads with ``weights_only=True`` (tensors and
-plain containers only: a checkpoint cannot execute code). Anything corrupt, missing
-or mismatched raises :class:`CheckpointError` (a ``ValueError``) naming the file;
-nothing is half-loaded.
-
-Client files hold that client's private data and secret key material: they belong on
-that client's machine. In-process runs write them side by side.
+A save writes fresh party files, then replaces the manifest ``checkpoint.json`` (files,
+SHA-256 digests, run), then removes the old files: a crash keeps the previous checkpoint.
+:func:`load_checkpoint` verifies everything first and loads ``weights_only`` (no code
+runs). Client files hold private data and keys.
 """
 
 from __future__ import annotations
@@ -57,22 +34,8 @@ class CheckpointError(ValueError):
     r"""A checkpoint that is missing, corrupt or does not belong to this run."""
 
 
-def expect_keys(owner: str, state: Mapping, expected: Iterable[str]) -> None:
-    r"""Raise :class:`CheckpointError` unless ``state`` has exactly the ``expected`` keys."""
-    if not isinstance(state, Mapping):
-        raise CheckpointError(f"{owner}: state must be a dict, got {type(state).__name__}.")
-    expected = set(expected)
-    missing, extra = expected - set(state), set(state) - expected
-    if missing or extra:
-        raise CheckpointError(
-            f"{owner}: state has unexpected keys {sorted(map(str, extra))} and lacks "
-            f"{sorted(missing)}."
-        )
-
-
 def split_state(owner: str, state: Mapping, keys: Iterable[str]) -> tuple[dict, dict]:
-    r"""``(own, rest)``: the entries ``keys`` of ``state`` (all required) and the others
-    (for the base class)."""
+    r"""``(own, rest)``: the entries ``keys`` of ``state`` (all required) and the others."""
     if not isinstance(state, Mapping):
         raise CheckpointError(f"{owner}: state must be a dict, got {type(state).__name__}.")
     keys = tuple(keys)
@@ -83,21 +46,27 @@ def split_state(owner: str, state: Mapping, keys: Iterable[str]) -> tuple[dict, 
     return own, {k: v for k, v in state.items() if k not in own}
 
 
+def expect_keys(owner: str, state: Mapping, expected: Iterable[str]) -> None:
+    r"""Raise :class:`CheckpointError` unless ``state`` has exactly the ``expected`` keys."""
+    extra = split_state(owner, state, expected)[1]
+    if extra:
+        raise CheckpointError(f"{owner}: state has unexpected keys {sorted(map(str, extra))}.")
+
+
+def check_history(owner: str, value) -> list[dict]:
+    r"""Copies of the entries of a saved ``history``, which must be a list of dicts."""
+    if not isinstance(value, list) or not all(isinstance(h, dict) for h in value):
+        raise CheckpointError(f"{owner}: `history` must be a list of dicts.")
+    return [dict(h) for h in value]
+
+
 def check_tensor(owner: str, name: str, value, shape: tuple, dtype=torch.float64):
-    r"""``value`` if it is a tensor of ``dtype`` and ``shape`` (``None`` entries: any
-    size), else :class:`CheckpointError`."""
-    ok = (
-        isinstance(value, torch.Tensor)
-        and value.dtype == dtype
-        and value.ndim == len(shape)
-        and all(s is None or s == v for s, v in zip(shape, value.shape, strict=True))
-    )
-    if not ok:
-        got = (
-            f"{value.dtype} tensor of shape {tuple(value.shape)}"
-            if isinstance(value, torch.Tensor)
-            else type(value).__name__
-        )
+    r"""``value`` if it is a tensor of ``dtype`` and ``shape`` (``None``: any size)."""
+    ok = isinstance(value, torch.Tensor) and value.dtype == dtype and value.ndim == len(shape)
+    if not (ok and all(s is None or s == v for s, v in zip(shape, value.shape, strict=True))):
+        got = type(value).__name__
+        if isinstance(value, torch.Tensor):
+            got = f"{value.dtype} tensor of shape {tuple(value.shape)}"
         want = " x ".join("n" if s is None else str(s) for s in shape)
         raise CheckpointError(
             f"{owner}: `{name}` must be a {dtype} tensor of shape {want}, got {got}."
@@ -110,12 +79,9 @@ def _fsync_dir(folder: Path) -> None:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory descriptors
         return
-    try:
+    with contextlib.suppress(OSError):
         os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
+    os.close(fd)
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -133,26 +99,9 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def _serialise(state: Mapping) -> bytes:
-    buf = io.BytesIO()
-    torch.save(dict(state), buf)
-    return buf.getvalue()
-
-
 def save_checkpoint(folder: str | os.PathLike, round: int, parties: Mapping, info: dict) -> Path:
-    r"""Write one checkpoint (see the module docstring).
-
-    Args:
-        folder: The checkpoint directory (created if missing).
-        round: The last completed round.
-        parties: ``{"server": state, "client-0": state, ...}``: each party's state
-            (tensors, bytes and plain containers).
-        info: JSON-serialisable description of the run (algorithm, setup, settings,
-            private randomness, scores so far) stored in the manifest.
-
-    Returns:
-        The manifest's path.
-    """
+    r"""Write the checkpoint of ``round``: ``parties`` (``{"server": state,
+    "client-0": state, ...}``) and ``info`` (JSON) in the manifest; returns its path."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(8)
@@ -160,7 +109,9 @@ def save_checkpoint(folder: str | os.PathLike, round: int, parties: Mapping, inf
     for name, state in parties.items():
         if not _PARTY.match(name):
             raise ValueError(f"Party name {name!r} must be 'server' or 'client-<id>'.")
-        data = _serialise(state)
+        buf = io.BytesIO()
+        torch.save(dict(state), buf)
+        data = buf.getvalue()
         file = f"{name}.r{int(round):06d}.{token}.pt"
         write_atomically(folder / file, data)
         files[name] = {"file": file, "sha256": hashlib.sha256(data).hexdigest()}
@@ -176,49 +127,35 @@ def save_checkpoint(folder: str | os.PathLike, round: int, parties: Mapping, inf
 
 
 def prepare_folder(folder, resuming_from=None) -> Path:
-    r"""Check that a run may checkpoint into ``folder`` before it starts.
-
-    Args:
-        folder: The checkpoint folder (created if missing).
-        resuming_from: The folder the run resumes from, if any: only that folder may
-            already hold a checkpoint.
-
-    Returns:
-        The folder as a ``Path``.
-
-    Raises:
-        CheckpointError: ``folder`` is a file, cannot be created or written, or holds
-            another run's checkpoint.
-    """
-    path = Path(folder)
+    r"""``folder`` (created) as a ``Path`` if a run may checkpoint into it: a private,
+    writable folder without a checkpoint, unless it is ``resuming_from``."""
+    path, where = Path(folder), f"`checkpoint`={str(folder)!r}"
     if path.exists() and not path.is_dir():
-        raise CheckpointError(f"`checkpoint`={str(folder)!r} is a file, not a folder.")
+        raise CheckpointError(f"{where} is a file, not a folder.")
     try:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
-        raise CheckpointError(f"`checkpoint`={str(folder)!r} cannot be created ({exc}).") from exc
+        raise CheckpointError(f"{where} cannot be created ({exc}).") from exc
     if not os.access(path, os.W_OK | os.X_OK):
-        raise CheckpointError(f"`checkpoint`={str(folder)!r} is not writable.")
+        raise CheckpointError(f"{where} is not writable.")
     info = path.stat()
     if hasattr(os, "getuid") and (info.st_uid != os.getuid() or info.st_mode & stat.S_IWOTH):
         raise CheckpointError(
-            f"`checkpoint`={str(folder)!r} is not a private folder of this user (owned by "
-            "another user, or writable by everyone): others could plant or replace files in "
-            "it. Use a folder of your own."
+            f"{where} is not a private folder of this user (owned by another user, or writable "
+            "by everyone): others could plant or replace files in it. Use a folder of your own."
         )
     same = resuming_from is not None and path.resolve() == Path(resuming_from).resolve()
     if (path / MANIFEST).exists() and not same:
         raise CheckpointError(
-            f"`checkpoint`={str(folder)!r} already holds a checkpoint; resume from it "
-            "(`resume=`) or choose an empty folder (a run never overwrites another's)."
+            f"{where} already holds a checkpoint; resume from it (`resume=`) or choose an "
+            "empty folder (a run never overwrites another's)."
         )
     return path
 
 
 @contextlib.contextmanager
 def folder_lock(folder) -> Iterator[None]:
-    r"""Hold an exclusive advisory lock on ``folder`` (released when the process
-    exits, also on a crash); :class:`CheckpointError` if another run holds it."""
+    r"""Hold an exclusive advisory lock on ``folder`` (POSIX; released on exit)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX: no lock
@@ -242,18 +179,7 @@ def folder_lock(folder) -> Iterator[None]:
 
 
 def load_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, dict]]:
-    r"""Read and verify a checkpoint.
-
-    Args:
-        folder: The checkpoint directory.
-
-    Returns:
-        ``(manifest, states)``: the manifest and ``{party: state}``.
-
-    Raises:
-        CheckpointError: The folder has no manifest, or the manifest or any file is
-            unreadable, altered or of another format.
-    """
+    r"""``(manifest, {party: state})`` of the verified checkpoint in ``folder``."""
     folder = Path(folder)
     path = folder / MANIFEST
     if not path.is_file():
@@ -262,15 +188,14 @@ def load_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, dict]]:
         manifest = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise CheckpointError(f"{path} is corrupt ({exc}).") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    found = manifest.get("format") if isinstance(manifest, dict) else None
+    if found != FORMAT:
         raise CheckpointError(
-            f"{path}: not a botorch-fed checkpoint of format {FORMAT} "
-            f"(format {manifest.get('format') if isinstance(manifest, dict) else None!r})."
+            f"{path}: not a botorch-fed checkpoint of format {FORMAT} ({found!r})."
         )
-    files = manifest.get("files")
+    files, round_ = manifest.get("files"), manifest.get("round")
     if not isinstance(files, dict) or "server" not in files:
         raise CheckpointError(f"{path}: the manifest lists no server file.")
-    round_ = manifest.get("round")
     if isinstance(round_, bool) or not isinstance(round_, int) or round_ < 0:
         raise CheckpointError(f"{path}: `round` must be an integer >= 0, got {round_!r}.")
     states = {}
@@ -290,13 +215,9 @@ def load_checkpoint(folder: str | os.PathLike) -> tuple[dict, dict[str, dict]]:
             state = torch.load(io.BytesIO(data), weights_only=True)
         except Exception as exc:  # noqa: BLE001 - any unpickling failure
             raise CheckpointError(f"{file} cannot be read ({exc}).") from exc
-        if not isinstance(state, dict):
-            raise CheckpointError(f"{file} does not hold a state dict.")
-        if state.get("round") != round_:
-            raise CheckpointError(
-                f"{file} is the state after round {state.get('round')!r}, the manifest "
-                f"says round {round_}."
-            )
+        found = state.get("round") if isinstance(state, dict) else None
+        if found != round_:
+            raise CheckpointError(f"{file} is no state dict of round {round_} ({found!r}).")
         states[name] = state
     return manifest, states
 

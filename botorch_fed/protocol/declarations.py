@@ -1,26 +1,6 @@
-r"""Declared messages: what may arrive, stated once per message type and checked once.
-
-Every message a server sends a client is a :class:`Declared` subclass next to its
-algorithm: a frozen dataclass whose fields are annotated with their domain::
-
-    @declare("round")
-    class Round(Declared):
-        t: Annotated[int, Int(1, "round_limit")]
-
-A domain (:class:`Int`, :class:`Real`, :class:`Flag`, :class:`Choice`, :class:`Blob`,
-:class:`Array`) may name its bounds, choices and shapes in terms of the run: a number,
-``None`` (unbounded), the name of an attribute of the receiving party (``"dim"``,
-``"settings.num_init"``; a method is called) or a callable ``party -> value``. A client
-registers a handler per declaration with :func:`handles`; the protocol
-(:meth:`~botorch_fed.protocol.client.FederatedClient.handle`) decodes each message
-against its declaration before the handler runs, so the handler gets a typed object and
-every value the server chose lies in its declared domain (DESIGN: "Messages are
-declared, and server-chosen values are bounded"). A message of an undeclared type, a
-missing or extra field, or a value outside its domain is refused with a
-:class:`ProtocolViolation` naming the client, the message type, the round and the field.
-
-What a check refuses depends only on what the server sent and on public settings,
-never on private data: a refusal tells the server nothing it did not know.
+r"""Declared messages: each type states its fields' domains once, and a client checks every
+message against its declaration before the handler runs (DESIGN: "Messages are declared").
+A refusal depends only on what the server sent and on public settings, never on private data.
 """
 
 from __future__ import annotations
@@ -39,21 +19,18 @@ Bound = int | float | str | Callable[[Any], Any] | None
 
 
 class ProtocolViolation(RuntimeError):
-    r"""A party received a message it cannot handle in its current state, or one that
-    does not match its declaration."""
+    r"""A message a party cannot handle in its state, or that does not match its declaration."""
 
 
 def resolve(bound: Bound, party: object) -> Any:
-    r"""The value of a declared bound for ``party``: numbers and ``None`` as they are, an
-    attribute path (``"settings.num_rounds"``; a method is called) or a callable."""
+    r"""``bound`` for ``party``: a number or ``None``, an attribute path of ``party``
+    (``"settings.num_init"``; a method is called) or a callable ``party -> value``."""
     if isinstance(bound, str):
         value: Any = party
         for name in bound.split("."):
             value = getattr(value, name)
         return value() if callable(value) else value
-    if callable(bound):
-        return bound(party)
-    return bound
+    return bound(party) if callable(bound) else bound
 
 
 class FieldError(ValueError):
@@ -62,8 +39,7 @@ class FieldError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Domain:
-    r"""Base class of a field's domain. ``optional``: the field may be absent (the
-    handler then gets ``None``)."""
+    r"""Base class of a field's domain (``optional``: the field may be absent, then ``None``)."""
 
     optional: bool = dataclasses.field(default=False, kw_only=True)
 
@@ -78,13 +54,17 @@ def _integer(value: object) -> int:
     return int(value)
 
 
-def _in_range(value: float, low: Any, high: Any) -> None:
-    if (low is not None and value < low) or (high is not None and value > high):
+def _in_range(value: float, low: Any, high: Any, open: bool | str = False) -> None:
+    lo, hi = open in (True, "low"), open in (True, "high")
+    below = low is not None and (value <= low if lo else value < low)
+    if below or (high is not None and (value >= high if hi else value > high)):
         if high is None:
-            raise FieldError(f"must be >= {low:g}")
+            raise FieldError(f"must be {'>' if lo else '>='} {low:g}")
         if low is None:
-            raise FieldError(f"must be <= {high:g}")
-        raise FieldError(f"lies outside its domain [{low:g}, {high:g}]")
+            raise FieldError(f"must be {'<' if hi else '<='} {high:g}")
+        if not open:
+            raise FieldError(f"lies outside its domain [{low:g}, {high:g}]")
+        raise FieldError(f"must lie in {'[('[lo]}{low:g}, {high:g}{'])'[hi]}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +82,12 @@ class Int(Domain):
 
 @dataclasses.dataclass(frozen=True)
 class Real(Domain):
-    r"""A finite real number in ``[low, high]`` (ints are accepted; ``bool`` is not)."""
+    r"""A finite real number in ``[low, high]`` (``open``: ``True`` excludes both bounds,
+    ``"low"``/``"high"`` one; ints are accepted, ``bool`` is not)."""
 
     low: Bound = None
     high: Bound = None
+    open: bool | str = dataclasses.field(default=False, kw_only=True)
 
     def check(self, value: object, party: object) -> float:
         if isinstance(value, bool | np.bool_) or not isinstance(
@@ -115,7 +97,7 @@ class Real(Domain):
         v = float(value)
         if not math.isfinite(v):
             raise FieldError("must be finite")
-        _in_range(v, resolve(self.low, party), resolve(self.high, party))
+        _in_range(v, resolve(self.low, party), resolve(self.high, party), self.open)
         return v
 
 
@@ -157,17 +139,18 @@ class Blob(Domain):
         return value
 
 
+_KINDS: dict[str, tuple[str, type, str]] = {"bool": ("b", bool, "a bool")}
+_KINDS |= {"int": ("iu", np.int64, "an int64"), "float": ("iuf", np.float64, "a float")}
+
+
 @dataclasses.dataclass(frozen=True)
 class Array(Domain):
-    r"""A numpy array of ``kind`` (``"float"``: finite float64 values; ``"int"``:
-    int64; ``"bool"``) whose shape matches ``shape`` (each entry a bound; ``None``: any
-    length) and whose values lie in ``[low, high]`` (elementwise; a bound may resolve to
-    an array that broadcasts against the value).
+    r"""A numpy array of ``kind`` (``"float"``: finite float64; ``"int"``: int64; ``"bool"``).
 
-    ``rows``: ``(low, high)`` bounds on the length of the first axis; ``distinct``: the
-    entries (of a 1-D array) are pairwise distinct; ``note``: what the field must be, in
-    words, appended to every refusal (a string, taken as it is, or a callable
-    ``party -> str``)."""
+    ``shape``: one bound per axis (``None``: any length); ``low``/``high``: elementwise
+    bounds (may resolve to arrays that broadcast); ``rows``: ``(low, high)`` bounds on the
+    first axis' length; ``distinct``: 1-D entries pairwise distinct; ``note``: a string
+    or callable ``party -> str`` appended to every refusal."""
 
     shape: tuple = ()
     low: Bound = None
@@ -187,20 +170,13 @@ class Array(Domain):
     def _check(self, value: object, party: object) -> np.ndarray:
         if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
             raise FieldError(f"must be a numeric array (not {type(value).__name__})")
-        if self.kind == "bool":
-            if value.dtype.kind != "b":
-                raise FieldError(f"must be a bool array (not {value.dtype})")
-            array = value.astype(bool)
-        elif self.kind == "int":
-            if value.dtype.kind not in "iu" or (value.size and value.max() > INT_RANGE[1] // 2):
-                raise FieldError(f"must be an int64 array (not {value.dtype})")
-            array = value.astype(np.int64)
-        else:
-            if value.dtype.kind == "b":
-                raise FieldError("must be a float array (not bool)")
-            array = value.astype(np.float64)
-            if not np.isfinite(array).all():
-                raise FieldError("must hold finite values only")
+        kinds, dtype, name = _KINDS[self.kind]
+        too_large = self.kind == "int" and value.size and value.max() > INT_RANGE[1] // 2
+        if value.dtype.kind not in kinds or too_large:
+            raise FieldError(f"must be {name} array (not {value.dtype})")
+        array: np.ndarray = value.astype(dtype)
+        if self.kind == "float" and not np.isfinite(array).all():
+            raise FieldError("must hold finite values only")
         expected = tuple(resolve(n, party) for n in self.shape)
         if array.ndim != len(expected) or any(
             n is not None and int(n) != m for n, m in zip(expected, array.shape, strict=True)
@@ -228,13 +204,12 @@ def _show(bound: Any) -> str:
 
 
 class Declared:
-    r"""Base class of a declared message: subclasses are frozen dataclasses (made so by
-    :func:`declare`) whose fields are ``Annotated[type, Domain]``.
+    r"""Base class of a declared message (a frozen dataclass made by :func:`declare`).
 
     Attributes:
         TYPE: The message type on the wire.
         RELAYED: Whether the server sends every client the same value (bound into the
-            next secure sum: :func:`~botorch_fed.protocol.secure_sum.relayed_digest`).
+            next secure sum).
         DOMAINS: Field name -> domain.
     """
 
@@ -249,37 +224,28 @@ class Declared:
         r"""The message as a typed object, every field checked against its domain.
 
         Raises:
-            Refused: Naming the field that is missing, extra or outside its domain
-                (:meth:`~botorch_fed.protocol.client.FederatedClient.handle` turns it into
-                the :class:`ProtocolViolation` a party raises).
+            Refused: Naming the field that is missing, extra or outside its domain.
         """
         extra = sorted(set(payload) - set(cls.DOMAINS))
         if extra:
             raise Refused(extra[0], "is not a field of this message")
         values: dict[str, Any] = {}
         for name, domain in cls.DOMAINS.items():
-            if name not in payload:
-                if not domain.optional:
-                    raise Refused(name, "is missing")
-                values[name] = None
-                continue
+            if name not in payload and not domain.optional:
+                raise Refused(name, "is missing")
             try:
-                values[name] = domain.check(payload[name], party)
+                values[name] = domain.check(payload[name], party) if name in payload else None
             except FieldError as exc:
                 raise Refused(name, str(exc), payload[name]) from None
         return cls(**values)
 
     def payload(self) -> dict:
         r"""The message's fields (those that are ``None`` left out)."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) is not None
-        }
+        fields = ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))
+        return {name: value for name, value in fields if value is not None}
 
     def wire(self) -> dict:
-        r"""The message's payload as it travels (:meth:`payload`, unless a subclass
-        lays its fields out otherwise)."""
+        r"""The payload as it travels (subclasses may lay it out otherwise)."""
         return self.payload()
 
 
@@ -308,13 +274,8 @@ _D = TypeVar("_D", bound=Declared)
 
 @dataclass_transform(frozen_default=True)
 def declare(type_: str, relayed: bool = False) -> Callable[[type[_D]], type[_D]]:
-    r"""Class decorator: ``cls`` becomes a frozen dataclass declaring message ``type_``.
-
-    Args:
-        type_: The message type on the wire.
-        relayed: Whether the server sends every client the same value (see
-            :attr:`Declared.RELAYED`).
-    """
+    r"""Class decorator: ``cls`` becomes a frozen dataclass declaring message ``type_``
+    (``relayed``: see :attr:`Declared.RELAYED`)."""
 
     def wrap(cls: type[_D]) -> type[_D]:
         if not issubclass(cls, Declared):
@@ -340,59 +301,54 @@ def field_domains(cls: type, every: bool = False) -> dict[str, Domain]:
     return domains
 
 
+def check_value(name: str, value: Any, domain: Domain, party: object = None) -> Any:
+    r"""``value`` checked by ``domain`` (``None`` passes ``optional``), or a ``ValueError``
+    naming ``name``."""
+    if value is None and domain.optional:
+        return None
+    try:
+        return domain.check(value, party)
+    except FieldError as exc:
+        raise ValueError(f"`{name}`={_brief(value)} {exc}.") from None
+
+
 def check_settings(settings: object) -> None:
-    r"""Raise ``ValueError`` naming the first field of the settings dataclass
-    ``settings`` that lies outside its declared domain (bounds resolve against
-    ``settings``, so a bound may name another setting; ``None`` passes an ``optional``
-    domain)."""
+    r"""Raise ``ValueError`` naming the first field of the settings dataclass outside its
+    declared domain (bounds resolve against ``settings``; ``None`` passes ``optional``)."""
     for name, domain in field_domains(type(settings)).items():
-        value = getattr(settings, name)
-        if value is None and domain.optional:
-            continue
-        try:
-            domain.check(value, settings)
-        except FieldError as exc:
-            raise ValueError(f"`{name}`={_brief(value)} {exc}.") from None
+        check_value(name, getattr(settings, name), domain, settings)
 
 
-_M = TypeVar("_M", bound=Declared)
-_Handler = Callable[[Any, _M], Any]
+_Handler = Callable[[Any, _D], Any]
 
 
-def handles(declaration: type[_M]) -> Callable[[_Handler[_M]], _Handler[_M]]:
-    r"""Method decorator: the method handles messages of ``declaration``'s type; it is
-    called with the decoded message (``self.on_x(message: Declaration) -> dict``; a type
-    checker refuses a method annotated with another declaration). A subclass that
-    overrides the method (without the decorator) keeps the declaration."""
-
-    def wrap(method: _Handler[_M]) -> _Handler[_M]:
-        method.__handles__ = declaration  # type: ignore[attr-defined]
+def _mark(marker: str, value: object) -> Callable[[Any], Any]:
+    def wrap(method: Any) -> Any:
+        setattr(method, marker, value)
         return method
 
     return wrap
+
+
+def handles(declaration: type[_D]) -> Callable[[_Handler[_D]], _Handler[_D]]:
+    r"""Method decorator: the method handles ``declaration``'s messages, decoded (an
+    override without the decorator keeps the declaration)."""
+    return _mark("__handles__", declaration)
 
 
 def contributes(request: str, args: type[Declared] | None = None) -> Callable[[Callable], Callable]:
     r"""Method decorator: the method computes this client's vector for secure sums of
-    ``request``; ``args`` declares the arguments the server may send with the request
-    (none if ``None``), which the method gets as keyword arguments once checked."""
-
-    def wrap(method: Callable) -> Callable:
-        method.__contributes__ = (request, args)  # type: ignore[attr-defined]
-        return method
-
-    return wrap
+    ``request``, called with the checked arguments ``args`` declares (none if ``None``)."""
+    return _mark("__contributes__", (request, args))
 
 
 def handler_table(cls: type, marker: str = "__handles__") -> dict[str, tuple[Any, str]]:
-    r"""``{message type: (declaration, method name)}`` of ``cls`` and its bases (a
-    subclass's declaration of a type replaces its base's); with ``marker=
-    "__contributes__"``: ``{request: ((request, args declaration), method name)}``."""
+    r"""``{message type: (declaration, method name)}`` of ``cls`` and its bases (subclasses
+    win); with ``marker="__contributes__"``: ``{request: ((request, args), method name)}``."""
     table: dict[str, tuple[Any, str]] = {}
     for klass in reversed(cls.__mro__):
         for name, attr in vars(klass).items():
             declared = getattr(attr, marker, None)
             if declared is not None:
-                key = declared.TYPE if marker == "__handles__" else declared[0]
-                table[key] = (declared, name)
+                table[declared.TYPE if marker == "__handles__" else declared[0]] = (declared, name)
     return table

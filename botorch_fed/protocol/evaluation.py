@@ -1,23 +1,12 @@
-r"""One evaluation of a client's black box, with the failure policy every client shares.
-
-An evaluation that raises, or returns NaN/inf, is a *failed* evaluation: it is recorded
-(``evaluation_errors="record"``) or stops the run (``"raise"``,
-:class:`~botorch_fed.protocol.objectives.EvaluationError`). A callable that returns
-something that is not one number per point is a bug in the callable
-(:class:`~botorch_fed.protocol.objectives.ObjectiveContractError`) and always raises.
-"""
+r"""One evaluation of a client's black box, with the failure policy every client shares."""
 
 from __future__ import annotations
 
-import torch
+import math
+
 from torch import Tensor
 
-from botorch_fed.protocol.objectives import (
-    EvaluationError,
-    Objective,
-    ObjectiveContractError,
-    describe_failure,
-)
+from botorch_fed.protocol.objectives import EvaluationError, Objective, ObjectiveContractError
 
 EVALUATION_ERRORS = ("record", "raise")
 
@@ -25,43 +14,27 @@ EVALUATION_ERRORS = ("record", "raise")
 def evaluate_point(
     objective: Objective, x: Tensor, entry: dict, evaluation_errors: str, client_id: int
 ) -> tuple[dict, Tensor | None]:
-    r"""Evaluate ``objective`` at one unit-cube point.
-
-    Args:
-        objective: The client's black box.
-        x: ``1 x d`` unit-cube point.
-        entry: The history entry so far (``round``, ``step``, ``x``); completed here.
-        evaluation_errors: ``"record"`` or ``"raise"``.
-        client_id: The client (for error messages).
-
-    Returns:
-        ``(entry, observed)``: the completed history entry (``value`` the reported value,
-        or ``None`` with ``failed`` and ``error``) and the observed ``1``-element value
-        in the user's convention (``None`` if the evaluation failed).
+    r"""Evaluate ``objective`` at the ``1 x d`` unit-cube point ``x``; returns ``entry``
+    (``round``, ``step``, ``x``) completed (``value``, or ``None`` with ``failed`` and
+    ``error``) and the observed value (``None`` on failure).
 
     Raises:
-        EvaluationError: The evaluation failed and ``evaluation_errors="raise"``.
+        EvaluationError: It raised or returned NaN/inf and ``evaluation_errors="raise"``.
+        ObjectiveContractError: Always, from a callable that breaks its contract.
     """
     error: BaseException | None = None
-    observed = reported = None
+    failure: str | None = None
     try:
         observed, reported = objective.evaluate(x)
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except ObjectiveContractError:  # a bug in the callable, not a failed point
+    except (KeyboardInterrupt, SystemExit, ObjectiveContractError):
         raise
     except Exception as exc:  # noqa: BLE001 - any failure of the user's black box
         error = exc
-    if error is not None:
-        failure = describe_failure(error)
+        failure = f"{type(exc).__name__}: {exc}"
     else:
-        assert observed is not None and reported is not None  # evaluate returned them
-        if not torch.isfinite(observed).all():
-            failure = describe_failure(None, observed)
-        elif not torch.isfinite(reported).all():
-            failure = describe_failure(None, reported)
-        else:
-            failure = None
+        values = [*observed.reshape(-1).tolist(), *reported.reshape(-1).tolist()]
+        bad = [v for v in values if not math.isfinite(v)]
+        failure = f"non-finite value {bad[0]}" if bad else None
     if failure is not None:
         if evaluation_errors == "raise":
             raise EvaluationError(
@@ -69,5 +42,4 @@ def evaluate_point(
                 f"{entry['x']} failed ({failure})."
             ) from error
         return {**entry, "value": None, "failed": True, "error": failure}, None
-    assert reported is not None  # no failure: evaluate returned it
     return {**entry, "value": float(reported.item())}, observed

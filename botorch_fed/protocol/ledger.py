@@ -1,11 +1,5 @@
-r"""Communication and timing ledger of a federated run.
-
-Records, per round, the wall time spent in each stage (local fit, summary, secure
-aggregation, global model, acquisition, evaluation, ...) by each party, and the
-bytes each client sent and received. The in-process transport fills it from the
-messages it carries (clients report their own stage times in ``time:<stage>``
-payload entries); the server times its own stages with :meth:`Ledger.timer`.
-"""
+r"""Communication and timing ledger: per round, each party's seconds per stage and each
+client's bytes sent and received."""
 
 from __future__ import annotations
 
@@ -33,13 +27,13 @@ class Ledger:
         self._times[(self.round, stage, str(party))] += float(seconds)
 
     @contextmanager
-    def timer(self, stage: str, party: str | int = SERVER) -> Iterator[None]:
-        r"""Time a block of the server's (or a party's) work as ``stage``."""
+    def timer(self, stage: str) -> Iterator[None]:
+        r"""Time a block of the server's work as ``stage``."""
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            self.add_time(stage, time.perf_counter() - t0, party)
+            self.add_time(stage, time.perf_counter() - t0)
 
     def add_message(self, client: int, down: int, up: int) -> None:
         r"""Record one message pair: ``down`` bytes to ``client``, ``up`` bytes back."""
@@ -50,9 +44,7 @@ class Ledger:
 
     def stage_totals(self) -> dict[str, float]:
         r"""Total seconds per stage, summed over rounds and parties."""
-        return {
-            stage: sum(parties.values()) for stage, parties in self.stage_totals_by_party().items()
-        }
+        return {stage: sum(by.values()) for stage, by in self.stage_totals_by_party().items()}
 
     def stage_totals_by_party(self) -> dict[str, dict[str, float]]:
         r"""Total seconds per stage and party (``"server"`` or a client id)."""
@@ -61,24 +53,22 @@ class Ledger:
             out[stage][party] += s
         return {stage: dict(parties) for stage, parties in out.items()}
 
+    def _traffic(self, by: int) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        for key, (down, up) in self._bytes.items():
+            out[key[by]] = [out[key[by]][0] + down, out[key[by]][1] + up]
+        return out
+
     def bytes_per_client(self) -> dict[int, dict[str, int]]:
         r"""Total bytes ``{"down": ..., "up": ...}`` per client."""
-        out: dict[int, dict[str, int]] = {}
-        for (_, client), (down, up) in self._bytes.items():
-            e = out.setdefault(client, {"down": 0, "up": 0})
-            e["down"] += down
-            e["up"] += up
-        return dict(sorted(out.items()))
+        return {c: {"down": d, "up": u} for c, (d, u) in sorted(self._traffic(1).items())}
 
     def per_round(self) -> list[dict]:
         r"""One record per round: stage seconds and bytes up/down (all clients)."""
         stages: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        traffic: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-        for (r, stage, _), s in self._times.items():  # one pass: O(entries), not O(rounds^2)
+        for (r, stage, _), s in self._times.items():
             stages[r][stage] += s
-        for (r, _), (down, up) in self._bytes.items():
-            traffic[r][0] += down
-            traffic[r][1] += up
+        traffic = self._traffic(0)
         return [
             {
                 "round": r,

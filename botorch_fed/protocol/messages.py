@@ -1,11 +1,6 @@
-r"""Typed messages of the federation protocol.
-
-A round is the server sending each selected client a :class:`Message` and the client
-answering with one. Payloads are flat dicts whose values are numpy arrays, bytes or
-scalars (``int``, ``float``, ``str``, ``bool``), so they map one to one onto Flower's
-``ArrayRecord`` (arrays) and ``ConfigRecord`` (bytes and scalars). Keys starting
-with ``time:`` carry the client's own stage timings (seconds) for the ledger.
-"""
+r"""The protocol's :class:`Message`: a type and a flat payload of arrays, bytes and
+scalars (one to one onto Flower's records); ``time:<stage>`` keys carry the client's
+stage timings (seconds) for the ledger."""
 
 from __future__ import annotations
 
@@ -13,29 +8,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from botorch_fed.protocol.payloads import PayloadValue, validate_payload
+from botorch_fed.protocol.payloads import validate_payload
 
 TIME_PREFIX = "time:"
 
 
-def _nbytes(value: PayloadValue) -> int:
-    if isinstance(value, np.ndarray):
-        return int(value.nbytes)
-    if isinstance(value, bytes):
-        return len(value)
-    if isinstance(value, str):
-        return len(value.encode())
-    return 8
-
-
 @dataclass(frozen=True)
 class Message:
-    r"""One protocol message.
-
-    Attributes:
-        type: What the message asks for / answers (the client dispatches on it).
-        payload: Flat dict of arrays, bytes and scalars.
-    """
+    r"""One protocol message: its ``type`` (the client dispatches on it) and ``payload``."""
 
     type: str
     payload: dict = field(default_factory=dict)
@@ -47,14 +27,18 @@ class Message:
 
     @property
     def nbytes(self) -> int:
-        r"""Payload size in bytes: array/bytes/str contents plus 8 per scalar and the
-        key names (what a compact serialisation such as Flower's records costs)."""
+        r"""Payload size: array/bytes/str contents, 8 per other scalar, plus the key names."""
         return sum(len(k) + _nbytes(v) for k, v in self.payload.items())
 
     def timings(self) -> dict[str, float]:
         r"""The ``time:<stage>`` entries, as ``{stage: seconds}``."""
-        return {
-            k[len(TIME_PREFIX) :]: float(v)
-            for k, v in self.payload.items()
-            if k.startswith(TIME_PREFIX)
-        }
+        n = len(TIME_PREFIX)
+        return {k[n:]: float(v) for k, v in self.payload.items() if k.startswith(TIME_PREFIX)}
+
+
+def _nbytes(value: object) -> int:
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, bytes):
+        return len(value)
+    return len(value.encode()) if isinstance(value, str) else 8

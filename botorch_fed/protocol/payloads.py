@@ -1,12 +1,6 @@
-r"""What a protocol message's payload may hold, checked once for every transport.
-
-A payload is a flat ``str -> value`` dict whose values are numpy arrays of bools, ints
-or floats, bytes, or scalars (``int``, ``float``, ``str``, ``bool``): what maps one to
-one onto Flower's ``ArrayRecord`` and ``ConfigRecord`` and what its wire encoding
-carries. :class:`~botorch_fed.protocol.messages.Message` checks its payload here in
-process, and :mod:`botorch_fed.flower.records` before a payload becomes records or a
-frame. The module imports numpy only (a Flower ``ClientApp`` imports it).
-"""
+r"""What a message's payload may hold, checked once for every transport (numpy only: a
+Flower ``ClientApp`` imports it): a flat ``str -> value`` dict of numpy bool/int/float
+arrays, bytes and scalars, what maps onto Flower's ``ArrayRecord`` and ``ConfigRecord``."""
 
 from __future__ import annotations
 
@@ -14,27 +8,18 @@ import math
 
 import numpy as np
 
-PayloadValue = np.ndarray | bytes | int | float | str | bool
 SCALAR_TYPES = (bytes, int, float, str, bool, np.integer, np.floating, np.bool_)
 #: the integers a message carries: Flower's records hold an int as sint64 or uint64
 INT_RANGE = (-(2**63), 2**64 - 1)
 
 
 def validate_payload(payload: dict) -> dict:
-    r"""Check that a payload is a flat ``str -> array | bytes | scalar`` dict.
-
-    Args:
-        payload: The payload.
-
-    Returns:
-        The payload, unchanged.
+    r"""Check that ``payload`` is a flat ``str -> array | bytes | scalar`` dict; return it.
 
     Raises:
-        TypeError: Naming the offending key and type (arrays must be bool, int or
-            float).
+        TypeError: Naming the offending key and type (arrays must be bool, int or float).
         ValueError: A value no message can carry (naming its key): an int outside
-            :data:`INT_RANGE`, a finite float beyond float64, or a key or str that is
-            not valid Unicode text.
+            :data:`INT_RANGE`, a finite float beyond float64, or invalid Unicode text.
     """
     if not isinstance(payload, dict):
         raise TypeError(f"A payload must be a dict, got {type(payload).__name__}.")

@@ -1,18 +1,7 @@
-r"""The algorithm registry: every federated algorithm is registered once.
-
-An algorithm package calls :func:`register_algorithm` with an :class:`AlgorithmSpec`:
-its name, a one-line summary, its settings dataclass and how to build its server
-and one client. :func:`~botorch_fed.protocol.runner.run_federated`, the command
-line and the Flower deployment dispatch on this registry, so a new algorithm touches its
-own package only. Clients are built one at a time (:attr:`AlgorithmSpec.make_client`)
-because on a real deployment each lives in its own process.
-
-Example:
-    >>> from botorch_fed.algorithms import available_algorithms, get_algorithm
-    >>> "fbo-fedgp" in available_algorithms()
-    True
-    >>> get_algorithm("local").summary
-    'independent BO: every client on its own GP, no collaboration (baseline)'
+r"""The algorithm registry: every federated algorithm registers one :class:`AlgorithmSpec`
+(its name, summary, settings and builders of its server and of one client -- on a
+deployment each client lives in its own process); the runner, the CLI and Flower
+dispatch on it.
 """
 
 from __future__ import annotations
@@ -29,37 +18,18 @@ from botorch_fed.protocol.objectives import Objective
 
 @dataclass
 class BuildContext:
-    r"""Everything a builder needs to create the parties of one run.
+    r"""Everything a builder needs to create the parties of one run."""
 
-    Attributes:
-        setup: The :class:`~botorch_fed.protocol.setup.FederationSetup`.
-        settings: The algorithm's settings (an instance of its ``settings_class``).
-        objectives: One objective per client, in client-id order.
-        dim: The problem dimension.
-        client_seeds: Each client's seed.
-        init_regions: Each client's initial-design sub-box of the unit cube, or ``None``.
-        secagg_clients: Each client's secure-aggregation role (algorithms with
-            ``secure_aggregation``), else empty.
-        secagg_server: The server's secure-aggregation role, or ``None``.
-        crypto_seed: Seed of every party's private randomness (key material, masks,
-            nonces, centre noise, Laplace noise, failed-evaluation redraws):
-            ``setup.crypto_seed``, or in a simulation one derived from ``setup.seed``
-            (:func:`~botorch_fed.protocol.runner.build_context`); ``None``: each
-            party draws it from the OS, as in a deployment.
-        private_randomness: Where ``crypto_seed`` comes from: ``"crypto_seed"``,
-            ``"seed"`` (derived from ``setup.seed``) or ``"os"`` (``None``).
-    """
-
-    setup: Any
-    settings: Any
-    objectives: list[Objective]
+    setup: Any  # the FederationSetup
+    settings: Any  # an instance of the algorithm's settings_class
+    objectives: list[Objective]  # one per client, in client-id order
     dim: int
     client_seeds: list[int]
-    init_regions: list[Tensor | None]
-    secagg_clients: dict[int, Any] = field(default_factory=dict)
+    init_regions: list[Tensor | None]  # each client's initial-design sub-box, or None
+    secagg_clients: dict[int, Any] = field(default_factory=dict)  # secure-aggregation roles
     secagg_server: Any = None
-    crypto_seed: int | None = None
-    private_randomness: str = "os"
+    crypto_seed: int | None = None  # seed of every party's private randomness (None: the OS's)
+    private_randomness: str = "os"  # where crypto_seed comes from: "crypto_seed", "seed", "os"
 
     @property
     def client_ids(self) -> list[int]:
@@ -78,49 +48,25 @@ class BuildContext:
         }
 
     def private_seed(self, cid: int) -> int | None:
-        r"""Seed of client ``cid``'s private generator: derived from :attr:`crypto_seed`
-        (simulations, tests) or ``None`` (OS randomness)."""
+        r"""Seed of client ``cid``'s private generator (``None``: OS randomness)."""
         cs = self.crypto_seed
         return None if cs is None else (cs * 1_000_003 + 7_919 * cid + 13) % (2**62)
 
 
 @dataclass(frozen=True)
 class AlgorithmSpec:
-    r"""How to build one federated algorithm.
+    r"""How to build one federated algorithm."""
 
-    Attributes:
-        name: The name users pick it by (``botorch-fed run <name>``).
-        summary: One line for ``botorch-fed list``.
-        settings_class: Its settings dataclass (with a ``validate()`` method).
-        make_client: ``(context, client id) -> client``: a
-            :class:`~botorch_fed.protocol.client.FederatedClient` (with ``history``
-            and ``state_dict``/``load_state_dict``, as
-            :class:`~botorch_fed.protocol.bo_client.BOClient`).
-        make_server: ``(context, transport) -> server``: a
-            :class:`~botorch_fed.protocol.server.FederatedServer` implementing
-            ``run_round`` (and ``initialize``), whose ``settings`` attribute is the
-            settings dataclass (``settings.num_rounds`` bounds the run).
-        secure_aggregation: Whether it runs secure sums (needs ``setup.aggregator``).
-        min_clients: The fewest clients it runs with (before the aggregator's own
-            minimum).
-        check: Optional ``(context) -> None`` run before anything is built (by
-            :func:`~botorch_fed.protocol.runner.run_federated` and the command line):
-            raises ``ValueError`` naming the settings for a run that cannot work with
-            these objectives (e.g. bounds they do not declare).
-        cumulative_regret: Whether its figure of merit is the cumulative regret
-            ``R_T`` of the bandit literature (LDP-BO) rather than the simple regret
-            (plots and tables show that one).
-    """
-
-    name: str
-    summary: str
+    name: str  # what users pick it by (`botorch-fed run <name>`)
+    summary: str  # one line for `botorch-fed list`
     settings_class: type[Any]
-    make_client: Callable[[BuildContext, int], Any]
-    make_server: Callable[[BuildContext, Any], Any]
-    secure_aggregation: bool = False
+    make_client: Callable[[BuildContext, int], Any]  # (context, client id) -> FederatedClient
+    make_server: Callable[[BuildContext, Any], Any]  # (context, transport) -> FederatedServer
+    secure_aggregation: bool = False  # runs secure sums (needs setup.aggregator)
     min_clients: int = 1
+    # run before anything is built: ValueError for settings these objectives cannot run
     check: Callable[[BuildContext], None] | None = None
-    cumulative_regret: bool = False
+    cumulative_regret: bool = False  # its figure of merit is R_T (LDP-BO), not simple regret
 
 
 _REGISTRY: dict[str, AlgorithmSpec] = {}
@@ -157,9 +103,8 @@ def get_algorithm(name: str) -> AlgorithmSpec:
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"Unknown algorithm {name!r}; choose one of {available_algorithms()}."
-        ) from None
+        known = available_algorithms()
+        raise ValueError(f"Unknown algorithm {name!r}; choose one of {known}.") from None
 
 
 def available_algorithms() -> tuple[str, ...]:

@@ -1,14 +1,5 @@
-r"""The secure-sum sub-protocol's messages and what both roles share.
-
-A secure sum is a session of a ``botorch_fed.secure`` backend whose bytes the server
-relays (:meth:`~botorch_fed.protocol.server.FederatedServer.secure_sum`): its opening
-:class:`SecureSumStep` names the ``request`` (a vector the client contributes,
-declared with :func:`~botorch_fed.protocol.declarations.contributes`), the encoding
-``wide`` and the ``round``; :class:`SecureSumResult` closes it. Vectors travel in the
-exact limb encoding (:func:`limb_encoding`) unless the client sends raw floats for a
-request. :func:`relayed_digest` chains what the server told a client into the next
-session, so that a server that equivocates gets no sum.
-"""
+r"""The secure-sum sub-protocol's messages (:class:`SecureSumStep`, :class:`SecureSumResult`)
+and :func:`relayed_digest`, which binds what the server told a client into the next session."""
 
 from __future__ import annotations
 
@@ -36,16 +27,12 @@ from botorch_fed.secure.limbs import LimbEncoding
 SECAGG = "secagg"
 SUM_RESULT = "secagg_result"
 ARG_PREFIX = "arg:"
-#: the largest frame of a secure-sum step a client accepts (CKKS ciphertexts of the
-#: largest summaries are a few MB)
 MAX_FRAME_BYTES = 1 << 28
 
 
 @dataclasses.dataclass(frozen=True)
 class Arguments(Domain):
-    r"""A secure-sum request's arguments: checked by the request's own declaration
-    (:func:`~botorch_fed.protocol.declarations.contributes`) once the request is known
-    (:meth:`FederatedClient.on_secagg`); here only that they came with a request."""
+    r"""A request's arguments: checked by the request's own declaration once it is known."""
 
     def check(self, value: object, party: object) -> dict:
         if not isinstance(value, Mapping):  # only decode() puts them here
@@ -60,13 +47,11 @@ def limb_encoding(high: int) -> LimbEncoding:
 
 @declare(SECAGG)
 class SecureSumStep(Declared):
-    r"""One step of a secure-sum session. The opening step names the ``request`` (one
-    the client contributes to), the encoding ``wide`` and the ``round``; its arguments
-    travel as ``arg:<name>`` fields, checked against the request's declaration
-    (:func:`~botorch_fed.protocol.declarations.contributes`)."""
+    r"""One step of a secure-sum session; the opening one names ``request``, ``wide`` and
+    ``round``, with the request's arguments as ``arg:<name>`` fields."""
 
     data: Annotated[bytes, Blob(MAX_FRAME_BYTES)]
-    request: Annotated[str | None, Choice(lambda c: c.sum_requests(), optional=True)]
+    request: Annotated[str | None, Choice("CONTRIBUTIONS", optional=True)]
     wide: Annotated[int | None, Int(0, 64, optional=True)]
     round: Annotated[int | None, Int(0, INT_RANGE[1], optional=True)]
     args: Annotated[dict | None, Arguments(optional=True)]
@@ -89,10 +74,7 @@ class SecureSumStep(Declared):
 
 @dataclasses.dataclass(frozen=True)
 class ForwardedSum(Domain):
-    r"""The sum a server forwards: checked by the session it ends
-    (:meth:`~botorch_fed.protocol.client.FederatedClient.on_secagg_result`: its length,
-    its decoding, its agreement with the client's own decryption), which names the
-    session's request and closes the session whatever the outcome."""
+    r"""The sum a server forwards: checked by the session it ends (``on_secagg_result``)."""
 
     def check(self, value: object, party: object) -> object:
         return value
@@ -106,12 +88,8 @@ class SecureSumResult(Declared):
 
 
 def relayed_digest(previous: bytes, type: str, payload: Mapping) -> bytes:
-    r"""``previous`` chained with one relayed message (SHA-256 of a canonical encoding).
-
-    The encoding is exact and unambiguous: keys sorted; each value tagged with its kind
-    (bool, int, float, str, bytes, array), arrays with their kind, shape and values as
-    little-endian int64 / float64 / bool bytes, so two payloads get the same digest iff
-    they hold the same values.
+    r"""``previous`` chained with one relayed message: SHA-256 of an exact, unambiguous
+    encoding (keys sorted, values tagged with their kind; arrays with kind and shape).
 
     Raises:
         TypeError: A value that is not a payload value (naming its key).

@@ -1,50 +1,18 @@
-r"""The server role of the federation protocol.
-
-A :class:`FederatedServer` drives the rounds through a
-:class:`~botorch_fed.protocol.transport.Transport` and never touches client objects:
-it sends declared messages (or a type and a payload) and reads the replies. Its
-:meth:`FederatedServer.secure_sum` starts a session of a ``botorch_fed.secure`` backend,
-relays its bytes and then tells every contributor the outcome; the server learns the
-sum only if the backend reveals it (plaintext, masking; never under CKKS).
-"""
+r"""The server role: :class:`FederatedServer` drives the rounds through a transport and
+relays secure sums, learning a sum only if the backend reveals it (never under CKKS)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from botorch_fed.protocol.checkpoint import expect_keys
-from botorch_fed.protocol.declarations import (
-    Declared,
-    ProtocolViolation,
-)
+from botorch_fed.protocol.declarations import Declared, ProtocolViolation
 from botorch_fed.protocol.ledger import Ledger
 from botorch_fed.protocol.messages import Message
-from botorch_fed.protocol.secure_sum import (
-    SECAGG,
-    SUM_RESULT,
-    limb_encoding,
-)
+from botorch_fed.protocol.secure_sum import ARG_PREFIX, SECAGG, SUM_RESULT, limb_encoding
 from botorch_fed.protocol.transport import Transport
-
-if TYPE_CHECKING:
-    from botorch_fed.protocol.round_budget import _RoundSettings
-
-    class _RunnableServer(Protocol):
-        r"""What :meth:`FederatedServer.run` uses of a server: its subclasses hold the
-        run's ``settings`` (which name ``num_rounds``)."""
-
-        @property
-        def settings(self) -> _RoundSettings: ...
-
-        @property
-        def ledger(self) -> Ledger: ...
-
-        def initialize(self) -> None: ...
-
-        def run_round(self, t: int) -> None: ...
 
 
 def as_message(message: str | Declared, payload: dict | None = None) -> Message:
@@ -57,23 +25,47 @@ def as_message(message: str | Declared, payload: dict | None = None) -> Message:
 
 
 class FederatedServer:
-    r"""Base class of a server program.
+    r"""Base class of a server program (subclasses hold the run's ``settings``).
 
     Args:
         transport: How messages reach the clients.
-        secagg: The server role of a secure-aggregation backend (``None``: no secure
-            sums).
+        secagg: The server role of a secure-aggregation backend (``None``: no secure sums).
     """
 
     def __init__(self, transport: Transport, secagg=None) -> None:
         self.transport = transport
         self.secagg = secagg
 
-    # --- the round-based program ------------------------------------------------------
+    @property
+    def ledger(self) -> Ledger:
+        return self.transport.ledger
+
+    @property
+    def client_ids(self) -> tuple[int, ...]:
+        return self.transport.client_ids
+
     def initialize(self) -> None:
-        r"""Round 0: the clients evaluate their initial designs (subclasses add the
-        algorithm's own set-up)."""
+        r"""Round 0: the clients evaluate their initial designs (subclasses add theirs)."""
         self.broadcast("init")
+
+    def run_round(self, t: int) -> None:
+        r"""Round ``t >= 1`` of the algorithm."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement run_round.")
+
+    def run(
+        self, on_round: Callable[[int], None] | None = None, start_round: int | None = None
+    ) -> None:
+        r"""Run round 0 (``initialize``, unless resuming after ``start_round``) and rounds
+        up to ``settings.num_rounds``, calling ``on_round(t)`` after each."""
+        after = on_round or (lambda t: None)
+        if start_round is None:
+            start_round = self.ledger.round = 0
+            self.initialize()
+            after(0)
+        for t in range(start_round + 1, self.settings.num_rounds + 1):  # type: ignore[attr-defined]
+            self.ledger.round = t
+            self.run_round(t)
+            after(t)
 
     def state_dict(self) -> dict:
         r"""The server's state between rounds (subclasses add theirs): its ledger."""
@@ -84,54 +76,16 @@ class FederatedServer:
         expect_keys("Server", state, ("ledger",))
         self.ledger.load_state_dict(state["ledger"])
 
-    def run_round(self, t: int) -> None:
-        r"""Round ``t >= 1`` of the algorithm."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement run_round.")
-
-    def run(
-        self: _RunnableServer,
-        on_round: Callable[[int], None] | None = None,
-        start_round: int | None = None,
-    ) -> None:
-        r"""Run the initialisation (round 0) and rounds ``1 .. settings.num_rounds``.
-
-        Args:
-            on_round: Called with ``t`` after each round (0: initialisation).
-            start_round: The last round already done: a resumed run continues after
-                it (0: after the initialisation). ``None``: a fresh run.
-        """
-        if start_round is None:
-            start_round = 0
-            self.ledger.round = 0
-            self.initialize()
-            if on_round is not None:
-                on_round(0)
-        for t in range(start_round + 1, self.settings.num_rounds + 1):
-            self.ledger.round = t
-            self.run_round(t)
-            if on_round is not None:
-                on_round(t)
-
-    @property
-    def ledger(self) -> Ledger:
-        return self.transport.ledger
-
-    @property
-    def client_ids(self) -> tuple[int, ...]:
-        return self.transport.client_ids
-
     def broadcast(
         self,
         type: str | Declared,
         payload: dict | None = None,
         clients: Iterable[int] | None = None,
     ) -> dict[int, Message]:
-        r"""Send the same message to ``clients`` (default all); return the replies.
-
-        ``type`` is a declared message (then without ``payload``) or a message type."""
+        r"""Send one message (declared, or a type and ``payload``) to ``clients`` (default
+        all); return the replies."""
         ids = self.client_ids if clients is None else tuple(clients)
-        msg = as_message(type, payload)
-        return self.transport.send(dict.fromkeys(ids, msg))
+        return self.transport.send(dict.fromkeys(ids, as_message(type, payload)))
 
     def send(self, messages: Mapping[int, Message | Declared]) -> dict[int, Message]:
         r"""Send individual messages (declared or :class:`Message`); return the replies."""
@@ -151,52 +105,40 @@ class FederatedServer:
         r"""Sum a vector over clients with the secure-aggregation backend.
 
         Args:
-            request: Which vector the clients contribute (declared by each client with
-                ``@contributes(request)``).
+            request: Which vector the clients contribute (``@contributes(request)``).
             length: Its length.
-            args: The request's arguments (checked by each client against the request's
-                declaration).
+            args: The request's arguments (each client checks them).
             clients: Contributors (default all).
-            share: Tell the clients the outcome so each holds the sum in
-                ``last_sum`` (the server forwards it if it learnt it).
-            wide: Send the vectors in the wide-range limb encoding
-                (:class:`~botorch_fed.secure.limbs.LimbEncoding`): exact to ``2^-40``
-                for any magnitude below ``2^wide``, at ``num_limbs`` times the length
-                (0: raw float64 values). The clients decide the encoding of each
-                request (:meth:`FederatedClient.sum_encoding`) and refuse a session
-                that names another: this must be theirs.
+            share: Tell the contributors the outcome (each then holds it in ``last_sum``).
+            wide: ``high`` of the limb encoding (0: raw float64), the clients' choice.
 
         Returns:
-            The sum if the backend reveals it to the server, else ``None`` (the
-            clients hold it).
+            The sum if the backend reveals it to the server, else ``None``.
         """
         if self.secagg is None:
             raise ProtocolViolation("This server has no secure-aggregation backend.")
         ids = self.client_ids if clients is None else tuple(clients)
-        first = {"request": request, **{f"arg:{k}": v for k, v in (args or {}).items()}}
-        first["wide"] = int(wide)
-        first["round"] = int(self.ledger.round)
+        extra = {
+            "request": request,
+            **{f"{ARG_PREFIX}{k}": v for k, v in (args or {}).items()},
+            "wide": int(wide),
+            "round": int(self.ledger.round),
+        }
         encoding = limb_encoding(wide) if wide else None
         with self.ledger.timer("secure_aggregation"):
-            outgoing = self.secagg.start(
-                ids, encoding.encoded_length(length) if encoding else length
-            )
-        extra = first
-        while True:
+            out = self.secagg.start(ids, encoding.encoded_length(length) if encoding else length)
+        while isinstance(out, dict):
             replies = self.send(
-                {cid: Message(SECAGG, {"data": data, **extra}) for cid, data in outgoing.items()}
+                {cid: Message(SECAGG, {"data": data, **extra}) for cid, data in out.items()}
             )
             extra = {}
             with self.ledger.timer("secure_aggregation"):
                 out = self.secagg.step({cid: r.payload["data"] for cid, r in replies.items()})
-            if isinstance(out, dict):
-                outgoing = out
-                continue
-            break
         result = out if isinstance(out, np.ndarray) else None
         if result is not None and encoding is not None:
             result = encoding.decode(result)
         if share:
-            payload = {} if result is None else {"sum": result}
-            self.broadcast(SUM_RESULT, payload, clients=self.secagg.contributors)
+            self.broadcast(
+                SUM_RESULT, {} if result is None else {"sum": result}, self.secagg.contributors
+            )
         return result

@@ -1,12 +1,6 @@
-r"""The clients' black box from the command line or the config file.
-
-``--problem NAME`` names a built-in test function; ``--objective module:function
---bounds "lo,hi;..."`` (or the config file's ``objective`` / ``[[objectives]]`` tables
-and ``bounds``) names the user's own Python functions, imported with the current
-directory (then the config file's folder) on the path and wrapped in
-:class:`~botorch_fed.protocol.objectives.CallableObjective`. Every error names the
-flag or the config key it came from.
-"""
+r"""The clients' black box: a built-in ``--problem``, or the user's functions (``--objective
+module:function --bounds``, the config file's ``objective`` / ``[[objectives]]``) wrapped in
+:class:`~botorch_fed.protocol.objectives.CallableObjective`; errors name the flag or key."""
 
 from __future__ import annotations
 
@@ -19,22 +13,19 @@ import inspect
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from botorch_fed.runs.config import Config
-from botorch_fed.runs.options import Option
 
 DEFAULT_PROBLEM = "cec2005-f1"
 
 
 @contextlib.contextmanager
 def import_path(folders: Sequence[str]) -> Iterator[None]:
-    r"""The first of ``folders`` (the current directory) in front of ``sys.path``, as
-    ``python -m`` puts it there, the others (the config file's folder) at the end, so
-    that a module there never shadows an installed library; restored afterwards."""
+    r"""``folders[0]`` (the current directory) in front of ``sys.path`` as ``python -m`` puts
+    it, the others at the end (never shadowing a library), until the block ends."""
     saved = list(sys.path)
     folders = list(dict.fromkeys(folders))
     sys.path[:0] = folders[:1]
@@ -47,25 +38,24 @@ def import_path(folders: Sequence[str]) -> Iterator[None]:
 
 
 class ObjectiveImportError(ValueError):
-    r"""The user's module could not be imported, or has no such callable. Its text holds
-    the module's own error, the working directory and names from the module: a party's
-    agent reports it to the server by type only."""
+    r"""The user's module or callable does not load. Its text holds the module's error,
+    the working directory and names from the module: an agent reports it by type only."""
 
 
 def import_callable(spec: str, where: str):
-    r"""The callable named by ``"package.module:function"`` (``function`` may be a dotted
-    attribute path); ``ValueError`` naming ``where`` (a flag or a config key), an
-    :class:`ObjectiveImportError` when the module or the callable does not load."""
+    r"""The callable ``"package.module:function"`` (may be dotted) named by ``where`` (a flag or
+    key); ``ValueError`` if malformed, :class:`ObjectiveImportError` if it does not load."""
     module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name.strip() or not attr.strip():
+    module_name, attr = module_name.strip(), attr.strip()
+    if not sep or not module_name or not attr:
         raise ValueError(
             f"{where} {spec!r}: expected MODULE:FUNCTION, e.g. mymod:loss or package.module:loss."
         )
-    module_name, attr = module_name.strip(), attr.strip()
     try:
         module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+    except Exception as exc:  # noqa: BLE001 - the user's module may raise anything
+        missing = exc.name if isinstance(exc, ModuleNotFoundError) else None
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
             raise ObjectiveImportError(
                 f"{where} {spec!r}: cannot import module {module_name!r} ({exc}); modules are "
                 f"found in the current directory ({os.getcwd()}) and on the Python path."
@@ -74,16 +64,10 @@ def import_callable(spec: str, where: str):
             f"{where} {spec!r}: importing module {module_name!r} failed: "
             f"{type(exc).__name__}: {exc}."
         ) from exc
-    except Exception as exc:  # noqa: BLE001 - the user's module may raise anything
-        raise ObjectiveImportError(
-            f"{where} {spec!r}: importing module {module_name!r} failed: "
-            f"{type(exc).__name__}: {exc}."
-        ) from exc
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=3)
+            close = difflib.get_close_matches(part, [n for n in dir(obj) if n[:1] != "_"], n=3)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
             raise ObjectiveImportError(
                 f"{where} {spec!r}: {module_name!r} has no attribute {attr!r}.{hint}"
@@ -97,28 +81,24 @@ def import_callable(spec: str, where: str):
 
 
 def parse_bounds(value: Any, where: str) -> torch.Tensor:
-    r"""``--bounds`` (``"0,1;0,1;-5,5"``) or a config file's ``bounds`` (that string or
-    ``[[0, 1], [0, 1], [-5, 5]]``: one ``[lower, upper]`` pair per dimension) as a
-    ``2 x d`` float64 tensor; ``ValueError`` naming ``where``."""
+    r"""``"0,1;0,1;-5,5"`` or ``[[0, 1], [0, 1], [-5, 5]]`` as a ``2 x d`` float64
+    tensor; ``ValueError`` naming ``where``."""
     from botorch_fed.protocol.objectives import check_bounds
 
     example = '"0,1;0,1;-5,5" (lower,upper per dimension, separated by ";")'
     if isinstance(value, str):
         pieces = [p.strip() for p in value.strip().rstrip(";").split(";")]
-        if not value.strip() or any(not p for p in pieces):
+        if not value.strip() or not all(pieces):
             raise ValueError(f"{where} {value!r}: expected {example}.")
-        pairs = []
+        pairs: list = []
         for i, piece in enumerate(pieces):
-            try:
-                pair = [float(s.strip()) for s in piece.split(",")]
-            except ValueError:
-                pair = []
-            if len(pair) != 2:
+            with contextlib.suppress(ValueError):
+                pairs.append([float(s) for s in piece.split(",")])
+            if len(pairs) == i or len(pairs[i]) != 2:
                 raise ValueError(
                     f"{where} {value!r}: dimension {i} is {piece!r}, not two numbers "
                     f"'lower,upper'; expected {example}."
                 )
-            pairs.append(pair)
     else:
         pairs = value
         if not isinstance(pairs, list) or not pairs:
@@ -138,32 +118,12 @@ def parse_bounds(value: Any, where: str) -> torch.Tensor:
     return check_bounds(torch.tensor(pairs, dtype=torch.float64).T, name=where.strip("`"))
 
 
-@dataclass
-class ObjectiveSpec:
-    r"""One user function as named on the command line or in the config file."""
-
-    function: str  # "module:function"
-    kwargs: dict
-    name: str | None
-    where: str  # the flag or config key that named it
-
-
-@dataclass
-class BlackBox:
-    r"""Where the clients' objectives come from: a built-in ``problem`` or the user's
-    functions (``shared``: one function for every client)."""
-
-    problem: str | None = None
-    specs: list[ObjectiveSpec] | None = None
-    shared: bool = False
-    label: str = ""
-
-
 def resolve_black_box(
     args: argparse.Namespace, sources: dict[str, str], config: Config | None
-) -> BlackBox:
-    r"""``--problem``, ``--objective`` or the config file's black box (the command line
-    wins over the file)."""
+) -> tuple[str | None, list[tuple[dict, str]], bool, str]:
+    r"""``(problem, specs, shared, label)`` of ``--problem``, ``--objective`` or the config
+    file (the command line wins): a built-in problem, else the user's functions as ``(table
+    with function/kwargs/name, flag or key)``, whether one serves every client, a label."""
     cli = [k for k in ("problem", "objective") if getattr(args, k) is not None and k not in sources]
     if len(cli) > 1:
         raise ValueError(
@@ -171,75 +131,49 @@ def resolve_black_box(
             "built-in test function, not both."
         )
     if cli == ["problem"] or (not cli and "problem" in sources):
-        return BlackBox(problem=args.problem)
+        return args.problem, [], False, ""
     if cli == ["objective"] or (not cli and "objective" in sources):
         where = sources.get("objective", "`--objective`")
-        spec = ObjectiveSpec(args.objective, {}, None, where)
-        return BlackBox(specs=[spec], shared=True, label=args.objective)
-    if config is not None and config.objective_table is not None:
-        t = config.objective_table
+        return None, [({"function": args.objective}, where)], True, args.objective
+    if config is None or config.objectives is None:
+        return DEFAULT_PROBLEM, [], False, ""
+    tables = config.objectives
+    if config.shared:
         where = f"`objective.function` in {config.path}"
-        spec = ObjectiveSpec(t["function"], t.get("kwargs", {}), t.get("name"), where)
-        return BlackBox(specs=[spec], shared=True, label=t.get("name") or t["function"])
-    if config is not None and config.objectives is not None:
-        specs = [
-            ObjectiveSpec(
-                t["function"],
-                t.get("kwargs", {}),
-                t.get("name"),
-                f"`objectives[{i}].function` in {config.path}",
-            )
-            for i, t in enumerate(config.objectives)
-        ]
-        return BlackBox(specs=specs, label=f"{len(specs)} client objectives ({config.path})")
-    return BlackBox(problem=DEFAULT_PROBLEM)
+        return None, [(tables[0], where)], True, tables[0].get("name") or tables[0]["function"]
+    specs = [(t, f"`objectives[{i}].function` in {config.path}") for i, t in enumerate(tables)]
+    return None, specs, False, f"{len(specs)} client objectives ({config.path})"
 
 
-def _load_function(spec: ObjectiveSpec):
-    r"""The user's function with its ``kwargs`` bound; refused unless it can be called as
-    ``function(X, **kwargs)``."""
-    fn = import_callable(spec.function, spec.where)
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # some builtins have none
-        signature = None
-    if signature is not None:
-        try:
-            signature.bind(None, **spec.kwargs)
-        except TypeError as exc:
-            where = spec.where.replace(".function`", ".kwargs`") if spec.kwargs else spec.where
-            call = f"({', '.join(['X', *(f'{k}=...' for k in spec.kwargs)])})"
-            raise ValueError(
-                f"{where}: {spec.function} cannot be called as {spec.function}{call}: {exc}."
-            ) from None
-    return functools.partial(fn, **spec.kwargs) if spec.kwargs else fn
-
-
-def make_objectives(
-    box: BlackBox, args: argparse.Namespace, sources: dict[str, str], bounds_option: Option
-) -> list:
-    r"""The user's functions wrapped in :class:`CallableObjective` (one per spec), over
-    ``--bounds`` and in the ``--maximize`` convention."""
+def make_objectives(specs: list[tuple[dict, str]], args: argparse.Namespace, label: str) -> list:
+    r"""The user's functions (``specs`` of :func:`resolve_black_box`, each callable as
+    ``f(X, **kwargs)``) as ``CallableObjective`` over ``--bounds`` (named ``label``)."""
     from botorch_fed.protocol.objectives import CallableObjective
 
-    assert box.specs is not None  # a black box without a built-in problem has specs
     if args.bounds is None:
         raise ValueError(
-            f'{box.specs[0].where} needs the domain: `--bounds` (e.g. "0,1;-5,5") or `bounds` '
+            f'{specs[0][1]} needs the domain: `--bounds` (e.g. "0,1;-5,5") or `bounds` '
             "in the config file."
         )
-    bounds = parse_bounds(args.bounds, bounds_option.label(sources))
+    bounds = parse_bounds(args.bounds, label)
     objectives = []
-    for spec in box.specs:
-        name = spec.name
-        if name is None and spec.kwargs:
-            name = f"{spec.function}({', '.join(f'{k}={v!r}' for k, v in spec.kwargs.items())})"
-        objectives.append(
-            CallableObjective(
-                _load_function(spec),
-                bounds,
-                minimize=not args.maximize,
-                name=name or spec.function,
-            )
-        )
+    for table, where in specs:
+        function, kwargs = table["function"], table.get("kwargs", {})
+        fn = import_callable(function, where)
+        signature = None
+        with contextlib.suppress(TypeError, ValueError):  # some builtins have none
+            signature = inspect.signature(fn)
+        try:
+            if signature is not None:
+                signature.bind(None, **kwargs)
+        except TypeError as exc:
+            where = where.replace(".function`", ".kwargs`") if kwargs else where
+            call = f"({', '.join(['X', *(f'{k}=...' for k in kwargs)])})"
+            message = f"{where}: {function} cannot be called as {function}{call}: {exc}."
+            raise ValueError(message) from None
+        if kwargs:
+            fn = functools.partial(fn, **kwargs)
+            function += f"({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+        name = table.get("name") or function
+        objectives.append(CallableObjective(fn, bounds, minimize=not args.maximize, name=name))
     return objectives

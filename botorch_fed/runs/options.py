@@ -1,16 +1,6 @@
-r"""Command-line options generated from an algorithm's settings dataclass.
-
-Every field of a settings dataclass with a plain type (``int``, ``float``, ``str``,
-``bool``, optionally ``| None``) becomes one option of ``botorch-fed run
-<algorithm>``: the flag from the field name (``num_rounds`` -> ``--num-rounds``, with
-the aliases of :data:`SETTING_ALIASES`), the help from the ``Attributes:`` section of
-the class docstring, the default from the dataclass, and the choices from the field's
-``metadata["choices"]`` (``dataclasses.field(metadata={"choices": (...)})``). Nullable
-fields read ``none``.
-
-:class:`Option` is also how the rest of the command line names an option to the user:
-its flags, or the config-file key its value came from.
-"""
+r"""Command-line options of ``run <algorithm>``: one per settings field of plain type (int,
+float, str, bool, optionally ``| None``: reads ``none``), its flag from the name (and
+:data:`SETTING_ALIASES`), help from ``Attributes:``, choices from its ``Choice`` domain."""
 
 from __future__ import annotations
 
@@ -18,6 +8,7 @@ import argparse
 import dataclasses
 import inspect
 import re
+import textwrap
 import types
 import typing
 from dataclasses import dataclass
@@ -25,17 +16,13 @@ from typing import Any
 
 from botorch_fed.protocol.declarations import Choice, field_domains
 
-# Settings fields whose command-line flags are not just ``--field-name``: older flag
-# names kept as aliases (README, Makefile, benchmarks use them). ``--support`` is the
-# support *size*, so the support-selection field ``support`` is ``--support-selection``.
-SETTING_ALIASES = {
-    "num_init": ("--init",),
-    "num_rounds": ("--rounds",),
-    "support_size": ("--support",),
-}
+# older flag names kept as aliases (README, Makefile, benchmarks use them); ``--support``
+# is the support *size*, so the support-selection field is ``--support-selection``
+SETTING_ALIASES = dict(num_init=("--init",), num_rounds=("--rounds",), support_size=("--support",))
 SETTING_FLAGS = {"support": "--support-selection"}
 
 _METAVARS = {int: "INT", float: "FLOAT", str: "TEXT"}
+_BACKQUOTED = re.compile(r"`([A-Za-z_]\w*)`")
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -43,124 +30,90 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if (
-            "%(default)" not in text
-            and action.option_strings
-            and action.default is not None
-            and action.default is not False
-            and action.default is not argparse.SUPPRESS
-        ):
+        shown = all(action.default is not v for v in (None, False, argparse.SUPPRESS))
+        if shown and action.option_strings and "%(default)" not in text:
             text += " (default: %(default)s)"
         return text
 
 
 @dataclass
 class Option:
-    r"""One option of ``run <algorithm>``: its flags, its type, its config-file key."""
+    r"""One option of ``run <algorithm>`` (its config-file key is ``dest``)."""
 
     dest: str
     flags: tuple[str, ...]
     kind: type  # int, float, str, bool
     nullable: bool = False
     choices: tuple | None = None
-    key: str | None = None  # config-file key (None: command line only)
     field: str | None = None  # the settings field
 
-    @property
-    def display(self) -> str:
-        r"""The flags as the user types them: ```--num-rounds`/`--rounds```."""
-        return "/".join(f"`{f}`" for f in self.flags)
-
     def label(self, sources: dict[str, str]) -> str:
-        r"""Where this option's value came from: the config file's key (``sources``
-        maps ``dest`` to it) or the flags."""
-        return sources.get(self.dest, self.display)
+        r"""The config key of the value (``sources``: dest -> key), else ```--flag`/`--alias```."""
+        return sources.get(self.dest, "/".join(f"`{f}`" for f in self.flags))
 
 
 def attribute_docs(cls: type) -> dict[str, str]:
-    r"""``{field: description}`` from the ``Attributes:`` sections of ``cls`` and its
-    bases (Google style; a subclass's entry wins)."""
+    r"""``{field: description}`` from the ``Attributes:`` of ``cls`` and its bases."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        doc = inspect.cleandoc(klass.__dict__.get("__doc__") or "")
-        lines = doc.splitlines()
-        try:
-            start = next(i for i, s in enumerate(lines) if s.strip() == "Attributes:")
-        except StopIteration:
-            continue
-        base = len(lines[start]) - len(lines[start].lstrip())
-        entry_indent, name = None, None
-        for line in lines[start + 1 :]:
-            if not line.strip():
-                continue
-            indent = len(line) - len(line.lstrip())
-            if indent <= base:
-                break
-            m = re.match(r"\s*(\w+)(?: \([^)]*\))?:\s*(.*)$", line)
-            if m and (entry_indent is None or indent <= entry_indent):
-                entry_indent, name = indent, m.group(1)
-                docs[name] = m.group(2).strip()
-            elif name is not None:
-                docs[name] += " " + line.strip()
+        doc = inspect.cleandoc(klass.__dict__.get("__doc__") or "") + "\n"
+        section = re.search(r"^( *)Attributes:\n((?:\1 +\S.*\n|[ \t]*\n)*)", doc, re.M)
+        body = textwrap.dedent(section.group(2)) if section else ""
+        for m in re.finditer(r"^(\w+)(?: \([^)]*\))?:(.*(?:\n(?:[ \t]*\n)*[ \t]+.*)*)", body, re.M):
+            docs[m.group(1)] = m.group(2)
     return {k: re.sub(r"\s+", " ", v.replace("``", "")).strip() for k, v in docs.items()}
 
 
 def field_type(hint: Any) -> tuple[type | None, bool]:
-    r"""``(kind, nullable)`` of a field type: int/float/str/bool, optionally ``| None``
-    (``kind`` is ``None`` for any other type)."""
-    nullable = False
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        nullable = len(args) < len(typing.get_args(hint))
-        if len(args) != 1:
-            return None, nullable
-        hint = args[0]
-    return (hint if hint in (int, float, str, bool) else None), nullable
+    r"""``(kind, nullable)`` of a type hint: int, float, str or bool (else None), ``| None``."""
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    args = typing.get_args(hint) if union else (hint,)
+    plain = [a for a in args if a is not type(None)]
+    kind = plain[0] if len(plain) == 1 and plain[0] in (int, float, str, bool) else None
+    return kind, len(plain) < len(args)
 
 
 def setting_options(settings_class: type) -> list[Option]:
-    r"""One command-line option per field of an algorithm's settings dataclass that
-    has a plain type (int, float, str, bool, optionally ``| None``); a field's fixed
-    set of values is its declared :class:`~botorch_fed.protocol.declarations.Choice`
-    (or ``field.metadata["choices"]``)."""
+    r"""One option per ``init`` field of plain type (others: the config's ``[settings]`` only)."""
     hints = typing.get_type_hints(settings_class)
     domains = field_domains(settings_class)
     out = []
     for f in dataclasses.fields(settings_class):
-        if not f.init:
-            continue
         kind, nullable = field_type(hints.get(f.name))
-        if kind is None:
-            continue  # only through the config file's [settings]
+        if not f.init or kind is None:
+            continue
         domain = domains.get(f.name)
         choices = f.metadata.get("choices")
         if isinstance(domain, Choice) and isinstance(domain.options, tuple):
             choices = domain.options
-        out.append(
-            Option(
-                dest=f"settings.{f.name}",
-                flags=(SETTING_FLAGS.get(f.name, "--" + f.name.replace("_", "-")),)
-                + SETTING_ALIASES.get(f.name, ()),
-                kind=kind,
-                nullable=nullable,
-                choices=None if choices is None else tuple(choices),
-                key=f"settings.{f.name}",
-                field=f.name,
-            )
-        )
+        flags: tuple[str, ...] = (SETTING_FLAGS.get(f.name, "--" + f.name.replace("_", "-")),)
+        flags += SETTING_ALIASES.get(f.name, ())
+        choices = None if choices is None else tuple(choices)
+        out.append(Option(f"settings.{f.name}", flags, kind, nullable, choices, f.name))
     return out
 
 
-def converter(kind: type, nullable: bool):
-    r"""An argparse ``type`` for ``kind`` that also reads ``none`` for nullable fields."""
-
-    def convert(text: str):
-        if nullable and text.strip().lower() == "none":
-            return None
-        return kind(text)
-
-    convert.__name__ = kind.__name__  # argparse: "invalid int value: 'x'"
-    return convert
+def add_settings(group, options: list[Option], settings_class: type) -> None:
+    r"""Add the options of :func:`setting_options` to ``group`` and ``options``."""
+    docs = attribute_docs(settings_class)
+    # the declared defaults, not an instance's: a field left at None may be resolved by
+    # another (FBO-FedGP's `preset`), which must still see None from the command line
+    instance = settings_class()
+    defaults = {
+        f.name: getattr(instance, f.name) if f.default is dataclasses.MISSING else f.default
+        for f in dataclasses.fields(settings_class)
+    }
+    taken = {f for o in options for f in o.flags} | {"--help", "-h"}
+    for option in setting_options(settings_class):
+        assert option.field is not None  # a settings option names its field
+        if taken.intersection(option.flags):  # a new field named like a federation option
+            name = f"{settings_class.__name__}.{option.field}"
+            raise RuntimeError(f"{name}: add its flag to SETTING_FLAGS.")
+        taken.update(option.flags)
+        text = docs.get(option.field) or option.field.replace("_", " ")
+        if option.nullable and defaults[option.field] is None:
+            text += " (default: none)"
+        add_option(group, options, option, defaults[option.field], text.replace("%", "%%"))
 
 
 class _ChoicesOrNone(tuple):
@@ -170,44 +123,32 @@ class _ChoicesOrNone(tuple):
         return value is None or tuple.__contains__(self, value)
 
 
-def add_option(
-    group,
-    options: list[Option],
-    option: Option,
-    default: Any,
-    help: str,
-    metavar: str | None = None,
-) -> None:
+def add_option(group, options: list[Option], option: Option, default, help, metavar=None) -> None:
     r"""Add ``option`` to the argparse ``group`` and record it in ``options``."""
     kwargs: dict[str, Any] = {"dest": option.dest, "default": default, "help": help}
-    if option.kind is bool:
+    kind, nullable = option.kind, option.nullable
+    if kind is bool:
         kwargs["action"] = argparse.BooleanOptionalAction  # shows its default itself
     else:
-        kwargs["type"] = converter(option.kind, option.nullable)
-        if option.choices is not None:
-            kwargs["choices"] = (
-                _ChoicesOrNone(option.choices) if option.nullable else option.choices
-            )
-            if option.nullable:
-                kwargs["metavar"] = "{" + ",".join(map(str, option.choices)) + ",none}"
+
+        def convert(text: str):
+            return None if nullable and text.strip().lower() == "none" else kind(text)
+
+        convert.__name__ = kind.__name__  # argparse: "invalid int value: 'x'"
+        kwargs["type"] = convert
+        if option.choices is None:
+            kwargs["metavar"] = metavar or _METAVARS[kind] + ("|none" if nullable else "")
+        elif nullable:
+            kwargs["choices"] = _ChoicesOrNone(option.choices)
+            kwargs["metavar"] = "{" + ",".join(map(str, option.choices)) + ",none}"
         else:
-            name = _METAVARS[option.kind]
-            kwargs["metavar"] = metavar or (f"{name}|none" if option.nullable else name)
+            kwargs["choices"] = option.choices
     group.add_argument(*option.flags, **kwargs)
     options.append(option)
 
 
 def rename_to_flags(message: str, names: dict[str, str]) -> tuple[str, bool]:
-    r"""Replace the backquoted Python names of ``message`` (```support_size```) by what
-    the user typed (``names``: Python name -> flag or config key); returns ``(message,
-    whether any name was replaced)``."""
-    found = False
-
-    def sub(m: re.Match) -> str:
-        nonlocal found
-        if m.group(1) in names:
-            found = True
-            return names[m.group(1)]
-        return m.group(0)
-
-    return re.sub(r"`([A-Za-z_]\w*)`", sub, message), found
+    r"""``(message, whether any name was replaced)`` with the backquoted Python names
+    (```support_size```) replaced by what the user typed (``names``: name -> flag or key)."""
+    found = any(name in names for name in _BACKQUOTED.findall(message))
+    return _BACKQUOTED.sub(lambda m: names.get(m.group(1), m.group(0)), message), found

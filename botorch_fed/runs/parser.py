@@ -1,28 +1,20 @@
-r"""The parser of a run's options: ``run <algorithm>`` with one sub-parser per
-registered algorithm.
-
-Each sub-parser holds the black box, federation and run options below, plus the
-algorithm's settings (:mod:`~botorch_fed.runs.options`), so ``botorch-fed run local
---help`` lists only what ``local`` takes and ``--aggregator`` is offered only to
-algorithms that aggregate securely. The command line (:mod:`botorch_fed.cli.parser`)
-and a Flower run's options (:mod:`botorch_fed.flower.run_options`) both parse with it.
-"""
+r"""The parser of ``run <algorithm>`` (the command line's and a Flower run's): one sub-parser
+per registered algorithm with the black box, federation, settings and run options."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import textwrap
 
 from botorch_fed.runs.black_box import DEFAULT_PROBLEM
-from botorch_fed.runs.options import (
-    HelpFormatter,
-    Option,
-    add_option,
-    attribute_docs,
-    setting_options,
-)
+from botorch_fed.runs.options import HelpFormatter, Option, add_option, add_settings
 
+INTRO = textwrap.fill(
+    "M clients jointly optimise a black box: a built-in test function (--problem) or your own "
+    "Python function (--objective module:function --bounds ..., or one function per client in "
+    "a --config file).",
+    88,
+)
 CONFIG_HELP = """\
 config file (--config FILE, TOML; flags given on the command line override it):
   problem = "hartmann"                  a built-in test function, or your own black box:
@@ -51,174 +43,104 @@ def _algorithm_parser(
     from botorch_fed.secure.registry import BACKENDS
 
     fed = FederationSetup()
-    settings_name = spec.settings_class.__name__
     p = sub.add_parser(
         spec.name,
         help=spec.summary,
         formatter_class=HelpFormatter,
-        description="\n\n".join(
-            textwrap.fill(text, 88)
-            for text in (
-                f"{spec.name}: {spec.summary}.",
-                "M clients jointly optimise a black box: a built-in test function (--problem) "
-                "or your own Python function (--objective module:function --bounds ..., or one "
-                "function per client in a --config file).",
-            )
-        ),
+        description=textwrap.fill(f"{spec.name}: {spec.summary}.", 88) + "\n\n" + INTRO,
         epilog=CONFIG_HELP,
     )
     options: list[Option] = []
 
-    def add(
-        group,
-        flags,
-        dest,
-        kind,
-        default,
-        help,
-        nullable=False,
-        choices=None,
-        key=True,
-        metavar=None,
-    ):
-        option = Option(dest, tuple(flags), kind, nullable, choices, dest if key else None)
-        add_option(group, options, option, default, help, metavar=metavar)
+    def add(group, dest, kind, default, help, metavar=None, **kw):
+        option = Option(dest, ("--" + dest.replace("_", "-"),), kind, **kw)
+        add_option(group, options, option, default, help, metavar)
 
     # fmt: off
     g = p.add_argument_group("black box (one of --problem, --objective, a --config file)")
-    add(g, ["--problem"], "problem", str, None,
-        f"built-in test function: cec2005-f1 ... cec2005-f20, cokg-f1, cokg-f2, "
-        "ldp-synthetic, ldp-synthetic-matern, l1-regression or a BoTorch "
-        f"synthetic function by name (hartmann, levy, ...); default {DEFAULT_PROBLEM} when "
-        "no --objective is given", metavar="NAME")
-    add(g, ["--dim"], "dim", int, None,
-        "dimension of --problem (default: the function's own)", nullable=True, metavar="D")
-    add(g, ["--noise-std"], "noise_std", float, None,
-        "additive observation noise of --problem: the standard deviation of Gaussian noise "
-        "or the scale of --noise", nullable=True)
-    add(g, ["--noise"], "noise", str, None,
-        "kind of observation noise of --problem: none, gaussian, uniform (U[-s, s], bounded: "
-        "R = s), student-t (3 degrees of freedom), pareto; default: the problem's own "
-        "(ldp-synthetic: uniform, s = 1; others: gaussian --noise-std)",
+    add(g, "problem", str, None, "built-in test function: cec2005-f1 ... cec2005-f20, cokg-f1, "
+        "cokg-f2, ldp-synthetic, ldp-synthetic-matern, l1-regression or a BoTorch synthetic "
+        f"function by name (hartmann, levy, ...); default {DEFAULT_PROBLEM} when no --objective "
+        "is given", metavar="NAME")
+    add(g, "dim", int, None, "dimension of --problem (default: the function's own)",
+        nullable=True, metavar="D")
+    add(g, "noise_std", float, None, "additive observation noise of --problem: the standard "
+        "deviation of Gaussian noise or the scale of --noise", nullable=True)
+    add(g, "noise", str, None, "kind of observation noise of --problem: none, gaussian, uniform "
+        "(U[-s, s], bounded: R = s), student-t (3 degrees of freedom), pareto; default: the "
+        "problem's own (ldp-synthetic: uniform, s = 1; others: gaussian --noise-std)",
         nullable=True, metavar="KIND")
-    add(g, ["--shift"], "shift", float, fed.shift,
+    add(g, "shift", float, fed.shift,
         "per-client shift of --problem (fraction of the domain; 0: one shared function)")
-    add(g, ["--objective"], "objective", str, None,
-        "your own black box, shared by all clients: a function of an n x d tensor "
-        "returning n values, imported from package.module (the current directory is on "
-        "the path)", metavar="MODULE:FUNCTION")
-    add(g, ["--bounds"], "bounds", str, None,
-        'the domain of --objective: "lower,upper" per dimension, separated by ";", e.g. '
-        '"0,1;0,1;-5,5"', metavar="BOUNDS")
-    add(g, ["--maximize"], "maximize", bool, False,
+    add(g, "objective", str, None, "your own black box, shared by all clients: a function of an "
+        "n x d tensor returning n values, imported from package.module (the current directory "
+        "is on the path)", metavar="MODULE:FUNCTION")
+    add(g, "bounds", str, None, 'the domain of --objective: "lower,upper" per dimension, '
+        'separated by ";", e.g. "0,1;0,1;-5,5"', metavar="BOUNDS")
+    add(g, "maximize", bool, False,
         "larger values of --objective are better (default: it is minimised)")
-    add(g, ["--fail-on-error"], "fail_on_error", bool, False,
-        "stop the run when an evaluation raises or returns NaN/inf (default: record it in "
-        "the results and carry on)")
-
+    add(g, "fail_on_error", bool, False, "stop the run when an evaluation raises or returns "
+        "NaN/inf (default: record it in the results and carry on)")
     g = p.add_argument_group("federation")
-    add(g, ["--clients"], "clients", int, None,
-        f"number of clients M (default: {DEFAULT_NUM_CLIENTS}, or one per [[objectives]] "
-        "table)", metavar="M")
-    add(g, ["--seed"], "seed", int, fed.seed,
-        "seed of the run: problem, initial designs, every random choice; 'run' (a "
-        "simulation, every party in one process) also derives each party's private "
-        "randomness from it, so a run repeats exactly; on Flower each party draws its "
+    add(g, "clients", int, None, f"number of clients M (default: {DEFAULT_NUM_CLIENTS}, or one "
+        "per [[objectives]] table)", metavar="M")
+    add(g, "seed", int, fed.seed, "seed of the run: problem, initial designs, every random "
+        "choice; 'run' (a simulation, every party in one process) also derives each party's "
+        "private randomness from it, so a run repeats exactly; on Flower each party draws its "
         "own from the OS")
-    add(g, ["--crypto-seed"], "crypto_seed", int, None,
-        "seed of the parties' private randomness (key material, masks, nonces, centre "
-        "noise, LDP users' noise, redraws after failed evaluations), instead of the "
-        "default: derived from --seed by 'run', the OS's on Flower, where it is for "
-        "reproducible experiments only -- whoever knows it can undo the protection",
+    add(g, "crypto_seed", int, None, "seed of the parties' private randomness (key material, "
+        "masks, nonces, centre noise, LDP users' noise, redraws after failed evaluations), "
+        "instead of the default: derived from --seed by 'run', the OS's on Flower, where it is "
+        "for reproducible experiments only -- whoever knows it can undo the protection",
         nullable=True)
-    add(g, ["--init-regions"], "init_regions", bool, False,
-        "initial designs from a different sub-box per client")
-    add(g, ["--region-width"], "region_width", float, fed.region_width,
+    add(g, "init_regions", bool, False, "initial designs from a different sub-box per client")
+    add(g, "region_width", float, fed.region_width,
         "side of those sub-boxes (fraction of the domain)")
     if spec.secure_aggregation:
-        add(g, ["--aggregator"], "aggregator", str, fed.aggregator,
-            "secure-aggregation backend", choices=tuple(BACKENDS))
-    # fmt: on
-
-    g = p.add_argument_group(f"{spec.name} settings ({settings_name})")
-    docs = attribute_docs(spec.settings_class)
-    # the declared defaults, not an instance's: a field left at None may be resolved by
-    # another (FBO-FedGP's `preset`), which must still see None from the command line
-    defaults = {
-        f.name: f.default
-        for f in dataclasses.fields(spec.settings_class)
-        if f.default is not dataclasses.MISSING
-    }
-    instance = spec.settings_class()
-    for f in dataclasses.fields(spec.settings_class):
-        defaults.setdefault(f.name, getattr(instance, f.name))
-    taken = {f for o in options for f in o.flags} | {"--help", "-h"}
-    for option in setting_options(spec.settings_class):
-        clash = taken.intersection(option.flags)
-        if clash:  # a new settings field named like a federation option
-            raise RuntimeError(
-                f"{settings_name}.{option.field}: flag(s) {sorted(clash)} are taken; add it "
-                "to botorch_fed.runs.options.SETTING_FLAGS."
-            )
-        taken.update(option.flags)
-        assert option.field is not None  # a settings option names its field
-        text = docs.get(option.field) or option.field.replace("_", " ")
-        if option.nullable and defaults[option.field] is None:
-            text += " (default: none)"
-        add_option(g, options, option, defaults[option.field], text.replace("%", "%%"))
-
-    # fmt: off
+        add(g, "aggregator", str, fed.aggregator, "secure-aggregation backend",
+            choices=tuple(BACKENDS))
+    g = p.add_argument_group(f"{spec.name} settings ({spec.settings_class.__name__})")
+    add_settings(g, options, spec.settings_class)
     g = p.add_argument_group("run")
-    add(g, ["--config"], "config", str, None,
-        "TOML file with the black box, federation options and [settings] (see below)",
-        key=False, metavar="FILE")
-    add(g, ["--checkpoint"], "checkpoint", str, None,
-        "write the complete state into this folder after every round", metavar="DIR")
-    add(g, ["--resume"], "resume", str, None,
-        "continue the run checkpointed in this folder (give the same options)", key=False,
-        metavar="DIR")
-    add(g, ["--threads"], "threads", int, 1,
-        "torch threads (BO works on small matrices, where threading costs)")
-    add(g, ["--out"], "out", str, None, "write the results as JSON to this file", metavar="FILE")
-    add(g, ["--plot"], "plot", str, None,
-        "draw the convergence curve (regret or best value) into this PNG file", metavar="FILE")
+    add(g, "config", str, None, "TOML file with the black box, federation options and "
+        "[settings] (see below)", metavar="FILE")
+    add(g, "checkpoint", str, None, "write the complete state into this folder after every "
+        "round", metavar="DIR")
+    add(g, "resume", str, None, "continue the run checkpointed in this folder (give the same "
+        "options)", metavar="DIR")
+    add(g, "threads", int, 1, "torch threads (BO works on small matrices, where threading costs)")
+    add(g, "out", str, None, "write the results as JSON to this file", metavar="FILE")
+    add(g, "plot", str, None, "draw the convergence curve (regret or best value) into this PNG "
+        "file", metavar="FILE")
     # fmt: on
     return p, options
 
 
+RunParsers = dict[str, tuple[argparse.ArgumentParser, list[Option]]]
+
+
 class CommandParser(argparse.ArgumentParser):
-    r"""``botorch-fed``'s top-level parser: ``run_parsers[algorithm]`` is
-    ``(sub-parser, options)`` of ``run <algorithm>``."""
+    r"""``botorch-fed``'s parser: ``run_parsers[algorithm]`` is ``(sub-parser, options)``."""
 
-    run_parsers: dict[str, tuple[argparse.ArgumentParser, list[Option]]]
+    run_parsers: RunParsers
 
 
-def add_run_parser(
-    sub: argparse._SubParsersAction,
-) -> dict[str, tuple[argparse.ArgumentParser, list[Option]]]:
+def add_run_parser(sub: argparse._SubParsersAction) -> RunParsers:
     r"""The ``run`` sub-command: one sub-parser per registered algorithm."""
     from botorch_fed.algorithms import available_algorithms, get_algorithm
 
     p = sub.add_parser(
         "run",
         help="run a federated optimisation (FBO-FedGP, Co-KG and its family, or a baseline)",
-        description=(
-            "Run M clients jointly optimising a black box with one of the registered "
-            "algorithms. `botorch-fed run <algorithm> --help` lists its options."
-        ),
+        description="Run M clients jointly optimising a black box with one of the registered "
+        "algorithms. `botorch-fed run <algorithm> --help` lists its options.",
     )
     algorithms = p.add_subparsers(dest="algorithm", required=True, metavar="ALGORITHM")
-    return {
-        name: _algorithm_parser(algorithms, get_algorithm(name)) for name in available_algorithms()
-    }
+    return {n: _algorithm_parser(algorithms, get_algorithm(n)) for n in available_algorithms()}
 
 
 def build_run_parser() -> CommandParser:
-    r"""A ``botorch-fed`` parser with the ``run`` command only (a Flower run's options).
-
-    ``parser.run_parsers[algorithm]`` is ``(sub-parser, options)`` of ``run
-    <algorithm>``.
-    """
+    r"""A ``botorch-fed`` parser with the ``run`` command only (a Flower run's options)."""
     parser = CommandParser(prog="botorch-fed")
     sub = parser.add_subparsers(dest="command", required=True)
     parser.run_parsers = add_run_parser(sub)

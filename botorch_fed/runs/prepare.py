@@ -1,9 +1,6 @@
-r"""A checked run: :func:`prepare_run` turns the parsed options of ``run <algorithm>``
-into a :class:`PreparedRun` and refuses anything invalid before the run starts
-(``ValueError`` / ``ImportError`` naming the flag or the config key): settings,
-federation, the user's modules, ``--out`` / ``--plot`` paths, the ``--checkpoint`` /
-``--resume`` folders.
-"""
+r"""A checked run: :func:`prepare_run` turns the parsed options of ``run <algorithm>`` into
+the settings and :class:`~botorch_fed.protocol.setup.FederationSetup`, refusing anything
+invalid before the run starts with an error naming the flag or the config key."""
 
 from __future__ import annotations
 
@@ -12,30 +9,31 @@ import contextlib
 import os
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from botorch_fed.runs.arguments import SETUP_DESTS, build_settings, build_setup
-from botorch_fed.runs.black_box import import_path
+from botorch_fed.runs.black_box import import_path, make_objectives, resolve_black_box
 from botorch_fed.runs.config import Config
 from botorch_fed.runs.options import Option, rename_to_flags
-from botorch_fed.runs.outputs import check_output_paths
+from botorch_fed.runs.outputs import check_checkpoint_folders, check_output_paths
 
 if TYPE_CHECKING:
     from botorch_fed.protocol.setup import FederationSetup
 
-# warnings of these packages are advice about the library's own small linear algebra
-# (BoTorch's input scaling, GPyTorch's jitter, ...); the user's black box's are shown
+# packages whose warnings are advice about the library's own linear algebra (not the user's)
 LIBRARY_MODULES = (
     r"(botorch|botorch_fed|botorch_community|gpytorch|linear_operator|torch|numpy|scipy|"
     r"sklearn|ot|tenseal)(\.|$)"
 )
+# FederationSetup field -> the option's dest (_SAME: the option of the same name)
+_SAME = "dim seed crypto_seed init_regions region_width noise_std noise shift threads".split()
+SETUP_DESTS = {n: n for n in ("problem", "aggregator", *_SAME)}
+SETUP_DESTS.update(num_clients="clients", evaluation_errors="fail_on_error")
 
 
 @contextlib.contextmanager
 def library_warnings_ignored() -> Iterator[None]:
-    r"""Ignore warnings raised in the libraries a run uses (:data:`LIBRARY_MODULES`),
-    not those of the user's own modules."""
+    r"""Ignore warnings raised in :data:`LIBRARY_MODULES`, not in the user's modules."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", module=LIBRARY_MODULES)
         yield
@@ -54,97 +52,118 @@ class PreparedRun:
     resume: str | None
     out: str | None
     plot: str | None
-    names: dict[str, str] = field(default_factory=dict)  # Python name -> flag or key
+    names: dict[str, str]  # settings field -> flag or key
 
 
-def _check_checkpoint_folders(args: argparse.Namespace, label) -> None:
-    r"""``--resume`` is a folder; ``--checkpoint`` can be written and does not overwrite
-    another run's checkpoint."""
-    from botorch_fed.protocol.checkpoint import MANIFEST
+def _fails_alone(cls: Any, name: str, value) -> bool:
+    try:
+        cls(**{name: value}).validate()
+    except (ValueError, TypeError):
+        return True
+    return False
 
-    checkpoint, resume = args.checkpoint, args.resume
-    if resume and not os.path.isdir(resume):
-        raise ValueError(f"--resume {resume}: no such checkpoint folder.")
-    if resume and not os.access(resume, os.W_OK):
-        raise ValueError(
-            f"--resume {resume}: the folder is not writable (the resumed run checkpoints into it)."
-        )
-    if not checkpoint:
-        return
-    where = label("checkpoint")
-    if os.path.exists(checkpoint) and not os.path.isdir(checkpoint):
-        raise ValueError(f"{where} {checkpoint} is a file; give a folder.")
-    parent = os.path.dirname(os.path.abspath(checkpoint))
-    if not os.path.isdir(parent):
-        raise ValueError(f"{where} {checkpoint}: the folder {parent} does not exist.")
-    folder = checkpoint if os.path.isdir(checkpoint) else parent
-    if not os.access(folder, os.W_OK):
-        raise ValueError(f"{where} {checkpoint}: the folder {folder} is not writable.")
-    if os.path.isfile(os.path.join(checkpoint, MANIFEST)) and not (
-        resume and os.path.samefile(resume, checkpoint)
-    ):
-        raise ValueError(
-            f"{where} {checkpoint} already holds a checkpoint, which this run would "
-            f"overwrite: continue that run with --resume {checkpoint}, or give another folder."
-        )
+
+def _build_settings(cls: Any, args, options: list[Option], names: dict, config: Config | None):
+    r"""The algorithm's settings from the flags and the config file, validated."""
+    values = {o.field: getattr(args, o.dest) for o in options if o.field is not None}
+    labels = dict(names)
+    if config is not None:
+        values.update(config.settings_extra)
+        labels.update({k: f"`settings.{k}` in {config.path}" for k in config.settings_extra})
+    try:
+        settings = cls(**values)
+        settings.validate()
+        return settings
+    except (ValueError, TypeError) as exc:
+        message, found = rename_to_flags(str(exc), labels)
+    if not found:  # in another object's words (MixingSchedule's `c`): name the culprits
+        defaults = cls()
+        culprits = [
+            f"{labels[k]} {v!r}"
+            for k, v in values.items()
+            if v != getattr(defaults, k) and _fails_alone(cls, k, v)
+        ]
+        if culprits:
+            message = f"{', '.join(culprits)}: {message}"
+    raise ValueError(message)
+
+
+def _build_setup(spec, args, by_dest: dict, sources: dict, config: Config | None, names: dict):
+    r"""The validated setup (user modules imported, a problem built once) and its label."""
+    from botorch_fed.protocol.setup import DEFAULT_NUM_CLIENTS, FederationSetup
+
+    problem, specs, shared, label = resolve_black_box(args, sources, config)
+    common = {n: getattr(args, n) for n in _SAME}
+    common["evaluation_errors"] = "raise" if args.fail_on_error else "record"
+    if spec.secure_aggregation:
+        common["aggregator"] = args.aggregator
+    if problem is not None:
+        file_problem = config is not None and "problem" in config.has
+        for dest in ("bounds", "maximize"):  # a file's are dropped when --problem overrides it
+            if getattr(args, dest) not in (None, False) and (dest not in sources or file_problem):
+                raise ValueError(
+                    f"{by_dest[dest].label(sources)} applies to your own objective "
+                    f"(`--objective`); the built-in problem {problem!r} has its own domain "
+                    "and is minimised."
+                )
+        source: dict[str, Any] = {"problem": problem}
+    else:
+        objectives = make_objectives(specs, args, by_dest["bounds"].label(sources))
+        if not shared and args.clients not in (None, len(objectives)):
+            assert config is not None  # per-client objectives come from the config file
+            raise ValueError(
+                f"{names['num_clients']} {args.clients} but {config.path} has "
+                f"{len(objectives)} [[objectives]] tables (one per client)."
+            )
+        source = {"objectives": objectives[0] if shared else objectives}
+    clients = DEFAULT_NUM_CLIENTS if shared and args.clients is None else args.clients
+    setup = FederationSetup(**source, num_clients=clients, **common)
+    try:
+        setup.validate(spec.name)
+    except ValueError as exc:
+        raise ValueError(rename_to_flags(str(exc), names)[0]) from None
+    if problem is not None:
+        try:
+            setup.make_objectives()  # an unknown name or a wrong --dim, before the run
+        except ValueError as exc:
+            message, found = rename_to_flags(str(exc), names)
+            where = f"{names['problem']} {problem}"
+            where += f", {names['dim']} {args.dim}" if args.dim is not None else ""
+            raise ValueError(message if found else f"{where}: {message}") from None
+    return setup, label or None
 
 
 def prepare_run(
-    args: argparse.Namespace,
-    options: list[Option],
-    sources: dict[str, str],
-    config: Config | None,
+    args: argparse.Namespace, options: list[Option], sources: dict[str, str], config: Config | None
 ) -> PreparedRun:
-    r"""Check the arguments of ``run <algorithm>`` and build what the run takes.
-
-    Raises:
-        ValueError, ImportError: Naming the flag or the config key.
-    """
+    r"""Check the parsed ``args`` of ``run <algorithm>`` (its ``options``; ``sources``:
+    ``dest`` -> config key of the values from the ``config`` file) and build the run;
+    ``ValueError`` / ``ImportError`` name the flag or the config key."""
     from botorch_fed.algorithms import get_algorithm
 
     by_dest = {o.dest: o for o in options}
-
-    def label(dest: str) -> str:  # paths: as typed, without backquotes
-        return sources.get(dest, f"--{dest}")
-
+    label = lambda dest: sources.get(dest, f"--{dest}")  # paths: as typed, no backquotes
     for dest in ("out", "plot", "checkpoint", "resume"):  # one config file, many algorithms
         if getattr(args, dest, None):
             setattr(args, dest, getattr(args, dest).replace("{algorithm}", args.algorithm))
-
     check_output_paths(
         {dest: (label(dest), getattr(args, dest)) for dest in ("out", "plot")},
         config_path=config.path if config is not None else None,
     )
-    _check_checkpoint_folders(args, label)
+    check_checkpoint_folders(args.checkpoint, args.resume, label("checkpoint"))
     spec = get_algorithm(args.algorithm)
-    settings = build_settings(spec, args, options, sources, config)
-    if args.threads < 1:
-        raise ValueError(f"{by_dest['threads'].label(sources)} must be >= 1, got {args.threads}.")
-    folders = [os.getcwd()]
-    if config is not None:
-        folders.append(os.path.dirname(os.path.abspath(config.path)))
+    names = {o.field: o.label(sources) for o in options if o.field is not None}
+    settings = _build_settings(spec.settings_class, args, options, names, config)
+    setup_names = {py: by_dest[d].label(sources) for py, d in SETUP_DESTS.items() if d in by_dest}
+    folders = [os.getcwd(), *([os.path.dirname(os.path.abspath(config.path))] if config else [])]
     with import_path(folders):
-        setup, name = build_setup(spec, args, options, sources, config)
+        setup, name = _build_setup(spec, args, by_dest, sources, config, setup_names)
         if spec.check is not None:  # the algorithm's own checks, before the run starts
             from botorch_fed.protocol.runner import build_context
 
-            names = {o.field: o.label(sources) for o in options if o.field is not None}
-            names.update(
-                {py: by_dest[d].label(sources) for py, d in SETUP_DESTS.items() if d in by_dest}
-            )
             try:
                 build_context(spec, setup, settings)
             except ValueError as exc:
-                raise ValueError(rename_to_flags(str(exc), names)[0]) from None
-    return PreparedRun(
-        algorithm=args.algorithm,
-        setup=setup,
-        settings=settings,
-        label=name,
-        folders=folders,
-        checkpoint=args.checkpoint,
-        resume=args.resume,
-        out=args.out,
-        plot=args.plot,
-        names={o.field: o.label(sources) for o in options if o.field is not None},
-    )
+                raise ValueError(rename_to_flags(str(exc), names | setup_names)[0]) from None
+    return PreparedRun(args.algorithm, setup, settings, name, folders, args.checkpoint,
+                       args.resume, args.out, args.plot, names)  # fmt: skip

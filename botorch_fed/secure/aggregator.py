@@ -1,7 +1,7 @@
 r"""An ``aggregate(list_of_arrays) -> sum`` callable backed by a secure backend.
 
-The model layer (``fit_federated_pitc``, ``FederatedPITCGP.from_client_data``, the
-regression demo) takes any callable that sums a list of per-client float64 arrays.
+The in-process federated fit (``botorch_fed.protocol.federated_fit``) and the
+regression demo take any callable that sums a list of per-client float64 arrays.
 :func:`make_aggregator` turns a backend into one: each call runs a full in-process
 session of the backend among the listed clients (client ``i`` contributes
 ``arrays[i]``). With ``wide=True`` the arrays travel in the limb encoding of

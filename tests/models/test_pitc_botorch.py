@@ -45,13 +45,10 @@ from botorch_fed.inducing import global_support, local_centers
 from botorch_fed.models import (
     FederatedPITCGP,
     HyperparametersChangedError,
-    PITCFitClient,
     PITCHyperparameters,
     PITCMarginalLogLikelihood,
     SparseSummary,
     compute_local_summary,
-    fit_federated_pitc,
-    fit_local_average,
     pitc_loss_and_adjoint,
 )
 from botorch_fed.models.module_state import _SCALARS, _structure, _structure_key, _summary_modules
@@ -88,32 +85,6 @@ def _pooled(clients):
 
 
 # --- no stale state ---------------------------------------------------------------------
-def test_fit_on_the_same_modules_raises_instead_of_mixing():
-    d = 2
-    clients, support = _overlapping_federation(scale=1.5)
-    covar = get_covar_module_with_dim_scaled_prior(d).double()
-    lik = get_gaussian_likelihood_with_lognormal_prior().double()
-    model = FederatedPITCGP.from_client_data(clients, support, covar, lik)
-    X_test = torch.rand(50, d, dtype=torch.float64)
-    model.posterior(X_test)  # caches built at the initial hyperparameters
-    fit_clients = [PITCFitClient(X, Y, support, covar, lik) for X, Y in clients]
-    fit_federated_pitc(fit_clients, support, covar, lik, maxiter=20)
-    with pytest.raises(HyperparametersChangedError, match="update_summary"):
-        model.posterior(X_test)
-    # the documented remedy: summaries at the new values
-    with torch.no_grad():
-        fresh = SparseSummary.sum(
-            compute_local_summary(X, Y, support, covar, lik) for X, Y in clients
-        )
-    model.update_summary(fresh)
-    rebuilt = FederatedPITCGP.from_client_data(clients, support, covar, lik)
-    with torch.no_grad():
-        p, q = model.posterior(X_test), rebuilt.posterior(X_test)
-    torch.testing.assert_close(p.mean, q.mean, atol=1e-12, rtol=0)
-    torch.testing.assert_close(p.variance, q.variance, atol=1e-12, rtol=0)
-    assert (p.variance > 0).all()
-
-
 @pytest.mark.parametrize(
     "change",
     ["setter", "optimizer_step", "module_load_state_dict", "outcome_transform", "likelihood"],
@@ -471,32 +442,6 @@ def test_pitc_marginal_likelihood_is_fit_federated_pitcs_objective():
     assert abs(mll().item() + loss) <= bound
 
 
-def test_fit_gpytorch_mll_matches_fit_federated_pitc_and_refreshes_the_model():
-    clients, support, covar, lik, mean = _fit_setting()
-    covar2, lik2, mean2 = (
-        get_covar_module_with_dim_scaled_prior(2).double(),
-        get_gaussian_likelihood_with_lognormal_prior().double(),
-        ConstantMean().double(),
-    )
-    model = FederatedPITCGP.from_client_data(clients, support, covar, lik, mean)
-    fit_gpytorch_mll(
-        PITCMarginalLogLikelihood(model.likelihood, model, clients),
-        optimizer_kwargs={"options": {"maxiter": 200}},
-    )
-    fit_clients = [PITCFitClient(X, Y, support, covar2, lik2, mean2) for X, Y in clients]
-    fit_federated_pitc(fit_clients, support, covar2, lik2, mean2)
-    a = PITCHyperparameters(covar, lik, mean).get_values()
-    b = PITCHyperparameters(covar2, lik2, mean2).get_values()
-    # two L-BFGS-B runs on the same objective from the same start: same optimum
-    assert abs(a - b).max() < 1e-3 * max(1.0, abs(b).max())
-    X_test = torch.rand(6, 2, dtype=torch.float64)
-    with torch.no_grad():
-        p = model.posterior(X_test)  # refreshed: no HyperparametersChangedError
-        q = FederatedPITCGP.from_client_data(clients, support, covar, lik, mean).posterior(X_test)
-    torch.testing.assert_close(p.mean, q.mean, atol=1e-12, rtol=0)
-    torch.testing.assert_close(p.variance, q.variance, atol=1e-12, rtol=0)
-
-
 # --- what PITC learns from new observations -------------------------------------------------
 def test_observations_far_from_the_support_barely_move_the_posterior():
     k = ScaleKernel(RBFKernel()).double()
@@ -828,30 +773,6 @@ def test_condition_on_observations_validates_its_data():
         torch.testing.assert_close(
             empty.posterior(X[0]).mean[0], model.posterior(X[0]).mean, atol=1e-12, rtol=0
         )
-
-
-def test_federated_fits_take_the_shared_input_transform():
-    clients, support, covar, lik, mean = _fit_setting()
-    d = support.shape[-1]
-    lo = torch.tensor([10.0, -100.0], dtype=torch.float64)
-    span = torch.tensor([20.0, 200.0], dtype=torch.float64)
-    raw = [(lo + span * X, Y) for X, Y in clients]  # a user's own domain
-    tf = Normalize(d, bounds=torch.stack([lo, lo + span]))
-    fitted = {}
-    for name, data, S, transform in (
-        ("transform", raw, lo + span * support, tf),
-        ("by hand", clients, support, None),
-    ):
-        modules = [deepcopy(covar), deepcopy(lik), deepcopy(mean)]
-        fit_clients = [PITCFitClient(X, Y, S, *modules, input_transform=transform) for X, Y in data]
-        fit_federated_pitc(fit_clients, S, *modules, maxiter=15)
-        averaged = fit_local_average(fit_clients, *[deepcopy(m) for m in modules])
-        fitted[name] = (PITCHyperparameters(*modules).get_values(), averaged)
-    # the same computations up to the rounding of the transformed inputs
-    for a, b in zip(fitted["transform"], fitted["by hand"], strict=True):
-        assert abs(a - b).max() <= 1e-6 * max(1.0, abs(b).max())
-    with pytest.raises(ValueError, match="input_transform.*learns"):
-        PITCFitClient(*raw[0], lo + span * support, covar, lik, mean, input_transform=Normalize(d))
 
 
 def test_user_mistakes_get_errors_naming_the_cause():

@@ -1,4 +1,4 @@
-r"""Federated PITC marginal likelihood, its gradient, and the hyperparameter fits."""
+r"""The PITC marginal likelihood at summed summaries and its federated gradient."""
 
 from __future__ import annotations
 
@@ -9,15 +9,12 @@ import numpy as np
 import pytest
 import torch
 from botorch.exceptions.warnings import InputDataWarning
-from botorch.fit import fit_gpytorch_mll
-from botorch.models import SingleTaskGP
 from botorch.models.utils.gpytorch_modules import (
     get_covar_module_with_dim_scaled_prior,
     get_gaussian_likelihood_with_lognormal_prior,
 )
-from gpytorch.kernels import MaternKernel, RBFKernel, ScaleKernel
-from gpytorch.means import ConstantMean, ZeroMean
-from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.kernels import MaternKernel, ScaleKernel
+from gpytorch.means import ConstantMean
 
 from botorch_fed.models import (
     PITCFitClient,
@@ -25,8 +22,6 @@ from botorch_fed.models import (
     SparseSummary,
     compute_local_summary,
     default_jitter,
-    fit_federated_pitc,
-    fit_local_average,
     pitc_log_marginal_likelihood,
     pitc_loss_and_adjoint,
 )
@@ -157,100 +152,6 @@ def _loss_terms(clients, support, k, lik, mean, n):
     return float(torch.linalg.cond(C.detach())), loss_scale, sum(grads) / (2 * n)
 
 
-def test_fit_recovers_known_lengthscales():
-    # data drawn from a GP with known hyperparameters, spread over 5 clients
-    torch.manual_seed(0)
-    d, n = 2, 400
-    true_ls = torch.tensor([0.12, 0.5], dtype=torch.float64)
-    g = torch.Generator().manual_seed(0)
-    X = torch.rand(n, d, generator=g, dtype=torch.float64)
-    kern = RBFKernel(ard_num_dims=d).double()
-    kern.lengthscale = true_ls
-    with torch.no_grad():
-        K = kern(X).to_dense() + 1e-4 * torch.eye(n, dtype=torch.float64)
-        f = torch.linalg.cholesky(K) @ torch.randn(n, generator=g, dtype=torch.float64)
-    Y = (f + 0.05 * torch.randn(n, generator=g, dtype=torch.float64)).unsqueeze(-1)
-    order = X[:, 0].argsort()  # clients own vertical strips of the domain
-    parts = order.chunk(5)
-    from botorch_fed.inducing import global_support, local_centers
-
-    centers = [local_centers(X[p], k=20, seed=i, min_cluster_size=1) for i, p in enumerate(parts)]
-    support = global_support(centers, 60, seed=0)
-    k = RBFKernel(ard_num_dims=d).double()
-    lik = get_gaussian_likelihood_with_lognormal_prior().double()
-    clients = [PITCFitClient(X[p], Y[p], support, k, lik) for p in parts]
-    result = fit_federated_pitc(clients, support, k, lik, include_prior=False)
-    assert result.success, result.message
-    assert result.num_rounds == 2 * result.num_evaluations
-    ls = k.lengthscale.detach().squeeze()
-    assert torch.allclose(ls, true_ls, rtol=0.2), ls
-    assert 0.05**2 / 3 < lik.noise.item() < 3 * 0.05**2
-
-
-def test_fit_matches_exact_gp_fit_when_support_holds_all_inputs():
-    # With S = all inputs, PITC is the exact GP: the federated fit must land on
-    # BoTorch's exact-GP MAP estimate (same priors, same objective).
-    clients, _, k, lik, mean = _fit_setup(torch.float64, seed=3)
-    X = torch.cat([c[0] for c in clients])
-    Y = torch.cat([c[1] for c in clients])
-    import copy
-
-    k2, lik2, mean2 = copy.deepcopy(k), copy.deepcopy(lik), copy.deepcopy(mean)
-    fit_clients = [PITCFitClient(Xi, Yi, X, k, lik, mean, jitter=1e-12) for Xi, Yi in clients]
-    fit_federated_pitc(fit_clients, X, k, lik, mean, maxiter=500, gtol=1e-9)
-    gp = SingleTaskGP(
-        X, Y, covar_module=k2, likelihood=lik2, mean_module=mean2, outcome_transform=None
-    )
-    fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp))
-    fed = PITCHyperparameters(k, lik, mean).get_values()
-    exact = PITCHyperparameters(k2, lik2, mean2).get_values()
-    np.testing.assert_allclose(fed, exact, rtol=2e-3, atol=2e-4)
-
-
-def test_fit_through_an_instrumented_aggregate_only_sees_summaries_and_gradients():
-    clients, support, k, lik, mean = _fit_setup(torch.float64, seed=2)
-    fit_clients = [PITCFitClient(X, Y, support, k, lik, mean) for X, Y in clients]
-    seen = []
-
-    def aggregate(arrays):
-        seen.append([np.array(a) for a in arrays])
-        return np.sum(arrays, axis=0)
-
-    hyper_size = PITCHyperparameters(k, lik, mean).size
-    result = fit_federated_pitc(fit_clients, support, k, lik, mean, aggregate=aggregate, maxiter=5)
-    assert len(seen) == result.num_rounds
-    packed_len = SparseSummary.packed_length(len(support))
-    raw = {float(v) for X, Y in clients for v in torch.cat([X.flatten(), Y.flatten()])}
-    for arrays in seen:
-        assert len(arrays) == len(clients)
-        for a in arrays:
-            assert a.shape in ((packed_len,), (hyper_size,))
-            assert not raw & set(a.tolist())  # no raw input/output value is sent
-
-
-@pytest.mark.parametrize("zero_mean", [False, True])
-def test_fit_local_average_equals_mean_of_local_fits(zero_mean):
-    clients, support, k, lik, mean = _fit_setup(torch.float64, seed=4)
-    import copy
-
-    mean = None if zero_mean else mean
-    fit_clients = [PITCFitClient(X, Y, support, k, lik, mean) for X, Y in clients]
-    expected, weights = [], []
-    for X, Y in clients:
-        ki, li = copy.deepcopy(k), copy.deepcopy(lik)
-        mi = ZeroMean() if mean is None else copy.deepcopy(mean)
-        gp = SingleTaskGP(
-            X, Y, covar_module=ki, likelihood=li, mean_module=mi, outcome_transform=None
-        )
-        fit_gpytorch_mll(ExactMarginalLogLikelihood(gp.likelihood, gp))
-        expected.append(PITCHyperparameters(ki, li, None if mean is None else mi).get_values())
-        weights.append(len(X))
-    values = fit_local_average(fit_clients, k, lik, mean)
-    ref = np.average(np.stack(expected), axis=0, weights=weights)
-    np.testing.assert_allclose(values, ref, rtol=1e-6)
-    np.testing.assert_allclose(PITCHyperparameters(k, lik, mean).get_values(), ref, rtol=1e-6)
-
-
 def test_fit_bad_inputs():
     clients, support, k, lik, mean = _fit_setup()
     c = PITCFitClient(*clients[0], support, k, lik, mean)
@@ -263,12 +164,6 @@ def test_fit_bad_inputs():
     c.summary(PITCHyperparameters(k, lik, mean).get_theta())
     with pytest.raises(ValueError, match="adjoint"):
         c.vjp(np.zeros(3))
-    with pytest.raises(ValueError, match="empty"):
-        fit_federated_pitc([], support, k, lik, mean)
-    with pytest.raises(ValueError, match="hyperparameters"):
-        fit_federated_pitc([c], support, k, lik)  # server has no mean module
-    with pytest.raises(ValueError, match="empty"):
-        fit_local_average([], k, lik, mean)
     hyper = PITCHyperparameters(k, lik, mean)
     with pytest.raises(ValueError, match="length"):
         pitc_loss_and_adjoint(np.zeros(5), len(support), hyper)

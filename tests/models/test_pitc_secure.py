@@ -1,16 +1,14 @@
-r"""dPITC models and fits whose sums run through the secure-aggregation backends."""
+r"""dPITC models built from summaries summed by the secure-aggregation backends."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from botorch_fed.models import (
     FederatedPITCGP,
-    PITCFitClient,
-    PITCHyperparameters,
-    fit_federated_pitc,
+    SparseSummary,
+    compute_local_summary,
 )
 from botorch_fed.secure import make_aggregator
 from tests.helpers.dense_pitc import make_modules, random_federation
@@ -23,6 +21,15 @@ def _setting(num_clients: int = 4, d: int = 2, m: int = 8):
     return clients, support, *make_modules(d, torch.float64, lengthscale=0.4)
 
 
+def _model(clients, support, k, lik, mean, aggregate):
+    with torch.no_grad():
+        summaries = [
+            compute_local_summary(X, Y, support, k, lik, mean).to_numpy() for X, Y in clients
+        ]
+    total = SparseSummary.from_numpy(aggregate(summaries), len(support))
+    return FederatedPITCGP(support, total, k, lik, mean)
+
+
 @pytest.mark.parametrize(
     "backend, wide", [("ckks", False), ("ckks", True), ("masking", False), ("masking", True)]
 )
@@ -32,14 +39,8 @@ def test_posterior_from_secure_sums_equals_plaintext(backend, wide):
     stats = []
     with torch.no_grad():
         plain = FederatedPITCGP.from_client_data(clients, support, k, lik, mean).posterior(X_test)
-        secure = FederatedPITCGP.from_client_data(
-            clients,
-            support,
-            k,
-            lik,
-            mean,
-            aggregate=make_aggregator(backend, wide=wide, seed=0, stats=stats),
-        ).posterior(X_test)
+        aggregate = make_aggregator(backend, wide=wide, seed=0, stats=stats)
+        secure = _model(clients, support, k, lik, mean, aggregate).posterior(X_test)
     assert len(stats) == 1 and stats[0]["backend"] == backend
     assert stats[0]["n_clients"] == len(clients)
     err_mean = (secure.mean - plain.mean).abs().max().item()
@@ -52,22 +53,9 @@ def test_posterior_from_secure_sums_equals_plaintext(backend, wide):
     assert err_mean <= 1e-8 and err_cov <= 1e-8, (err_mean, err_cov)
 
 
-def test_federated_fit_through_masking_matches_plaintext():
-    clients, support, k, lik, mean = _setting()
-    results = []
-    for aggregate in (None, make_aggregator("masking", seed=1)):
-        kk, ll, mm = make_modules(support.shape[-1], torch.float64, lengthscale=0.4)
-        fit_clients = [PITCFitClient(X, Y, support, kk, ll, mm) for X, Y in clients]
-        fit_federated_pitc(fit_clients, support, kk, ll, mm, aggregate=aggregate, maxiter=30)
-        results.append(PITCHyperparameters(kk, ll, mm).get_theta())
-    np.testing.assert_allclose(results[1], results[0], rtol=1e-6, atol=1e-8)
-
-
 def test_secure_aggregator_needs_three_clients():
     clients, support, k, lik, mean = _setting(num_clients=2)
     from botorch_fed.secure import TooFewClientsError
 
     with pytest.raises(TooFewClientsError):
-        FederatedPITCGP.from_client_data(
-            clients, support, k, lik, mean, aggregate=make_aggregator("masking", seed=0)
-        )
+        _model(clients, support, k, lik, mean, make_aggregator("masking", seed=0))

@@ -352,3 +352,31 @@ def test_a_note_is_literal_text_or_a_callable():
         Array(("dim",), 0.0, 1.0, note="one point of the unit cube").check(np.zeros(2), party)
     with pytest.raises(FieldError, match=": 3 values$"):
         Array(("dim",), note=lambda p: f"{p.dim} values").check(np.zeros(2), party)
+
+
+@pytest.mark.parametrize(
+    "domain, bad, message",
+    [
+        (Real(0, open=True), 0.0, "must be > 0"),
+        (Real(None, 1, open=True), 1.0, "must be < 1"),
+        (Real(0, 1, open=True), 0.0, r"must lie in \(0, 1\)"),
+        (Real(0, 1, open="low"), 0.0, r"must lie in \(0, 1\]"),
+        (Real(0, 1, open="high"), 1.0, r"must lie in \[0, 1\)"),
+    ],
+)
+def test_open_real_bounds_exclude_the_bound(domain, bad, message):
+    with pytest.raises(FieldError, match=message):
+        domain.check(bad, None)
+    assert domain.check(0.5, None) == 0.5
+
+
+def test_check_history_copies_a_list_of_dicts():
+    from botorch_fed.protocol.checkpoint import CheckpointError, check_history
+
+    saved = [{"round": 0}]
+    assert (
+        check_history("Client 0", saved) == saved and check_history("c", saved)[0] is not saved[0]
+    )
+    for bad in ({"round": 0}, [1], None):
+        with pytest.raises(CheckpointError, match="Client 0: `history` must be a list of dicts"):
+            check_history("Client 0", bad)

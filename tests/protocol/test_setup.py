@@ -149,7 +149,7 @@ def test_too_few_clients_for_the_algorithm_are_refused():
     assert "fbo-fedgp" in _refused(one, "num_clients", "fbo-fedgp")
     two = FederationSetup(objectives=[_objective()] * 2, aggregator="masking")
     assert "masking" in _refused(two, "num_clients", "fbo-fedgp")
-    with pytest.raises(ValueError, match="`num_clients` must be an integer"):
+    with pytest.raises(ValueError, match="`num_clients`=2.0 must be an integer"):
         FederationSetup(objectives=_objective(), num_clients=2.0).validate("local")
 
 

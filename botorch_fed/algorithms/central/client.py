@@ -1,6 +1,5 @@
 r"""A central-BO client: uploads its raw data and evaluates the points the server
-assigns, one per round for the rounds ``1 .. num_rounds`` of its settings, each once and
-in turn."""
+assigns (rounds ``1 .. num_rounds``, once each, in order)."""
 
 from __future__ import annotations
 
@@ -20,7 +19,6 @@ class CentralClient(BOClient):
         self._uploaded = 0
 
     def state_dict(self) -> dict:
-        r"""Adds how many points were uploaded to :meth:`BOClient.state_dict`."""
         return {**super().state_dict(), "uploaded": self._uploaded}
 
     def load_state_dict(self, state: dict) -> None:

@@ -1,5 +1,4 @@
-r"""What central BO's server sends a client: ``upload`` (the new raw data) and
-``evaluate`` (the client's point of the round's batch)."""
+r"""What central BO's server sends a client: ``upload`` and ``evaluate``."""
 
 from __future__ import annotations
 

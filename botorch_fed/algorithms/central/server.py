@@ -1,14 +1,9 @@
-r"""Central BO's server: fits one GP on everybody's data and hands out one point of a
-jointly optimised batch per client."""
+r"""Central BO's server: one GP on everybody's data, one batch point per client."""
 
 from __future__ import annotations
 
 import torch
-from botorch.acquisition import (
-    AcquisitionFunction,
-    qLogExpectedImprovement,
-    qUpperConfidenceBound,
-)
+from botorch.acquisition import AcquisitionFunction, qLogExpectedImprovement, qUpperConfidenceBound
 
 from botorch_fed.acquisition import maximize_step_acquisition, pathwise_thompson_sampling
 from botorch_fed.acquisition.step_acquisition import knowledge_gradient
@@ -25,9 +20,7 @@ class CentralServer(FederatedServer):
 
     def __init__(self, transport, settings: BOSettings, dim: int, seed: int) -> None:
         super().__init__(transport)
-        self.settings = settings
-        self.dim = dim
-        self.seed = int(seed)
+        self.settings, self.dim, self.seed = settings, dim, int(seed)
         self.X = torch.empty(0, dim, dtype=torch.float64)
         self.Y = torch.empty(0, 1, dtype=torch.float64)
         # one model update per round: round t refits iff (t - 1) % local_refit_every == 0
@@ -36,13 +29,8 @@ class CentralServer(FederatedServer):
         )
 
     def state_dict(self) -> dict:
-        r"""Adds the pooled data and the GP fitter's state."""
-        return {
-            **super().state_dict(),
-            "X": self.X.clone(),
-            "Y": self.Y.clone(),
-            "fitter": self._fitter.state_dict(),
-        }
+        own = {"X": self.X.clone(), "Y": self.Y.clone(), "fitter": self._fitter.state_dict()}
+        return {**super().state_dict(), **own}
 
     def load_state_dict(self, state: dict) -> None:
         own, rest = split_state("Server", state, ("X", "Y", "fitter"))
@@ -67,45 +55,30 @@ class CentralServer(FederatedServer):
                 self.Y = torch.cat([self.Y, torch.as_tensor(p["Y"], dtype=torch.float64)])
 
     def _batch(self, t: int, q: int) -> torch.Tensor:
-        s = self.settings
+        s, seed = self.settings, round_seed(self.seed, t)
         if len(self.X) == 0:  # every evaluation failed so far: a seeded random batch
-            g = torch.Generator().manual_seed(round_seed(self.seed, t))
+            g = torch.Generator().manual_seed(seed)
             return torch.rand(q, self.dim, generator=g, dtype=torch.float64)
         with self.ledger.timer("local_fit"):
             model = self._fitter(self.X, self.Y)
         bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
-        seed = round_seed(self.seed, t)
-        sequential = True
         with self.ledger.timer("acquisition"):
-            if s.acquisition == "ts":
-                # q independent paths; their sum is maximised jointly (separable)
-                acqf: AcquisitionFunction = pathwise_thompson_sampling(
-                    model, seed=seed, batch_size=q
-                )
-                sequential = False
-            elif s.acquisition == "kg":
-                # q-KG over the whole batch: one-shot, optimised jointly
+            acqf: AcquisitionFunction
+            if s.acquisition == "ts":  # q independent paths, their sum maximised jointly
+                acqf = pathwise_thompson_sampling(model, seed=seed, batch_size=q)
+            elif s.acquisition == "kg":  # one-shot q-KG over the whole batch
                 acqf = knowledge_gradient(model, num_fantasies=s.num_fantasies, seed=seed)
-                sequential = False
             elif s.acquisition == "ucb":
                 acqf = qUpperConfidenceBound(model, beta=s.beta_at(t, self.dim))
             else:
                 acqf = qLogExpectedImprovement(model, best_f=self.Y.max())
-            X = maximize_step_acquisition(
-                acqf,
-                bounds,
-                seed=seed,
-                q=q,
-                num_restarts=s.num_restarts,
-                raw_samples=s.raw_samples,
-                maxiter=s.maxiter,
-                sequential=sequential,
-            )
+            options = {k: getattr(s, k) for k in ("num_restarts", "raw_samples", "maxiter")}
+            options.update(seed=seed, q=q, sequential=s.acquisition not in ("ts", "kg"))
+            X = maximize_step_acquisition(acqf, bounds, **options)
         return X.clamp(0.0, 1.0)
 
     def run_round(self, t: int) -> None:
         r"""Round ``t``: collect the new data, fit, hand out one batch point per client."""
-        ids = self.client_ids
         self._collect()
-        X = self._batch(t, len(ids))
-        self.send({cid: Evaluate(x=X[i].numpy(), t=t) for i, cid in enumerate(ids)})
+        X = self._batch(t, len(self.client_ids))
+        self.send({cid: Evaluate(x=X[i].numpy(), t=t) for i, cid in enumerate(self.client_ids)})

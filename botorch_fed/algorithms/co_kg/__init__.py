@@ -1,21 +1,10 @@
-r"""Co-KG and its family on the federation protocol (Alg. 1 of [Co-KG]).
+r"""Co-KG and its family (Co-EI, Co-ES, barycenter-qKG) on the federation protocol.
 
-After the warm-up the server fixes a shared support; each round every agent sends its GP
-posterior discretised on it, the server forms their Wasserstein barycenter and maximises
-the acquisition over the batch ``x_1..x_N`` -- Co-KG (``co-kg``), Co-EI (``co-ei``),
-Co-ES (``co-es``) or Co-KG with ``beta = 0`` (``barycenter-qkg``, whose means can be
-summed securely) -- and agent ``n`` evaluates ``x_n``. The output is the largest of the
-agents' local optima (:attr:`CoKGServer.recommendation`). The posteriors give the
-agents' data away (docs/security.md, "Co-KG").
-
-Modules: :mod:`.settings`, :mod:`.messages` (what the server sends an agent, and the
-domains an agent accepts), :mod:`.client` (the agent), :mod:`.server`.
-
-References:
-
-.. [Co-KG] D. Zhan, H. Zhang, R. Righter, Z. Zheng, J. Anderson. Collaborative
-   Bayesian optimization via Wasserstein barycenters (paper 001 in ``shared/papers``;
-   slides, IEEE CDC 2025), Alg. 1 and "Experimental Setup".
+Each round every agent sends its GP posterior on a shared support; the server's
+Wasserstein-barycenter GP and acquisition assign agent ``n`` the point ``x_n``. The
+posteriors give the agents' data away (docs/security.md, "Co-KG"). Paper: D. Zhan, H.
+Zhang, R. Righter, Z. Zheng, J. Anderson, "Collaborative Bayesian optimization via
+Wasserstein barycenters" (paper 001 in ``shared/papers``, IEEE CDC 2025), Alg. 1.
 """
 
 import torch
@@ -63,22 +52,16 @@ _ALGORITHMS = {
 }
 
 
-def _check_secure_aggregator(ctx) -> None:
-    r"""The secure mean runs on the masking backend only."""
+def _check(ctx) -> None:
     aggregator = ctx.setup.aggregator
-    if not ctx.settings.hides_means() or aggregator == "masking":
-        return
-    why = {
-        "ckks": "the server needs the barycenter mean, and CKKS sums stay on the agents",
-        "plaintext": "the plaintext backend hands every agent's input to the server in clear",
-    }.get(aggregator, "only masking hides the agents' inputs from the server")
-    raise ValueError(
-        f"`mean_aggregation`='secure' with `aggregator`={aggregator!r}: {why}; use masking."
-    )
+    if ctx.settings.hides_means() and aggregator != "masking":
+        raise ValueError(
+            f"`mean_aggregation`='secure' with `aggregator`={aggregator!r}: only masking "
+            "hides the agents' inputs and gives the server their sum; use masking."
+        )
 
 
 def _make_client(ctx, cid: int) -> CoKGClient:
-    _check_secure_aggregator(ctx)
     return CoKGClient(
         secagg=ctx.secagg_clients.get(cid),
         support_seed=ctx.setup.seed,
@@ -88,7 +71,6 @@ def _make_client(ctx, cid: int) -> CoKGClient:
 
 
 def _make_server(ctx, transport) -> CoKGServer:
-    _check_secure_aggregator(ctx)
     objective = ctx.objectives[0]
     return CoKGServer(
         transport,
@@ -111,5 +93,6 @@ for _name, (_settings_class, _summary) in _ALGORITHMS.items():
             make_server=_make_server,
             secure_aggregation=_name == "barycenter-qkg",
             min_clients=2 if _name == "barycenter-qkg" else 1,
+            check=_check,
         )
     )

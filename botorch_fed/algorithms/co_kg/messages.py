@@ -1,9 +1,6 @@
-r"""What the Co-KG server sends an agent, and what an agent accepts of it.
-
-:class:`~botorch_fed.protocol.bo_client.Init` (the warm-up), :class:`Centers` (a k-means
-support only), :class:`Support`, per round :class:`Posterior` and :class:`Evaluate`, and
-:class:`Optimum` at the end; all but ``evaluate`` are the same for every agent
-(relayed). :class:`WeightedMean` are the arguments of the secure mean's sums.
+r"""Co-KG's messages (Zhan et al., paper 001, Alg. 1), each with the domains its receiver
+accepts; the server decodes the agents' replies (``*Reply``) against a party with
+``dim``, ``k`` (centres per agent), ``size`` (of the support) and ``max_data``.
 """
 
 from __future__ import annotations
@@ -13,52 +10,45 @@ from typing import Annotated
 import numpy as np
 
 from botorch_fed.algorithms.co_kg.settings import MAX_SUPPORT_SIZE
-from botorch_fed.protocol.bo_client import Init
-from botorch_fed.protocol.declarations import Array, Declared, Int, declare
+from botorch_fed.protocol.declarations import (
+    Array,
+    Declared,
+    FieldError,
+    Int,
+    Real,
+    declare,
+    resolve,
+)
 from botorch_fed.protocol.round_budget import RoundNumber
-
-__all__ = ["Centers", "Evaluate", "Init", "Optimum", "Posterior", "Support", "WeightedMean"]
 
 WEIGHTED_MEAN = "weighted_mean"  # the secure sum of the agents' means
 WEIGHT_RTOL = 1e-12  # relative tolerance of a secure mean's weights 1/M
-
-
-def unit_points(rows: bool = False) -> Array:
-    r"""Finite points of ``[0, 1]^dim`` (the agent's ``dim``): one of shape ``(dim,)``,
-    or (``rows``) ``1..MAX_SUPPORT_SIZE`` rows."""
-    if rows:
-        return Array(
-            (None, "dim"),
-            0.0,
-            1.0,
-            rows=(1, MAX_SUPPORT_SIZE),
-            note=lambda agent: (
-                f"the support must be 1..{MAX_SUPPORT_SIZE} finite points of [0, 1]^{agent.dim}"
-            ),
-        )
-    return Array(
-        ("dim",),
-        0.0,
-        1.0,
-        note=lambda agent: f"the point must be {agent.dim} finite values in [0, 1]",
-    )
-
-
-#: the ids ``0..M-1`` of all ``M`` agents (the agent's ``num_agents``), in any order
-WHOLE_FEDERATION = Array(
+# wide ranges around every honest fit: they keep the server's numerics finite
+LENGTHSCALE_RANGE = (1e-3, 1e4)  # in the unit cube
+OUTPUTSCALE_RANGE = (1e-40, 1e40)  # outcome standard deviations 1e-20..1e20, squared
+SUPPORT_POINTS = Array(
+    (None, "dim"),
+    0.0,
+    1.0,
+    rows=(1, MAX_SUPPORT_SIZE),
+    note=lambda a: f"the support must be 1..{MAX_SUPPORT_SIZE} finite points of [0, 1]^{a.dim}",
+)
+UNIT_POINT = Array(
+    ("dim",), 0.0, 1.0, note=lambda a: f"the point must be {a.dim} finite values in [0, 1]"
+)
+WHOLE_FEDERATION = Array(  # the ids 0..M-1
     ("num_agents",),
     0,
-    lambda agent: agent.num_agents - 1,
+    lambda a: a.num_agents - 1,
     kind="int",
     distinct=True,
-    note=lambda agent: f"are not the whole federation 0..{agent.num_agents - 1}",
+    note=lambda a: f"are not the whole federation 0..{a.num_agents - 1}",
 )
-#: ``M`` weights of ``1/M`` each (relative tolerance :data:`WEIGHT_RTOL`)
-UNIFORM_WEIGHTS = Array(
+UNIFORM_WEIGHTS = Array(  # 1/M each
     ("num_agents",),
-    lambda agent: (1 - WEIGHT_RTOL) / agent.num_agents,
-    lambda agent: (1 + WEIGHT_RTOL) / agent.num_agents,
-    note=lambda agent: f"the secure mean is uniform, 1/{agent.num_agents} per agent",
+    lambda a: (1 - WEIGHT_RTOL) / a.num_agents,
+    lambda a: (1 + WEIGHT_RTOL) / a.num_agents,
+    note=lambda a: f"the secure mean is uniform, 1/{a.num_agents} per agent",
 )
 
 
@@ -73,7 +63,7 @@ class Centers(Declared):
 class Support(Declared):
     r"""The shared support (a grid or Sobol support must be the settings' own)."""
 
-    support: Annotated[np.ndarray, unit_points(rows=True)]
+    support: Annotated[np.ndarray, SUPPORT_POINTS]
 
 
 @declare("posterior", relayed=True)
@@ -87,7 +77,7 @@ class Posterior(Declared):
 class Evaluate(Declared):
     r"""Round ``t``: evaluate ``x`` (the round of your last posterior)."""
 
-    x: Annotated[np.ndarray, unit_points()]
+    x: Annotated[np.ndarray, UNIT_POINT]
     t: Annotated[int, RoundNumber()]
 
 
@@ -98,8 +88,46 @@ class Optimum(Declared):
 
 @declare("weighted_mean:args")
 class WeightedMean(Declared):
-    r"""The arguments of a ``weighted_mean`` secure sum: it runs over the whole
-    federation, each agent's mean weighted ``1/M``."""
+    r"""The arguments of a ``weighted_mean`` secure sum: the whole federation, each
+    agent's mean weighted ``1/M``."""
 
     clients: Annotated[np.ndarray, WHOLE_FEDERATION]
     weights: Annotated[np.ndarray, UNIFORM_WEIGHTS]
+
+
+class Count(Int):
+    r"""An agent's number of observations, ``0..high``."""
+
+    def check(self, value: object, party: object) -> int:
+        try:
+            return super().check(value, party)
+        except FieldError:
+            raise FieldError(f"(expected an int in 0..{resolve(self.high, party)})") from None
+
+
+@declare("centers:reply")
+class CentersReply(Declared):
+    r"""An agent's k-means centres: at most ``k`` points of the unit cube."""
+
+    centers: Annotated[np.ndarray, Array((None, "dim"), 0.0, 1.0, rows=(0, "k"))]
+
+
+@declare("optimum:reply")
+class OptimumReply(Declared):
+    r"""An agent's number of observations and (with data) its local optimum."""
+
+    num_data: Annotated[int, Count(0, "max_data")]
+    best_index: Annotated[int | None, Int(0, lambda server: server.size - 1, optional=True)]
+    best_value: Annotated[float | None, Real(optional=True)]
+
+
+@declare("posterior:reply")
+class PosteriorReply(OptimumReply):
+    r"""Adds an agent's posterior on the support (``mean`` in clear mode) and prior."""
+
+    covariance: Annotated[np.ndarray | None, Array(("size", "size"), optional=True)]
+    lengthscale: Annotated[np.ndarray | None, Array(("dim",), *LENGTHSCALE_RANGE, optional=True)]
+    outputscale: Annotated[np.ndarray | None, Array((), *OUTPUTSCALE_RANGE, optional=True)]
+    noise: Annotated[np.ndarray | None, Array((), optional=True)]
+    mean_constant: Annotated[np.ndarray | None, Array((), optional=True)]
+    mean: Annotated[np.ndarray | None, Array(("size",), optional=True)]

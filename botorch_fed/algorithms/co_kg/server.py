@@ -1,20 +1,17 @@
-r"""The Co-KG server (Alg. 1 of Co-KG, paper 001, lines 2-10).
-
-Each round it checks every agent's posterior (:meth:`CoKGServer._parse`), forms the
-central :class:`~botorch_fed.models.BarycenterGP` -- the barycenter of the agents'
-discretised posteriors, warm-started from the previous round's, with the shared prior
-off the support -- and maximises the acquisition over the batch ``x_1..x_N``
-(:func:`~botorch_fed.acquisition.optimize_co_acquisition`): agent ``n`` gets ``x_n``.
+r"""The Co-KG server (Zhan et al., "Collaborative Bayesian optimization via Wasserstein
+barycenters", paper 001, Alg. 1 lines 2-10): the agents' posteriors in, their
+barycenter GP and the acquisition's batch ``x_1..x_N`` out, ``x_n`` to agent ``n``.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import MISSING
+from types import SimpleNamespace
+from typing import TypeVar
 
 import numpy as np
 import torch
-from gpytorch.kernels import RBFKernel, ScaleKernel
 from torch import Tensor
 
 from botorch_fed.acquisition import (
@@ -23,79 +20,35 @@ from botorch_fed.acquisition import (
     qCoKnowledgeGradient,
     qCoMaxValueEntropy,
 )
-from botorch_fed.algorithms.co_kg.messages import (
-    WEIGHTED_MEAN,
-    Centers,
-    Evaluate,
-    Init,
-    Optimum,
-    Posterior,
-    Support,
-)
+from botorch_fed.algorithms.co_kg import messages as msg
 from botorch_fed.algorithms.co_kg.settings import (
-    BarycenterQKGSettings,
     CoEISettings,
     CoESSettings,
-    CoKGSettings,
     CollaborativeSettings,
-    public_support,
-    support_kind,
+    KGFields,
 )
 from botorch_fed.inducing import global_support, sobol_support
 from botorch_fed.models import BarycenterGP, agent_weights
+from botorch_fed.models.rbf_prior import shared_kernel
+from botorch_fed.protocol.bo_client import Init
 from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
-from botorch_fed.protocol.declarations import Array, FieldError, Int, ProtocolViolation, Real
+from botorch_fed.protocol.declarations import Declared, ProtocolViolation, Refused
+from botorch_fed.protocol.messages import TIME_PREFIX
 from botorch_fed.protocol.round_budget import round_seed
 from botorch_fed.protocol.server import FederatedServer
 
-# What the server accepts of an agent's GP: wide ranges that every honest fit lies far
-# inside; they keep the server's numerics finite and name an agent that sends the impossible.
-LENGTHSCALE_RANGE = (1e-3, 1e4)  # in the unit cube
-OUTPUTSCALE_RANGE = (1e-40, 1e40)  # outcome standard deviations 1e-20..1e20, squared
+# What the server accepts of an agent's posterior beyond its declaration: wide ranges
+# that every honest fit lies far inside (they keep the server's numerics finite).
 NOISE_RATIO_RANGE = (1e-10, 1e3)  # noise variance / signal variance
 MAX_MEAN_DEVIATION = 100.0  # |mean - prior mean| in signal standard deviations
 PRIOR_VARIANCE_TOL = 1e-3  # diag(C) <= outputscale (1 + this)
 # as in the barycenter: asymmetry and negative eigenvalues beyond this times the largest
 # variance are refused
 COVARIANCE_TOL = 1e3 * torch.finfo(torch.float64).eps
-# the barycenter iteration's stopping rule: it converges only linearly on the numerically
-# singular covariances of a grid, and 1e-6 is far below the acquisitions' Monte Carlo error
+# the barycenter iteration's stopping rule (far below the acquisitions' Monte Carlo error)
 BARYCENTER_TOL = 1e-6
 
-
-def shared_kernel(lengthscale: Tensor, outputscale: Tensor) -> ScaleKernel:
-    r"""``outputscale * RBF(lengthscale)`` as a float64 gpytorch kernel (no priors).
-
-    Args:
-        lengthscale: ``d`` lengthscales.
-        outputscale: The signal variance.
-
-    Returns:
-        The kernel.
-    """
-    d = lengthscale.numel()
-    kernel = ScaleKernel(RBFKernel(ard_num_dims=d)).to(torch.float64)
-    kernel.base_kernel.lengthscale = lengthscale.reshape(1, d).to(torch.float64)
-    kernel.outputscale = outputscale.to(torch.float64).reshape(())
-    return kernel
-
-
-def _count(payload: dict, bad, bound: int) -> int:
-    r"""An agent's ``num_data``: an int in ``0..bound`` (else ``bad(...)`` is raised)."""
-    n = payload.get("num_data")
-    if isinstance(n, bool) or not isinstance(n, int | np.integer) or not 0 <= n <= bound:
-        raise bad(f"has `num_data`={n!r:.40} (expected an int in 0..{bound})")
-    return int(n)
-
-
-def _optimum(payload: dict, bad, size: int) -> tuple[int, float]:
-    r"""An agent's local optimum: ``best_index`` an int in ``0..size - 1`` and
-    ``best_value`` a finite number (else ``bad(...)`` is raised)."""
-    try:
-        best = Int(0, size - 1).check(payload.get("best_index"), None)
-        return best, Real().check(payload.get("best_value"), None)
-    except FieldError:
-        raise bad("has no valid local optimum (`best_index`, `best_value`)") from None
+_R = TypeVar("_R", bound=Declared)
 
 
 class CoKGServer(FederatedServer):
@@ -103,9 +56,9 @@ class CoKGServer(FederatedServer):
 
     Args:
         transport: Reaches the agents.
-        settings: The algorithm's settings; their class is the algorithm (its
-            acquisition): :class:`CoKGSettings`, :class:`CoEISettings`,
-            :class:`CoESSettings` or :class:`BarycenterQKGSettings`.
+        settings: The algorithm's settings; their class is the algorithm:
+            :class:`CoKGSettings`, :class:`CoEISettings`, :class:`CoESSettings` or
+            :class:`BarycenterQKGSettings`.
         dim: Problem dimension.
         seed: The run's seed (Sobol support, k-means, acquisition seeds).
         secagg: The server role of the secure-aggregation backend (the secure mean).
@@ -125,205 +78,154 @@ class CoKGServer(FederatedServer):
     ) -> None:
         super().__init__(transport, secagg)
         settings.validate()
-        if not isinstance(
-            settings, CoKGSettings | CoEISettings | CoESSettings | BarycenterQKGSettings
-        ):
-            raise TypeError(
-                "`settings` must be the settings of a Co-KG algorithm, got "
-                f"{type(settings).__name__}."
-            )
+        if not isinstance(settings, KGFields | CoEISettings | CoESSettings):
+            name = type(settings).__name__
+            raise TypeError(f"`settings` must be the settings of a Co-KG algorithm, got {name}.")
         if settings.hides_means() and secagg is None:
-            raise ValueError(
-                "`mean_aggregation`='secure' needs a secure-aggregation backend (`aggregator`)."
-            )
-        self.settings = settings
-        self.dim = int(dim)
-        self.seed = int(seed)
+            raise ValueError("`mean_aggregation`='secure' needs a secure-aggregation backend.")
+        self.settings, self.dim, self.seed = settings, int(dim), int(seed)
         self.schedule = settings.make_beta_schedule()
-        self.bounds = bounds
-        self.minimize = bool(minimize)
-        self.support: Tensor | None = public_support(settings, self.dim, self.seed)
+        self.bounds, self.minimize = bounds, bool(minimize)
+        self.support: Tensor | None = settings.public_support(self.dim, self.seed)
         self.barycenter_covariance: Tensor | None = None  # warm start of the next round
         self.recommendations: list[dict] = []
-        self.recommendation: dict | None = None
-        # this round's central model (not state: rebuilt each round)
-        self.last_central: BarycenterGP | None = None
+        self.last_central: BarycenterGP | None = None  # this round's (not state)
 
-    # --- checkpoints ---------------------------------------------------------------------
+    @property
+    def recommendation(self) -> dict | None:
+        r"""The latest ``x^`` (Alg. 1 line 10), ``None`` before any."""
+        return self.recommendations[-1] if self.recommendations else None
+
     def state_dict(self) -> dict:
-        r"""Adds the support, the barycenter warm start and the recommendations to
-        :meth:`FederatedServer.state_dict`."""
-        state = super().state_dict()
-        cov = self.barycenter_covariance
-        state.update(
-            support=None if self.support is None else self.support.clone(),
-            barycenter_covariance=None if cov is None else cov.clone(),
-            recommendations=[dict(r) for r in self.recommendations],
-        )
-        return state
+        r"""Adds the support, the barycenter warm start and the recommendations."""
+        return {
+            **super().state_dict(),
+            "support": self.support,
+            "barycenter_covariance": self.barycenter_covariance,
+            "recommendations": [dict(r) for r in self.recommendations],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         own, rest = split_state(
             "Server", state, ("support", "barycenter_covariance", "recommendations")
         )
         super().load_state_dict(rest)
-        support = own["support"]
+        support, cov, recs = own["support"], own["barycenter_covariance"], own["recommendations"]
         if support is not None:
             support = check_tensor("Server", "support", support, (None, self.dim)).clone()
-        cov = own["barycenter_covariance"]
         if cov is not None:
             s = None if support is None else len(support)
             cov = check_tensor("Server", "barycenter_covariance", cov, (s, s)).clone()
-        recs = own["recommendations"]
         if not isinstance(recs, list) or not all(isinstance(r, dict) for r in recs):
             raise CheckpointError("Server: `recommendations` must be a list of dicts.")
         self.support, self.barycenter_covariance = support, cov
         self.recommendations = [dict(r) for r in recs]
-        self.recommendation = self.recommendations[-1] if self.recommendations else None
 
-    # --- support ---------------------------------------------------------------------------
+    def _decode(self, cls: type[_R], cid: int, what: str, payload: dict, max_data: int = 0) -> _R:
+        r"""Agent ``cid``'s reply decoded (with data: every field but a secure ``mean``),
+        or a :class:`ProtocolViolation` naming the agent."""
+        size = 0 if self.support is None else len(self.support)
+        k = self.settings.centers_per_client
+        optional = ("mean",) if self.settings.hides_means() else ()
+        party = SimpleNamespace(dim=self.dim, k=k, size=size, max_data=max_data)
+        try:
+            fields = {n: v for n, v in payload.items() if not n.startswith(TIME_PREFIX)}
+            reply = cls.decode(fields, party)
+            missing = [n for n in reply.DOMAINS if getattr(reply, n) is None and n not in optional]
+            if getattr(reply, "num_data", 0) and missing:
+                raise Refused(missing[0], "is missing")
+        except Refused as exc:
+            v = exc.value
+            shown = "" if v is MISSING or isinstance(v, np.ndarray | bytes) else f"={v!r:.40}"
+            problem = f"`{exc.name}`{shown} {exc.problem}"
+            raise ProtocolViolation(
+                f"Server: refused the {what} of client {cid}: {problem}."
+            ) from None
+        return reply
+
     def select_support(self, t: int) -> None:
         r"""The k-means support from the agents' centres (or the public grid/Sobol
         support) and its broadcast; a new support drops the barycenter warm start."""
-        if support_kind(self.settings, self.dim) == "kmeans":
-            k = self.settings.centers_per_client
-            replies = self.broadcast(Centers(k=k))
+        if self.settings.support_kind(self.dim) == "kmeans":
+            replies = self.broadcast(msg.Centers(k=self.settings.centers_per_client))
             with self.ledger.timer("support"):
-                centers = [self._centers(c, replies[c].payload, k) for c in sorted(replies)]
-                centers = [c for c in centers if len(c)]
+                decoded = [
+                    self._decode(msg.CentersReply, c, "k-means centres", replies[c].payload).centers
+                    for c in sorted(replies)
+                ]
+                centers = [torch.as_tensor(c) for c in decoded if len(c)]
+                size = self.settings.support_size
                 if centers:
-                    support = global_support(
-                        centers, self.settings.support_size, seed=self.seed + t
-                    )
+                    support = global_support(centers, size, seed=self.seed + t)
                 else:  # no agent holds enough data yet: a data-independent support
-                    support = sobol_support(self.dim, self.settings.support_size, seed=self.seed)
+                    support = sobol_support(self.dim, size, seed=self.seed)
             if self.support is None or not torch.equal(support, self.support):
                 self.barycenter_covariance = None
             self.support = support
         assert self.support is not None  # k-means (just set) or the public support
-        self.broadcast(Support(support=self.support.numpy()))
-
-    def _centers(self, cid: int, payload: dict, k: int) -> Tensor:
-        r"""Agent ``cid``'s k-means centres: at most ``k`` finite points of the unit
-        cube (else a :class:`ProtocolViolation` naming the agent)."""
-        try:
-            centers = Array((None, self.dim), 0.0, 1.0).check(
-                np.asarray(payload.get("centers")), self
-            )
-            if len(centers) > k:
-                raise FieldError(f"holds {len(centers)}")
-        except FieldError as exc:
-            raise ProtocolViolation(
-                f"Server: the k-means centres of client {cid} must be at most {k} finite points "
-                f"of [0, 1]^{self.dim}: the reply {exc}."
-            ) from None
-        return torch.as_tensor(centers)
+        self.broadcast(msg.Support(support=self.support.numpy()))
 
     def initialize(self) -> None:
         r"""Warm-up (Alg. 1 line 2), then the shared support."""
         self.broadcast(Init())
         self.select_support(0)
 
-    # --- the round -----------------------------------------------------------------------
-    def round_seed(self, t: int) -> int:
-        r"""The seed of round ``t``'s acquisition (samplers and search)."""
-        return round_seed(self.seed, t)
-
     def run_round(self, t: int) -> None:
         r"""Round ``t`` (Alg. 1 lines 4-8): posteriors in, barycenter, acquisition,
         one point out to every agent."""
         cfg = self.settings
-        kmeans = support_kind(cfg, self.dim) == "kmeans"
+        kmeans = cfg.support_kind(self.dim) == "kmeans"
         if kmeans and cfg.support_every and t > 1 and (t - 1) % cfg.support_every == 0:
             self.select_support(t)
-        replies = self.broadcast(Posterior(t=t))
+        replies = self.broadcast(msg.Posterior(t=t))
         ids = sorted(replies)
         posteriors = {cid: self._parse(cid, replies[cid].payload, t) for cid in ids}
         self._recommend(t, posteriors)
         if all(p is None for p in posteriors.values()):
             # every evaluation failed so far: a seeded random batch
-            g = torch.Generator().manual_seed(self.round_seed(t))
+            g = torch.Generator().manual_seed(round_seed(self.seed, t))
             X = torch.rand(len(ids), self.dim, generator=g, dtype=torch.float64)
         else:
             X = self._batch(t, ids, posteriors)
-        self.send({cid: Evaluate(x=X[i].numpy(), t=t) for i, cid in enumerate(ids)})
+        self.send({cid: msg.Evaluate(x=X[i].numpy(), t=t) for i, cid in enumerate(ids)})
 
     def _parse(self, cid: int, payload: dict, t: int) -> dict | None:
-        r"""Agent ``cid``'s posterior reply of round ``t``, every field checked: shapes,
-        finiteness and the ranges above; ``num_data`` at most ``num_init + t - 1``; the
-        covariance symmetric, positive semi-definite and at most the prior variance; the
-        means (clear) or the local optimum (secure) near the prior mean; in clear mode
-        ``best_value`` the largest mean, at ``best_index``.
-
-        Returns:
-            The parsed posterior, or ``None`` for an agent without data.
-
-        Raises:
-            ProtocolViolation: A field an honest agent cannot send, naming the agent.
-        """
-        assert self.support is not None  # initialize() sends it before round 1
-        s, d = len(self.support), self.dim
+        r"""Agent ``cid``'s posterior of round ``t`` as tensors (``None`` without data),
+        decoded and checked against what an honest agent can send."""
+        max_data = self.settings.num_init + t - 1
+        reply = self._decode(msg.PosteriorReply, cid, "posterior", payload, max_data)
+        if reply.num_data == 0:
+            return None
+        out = {
+            k: torch.as_tensor(v) if isinstance(v, np.ndarray) else v
+            for k, v in reply.payload().items()
+        }
 
         def bad(problem: str) -> ProtocolViolation:
             return ProtocolViolation(f"Server: the posterior of client {cid} {problem}.")
 
-        n = _count(payload, bad, self.settings.num_init + t - 1)
-        if n == 0:
-            return None
-        domains = {
-            "covariance": Array((s, s)),
-            "lengthscale": Array((d,), *LENGTHSCALE_RANGE),
-            "outputscale": Array((), *OUTPUTSCALE_RANGE),
-            "noise": Array(()),
-            "mean_constant": Array(()),
-        }
-        if not self.settings.hides_means():
-            domains["mean"] = Array((s,))
-        out: dict = {"num_data": n}
-        for key, domain in domains.items():
-            try:
-                out[key] = torch.as_tensor(domain.check(np.asarray(payload.get(key)), self))
-            except FieldError as exc:
-                raise bad(f"has a `{key}` that {exc}") from None
         outputscale = float(out["outputscale"])
-        ratio = float(out["noise"]) / outputscale
-        low, high = NOISE_RATIO_RANGE
+        ratio, (low, high) = float(out["noise"]) / outputscale, NOISE_RATIO_RANGE
         if not low <= ratio <= high:
             raise bad(f"has `noise` {ratio:.3g} x `outputscale`, outside [{low}, {high}] x")
         C = out["covariance"]
         scale = C.diagonal().abs().max().clamp_min(1e-300)
         if (C - C.T).abs().max() > COVARIANCE_TOL * scale:
             raise bad("has a `covariance` that is not symmetric")
-        eye = torch.eye(s, dtype=torch.float64)
+        eye = torch.eye(len(C), dtype=torch.float64)
         if torch.linalg.cholesky_ex(0.5 * (C + C.T) + COVARIANCE_TOL * scale * eye).info != 0:
             raise bad("has a `covariance` that is not positive semi-definite")
         if C.diagonal().max() > outputscale * (1 + PRIOR_VARIANCE_TOL):
-            raise bad(
-                f"has posterior variances up to {float(C.diagonal().max()):.6g}, above its prior "
-                f"variance `outputscale`={outputscale:.6g}"
-            )
-        out["best_index"], out["best_value"] = _optimum(payload, bad, s)
-        sd, m = math.sqrt(outputscale), float(out["mean_constant"])
-        R = MAX_MEAN_DEVIATION
+            raise bad(f"has posterior variances above its prior variance {outputscale:.6g}")
+        sd, m, R = math.sqrt(outputscale), float(out["mean_constant"]), MAX_MEAN_DEVIATION
+        value, best = out["best_value"], out["best_index"]
         if self.settings.hides_means():
-            if abs(out["best_value"] - m) > R * sd:
-                raise bad(
-                    f"has `best_value`={out['best_value']:.6g} more than {R:g} signal standard "
-                    f"deviations ({sd:.3g}) from `mean_constant`={m:.6g}"
-                )
-        else:
-            mean = out["mean"]
-            if float((mean - m).abs().max()) > R * sd:
-                raise bad(
-                    f"has `mean_constant`={m:.6g} more than {R:g} signal standard deviations "
-                    f"({sd:.3g}) from its means on the support"
-                )
-            best = out["best_index"]
-            if out["best_value"] != float(mean[best]) or float(mean[best]) != float(mean.max()):
-                raise bad(
-                    f"has `best_value`={out['best_value']!r} at `best_index`={best}, but its "
-                    f"mean there is {float(mean[best])!r} and its largest {float(mean.max())!r}"
-                )
+            if abs(value - m) > R * sd:
+                raise bad(f"has `best_value`={value:.6g} more than {R:g} sd from its prior mean")
+        elif float((out["mean"] - m).abs().max()) > R * sd:
+            raise bad(f"has `mean_constant`={m:.6g} more than {R:g} sd from its means")
+        elif value != float(out["mean"][best]) or value != float(out["mean"].max()):
+            raise bad(f"has `best_value`={value!r}, not its largest mean, at `best_index`={best}")
         return out
 
     def _recommend(self, t: int, optima: dict[int, dict | None]) -> None:
@@ -333,75 +235,66 @@ class CoKGServer(FederatedServer):
             return
         cid = max(sorted(known), key=lambda c: known[c]["best_value"])  # first of ties
         assert self.support is not None  # the optima are indices into it
-        x = self.support[known[cid]["best_index"]]
-        value = known[cid]["best_value"]
-        domain = (
-            x if self.bounds is None else self.bounds[0] + x * (self.bounds[1] - self.bounds[0])
-        )
-        self.recommendation = {
-            "round": int(t),
-            "client": int(cid),
-            "x": domain.tolist(),
-            "x_unit": x.tolist(),
-            "predicted_value": -value if self.minimize else value,
-        }
-        self.recommendations.append(self.recommendation)
+        x, value = self.support[known[cid]["best_index"]], known[cid]["best_value"]
+        b = self.bounds
+        domain = x if b is None else b[0] + x * (b[1] - b[0])
+        rec = dict(round=int(t), client=int(cid), x=domain.tolist(), x_unit=x.tolist())
+        self.recommendations.append({**rec, "predicted_value": -value if self.minimize else value})
 
-    def _shared_prior(self, posteriors: dict[int, dict | None]) -> dict[str, Tensor]:
-        r"""The shared prior off the support: data-size-weighted geometric means of the
-        agents' lengthscales, signal and noise variances; weighted mean of their prior
-        means."""
-        known = [p for p in posteriors.values() if p is not None]
+    @staticmethod
+    def _shared_prior(known: list[dict]) -> dict[str, Tensor]:
+        r"""The shared prior off the support: data-size-weighted (geometric) means of
+        the agents' hyperparameters."""
         n = torch.tensor([p["num_data"] for p in known], dtype=torch.float64)
         w = n / n.sum()
 
-        def geometric(key: str) -> Tensor:
-            logs = torch.stack([p[key].log() for p in known])
-            return (w.reshape(-1, *[1] * (logs.ndim - 1)) * logs).sum(0).exp()
+        def mean(values: list[Tensor]) -> Tensor:
+            v = torch.stack(values)
+            return (w.reshape(-1, *[1] * (v.ndim - 1)) * v).sum(0)
 
-        return {
-            "lengthscale": geometric("lengthscale"),
-            "outputscale": geometric("outputscale"),
-            "noise": geometric("noise"),
-            "mean_constant": (w * torch.stack([p["mean_constant"] for p in known])).sum(),
-        }
+        keys = ("lengthscale", "outputscale", "noise")
+        prior = {k: mean([p[k].log() for p in known]).exp() for k in keys}
+        return {**prior, "mean_constant": mean([p["mean_constant"] for p in known])}
+
+    @staticmethod
+    def _model(S: Tensor, means: Tensor, covs: Tensor, h: dict, **kwargs) -> BarycenterGP:
+        r"""A ``BarycenterGP`` on the support ``S`` under the hyperparameters ``h``."""
+        kwargs.update(noise=h["noise"], mean_constant=h["mean_constant"])
+        return BarycenterGP(
+            S, means, covs, shared_kernel(h["lengthscale"], h["outputscale"]), **kwargs
+        )
 
     def _batch(self, t: int, ids: list[int], posteriors: dict[int, dict | None]) -> Tensor:
-        r"""Round ``t``'s batch: the barycenter of the agents' posteriors, their local
-        models (``beta_t > 0``) and the acquisition's maximiser, one row per agent."""
-        cfg = self.settings
-        S = self.support
+        r"""Round ``t``'s batch (``N x d``, one row per agent): the barycenter, the
+        agents' local models (``beta_t > 0``) and the acquisition's maximiser."""
+        cfg, S = self.settings, self.support
         assert S is not None  # initialize() sends it before round 1
         with self.ledger.timer("barycenter"):
-            prior = self._shared_prior(posteriors)
-            kernel = shared_kernel(prior["lengthscale"], prior["outputscale"])
+            prior = self._shared_prior([p for p in posteriors.values() if p is not None])
             with torch.no_grad():
-                K_SS = kernel(S).to_dense().to(torch.float64)
+                K_SS = shared_kernel(prior["lengthscale"], prior["outputscale"])(S)
+                K_SS = K_SS.to_dense().to(torch.float64)
             m0 = prior["mean_constant"]
             # an agent without data counts with the shared prior as its posterior
             stand_in = {**prior, "num_data": 0, "mean": m0.expand(len(S)), "covariance": K_SS}
-            # (a parsed posterior each; mypy does not narrow `posteriors[c]`)
-            own: dict[int, Any] = {
-                c: stand_in if posteriors[c] is None else posteriors[c] for c in ids
-            }
-            covs = torch.stack([own[c]["covariance"] for c in ids])
-            counts = [own[c]["num_data"] for c in ids]
+            own = [posteriors[c] or stand_in for c in ids]
+            covs = torch.stack([p["covariance"] for p in own])
+            counts = [p["num_data"] for p in own]
             weights = agent_weights(cfg.weights, covariances=covs, num_data=counts)
-            if cfg.hides_means():
-                mean = self._secure_mean(ids, weights, posteriors, m0)
-                means = mean.expand(len(ids), -1)  # a weighted mean of N copies is itself
+            if cfg.hides_means():  # sum_n w_n mu_n; agents without data add zeros, w_n m0 here
+                args = {"weights": weights.numpy(), "clients": np.asarray(ids, dtype=np.int64)}
+                total = self.secure_sum(msg.WEIGHTED_MEAN, len(S), args=args, clients=ids)
+                if total is None:  # the backend keeps sums on the clients
+                    raise ProtocolViolation("Server: the secure mean needs the masking backend.")
+                mean = torch.as_tensor(np.asarray(total, dtype=np.float64))
+                missing = sum(float(weights[i]) for i, c in enumerate(ids) if posteriors[c] is None)
+                # a weighted mean of N copies is itself
+                means = (mean + missing * m0).expand(len(ids), -1)
             else:
-                means = torch.stack([own[c]["mean"] for c in ids])
-            central = BarycenterGP(
-                S,
-                means,
-                covs,
-                kernel,
-                weights=weights,
-                noise=prior["noise"],
-                mean_constant=m0,
-                barycenter_init=self.barycenter_covariance,
-                tol=BARYCENTER_TOL,
+                means = torch.stack([p["mean"] for p in own])
+            init = self.barycenter_covariance
+            central = self._model(
+                S, means, covs, prior, weights=weights, barycenter_init=init, tol=BARYCENTER_TOL
             )
             self.barycenter_covariance = central.barycenter_covariance.detach().clone()
             self.last_central = central
@@ -409,101 +302,34 @@ class CoKGServer(FederatedServer):
             if cfg.hides_means() or beta == 0:
                 locals_ = [central] * len(ids)  # placeholders: not evaluated at beta = 0
             else:
-                locals_ = [self._local_model(own[c]) for c in ids]
+                locals_ = [self._model(S, p["mean"][None], p["covariance"][None], p) for p in own]
         with self.ledger.timer("acquisition"):
-            acqf = self._acquisition(central, locals_, beta, t)
+            a, seed = (central, locals_, beta), round_seed(self.seed, t)
+            acqf: qCoKnowledgeGradient | qCoExpectedImprovement | qCoMaxValueEntropy
+            if isinstance(cfg, KGFields):
+                n, inner = cfg.num_fantasies, S if cfg.discrete else None
+                acqf = qCoKnowledgeGradient(*a, n, discrete_support=inner, seed=seed)
+            elif isinstance(cfg, CoEISettings):
+                acqf = qCoExpectedImprovement(*a, seed=seed, support=S)
+            else:
+                assert isinstance(cfg, CoESSettings)  # checked at construction
+                acqf = qCoMaxValueEntropy(*a, S, cfg.num_mv_samples, seed=seed)
             bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
             X = optimize_co_acquisition(
-                acqf,
-                bounds,
-                num_restarts=cfg.num_restarts,
-                raw_samples=cfg.raw_samples,
-                seed=self.round_seed(t),
-                options={"maxiter": cfg.maxiter},
+                acqf, bounds, cfg.num_restarts, cfg.raw_samples, seed, {"maxiter": cfg.maxiter}
             )
         return X.detach().reshape(len(ids), self.dim).clamp(0.0, 1.0)
 
-    def _local_model(self, posterior: dict) -> BarycenterGP:
-        r"""An agent's discretised posterior as a one-agent ``BarycenterGP`` (its own
-        hyperparameters off the support)."""
-        assert self.support is not None  # _batch's
-        return BarycenterGP(
-            self.support,
-            posterior["mean"].unsqueeze(0),
-            posterior["covariance"].unsqueeze(0),
-            shared_kernel(posterior["lengthscale"], posterior["outputscale"]),
-            noise=posterior["noise"],
-            mean_constant=posterior["mean_constant"],
-        )
-
-    def _secure_mean(self, ids, weights: Tensor, posteriors, m0: Tensor) -> Tensor:
-        r"""``sum_n w_n mu_n`` by a secure sum (agents without data add zeros; their
-        share ``w_n m0`` of the prior is added here)."""
-        assert self.support is not None  # _batch's
-        total = self.secure_sum(
-            WEIGHTED_MEAN,
-            len(self.support),
-            args={"weights": weights.numpy(), "clients": np.asarray(ids, dtype=np.int64)},
-            clients=ids,
-        )
-        if total is None:
-            raise ProtocolViolation(
-                "Server: the secure sum of the agents' means did not reach the server (the "
-                "backend keeps sums on the clients); use `aggregator` plaintext or masking."
-            )
-        mean = torch.as_tensor(np.asarray(total, dtype=np.float64))
-        missing = sum(float(weights[i]) for i, c in enumerate(ids) if posteriors[c] is None)
-        return mean + missing * m0
-
-    def _acquisition(self, central, locals_, beta: float, t: int):
-        r"""Round ``t``'s acquisition on the central and the local models."""
-        cfg = self.settings
-        seed = self.round_seed(t)
-        S = self.support
-        if isinstance(cfg, CoKGSettings | BarycenterQKGSettings):
-            return qCoKnowledgeGradient(
-                central,
-                locals_,
-                beta=beta,
-                num_fantasies=cfg.num_fantasies,
-                discrete_support=S if cfg.discrete else None,
-                seed=seed,
-            )
-        if isinstance(cfg, CoEISettings):
-            return qCoExpectedImprovement(central, locals_, beta=beta, seed=seed, support=S)
-        assert isinstance(cfg, CoESSettings)  # checked at construction
-        return qCoMaxValueEntropy(
-            central,
-            locals_,
-            beta=beta,
-            candidate_set=S,
-            num_mv_samples=cfg.num_mv_samples,
-            seed=seed,
-        )
-
     def run(self, on_round=None, start_round=None) -> None:
-        r"""Rounds as :meth:`FederatedServer.run`, then Alg. 1's output: every agent's
-        local optimum after the last round, and ``x^`` (:attr:`recommendation`).
-
-        Raises:
-            ProtocolViolation: An agent's final local optimum fails a check
-                (``num_data`` an int in ``0..num_init + num_rounds``, ``best_index`` an
-                int on the support, ``best_value`` finite), naming the agent.
-        """
+        r"""Rounds as :meth:`FederatedServer.run`, then Alg. 1's output: the agents'
+        local optima and ``x^`` (:attr:`recommendation`)."""
         super().run(on_round=on_round, start_round=start_round)
-        replies = self.broadcast(Optimum())
-        bound = self.settings.num_init + self.settings.num_rounds
+        replies = self.broadcast(msg.Optimum())
+        max_data = self.settings.num_init + self.settings.num_rounds
         optima: dict[int, dict | None] = {}
         for cid in sorted(replies):
-            payload = replies[cid].payload
-
-            def bad(problem: str, cid=cid) -> ProtocolViolation:
-                return ProtocolViolation(f"Server: the local optimum of client {cid} {problem}.")
-
-            if _count(payload, bad, bound) == 0:
-                optima[cid] = None
-                continue
-            assert self.support is not None  # initialize() sent it
-            index, value = _optimum(payload, bad, len(self.support))
-            optima[cid] = {"best_index": index, "best_value": value}
+            reply = self._decode(
+                msg.OptimumReply, cid, "local optimum", replies[cid].payload, max_data
+            )
+            optima[cid] = reply.payload() if reply.num_data else None
         self._recommend(self.settings.num_rounds, optima)

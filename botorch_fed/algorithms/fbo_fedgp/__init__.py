@@ -1,11 +1,5 @@
-r"""FBO-FedGP (paper 000, Alg. 1 + Alg. 2): clients build a distributed sparse GP from
-dPITC summaries on a shared support, summed under secure aggregation.
-
-Its settings and presets are in :mod:`.settings`, what the server may send in
-:mod:`.messages` (with the domains of :mod:`.domain`), the client in :mod:`.client` (its
-federated hyperparameter fit in :mod:`.fit`, its global step in :mod:`.global_step`, the
-secret search seeds in :mod:`.seeds`), the server in :mod:`.server`.
-"""
+r"""FBO-FedGP (paper 000, Alg. 1 + Alg. 2): a distributed sparse GP from dPITC summaries
+on a shared support, summed under secure aggregation."""
 
 from botorch_fed.algorithms.fbo_fedgp.client import FBOFedGPClient
 from botorch_fed.algorithms.fbo_fedgp.server import FBOFedGPServer

@@ -1,21 +1,11 @@
-r"""The client side of FBO-FedGP's federated hyperparameter fit, and what a client
-checks of it (docs/security.md, "Values the server chooses").
-
-A coordinator client (:data:`COORDINATOR`) runs L-BFGS-B in the declared domain
-(:mod:`~botorch_fed.algorithms.fbo_fedgp.domain`) and hands out each iterate with a
-tag under the federation secret; every client sums its PITC summary at a tagged iterate
-once, in order, then its vector-Jacobian product with the adjoint it derives from the
-summed summaries; the coordinator feeds the summed product to its optimiser. A refresh
-comes only in a round due one, at most ``2 * federated_maxiter`` evaluations long, and
-its result must be one of its iterates. :class:`FederatedFitClient` is a mixin of
-:class:`~botorch_fed.algorithms.fbo_fedgp.client.FBOFedGPClient`: it uses the client's
-modules, support, standardisation, round and secure-aggregation role.
-"""
+r"""FBO-FedGP's federated hyperparameter fit over secure sums (paper 000;
+:mod:`botorch_fed.protocol.federated_fit`) and what a client checks of it (docs/security.md):
+the coordinator tags its L-BFGS-B iterates under the federation secret; each is summarised
+once, in order, within ``2 * federated_maxiter`` in a round due a refresh; the result is one."""
 
 from __future__ import annotations
 
 import logging
-import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,15 +18,10 @@ from botorch_fed.algorithms.fbo_fedgp.messages import (
     PITCSummaryArgs,
 )
 from botorch_fed.algorithms.fbo_fedgp.seeds import _check_count, _encode_count
-from botorch_fed.models import (
-    PITCFitClient,
-    PITCHyperparameters,
-    SparseSummary,
-    pitc_loss_and_adjoint,
-)
+from botorch_fed.models import PITCFitClient, PITCHyperparameters, SparseSummary
 from botorch_fed.protocol.declarations import ProtocolViolation, contributes, handles
+from botorch_fed.protocol.federated_fit import SteppedMinimizer, fit_loss
 from botorch_fed.protocol.secure_sum import SecureSumStep
-from botorch_fed.protocol.stepped_minimizer import SteppedMinimizer
 from botorch_fed.secure.crypto import hkdf, mac_tag, mac_verify
 
 if TYPE_CHECKING:
@@ -52,50 +37,46 @@ else:
 
 _LOG = logging.getLogger("botorch_fed.algorithms.fbo_fedgp.client")  # the algorithm's log
 COORDINATOR = 0  # the client that runs a federated fit's optimiser (the lowest id)
-_FAILED_LOSS = 1e300  # the loss of an evaluation whose summed summaries are not honest
-_ADJOINT_LIMIT = 1e100  # |adjoint| entries; a product with it stays finite
 
 
 class FederatedFitClient(_Base):
     r"""The federated fit's messages and checks of an FBO-FedGP client (a mixin)."""
 
-    # What this mixin uses of FBOFedGPClient (annotations only: set in its __init__)
-    config: FBOFedGPSettings
+    config: FBOFedGPSettings  # these six: set in FBOFedGPClient.__init__
     run_seed: int | None
     support: Tensor | None
     standardize: Standardize | None
     modules: GlobalModules
     theta_domain: np.ndarray
-    _t: int | None
-    _sums: dict[str, int]
-    # the fit's state (initialised in FBOFedGPClient.__init__)
-    _fit_client: PITCFitClient | None
-    _minimizer: SteppedMinimizer | None
-    _fit_theta: np.ndarray | None
-    _fit_sum: np.ndarray | None
-    _fit_index: int
-    _fit_loss: float
-    _fit_prior_grad: np.ndarray | None
-    _fit_round: int | None
-    _fit_thetas: list[np.ndarray]
-    _last_fit_round: int | None
-    _pending_theta: np.ndarray | None
-    _fed: np.ndarray | None
-    _handed_out: int
-    _pending_evaluated: bool
-    _vjp_for_pending: bool
+    _t: int | None = None  # the round the server announced last (checked)
+    _sums: dict[str, int]  # secure sums of each request in round _t
+    _fit_client: PITCFitClient | None = None  # derived from the data, support, standardisation
+    _minimizer: SteppedMinimizer | None = None  # the coordinator's
+    _fit_theta: np.ndarray | None = None  # the theta of the summary session open
+    _fit_sum: np.ndarray | None = None  # its summed summaries (for the product)
+    _fit_index = -1  # the last evaluation index of the round's fit computed at
+    _fit_loss = 0.0
+    _fit_prior_grad: np.ndarray | None = None
+    _fit_round: int | None = None  # the round of the fit in progress
+    _fit_thetas: tuple[np.ndarray, ...] = ()  # the iterates of the fit in progress
+    _last_fit_round: int | None = None  # the round of the last refresh
+    _pending_theta: np.ndarray | None = None  # the coordinator's iterate
+    _fed: np.ndarray | None = None  # the summed product at the pending iterate
+    _handed_out = 0  # the coordinator: iterates handed out in the round's fit
+    _pending_evaluated = False  # the coordinator: its iterate's summary is done
+    _vjp_for_pending = False  # the product session open is at the pending iterate
 
-    if TYPE_CHECKING:  # FBOFedGPClient's (and GlobalStepClient's) methods
-
-        def federation_secret(self) -> bytes | None: ...
+    if TYPE_CHECKING:
 
         def _transformed_Y(self) -> Tensor: ...
 
+    def federation_secret(self) -> bytes | None:
+        r"""The secret the clients share and the server lacks (``None`` without one)."""
+        return None if self.secagg is None else self.secagg.federation_secret()
+
     @handles(ApplyTheta)
     def on_apply_theta(self, message: ApplyTheta) -> dict:
-        r"""Adopt the result of the round's federated fit: one of the iterates this
-        client summarised its data at in the fit (so inside the declared domain, and
-        checked by the coordinator to be its own), once per fit."""
+        r"""Adopt the round's fit result: one of its iterates, once per fit."""
         theta = message.theta
         if self._fit_round is None or self._fit_round != self._t:
             raise self.violation(
@@ -113,18 +94,9 @@ class FederatedFitClient(_Base):
     def _fit_budget(self) -> int:
         return FIT_EVALUATIONS_PER_ITERATION * self.config.federated_maxiter
 
-    def _refresh_due(self) -> bool:
-        r"""Whether the current round may refresh the hyperparameters (the server's
-        schedule: the first global round, then every ``hyper_every`` rounds)."""
-        last = self._last_fit_round
-        # its callers refuse a round-less client first; resolved() sets hyper_every
-        assert self._t is not None and self.config.hyper_every is not None
-        return last is None or self._t - last >= self.config.hyper_every
-
     def _admit_sum(self, request: str) -> None:
-        r"""Refuse a secure sum the round does not have: each sum once per round
-        (outcome moments, summary, averaged hyperparameters), a federated fit's sums
-        only in a round due a refresh and at most :meth:`_fit_budget` times."""
+        r"""Refuse a secure sum the round does not have: each sum once per round, a
+        fit's sums only in a round due a refresh and at most :meth:`_fit_budget` times."""
         if self._t is None:
             raise self.violation("a secure sum before any round", request)
         self._fed, self._vjp_for_pending = None, False  # a new session: no stale product
@@ -139,79 +111,82 @@ class FederatedFitClient(_Base):
                 request,
             )
         if fit or request == "hyper":
-            wanted = "federated" if fit else "average"
-            if self.config.hyperparameters != wanted:
+            have = self.config.hyperparameters
+            if have != ("federated" if fit else "average"):
                 raise self.violation(
-                    f"a {request!r} sum, but the run's hyperparameters are "
-                    f"{self.config.hyperparameters!r}",
-                    request,
+                    f"a {request!r} sum, but the run's hyperparameters are {have!r}", request
                 )
             if self._fit_round != self._t:  # a new refresh
-                if not self._refresh_due():
-                    raise self.violation(
-                        f"a hyperparameter refresh in round {self._t}, the last was in round "
-                        f"{self._last_fit_round} (every {self.config.hyper_every} rounds)",
-                        request,
-                    )
-                self._start_fit()
+                self._start_fit(request)
 
-    def _start_fit(self) -> None:
-        # the refresh counts from its start: an abandoned fit is a refresh too
-        self._fit_round, self._fit_thetas, self._last_fit_round = self._t, [], self._t
+    def _start_fit(self, request: str) -> None:
+        r"""Start the round's fit; a new refresh is refused before ``hyper_every`` rounds
+        since the last (which counts from its start: an abandoned fit is one too)."""
+        last, every = self._last_fit_round, self.config.hyper_every
+        assert self._t is not None and every is not None  # callers check; resolved() sets it
+        if self._fit_round != self._t and last is not None and self._t - last < every:
+            raise self.violation(
+                f"a hyperparameter refresh in round {self._t}, the last was in round "
+                f"{last} (every {every} rounds)",
+                request,
+            )
+        self._fit_round, self._fit_thetas, self._last_fit_round = self._t, (), self._t
         self._pending_theta, self._fed = None, None
         self._fit_index, self._handed_out, self._pending_evaluated = -1, 0, False
 
     def _end_fit(self) -> None:
-        self._fit_round, self._fit_thetas, self._pending_theta = None, [], None
+        self._fit_round, self._fit_thetas, self._pending_theta = None, (), None
 
     @contributes("pitc_summary", args=PITCSummaryArgs)
     def vector_pitc_summary(
         self, theta: np.ndarray, tag: bytes = b"", index: int = -1
     ) -> np.ndarray:
-        index = self._check_iterate_tag(theta, tag, index)
-        if self.client_id == COORDINATOR and self._pending_theta is None:
-            raise self.violation(
-                "a fit evaluation, but the coordinator's fit handed out no iterate", "pitc_summary"
-            )
-        if self._pending_theta is not None and not np.array_equal(theta, self._pending_theta):
-            # the coordinator's own check: the server may not query the loss elsewhere
-            raise self.violation("`theta` is not the fit's pending iterate", "pitc_summary")
-        if self._pending_theta is not None and self._pending_evaluated:
-            raise self.violation("a second summary at the pending iterate", "pitc_summary")
-        if self.support is None or self.standardize is None:
-            raise self.violation(
-                "a summary before the support and the standardisation", "pitc_summary"
-            )
+        index, pending = self._check_iterate_tag(theta, tag, index), self._pending_theta
+        for broken, why in (  # the coordinator's checks: the server may not query elsewhere
+            (self.client_id == COORDINATOR and pending is None,
+             "a fit evaluation, but the coordinator's fit handed out no iterate"),
+            (pending is not None and not np.array_equal(theta, pending),
+             "`theta` is not the fit's pending iterate"),
+            (pending is not None and self._pending_evaluated,
+             "a second summary at the pending iterate"),
+            (self.support is None or self.standardize is None,
+             "a summary before the support and the standardisation"),
+        ):  # fmt: skip
+            if broken:
+                raise self.violation(why, "pitc_summary")
         self._admit_sum("pitc_summary")
         if self.federation_secret() is not None:  # each tagged evaluation once, in order
             self._fit_index = index
         if self._pending_theta is not None:  # the coordinator: one summary per iterate
             self._pending_evaluated = True
-        self._fit_thetas.append(theta.copy())
-        self._fit_theta = theta
+        self._fit_thetas, self._fit_theta = (*self._fit_thetas, theta.copy()), theta
+        assert self.support is not None  # checked above
         if len(self.X) == 0:
             return np.zeros(SparseSummary.packed_length(len(self.support)))
         with self.timed("summary"):
             if self._fit_client is None:
-                self._fit_client = PITCFitClient(
-                    self.X, self._transformed_Y(), self.support, *self.modules
-                )
+                Y = self._transformed_Y()
+                self._fit_client = PITCFitClient(self.X, Y, self.support, *self.modules)
             return self._fit_client.summary(theta)
 
     @contributes("pitc_vjp")
     def vector_pitc_vjp(self) -> np.ndarray:
-        # every client holds the summed summaries: it derives the loss and the adjoint
-        # itself (no party sends them), then contributes its vector-Jacobian product
+        # each client derives the loss and adjoint from the summed summaries (none are sent)
         if self._fit_theta is None or self._fit_sum is None:
             raise self.violation(
                 "a product without the summary sum at its iterate just before", "pitc_vjp"
             )
         self._admit_sum("pitc_vjp")
         theta, self._fit_theta = self._fit_theta, None  # one VJP per summary
+        assert self.support is not None  # the summary needed it
         with self.timed("hyperparameters"):
             hyper = PITCHyperparameters(*self.modules)
             hyper.set_theta(theta)
-            adjoint = self._fit_adjoint(hyper)
+            loss, adjoint, prior_grad, failure = fit_loss(self._fit_sum, len(self.support), hyper)
+            if failure is not None:  # only a forged sum can cause this
+                msg = "Client %s, round %s: the fit's summed summaries give no finite loss (%s); "
+                _LOG.warning(msg + "a zero product", self.client_id, self._t, failure)
+            self._fit_loss, self._fit_prior_grad = loss, prior_grad
         self._vjp_for_pending = self._pending_theta is not None and np.array_equal(
             theta, self._pending_theta
         )
@@ -222,84 +197,33 @@ class FederatedFitClient(_Base):
             return self._fit_client.vjp(adjoint)
 
     def on_secagg(self, message: SecureSumStep) -> dict:
-        r"""A secure-sum message; a federated fit's sessions must include the
-        coordinator (client :data:`COORDINATOR`), which checks that the ``theta`` is its
-        own pending iterate -- and, the values relayed to every client being bound into
-        the session, that every contributor was told that same iterate."""
-        reply = super().on_secagg(message)
-        request = message.request
-        if request in ("pitc_summary", "pitc_vjp"):
-            session = tuple(int(c) for c in getattr(self.secagg, "client_ids", ()) or ())
-            if COORDINATOR not in session:
-                self._pending = self._request = None  # nothing of it leaves this client
-                raise self.violation(
-                    f"a fit's secure sum over clients {list(session)}, without the "
-                    f"coordinator {COORDINATOR}",
-                    request,
-                )
-        return reply
-
-    def _fit_adjoint(self, hyper: PITCHyperparameters) -> np.ndarray:
-        r"""The adjoint of the loss at the summed summaries of this iterate (the
-        ``pitc_summary`` sum just before), which every client derives itself; sets the
-        loss and the prior's gradient.
-
-        A sum the server forged (it may offset a CKKS sum) can make the loss undefined
-        (no Cholesky factor) or the adjoint unbounded. Refusing then would tell the
-        server a bit about the sum, so the client goes on with a zero adjoint and a
-        huge loss (which the coordinator's line search backs away from) and logs it;
-        an honest sum never takes this path."""
-        # vector_pitc_vjp checked the sum; the summary it sums needed the support
-        assert self.support is not None and self._fit_sum is not None
-        m = len(self.support)
-        reason: str | None
-        try:
-            loss, adjoint, prior_grad = pitc_loss_and_adjoint(self._fit_sum, m, hyper)
-        except (ValueError, RuntimeError) as exc:  # torch's linalg errors are RuntimeErrors
-            loss, adjoint, prior_grad = math.inf, None, np.zeros(hyper.size)
-            reason = type(exc).__name__
-        else:
-            assert adjoint is not None  # pitc_loss_and_adjoint returned one
-            reason = None if np.isfinite(adjoint).all() and math.isfinite(loss) else "not finite"
-        if reason is not None:
-            _LOG.warning(
-                "Client %s, round %s: the fit's summed summaries give no finite loss (%s); "
-                "contributing a zero product (only a forged sum can cause this)",
-                self.client_id,
-                self._t,
-                reason,
+        r"""A fit's sessions must include the coordinator, which checks that ``theta`` is
+        its pending iterate (bound into the session: every contributor got it)."""
+        reply, request = super().on_secagg(message), message.request
+        session = [int(c) for c in getattr(self.secagg, "client_ids", ()) or ()]
+        if request in ("pitc_summary", "pitc_vjp") and COORDINATOR not in session:
+            self._pending = self._request = None  # nothing of it leaves this client
+            raise self.violation(
+                f"a fit's secure sum over clients {session}, without the coordinator {COORDINATOR}",
+                request,
             )
-            loss, adjoint = _FAILED_LOSS, np.zeros(len(self._fit_sum))
-        self._fit_loss, self._fit_prior_grad = loss, prior_grad
-        assert adjoint is not None  # computed (reason None) or zeros
-        return np.clip(adjoint, -_ADJOINT_LIMIT, _ADJOINT_LIMIT)
+        return reply
 
     @handles(HyperStart)
     def on_hyper_start(self, message: HyperStart) -> dict:
-        r"""The coordinator starts the round's fit: L-BFGS-B in the declared domain
-        from the current hyperparameters (clamped into it), at most
-        ``federated_maxiter`` iterations and twice as many evaluations."""
+        r"""The coordinator starts the round's fit: L-BFGS-B in the declared domain from
+        the current hyperparameters clamped into it, within the fit's budget."""
         if self._minimizer is not None:  # an earlier fit was abandoned mid-protocol
             self._minimizer.close()
             self._minimizer = None
         if self.config.hyperparameters != "federated" or self._t is None:
             raise self.violation("a federated fit outside a federated refresh", "hyper_start")
-        if self._fit_round != self._t and not self._refresh_due():
-            raise self.violation(
-                f"a hyperparameter refresh in round {self._t}, the last was in round "
-                f"{self._last_fit_round} (every {self.config.hyper_every} rounds)",
-                "hyper_start",
-            )
         if self._fit_round == self._t and self._fit_thetas:
             raise self.violation("a second fit in one round", "hyper_start")
-        self._start_fit()
-        hyper = PITCHyperparameters(*self.modules)
-        x0 = clamp_to_domain(hyper.get_theta(), self.theta_domain)
+        self._start_fit("hyper_start")
+        x0 = clamp_to_domain(PITCHyperparameters(*self.modules).get_theta(), self.theta_domain)
         self._minimizer = SteppedMinimizer(
-            x0,
-            self.theta_domain,
-            maxiter=self.config.federated_maxiter,
-            maxfun=self._fit_budget(),
+            x0, self.theta_domain, self.config.federated_maxiter, maxfun=self._fit_budget()
         )
         return self._hyper_reply(self._minimizer.start())
 
@@ -315,47 +239,37 @@ class FederatedFitClient(_Base):
         return self._hyper_reply(self._minimizer.feed(self._fit_loss, grad))
 
     def _hyper_reply(self, theta: np.ndarray | None) -> dict:
-        if theta is None:
-            # the minimisation this reply is of has finished (start/feed returned None)
+        if theta is None:  # the minimisation has finished
             assert self._minimizer is not None and self._minimizer.result is not None
-            theta, self._minimizer = self._minimizer.result.x, None
-            self._pending_theta = None
+            theta, self._minimizer, self._pending_theta = self._minimizer.result.x, None, None
             return {"theta": theta, "done": True}
         self._pending_theta, self._fed = np.array(theta, dtype=np.float64), None
         self._pending_evaluated = False
-        self._handed_out += 1
-        index = self._handed_out
-        tag = self._iterate_tag(self._pending_theta, index)
+        self._handed_out = index = self._handed_out + 1
+        mac = self._iterate_mac(self._pending_theta, index)
+        tag = b"" if mac is None else mac_tag(*mac)
         return {"theta": theta, "done": False, "tag": tag, "index": index}
 
     _ITERATE_LABEL = b"botorch-fed/fbo-fedgp/fit-iterate\x00"
 
-    def _iterate_message(self, theta: np.ndarray, index: int) -> bytes:
-        message = self._ITERATE_LABEL + _encode_count(_check_count("run_seed", self.run_seed or 0))
-        message += _encode_count(self._t or 0) + _encode_count(int(index))
-        return message + np.ascontiguousarray(theta, dtype="<f8").tobytes()
-
-    def _iterate_tag(self, theta: np.ndarray, index: int) -> bytes:
-        r"""The coordinator's tag of the ``index``-th iterate it hands out in this
-        round's fit: HMAC-SHA256 under the federation secret (which the server lacks)
-        of the run seed, the round, ``index`` and ``theta``; empty without a secret
-        (``plaintext``, where the server sees the sums anyway)."""
+    def _iterate_mac(self, theta: np.ndarray, index: int) -> tuple[bytes, bytes] | None:
+        r"""``(key, message)`` of the coordinator's HMAC-SHA256 tag on iterate ``index`` at
+        ``theta`` of the round, under the federation secret (``None`` without one)."""
         secret = self.federation_secret()
         if secret is None:
-            return b""
-        return mac_tag(hkdf(secret, self._ITERATE_LABEL), self._iterate_message(theta, index))
+            return None
+        message = self._ITERATE_LABEL + _encode_count(_check_count("run_seed", self.run_seed or 0))
+        message += _encode_count(self._t or 0) + _encode_count(max(int(index), 0))
+        message += np.ascontiguousarray(theta, dtype="<f8").tobytes()
+        return hkdf(secret, self._ITERATE_LABEL), message
 
     def _check_iterate_tag(self, theta: np.ndarray, tag: bytes, index: int) -> int:
-        r"""Refuse a fit evaluation at a ``theta`` the coordinator did not hand out in
-        this round (its tag does not verify), or at an iterate this client already
-        computed at (indices increase): decisions on the server's message alone. Without
-        a federation secret there is nothing to check. Returns the index."""
-        secret = self.federation_secret()
-        if secret is None:
+        r"""Refuse an iterate the coordinator did not tag in this round, or one at or
+        before the last this client computed at; returns ``index``."""
+        mac = self._iterate_mac(theta, index)
+        if mac is None:
             return -1
-        key = hkdf(secret, self._ITERATE_LABEL)
-        message = self._iterate_message(theta, index) if index >= 1 else b""
-        if not mac_verify(key, tag, message):
+        if index < 1 or not mac_verify(mac[0], tag, mac[1]):
             raise self.violation(
                 "a fit evaluation at a `theta` the coordinator did not hand out (its tag "
                 "does not verify)",

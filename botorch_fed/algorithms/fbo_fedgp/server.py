@@ -1,11 +1,5 @@
-r"""The FBO-FedGP server: support selection, rounds, the relay of secure sums and of
-the coordinator's federated fit (Alg. 1 + Alg. 2 of [FBO-FedGP]).
-
-References:
-
-.. [FBO-FedGP] Secure federated Bayesian optimisation with distributed sparse GPs
-   (paper 000 in ``shared/papers``).
-"""
+r"""The FBO-FedGP server (paper 000, Alg. 1 + Alg. 2): support selection, rounds, the relay
+of secure sums and of the coordinator's federated fit."""
 
 from __future__ import annotations
 
@@ -40,7 +34,7 @@ from botorch_fed.protocol.server import FederatedServer
 
 
 class FBOFedGPServer(FederatedServer):
-    r"""The FBO-FedGP server: support set, rounds, secure aggregation relay.
+    r"""The FBO-FedGP server.
 
     Args:
         transport: Reaches the clients.
@@ -54,16 +48,13 @@ class FBOFedGPServer(FederatedServer):
         super().__init__(transport, secagg)
         config.validate()
         self.config = self.settings = config.resolved()
-        self.dim = dim
-        self.seed = int(seed)
-        self.support_size = config.support_size
+        self.dim, self.seed, self.support_size = dim, int(seed), config.support_size
         self.support: Tensor | None = None
         self._hyper_round: int | None = None
         self.hyper = PITCHyperparameters(*global_modules(dim))  # structure only (and priors)
 
     def state_dict(self) -> dict:
-        r"""Adds the support set, its size, the last hyperparameter refresh and the
-        hyperparameters to :meth:`FederatedServer.state_dict`."""
+        r"""Adds the support set and its size, the last refresh and the hyperparameters."""
         state = super().state_dict()
         state.update(
             support=None if self.support is None else self.support.clone(),
@@ -89,90 +80,69 @@ class FBOFedGPServer(FederatedServer):
     def select_support(self, t: int) -> None:
         r"""Alg. 1 (or a random support) and its broadcast."""
         cfg = self.config
-        # the server's timers cover its own work only; the clients report theirs
-        if cfg.support == "random":
-            with self.ledger.timer("support"):
+        random = cfg.support == "random"
+        replies = {} if random else self.broadcast(Centers(k=cfg.centers_per_client))
+        with self.ledger.timer("support"):
+            payloads = (replies[c].payload["centers"] for c in sorted(replies))
+            # clients with too few points send none
+            centers = [torch.as_tensor(p, dtype=torch.float64) for p in payloads if len(p)]
+            if centers:
+                support = global_support(centers, self.support_size, seed=self.seed + t)
+            else:  # a random support, or no client holds enough data yet
                 bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
                 support = random_support(bounds, self.support_size, seed=self.seed + t)
-        else:
-            replies = self.broadcast(Centers(k=cfg.centers_per_client))
-            with self.ledger.timer("support"):
-                centers = [
-                    torch.as_tensor(replies[c].payload["centers"], dtype=torch.float64)
-                    for c in sorted(replies)
-                ]
-                centers = [c for c in centers if len(c)]  # clients with too few points
-                if centers:
-                    support = global_support(centers, self.support_size, seed=self.seed + t)
-                else:  # no client holds enough data yet
-                    bounds = torch.stack([torch.zeros(self.dim), torch.ones(self.dim)]).double()
-                    support = random_support(bounds, self.support_size, seed=self.seed + t)
-        # k-means centres are means of points of the unit cube: rounding can leave one
-        # a few ulps outside, which the clients would refuse
+        # rounding may leave a k-means centre a few ulps outside the cube (refused)
         self.support = support = support.clamp(0.0, 1.0)
         self.broadcast(Support(support=support.numpy()))
 
     def refresh_hyperparameters(self, t: int) -> None:
-        cfg = self.config
-        if cfg.hyperparameters == "average":
+        if self.config.hyperparameters == "average":
             self.secure_sum("hyper", self.hyper.size + 1)
         else:
             self._fit_federated()
         self._hyper_round = t
 
     def _fit_federated(self) -> None:
-        r"""Exact PITC type-II ML: a coordinator client runs L-BFGS-B; each evaluation
-        is two secure sums (summaries at ``theta``, then vector-Jacobian products with
-        the adjoint every client derives from the summed summaries)."""
-        coordinator = COORDINATOR
-        if coordinator not in self.client_ids:
-            raise ProtocolViolation(
-                f"Server: a federated fit needs its coordinator, client {coordinator}."
-            )
+        r"""Relay the coordinator's fit: per iterate, secure sums of summaries, then products."""
+        c = COORDINATOR
+        if c not in self.client_ids:
+            raise ProtocolViolation(f"Server: a federated fit needs its coordinator, client {c}.")
         assert self.support is not None  # selected in initialize()
         length = SparseSummary.packed_length(len(self.support))
-        # the server only relays here: all the fit's time is the clients' (their ledger
-        # entries) and the secure sums'
         budget = FIT_EVALUATIONS_PER_ITERATION * self.config.federated_maxiter
-        reply = self.send({coordinator: HyperStart()})[coordinator].payload
+        reply = self.send({c: HyperStart()})[c].payload
         evaluations = 0
         while not reply["done"]:
             evaluations += 1
             if evaluations > budget:  # the coordinator is another party: not trusted
                 raise ProtocolViolation(
-                    f"Server: the coordinator (client {coordinator}) asked for more than "
-                    f"{budget} evaluations in one fit (`federated_maxiter`="
-                    f"{self.config.federated_maxiter})."
+                    f"Server: the coordinator (client {c}) asked for more than {budget} "
+                    f"evaluations in one fit (`federated_maxiter`={self.config.federated_maxiter})."
                 )
             args = PITCSummaryArgs(reply["theta"], reply.get("tag", b""), reply.get("index"))
             self.secure_sum("pitc_summary", length, args.payload())
             self.secure_sum("pitc_vjp", self.hyper.size)
-            reply = self.send({coordinator: HyperFeed()})[coordinator].payload
+            reply = self.send({c: HyperFeed()})[c].payload
         self.hyper.set_theta(np.asarray(reply["theta"]))
         self.broadcast(ApplyTheta(theta=reply["theta"]))
 
     def standardize_outcomes(self) -> None:
-        r"""Federated outcome standardisation: two secure sums of the clients' outcome
-        moments (``[n, sum y]``, then the sums centred at its mean), after which every
-        client holds the ``Standardize`` transform of all outcomes pooled."""
-        # the moments already are exact small-integer limbs (outcome_moments,
-        # centred_moments): exact and within headroom under every backend, so no wide
-        # encoding on top
+        r"""Two secure sums of the outcome moments (exact small-integer limbs: no wide
+        encoding), then every client holds the ``Standardize`` of all outcomes pooled."""
         self.secure_sum("moments", OUTCOME_MOMENTS_LENGTH, wide=0)
         self.secure_sum("centred_moments", CENTRED_MOMENTS_LENGTH, wide=0)
 
     def global_round(self, t: int, clients: list[int]) -> None:
-        cfg = self.config
         self.standardize_outcomes()
-        assert cfg.hyper_every is not None  # resolved() sets it
-        if self._hyper_round is None or t - self._hyper_round >= cfg.hyper_every:
+        every = self.config.hyper_every
+        assert every is not None  # resolved() sets it
+        if self._hyper_round is None or t - self._hyper_round >= every:
             self.refresh_hyperparameters(t)
         assert self.support is not None  # selected in initialize()
         self.secure_sum("summary", SparseSummary.packed_length(len(self.support)))
         # no seed: each client derives the search's seed itself (FBOFedGPClient.search_seed)
-        self.send(
-            {cid: GlobalStep(t=t, rank=r, count=len(clients)) for r, cid in enumerate(clients)}
-        )
+        count = len(clients)
+        self.send({cid: GlobalStep(t=t, rank=r, count=count) for r, cid in enumerate(clients)})
 
     def initialize(self) -> None:
         r"""Initial designs, then the first support set (Alg. 2 lines 1-11)."""
@@ -180,8 +150,7 @@ class FBOFedGPServer(FederatedServer):
         self.select_support(0)
 
     def run_round(self, t: int) -> None:
-        r"""Round ``t``: re-select the support when due, let every client draw its step,
-        and run a global round if any client drew a global step (Alg. 2 lines 12-28)."""
+        r"""Round ``t`` (Alg. 2 lines 12-28): the support when due, every client's step."""
         cfg = self.config
         if cfg.support_every and t > 1 and (t - 1) % cfg.support_every == 0:
             self.support_size += cfg.support_growth

@@ -1,19 +1,7 @@
-r"""FedZero on the federation protocol: workers (clients) estimate gradients from two
-evaluations, the server averages them and takes a projected step ([FedZero] Alg. 1).
-
-Round ``t``: the server broadcasts ``x_t`` and ``h`` (:mod:`.messages`); each worker
-answers with a two-point estimate of its gradient (:mod:`.client`); the server averages
-them and steps (:mod:`.server`). ``Theta`` is the objective's box, or an l1 / l2 ball
-around its centre (``domain``, ``radius``), shrunk by ``h`` so that every query
-``x +- h z`` stays within the bounds (``||h z||_inf <= h``, ``||h z||_1 = h``). ``eta``
-and ``h`` default to Cor. 3.2's ``(1/L) sqrt(m / (n d))`` and ``(1/L) sqrt((d + 1) / n)``,
-with ``L`` the problem's declared Lipschitz constant (``lipschitz``; :mod:`.settings`).
-
-FedZero shares no data and hides nothing either: the server sees every worker's
-estimate (in ``seed`` mode the two values), which is a difference of the worker's
-objective at two points the server can compute (docs/security.md).
-
-References:
+r"""FedZero [FedZero] (Alg. 1): workers (clients) send two-point gradient estimates, the
+server averages them and takes a projected step on ``Theta`` (the box, or an l1 / l2 ball
+around its centre, shrunk by ``h``). FedZero hides nothing: the server sees every
+worker's estimate, a difference of its objective at two known points.
 
 .. [FedZero] A. Akhavan, D. Janz, E.-M. El-Mhamdi. High-probability analysis of online
    and federated zero-order optimisation (paper 004 in ``shared/papers``).
@@ -28,44 +16,40 @@ from torch import Tensor
 
 from botorch_fed.algorithms.fedzero.client import FedZeroClient
 from botorch_fed.algorithms.fedzero.server import FedZeroServer
-from botorch_fed.algorithms.fedzero.settings import (
-    FedZeroSettings,
-    builtin_function,
-    make_domain,
-    step_parameters,
-)
+from botorch_fed.algorithms.fedzero.settings import FedZeroSettings, make_domain, step_parameters
 from botorch_fed.protocol.objectives import Objective
 from botorch_fed.protocol.registry import AlgorithmSpec, register_algorithm
 
 __all__ = ["FedZeroClient", "FedZeroServer", "FedZeroSettings"]
 
 
-def _shards(objective: Objective, M: int) -> list[Tensor | None]:
+def _function(objective: Objective):
+    return getattr(objective, "function", None)  # a built-in problem's test function
+
+
+def _shard(objective: Objective, i: int, M: int) -> Tensor | None:
     r"""Client ``i`` samples the contexts ``i, i + M, i + 2M, ...`` (its own data)."""
-    n = getattr(builtin_function(objective), "num_contexts", None)
-    if n is None:
-        return [None] * M
-    if n < M:
+    n = getattr(_function(objective), "num_contexts", None)
+    if n is not None and n < M:
         raise ValueError(f"The problem has {n} contexts (data rows) for {M} clients.")
-    return [torch.arange(i, n, M) for i in range(M)]
+    return None if n is None else torch.arange(i, n, M)
 
 
 def _check(ctx) -> None:
     objective = ctx.objectives[0]
-    eta, h = step_parameters(ctx.settings, objective, len(ctx.objectives))
+    _, h = step_parameters(ctx.settings, objective, len(ctx.objectives))
     domain = make_domain(ctx.settings, objective, h)
     for obj in ctx.objectives:
-        function = builtin_function(obj)
+        function = _function(obj)
         if not hasattr(function, "evaluate_contexts"):
             continue
         shifted = bool((getattr(obj, "shift", torch.zeros(1)) != 0).any())
-        noisy = getattr(function, "noise_std", None) is not None or obj.noise_bound != 0.0
-        if shifted or noisy:
+        if shifted or getattr(function, "noise_std", None) is not None or obj.noise_bound != 0.0:
             raise ValueError(
                 f"{obj.name}'s workers evaluate their own data rows (contexts): `shift` and "
                 "`noise_std`/`noise` do not apply to it."
             )
-    optimizers = getattr(builtin_function(objective), "optimizers", None)
+    optimizers = getattr(_function(objective), "optimizers", None)
     if optimizers is not None:
         inside = domain.contains(optimizers.to(torch.float64).reshape(-1, objective.dim))
         if not bool(inside.any()):
@@ -79,32 +63,9 @@ def _check(ctx) -> None:
 
 
 def _make_client(ctx, cid: int) -> FedZeroClient:
-    return FedZeroClient(
-        cid,
-        ctx.objectives[cid],
-        ctx.settings,
-        seed=ctx.client_seeds[cid],
-        evaluation_errors=ctx.setup.evaluation_errors,
-        shard=_shards(ctx.objectives[cid], len(ctx.objectives))[cid],
-    )
-
-
-def _make_server(ctx, transport) -> FedZeroServer:
-    objective = ctx.objectives[0]
-    eta, h = step_parameters(ctx.settings, objective, len(ctx.objectives))
-    domain = make_domain(ctx.settings, objective, h)
-    lower, upper = objective.bounds.to(torch.float64)
-    x0 = domain.project(((lower + upper) / 2).unsqueeze(0)).squeeze(0)
-    return FedZeroServer(
-        transport,
-        ctx.settings,
-        domain,
-        x0,
-        eta,
-        h,
-        objective.bounds,
-        domain_for=lambda h: make_domain(ctx.settings, objective, h),
-    )
+    objective, errors = ctx.objectives[cid], ctx.setup.evaluation_errors
+    shard = _shard(objective, cid, len(ctx.objectives))
+    return FedZeroClient(cid, objective, ctx.settings, ctx.client_seeds[cid], errors, shard)
 
 
 register_algorithm(
@@ -114,7 +75,9 @@ register_algorithm(
         "averages and takes a projected step (zero-order, convex)",
         settings_class=FedZeroSettings,
         make_client=_make_client,
-        make_server=_make_server,
+        make_server=lambda ctx, transport: FedZeroServer(
+            transport, ctx.settings, ctx.objectives[0], len(ctx.objectives)
+        ),
         check=_check,
     )
 )

@@ -1,54 +1,17 @@
-r"""What FedZero's server sends a worker: the round's point and perturbation radius.
-
-A worker evaluates its black box at ``x +- h z`` with ``||z||_inf <= 1``: it accepts a
-point of its dimension and a finite ``h > 0`` only when every such query lies within its
-objective's bounds. Whether ``t`` is the round that comes next is its state
-(:meth:`~botorch_fed.protocol.round_budget.RoundBudget.accept_round`).
-"""
+r"""What FedZero's server sends a worker: the round's point and perturbation radius. A
+worker accepts them only when every query ``x +- h z`` (``||z||_inf <= 1``) lies within
+its objective's bounds."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated
 
 import numpy as np
 import torch
 
-from botorch_fed.protocol.declarations import (
-    Array,
-    Declared,
-    FieldError,
-    Real,
-    Refused,
-    declare,
-)
+from botorch_fed.protocol.declarations import Array, Declared, Real, Refused, declare
 from botorch_fed.protocol.round_budget import RoundNumber
-
-
-@dataclass(frozen=True)
-class Point(Array):
-    r"""``x``: ``dim`` finite values."""
-
-    shape: tuple = ("dim",)
-
-    def check(self, value: object, party: object) -> np.ndarray:
-        try:
-            return super().check(value, party)
-        except FieldError as exc:
-            dim = party.dim  # type: ignore[attr-defined]
-            raise FieldError(f"must be a point of dimension {dim}: it {exc}") from None
-
-
-@dataclass(frozen=True)
-class Radius(Real):
-    r"""``h``: a finite real ``> 0``."""
-
-    def check(self, value: object, party: object) -> float:
-        h = super().check(value, party)
-        if not h > 0:
-            raise FieldError("must be finite and > 0")
-        return h
 
 
 @declare("round")
@@ -56,8 +19,8 @@ class Round(Declared):
     r"""Round ``t``: estimate the gradient at ``x`` from the values at ``x +- h z``."""
 
     t: Annotated[int, RoundNumber()]
-    x: Annotated[np.ndarray, Point()]
-    h: Annotated[float, Radius()]
+    x: Annotated[np.ndarray, Array(("dim",), note=lambda w: f"a point of dimension {w.dim}")]
+    h: Annotated[float, Real(0, open=True)]
 
     @classmethod
     def decode(cls, payload: Mapping[str, object], party: object) -> Round:

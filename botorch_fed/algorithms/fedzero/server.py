@@ -1,17 +1,7 @@
-r"""FedZero's server: broadcasts ``x_t`` and ``h``, averages the workers' estimates and
-takes the projected step ``x_{t+1} = Proj_Theta(x_t - eta mean_j g_j)``; its
-recommendation is the averaged iterate (Alg. 1 and Cor. 3.2 of Akhavan, Janz and
-El-Mhamdi, paper 004).
-
-An estimate travels in one of three forms (``message``), whose bytes the ledger counts
-(the payload below plus its field names):
-
-- ``vector``: ``g_j`` itself (``8 d`` bytes);
-- ``seed``: the two values and the seed ``z`` was drawn from (24 bytes; the server
-  redraws ``z``) -- the compression the paper notes;
-- ``sign``: ``sign(z)`` packed to bits and the scalar ``d / (2h) (y+ - y-)``
-  (``ceil(d / 8) + 8`` bytes; l1 estimator only).
-"""
+r"""FedZero's server [FedZero]: broadcasts ``x_t`` and ``h``, averages the estimates and
+steps ``x_{t+1} = Proj_Theta(x_t - eta mean_j g_j)``; recommends the averaged iterate.
+An estimate travels as ``g_j`` (``vector``), two values and the seed of ``z`` (``seed``)
+or ``sign(z)`` as bits and ``d / (2h) (y+ - y-)`` (``sign``)."""
 
 from __future__ import annotations
 
@@ -23,41 +13,43 @@ from torch import Tensor
 
 from botorch_fed.algorithms.fedzero.client import draw_direction
 from botorch_fed.algorithms.fedzero.messages import Round
-from botorch_fed.algorithms.fedzero.settings import FedZeroSettings
+from botorch_fed.algorithms.fedzero.settings import FedZeroSettings, make_domain, step_parameters
 from botorch_fed.protocol.checkpoint import check_tensor, split_state
 from botorch_fed.protocol.declarations import ProtocolViolation
 from botorch_fed.protocol.messages import TIME_PREFIX
+from botorch_fed.protocol.objectives import Objective
 from botorch_fed.protocol.server import FederatedServer
 from botorch_fed.zeroth_order import l1_sign
 
+_FIELDS = {"vector": {"g"}, "seed": {"y_plus", "y_minus", "seed"}, "sign": {"scale", "signs"}}
+
 
 class FedZeroServer(FederatedServer):
-    r"""Broadcasts ``x_t``, averages the workers' estimates, takes the projected step."""
+    r"""Broadcasts ``x_t``, averages the workers' estimates, takes the projected step.
+
+    Args:
+        transport: The transport.
+        settings: The settings.
+        objective: The (public) domain: its bounds, dimension and declared constants.
+        num_workers: ``m``.
+    """
 
     def __init__(
-        self,
-        transport,
-        settings: FedZeroSettings,
-        domain,
-        x0: Tensor,
-        eta: float,
-        h: float,
-        bounds,
-        domain_for=None,
+        self, transport, settings: FedZeroSettings, objective: Objective, num_workers: int
     ) -> None:
         super().__init__(transport)
-        self.settings = settings
-        self._domain_for = domain_for  # h -> Theta shrunk by h (resumed runs)
-        self.domain = domain
-        self.eta, self.h = eta, h
-        self.bounds = bounds.to(torch.float64)
-        self.x = x0.clone()
-        self.total = torch.zeros_like(x0)  # sum of the iterates x_1 .. x_t
+        self.settings, self.objective = settings, objective
+        self.eta, self.h = step_parameters(settings, objective, num_workers)
+        self.domain = make_domain(settings, objective, self.h)
+        self.bounds = objective.bounds.to(torch.float64)
+        lower, upper = self.bounds
+        self.x = self.domain.project(((lower + upper) / 2).unsqueeze(0)).squeeze(0)  # x_1
+        self.total = torch.zeros_like(self.x)  # sum of the iterates x_1 .. x_t
         self.iterates: list[list[float]] = []  # x_1 .. x_t (unit cube, for scoring)
         self.failed = 0
 
     def initialize(self) -> None:
-        r"""Nothing to initialise: ``x_1`` is the domain's centre."""
+        r"""Nothing: ``x_1`` is the domain's centre."""
 
     def run_round(self, t: int) -> None:
         r"""Round ``t``: broadcast ``x_t``, average the estimates, step and project."""
@@ -71,42 +63,33 @@ class FedZeroServer(FederatedServer):
                 for cid in sorted(replies)
                 if (g := self._estimate(cid, t, replies[cid].payload)) is not None
             ]
-            if not estimates:  # every worker failed: no step
-                return
-            g = torch.stack(estimates).mean(0)
-            self.x = self.domain.project(self.x - self.eta * g)
+            if estimates:  # (every worker failed: no step)
+                self.x = self.domain.project(self.x - self.eta * torch.stack(estimates).mean(0))
 
     def _estimate(self, cid: int, t: int, payload: dict) -> Tensor | None:
+        r"""Worker ``cid``'s reply decoded to ``g_j`` (``None``: its evaluation failed)."""
         payload = {k: v for k, v in payload.items() if not k.startswith(TIME_PREFIX)}
-        d, mode = self.x.numel(), self.settings.message
-        expected = {
-            "vector": {"g"},
-            "seed": {"y_plus", "y_minus", "seed"},
-            "sign": {"scale", "signs"},
-        }
+        d, mode, estimator = self.x.numel(), self.settings.message, self.settings.estimator
         if set(payload) == {"failed"}:
             self.failed += 1
             return None
-        if set(payload) != expected[mode]:
+        if set(payload) != _FIELDS[mode]:
             raise ProtocolViolation(
                 f"Round {t}: worker {cid} sent fields {sorted(payload)}; expected "
-                f"{sorted(expected[mode])} (message={mode!r})."
+                f"{sorted(_FIELDS[mode])} (message={mode!r})."
             )
         try:
             if mode == "vector":
                 g = torch.as_tensor(np.asarray(payload["g"], dtype=np.float64)).reshape(d)
             elif mode == "seed":
-                z = draw_direction(self.settings.estimator, d, int(payload["seed"]))
+                z = draw_direction(estimator, d, int(payload["seed"]))
                 scale = d / (2 * self.h) * (float(payload["y_plus"]) - float(payload["y_minus"]))
-                g = scale * (l1_sign(z) if self.settings.estimator == "l1" else z)
+                g = scale * (l1_sign(z) if estimator == "l1" else z)
             else:
-                raw = np.frombuffer(payload["signs"], dtype=np.uint8)
-                bits = np.unpackbits(raw)
+                bits = np.unpackbits(raw := np.frombuffer(payload["signs"], dtype=np.uint8))
                 if len(raw) != math.ceil(d / 8) or bits[d:].any():  # exact length, zero pad
                     raise ValueError
-                bits = bits[:d]
-                signs = torch.as_tensor(bits.astype(np.float64) * 2 - 1)
-                g = float(payload["scale"]) * signs
+                g = float(payload["scale"]) * torch.as_tensor(bits[:d].astype(np.float64) * 2 - 1)
         except (TypeError, ValueError, RuntimeError, OverflowError):
             raise ProtocolViolation(
                 f"Round {t}: worker {cid}'s estimate does not decode."
@@ -134,15 +117,9 @@ class FedZeroServer(FederatedServer):
         }
 
     def state_dict(self) -> dict:
-        return {
-            **super().state_dict(),
-            "x": self.x.clone(),
-            "total": self.total.clone(),
-            "iterates": [list(v) for v in self.iterates],
-            "failed": self.failed,
-            "eta": self.eta,
-            "h": self.h,
-        }
+        iterates = [list(v) for v in self.iterates]
+        own = {"x": self.x.clone(), "total": self.total.clone(), "iterates": iterates}
+        return {**super().state_dict(), **own, "failed": self.failed, "eta": self.eta, "h": self.h}
 
     def load_state_dict(self, state: dict) -> None:
         own, rest = split_state("Server", state, ("x", "total", "iterates", "failed", "eta", "h"))
@@ -152,9 +129,8 @@ class FedZeroServer(FederatedServer):
         self.total = check_tensor("Server", "total", own["total"], (d,)).clone()
         self.iterates = [list(map(float, v)) for v in own["iterates"]]
         self.failed = int(own["failed"])
-        # a resumed run keeps the step sizes it started with (an extended `num_rounds`
-        # would change Cor. 3.2's defaults halfway)
+        # a resumed run keeps its step sizes (a longer `num_rounds` changes Cor. 3.2's)
         eta, h = float(own["eta"]), float(own["h"])
         if h != self.h:
-            self.domain = self._domain_for(h)
+            self.domain = make_domain(self.settings, self.objective, h)
         self.eta, self.h = eta, h

@@ -1,12 +1,7 @@
-r"""An FTS client: Thompson sampling on its own GP, or on another client's sampled
-function ``phi(x)' omega_j`` over shared random Fourier features (Dai, Low and Jaillet,
-"Federated Bayesian Optimization via Thompson Sampling", NeurIPS 2020).
-
-Choices of this implementation: a fixed lengthscale shared by all clients (the mode of
-BoTorch's dimension-scaled lengthscale prior) -- shared features need a shared kernel
---, unit signal variance on standardised outcomes, noise variance ``1e-2``, and the
-argmax of ``phi(x)' omega_j`` over a seeded Sobol candidate set.
-"""
+r"""An FTS client [FTS]. Choices of this implementation: one fixed lengthscale for all
+clients (the mode of BoTorch's lengthscale prior: shared features need a shared kernel),
+unit signal variance on standardised outcomes, noise variance ``1e-2``, and the argmax of
+``phi(x)' omega_j`` over a seeded Sobol candidate set."""
 
 from __future__ import annotations
 
@@ -26,25 +21,14 @@ FTS_NUM_FEATURES = 100
 FTS_NOISE = 1e-2
 
 
-def fts_schedule() -> MixingSchedule:
-    r"""FTS's local-step probability ``p_t = 1 - 1/t^2``."""
-    return MixingSchedule(prob_fn=lambda t: 1.0 - 1.0 / t**2)
-
-
 def prior_mode_lengthscale(dim: int) -> float:
     r"""Mode of BoTorch's ``LogNormal(sqrt 2 + log(d)/2, sqrt 3)`` lengthscale prior."""
     return math.exp(math.sqrt(2) + 0.5 * math.log(dim) - 3.0)
 
 
 class RandomFourierFeatures:
-    r"""``phi(x) = sqrt(2/M) cos(W x + b)`` for an RBF kernel (unit variance).
-
-    Args:
-        dim: Input dimension.
-        num_features: ``M``.
-        lengthscale: The RBF lengthscale.
-        seed: Shared seed (every client draws the same features).
-    """
+    r"""``phi(x) = sqrt(2/M) cos(W x + b)`` for an RBF kernel (unit variance), ``M``
+    features of a ``dim``-dimensional input drawn from ``seed`` (shared by all clients)."""
 
     def __init__(self, dim: int, num_features: int, lengthscale: float, seed: int) -> None:
         g = torch.Generator().manual_seed(seed)
@@ -58,12 +42,12 @@ class RandomFourierFeatures:
 
 
 class FTSClient(BOClient):
-    r"""An FTS client (see the module docstring)."""
+    r"""An FTS client: local Thompson steps or steps on another client's sample."""
 
     def __init__(self, *args, features: RandomFourierFeatures, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.features = features
-        self.schedule = fts_schedule()
+        self.schedule = MixingSchedule(prob_fn=lambda t: 1.0 - 1.0 / t**2)  # p_t
 
     def _omega_sample(self) -> np.ndarray:
         r"""One draw from the posterior of the feature weights given own data."""
@@ -76,33 +60,28 @@ class FTSClient(BOClient):
             precision = Phi.T @ Phi / FTS_NOISE + torch.eye(M, dtype=torch.float64)
             L = torch.linalg.cholesky(precision)
             mean = torch.cholesky_solve((Phi.T @ y / FTS_NOISE).unsqueeze(-1), L).squeeze(-1)
-            z = torch.randn(M, generator=self.rng, dtype=torch.float64)
-            sample = mean + torch.linalg.solve_triangular(L.T, z.unsqueeze(-1), upper=True).squeeze(
-                -1
-            )
+            z = torch.randn(M, generator=self.rng, dtype=torch.float64).unsqueeze(-1)
+            sample = mean + torch.linalg.solve_triangular(L.T, z, upper=True).squeeze(-1)
         return sample.numpy()
 
     @handles(Init)
     def on_init(self, message: Init) -> dict:
-        r"""Round 0: the initial design (:meth:`BOClient.on_init`), then a first weight
-        sample."""
+        r"""Round 0: the initial design, then a first weight sample."""
         super().on_init(message)
         return {"omega": self._omega_sample()}
 
     @handles(Round)
     def on_round(self, message: Round) -> dict:
-        r"""Round ``t``: one step (``t`` checked first), then a fresh weight sample."""
+        r"""Round ``t``: one step (``t`` spent first), then a fresh weight sample."""
         t = self.accept_round(message.t, "round")
-        omega = None if message.omega is None else torch.as_tensor(message.omega)
-        local = bool(self.schedule.sample(t, seed=self.rng)) or omega is None
+        local = bool(self.schedule.sample(t, seed=self.rng)) or message.omega is None
         if local:
             x = self.propose_local(t, kind="ts")
         else:
-            assert omega is not None  # not local: the server sent a weight
             with self.timed("acquisition"):
-                Xc = draw_sobol_samples(
-                    self.bounds, self.settings.ts_candidates, 1, seed=self.step_seed(t)
-                ).squeeze(-2)
-                x = self.avoid_failures(Xc[(self.features(Xc) @ omega).argmax()].unsqueeze(0))
+                n, seed = self.settings.ts_candidates, self.step_seed(t)
+                Xc = draw_sobol_samples(self.bounds, n, 1, seed=seed).squeeze(-2)
+                best = (self.features(Xc) @ torch.as_tensor(message.omega)).argmax()
+                x = self.avoid_failures(Xc[best].unsqueeze(0))
         self.evaluate(x, t, "local" if local else "federated")
         return {"omega": self._omega_sample()}

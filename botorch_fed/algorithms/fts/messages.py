@@ -1,5 +1,4 @@
-r"""What FTS's server sends a client: ``init`` (the initial design, as every BO client's)
-and each round's weight sample of another client."""
+r"""What FTS's server sends a client: ``init`` and rounds with another client's sample."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-r"""FTS's server: relays each client a random other client's last weight sample every
-round."""
+r"""FTS's server: relays each client a random other client's last weight sample."""
 
 from __future__ import annotations
 
@@ -23,12 +22,8 @@ class FTSServer(FederatedServer):
         self.omegas: dict[int, np.ndarray] = {}  # each client's last weight sample
 
     def state_dict(self) -> dict:
-        r"""Adds the server's generator and the clients' last weight samples."""
-        return {
-            **super().state_dict(),
-            "rng": self.rng.bit_generator.state,
-            "omegas": {int(c): torch.from_numpy(np.array(o)) for c, o in self.omegas.items()},
-        }
+        omegas = {int(c): torch.from_numpy(np.array(o)) for c, o in self.omegas.items()}
+        return {**super().state_dict(), "rng": self.rng.bit_generator.state, "omegas": omegas}
 
     def load_state_dict(self, state: dict) -> None:
         own, rest = split_state("Server", state, ("rng", "omegas"))
@@ -47,16 +42,13 @@ class FTSServer(FederatedServer):
 
     def initialize(self) -> None:
         r"""Initial designs; every client's first weight sample."""
-        replies = self.broadcast(Init())
-        self.omegas = {cid: r.payload["omega"] for cid, r in replies.items()}
+        self.omegas = {cid: r.payload["omega"] for cid, r in self.broadcast(Init()).items()}
 
     def run_round(self, t: int) -> None:
         r"""Round ``t``: each client gets the last weight sample of a random other client."""
-        ids = self.client_ids
         messages = {}
-        for cid in ids:
-            others = [c for c in ids if c != cid]
+        for cid in self.client_ids:
+            others = [c for c in self.client_ids if c != cid]
             omega = self.omegas[others[self.rng.integers(len(others))]] if others else None
             messages[cid] = Round(t=t, omega=omega)
-        replies = self.send(messages)
-        self.omegas.update({cid: r.payload["omega"] for cid, r in replies.items()})
+        self.omegas.update({cid: r.payload["omega"] for cid, r in self.send(messages).items()})

@@ -1,12 +1,5 @@
-r"""Baselines without collaboration: independent local BO (``local``) and random search
-(``random``).
-
-Both run on the same protocol as the federated algorithms (the server only paces the
-rounds), so their ledgers and wall times are comparable. A client takes one step per
-round ``t``, for the rounds ``1 .. num_rounds`` of its own settings, each once and in
-turn (:meth:`~botorch_fed.protocol.round_budget.RoundBudget.accept_round`): a server
-cannot have it evaluate more than ``num_init + num_rounds`` points.
-"""
+r"""Baselines without collaboration: local BO (``local``) and random search (``random``);
+the server only paces the rounds, so their ledgers and wall times compare."""
 
 from __future__ import annotations
 

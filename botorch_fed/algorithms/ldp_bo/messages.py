@@ -1,11 +1,5 @@
-r"""What LDP-BO's learner sends a user: one query per round.
-
-The point must be one the user may be asked about (the unit cube of its dimension, and
-a point of its finite domain where it has one) and the round one of its settings'
-``1 .. num_rounds``; whether the round is this user's turn, and whether its budget
-covers an answer, is its state (checked by
-:meth:`~botorch_fed.algorithms.ldp_bo.client.LDPUserClient.on_query`).
-"""
+r"""What LDP-BO's learner sends a user: one query per round. Whether the round is the
+user's turn and whether its budget covers an answer is the user's state."""
 
 from __future__ import annotations
 
@@ -21,22 +15,16 @@ from botorch_fed.protocol.round_budget import RoundNumber
 
 @dataclass(frozen=True)
 class QueryPoint(Array):
-    r"""A point of the user's domain: ``dim`` finite values in the unit cube and, where
-    the objective's domain is finite (``candidates``), one of its points."""
+    r"""``dim`` values in the unit cube; a point of ``candidates`` on a finite domain."""
 
     shape: tuple = ("objective.dim",)
     low: Bound = 0.0
     high: Bound = 1.0
+    note: Bound = lambda user: f"one point of dimension {user.objective.dim} in the unit cube"
 
     def check(self, value: object, party: object) -> np.ndarray:
-        objective = party.objective  # type: ignore[attr-defined]
-        try:
-            x = super().check(value, party)
-        except FieldError as exc:
-            raise FieldError(
-                f"must be one point of dimension {objective.dim} in the unit cube: it {exc}"
-            ) from None
-        candidates = getattr(objective, "candidates", None)
+        x = super().check(value, party)
+        candidates = getattr(party.objective, "candidates", None)  # type: ignore[attr-defined]
         if candidates is not None and not (candidates == torch.as_tensor(x)).all(-1).any():
             raise FieldError("is not a point of the finite domain")
         return x
@@ -44,8 +32,7 @@ class QueryPoint(Array):
 
 @declare("query")
 class Query(Declared):
-    r"""Round ``t``: evaluate ``x`` and answer with the reward (privatised by the private
-    variants)."""
+    r"""Round ``t``: evaluate ``x`` and answer with the (privatised) reward."""
 
     x: Annotated[np.ndarray, QueryPoint()]
     t: Annotated[int, RoundNumber()]

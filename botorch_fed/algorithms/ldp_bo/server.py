@@ -1,10 +1,5 @@
-r"""LDP-BO's learning agent (the server): one query per round, to one user.
-
-In round ``t`` the learner proposes ``x_t`` and sends it to one user -- the next in
-turn, or one drawn at random, among the users whose (public) budget still covers an
-answer -- and updates on the reply, the privatised reward or a failure. The server
-sees ``x_t`` (it chose it) and the privatised value, never a raw reward.
-"""
+r"""LDP-BO's learner (the server): one query per round, to one user [LDP-BO]; it sees
+``x_t`` and the privatised reward, never a raw one."""
 
 from __future__ import annotations
 
@@ -17,6 +12,7 @@ from botorch_fed.algorithms.ldp_bo.messages import Query
 from botorch_fed.algorithms.ldp_bo.settings import LDPBOSettings, answers_per_user
 from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.protocol.declarations import ProtocolViolation
+from botorch_fed.protocol.objectives import Objective
 from botorch_fed.protocol.server import FederatedServer
 
 
@@ -24,31 +20,22 @@ class LDPServer(FederatedServer):
     r"""The learning agent: one query per round, to one user."""
 
     def __init__(
-        self,
-        transport,
-        settings: LDPBOSettings,
-        learner,
-        seed: int,
-        bounds: torch.Tensor,
-        minimize: bool = False,
+        self, transport, settings: LDPBOSettings, learner, seed: int, objective: Objective
     ) -> None:
         super().__init__(transport)
-        self.settings = settings
-        self.bounds = bounds.to(torch.float64)  # the public domain and convention (for x^)
-        self.minimize = bool(minimize)
-        self.learner = learner
-        self.seed = int(seed)
+        self.settings, self.learner, self.seed = settings, learner, int(seed)
+        self.bounds = objective.bounds.to(torch.float64)  # the public domain and convention
+        self.minimize = bool(objective.minimize)
         self.user_rng = torch.Generator().manual_seed(self.seed * 7_919 + 3)
         self.failed = 0  # queries that brought no reward
         self.queries: dict[int, int] = {}  # queries sent to each user
         self.capacity = answers_per_user(settings) if learner.rewards.private else None
 
     def initialize(self) -> None:
-        r"""Nothing to initialise: the learner starts from the prior (Alg. 1-3, line 2)."""
+        r"""Nothing: the learner starts from the prior (Alg. 1-3, line 2)."""
 
     def _user(self, t: int) -> int:
-        r"""The user of round ``t``: the next in turn, or one drawn at random, among the
-        users whose budget (public) still covers a query."""
+        r"""The next user in turn (or a random one) whose public budget covers a query."""
         ids = self.client_ids
         open_ = [c for c in ids if self.capacity is None or self.queries.get(c, 0) < self.capacity]
         if not open_:
@@ -64,17 +51,10 @@ class LDPServer(FederatedServer):
         self.queries[user] = self.queries.get(user, 0) + 1
         with self.ledger.timer("acquisition"):
             x = self.learner.propose()
-        reply = self.send({user: Query(x=x.reshape(-1).numpy(), t=t)})[user]
-        y = self._reward(user, t, reply.payload)
-        if y is None:
+        payload = self.send({user: Query(x=x.reshape(-1).numpy(), t=t)})[user].payload
+        if set(payload) == {"failed"}:  # no reward
             self.failed += 1
             return
-        with self.ledger.timer("model_update"):
-            self.learner.observe(x, y)
-
-    def _reward(self, user: int, t: int, payload: dict) -> float | None:
-        if set(payload) == {"failed"}:
-            return None
         if set(payload) != {"y"}:
             raise ProtocolViolation(
                 f"Round {t}: user {user} replied with fields {sorted(payload)}; expected `y`."
@@ -82,15 +62,16 @@ class LDPServer(FederatedServer):
         try:
             y = float(np.asarray(payload["y"], dtype=np.float64).reshape(()))
         except (TypeError, ValueError):
-            raise ProtocolViolation(f"Round {t}: user {user}'s reward is not a number.") from None
+            y = math.nan
         if not math.isfinite(y):
-            raise ProtocolViolation(f"Round {t}: user {user}'s reward {y!r} is not finite.")
-        return y
+            raise ProtocolViolation(f"Round {t}: user {user}'s reward is not finite (a number).")
+        with self.ledger.timer("model_update"):
+            self.learner.observe(x, y)
 
     @property
     def recommendation(self) -> dict | None:
-        r"""``x^``: the maximiser of the surrogate's mean over the finite domain (or over
-        the points played, on a box) -- what the learner would deploy after ``T`` rounds."""
+        r"""The maximiser of the surrogate's mean over the finite domain (on a box: over
+        the points played)."""
         learner = self.learner
         if learner.t == 0:
             return None
@@ -109,13 +90,9 @@ class LDPServer(FederatedServer):
         }
 
     def state_dict(self) -> dict:
-        return {
-            **super().state_dict(),
-            "learner": self.learner.state_dict(),
-            "user_rng": self.user_rng.get_state(),
-            "failed": self.failed,
-            "queries": {str(c): n for c, n in sorted(self.queries.items())},
-        }
+        queries = {str(c): n for c, n in sorted(self.queries.items())}
+        own = {"learner": self.learner.state_dict(), "user_rng": self.user_rng.get_state()}
+        return {**super().state_dict(), **own, "failed": self.failed, "queries": queries}
 
     def load_state_dict(self, state: dict) -> None:
         own, rest = split_state("Server", state, ("learner", "user_rng", "failed", "queries"))

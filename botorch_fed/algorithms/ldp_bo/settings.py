@@ -1,22 +1,18 @@
-r"""LDP-BO's settings and the learner they define (Zhou and Tan, paper 002).
-
-The paper's formulas are the defaults; :func:`reward_model` fills ``B``, ``R`` and the
-noise moment from the objective's declarations where the settings leave them open, and
-:func:`make_learner` builds the learner of each registered variant (:data:`VARIANTS`).
-"""
+r"""LDP-BO's settings and the learner they define (defaults: the formulas of [LDP-BO])."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 from botorch_fed.ldp import KERNELS, LEARNERS, RewardModel, make_kernel
+from botorch_fed.protocol.declarations import Choice, Int, Real, check_settings
 from botorch_fed.protocol.objectives import Objective
 
 USER_ORDERS = ("round-robin", "random")
 
-# name -> (learner, private)
+# registered name -> (learner, private)
 VARIANTS = {
     "ldp-tgp": ("tgp", True),
     "ldp-ata": ("ata", True),
@@ -28,128 +24,77 @@ VARIANTS = {
 }
 
 
-def _number(name: str, value, *, positive: bool = False, optional: bool = True) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
-    if value < 0 or (positive and value == 0):
-        raise ValueError(
-            f"`{name}` must be {'positive' if positive else 'non-negative'}, got {value!r}."
-        )
-
-
 @dataclass
 class LDPBOSettings:
-    r"""Settings of the LDP-BO algorithms (the paper's formulas are the defaults).
+    r"""Settings of the LDP-BO algorithms.
 
     Attributes:
         num_rounds: Rounds ``T``: one query (one reward) per round.
-        epsilon: Each reported reward is ``epsilon``-LDP (private variants only;
-            ``None``: 1).
+        epsilon: Each reported reward is ``epsilon``-LDP (``None``: 1; private only).
         reward_bound: ``B``, a bound on ``|f|`` (``None``: the objective's declaration).
-        noise_bound: ``R``, a bound on the noise (``None``: the objective's
-            declaration). Private variants need it; rewards beyond ``B + R`` are
-            clipped by the users.
-        noise_moment: ``E[eta^2]`` of unbounded noise for the non-private variants
-            (``None``: the objective's noise, else ``R^2``).
+        noise_bound: ``R``, a bound on the noise (``None``: the objective's declaration);
+            private variants need it and clip rewards to ``[-(B + R), B + R]``.
+        noise_moment: ``E[eta^2]`` for the non-private variants (``None``: the
+            objective's noise, else ``R^2``).
         kernel: ``se``, ``matern`` or ``auto`` (the objective's hint, else ``se``).
-        lengthscale: Kernel lengthscale in the unit cube (``None``: the objective's
-            hint, else 0.2).
+        lengthscale: Unit-cube lengthscale (``None``: the objective's hint, else 0.2).
         nu: Matern smoothness (0.5, 1.5, 2.5).
         lam: ``lambda``, the ridge (surrogate noise) parameter.
-        delta: Confidence parameter of the formulas.
+        delta: Confidence parameter.
         accuracy: Nystrom accuracy of ATA and MoMA (the paper's epsilon in (0, 1)).
         q: Nystrom dictionary rate (``None``: ``6 rho ln(4T/delta)/accuracy^2``).
         plays_per_epoch: MoMA's ``k`` (``None``: ``ceil(24 ln(4 e T / delta))``).
-        beta: A constant UCB ``beta`` (``None``: the paper's ``beta_t`` times
-            ``beta_scale``).
-        beta_scale: Factor on the paper's ``beta_t`` (the theory's constants are
-            conservative; the paper's experiments set them "order-wise").
+        beta: A constant UCB ``beta`` (``None``: the paper's ``beta_t`` times ``beta_scale``).
+        beta_scale: Factor on the paper's ``beta_t``.
         truncation_scale: Factor on the truncation points ``b_t`` (TGP, ATA).
         users: Which user answers round ``t``: ``round-robin`` or ``random``.
-        user_budget: Total epsilon a user will spend (``None``: unlimited; the result
-            reports what each spent).
+        user_budget: Total epsilon a user will spend (``None``: unlimited).
         num_restarts: ``optimize_acqf`` restarts (box domains).
         raw_samples: ``optimize_acqf`` raw samples (box domains).
         maxiter: ``optimize_acqf`` L-BFGS-B iterations (box domains).
     """
 
-    num_rounds: int = 200
-    epsilon: float | None = None
-    reward_bound: float | None = None
-    noise_bound: float | None = None
-    noise_moment: float | None = None
-    kernel: str = field(default="auto", metadata={"choices": ("auto", *KERNELS)})
-    lengthscale: float | None = None
+    num_rounds: Annotated[int, Int(1)] = 200
+    epsilon: Annotated[float | None, Real(0, open=True, optional=True)] = None
+    reward_bound: Annotated[float | None, Real(0, optional=True)] = None
+    noise_bound: Annotated[float | None, Real(0, optional=True)] = None
+    noise_moment: Annotated[float | None, Real(0, optional=True)] = None
+    kernel: Annotated[str, Choice(("auto", *KERNELS))] = "auto"
+    lengthscale: Annotated[float | None, Real(0, open=True, optional=True)] = None
     nu: float = 2.5
-    lam: float = 1.0
-    delta: float = 0.1
-    accuracy: float = 0.5
-    q: float | None = None
-    plays_per_epoch: int | None = None
-    beta: float | None = None
-    beta_scale: float = 1.0
-    truncation_scale: float = 1.0
-    users: str = field(default="round-robin", metadata={"choices": USER_ORDERS})
-    user_budget: float | None = None
-    num_restarts: int = 4
-    raw_samples: int = 256
-    maxiter: int = 100
+    lam: Annotated[float, Real(0, open=True)] = 1.0
+    delta: Annotated[float, Real(0, 1, open=True)] = 0.1
+    accuracy: Annotated[float, Real(0, 1, open=True)] = 0.5
+    q: Annotated[float | None, Real(0, open=True, optional=True)] = None
+    plays_per_epoch: Annotated[int | None, Int(1, optional=True)] = None
+    beta: Annotated[float | None, Real(0, optional=True)] = None
+    beta_scale: Annotated[float, Real(0, open=True)] = 1.0
+    truncation_scale: Annotated[float, Real(0, open=True)] = 1.0
+    users: Annotated[str, Choice(USER_ORDERS)] = "round-robin"
+    user_budget: Annotated[float | None, Real(0, open=True, optional=True)] = None
+    num_restarts: Annotated[int, Int(1)] = 4
+    raw_samples: Annotated[int, Int(1)] = 256
+    maxiter: Annotated[int, Int(1)] = 100
 
     def validate(self) -> None:
         r"""Raise ``ValueError`` naming the first invalid setting."""
-        for name in ("num_rounds", "num_restarts", "raw_samples", "maxiter"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
-        k = self.plays_per_epoch
-        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise ValueError(f"`plays_per_epoch` must be a positive integer or None, got {k!r}.")
-        _number("epsilon", self.epsilon, positive=True)
-        for name in ("reward_bound", "noise_bound", "noise_moment", "beta"):
-            _number(name, getattr(self, name))
-        for name in ("lengthscale", "q", "user_budget"):
-            _number(name, getattr(self, name), positive=True)
-        for name in ("lam", "beta_scale", "truncation_scale"):
-            _number(name, getattr(self, name), positive=True, optional=False)
-        if self.kernel not in ("auto", *KERNELS):
-            raise ValueError(f"`kernel`={self.kernel!r} must be one of {('auto', *KERNELS)}.")
+        check_settings(self)
         if self.nu not in (0.5, 1.5, 2.5):
-            raise ValueError(f"`nu` must be 0.5, 1.5 or 2.5, got {self.nu!r}.")
-        for name in ("delta", "accuracy"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
-                raise ValueError(f"`{name}` must be in (0, 1), got {value!r}.")
-        if self.users not in USER_ORDERS:
-            raise ValueError(f"`users`={self.users!r} must be one of {USER_ORDERS}.")
-
-
-def _noise_moment(objective: Objective) -> float | None:
-    r"""``E[eta^2]`` of a built-in problem's noise, if the objective knows it."""
-    noise = getattr(objective, "noise", None)
-    if noise is None:
-        return None
-    moment = float(noise.moment(2))
-    return moment if math.isfinite(moment) else None  # infinite variance: none to give
+            raise ValueError(f"`nu`={self.nu!r} must be 0.5, 1.5 or 2.5.")
 
 
 def reward_model(name: str, settings: LDPBOSettings, objective: Objective) -> RewardModel:
     r"""The learner's :class:`~botorch_fed.ldp.RewardModel` for algorithm ``name``: the
-    settings' ``B``, ``R``, moment, else the objective's declarations."""
-    _, private = VARIANTS[name]
-    B = settings.reward_bound
-    if B is None:
-        B = getattr(objective, "reward_bound", None)
+    settings' ``B``, ``R`` and noise moment, else the objective's declarations."""
+    B, R = settings.reward_bound, settings.noise_bound
+    B = getattr(objective, "reward_bound", None) if B is None else B
+    R = getattr(objective, "noise_bound", None) if R is None else R
     if B is None:
         raise ValueError(
             f"{name} needs `reward_bound` (B, a bound on |f|): the objective "
             f"{objective.name!r} declares none."
         )
-    R = settings.noise_bound
-    if R is None:
-        R = getattr(objective, "noise_bound", None)
-    if private:
+    if VARIANTS[name][1]:
         if R is None:
             raise ValueError(
                 f"{name} needs `noise_bound` (R): the noise of {objective.name!r} is unbounded "
@@ -159,55 +104,37 @@ def reward_model(name: str, settings: LDPBOSettings, objective: Objective) -> Re
             )
         epsilon = 1.0 if settings.epsilon is None else float(settings.epsilon)
         return RewardModel(B=float(B), R=float(R), epsilon=epsilon)
-    moment = settings.noise_moment
-    if moment is None:
-        moment = _noise_moment(objective)
+    moment, noise = settings.noise_moment, getattr(objective, "noise", None)
+    if moment is None and noise is not None:
+        moment = float(noise.moment(2))
+        moment = moment if math.isfinite(moment) else None  # infinite variance: none
     if moment is None and R is None:
         raise ValueError(
             f"{name} needs `noise_moment` (E[eta^2]) or `noise_bound`: the noise of "
             f"{objective.name!r} is undeclared."
         )
-    return RewardModel(
-        B=float(B),
-        R=None if R is None else float(R),
-        noise_moment=None if moment is None else float(moment),
-    )
+    R, moment = (None if v is None else float(v) for v in (R, moment))
+    return RewardModel(B=float(B), R=R, noise_moment=moment)
 
 
 def make_learner(name: str, settings: LDPBOSettings, objective: Objective, seed: int):
-    r"""The learner of algorithm ``name`` for ``objective`` (finite domain if the
-    objective has ``candidates``)."""
-    kind, _ = VARIANTS[name]
+    r"""The learner of algorithm ``name`` for ``objective`` (on its ``candidates``, if
+    it has a finite domain)."""
+    kind, s = VARIANTS[name][0], settings
     hint = getattr(objective, "kernel_hint", None) or {}
-    auto = settings.kernel == "auto"
-    kernel = make_kernel(
-        hint.get("kernel", "se") if auto else settings.kernel,
-        settings.lengthscale or hint.get("lengthscale", 0.2),
-        hint.get("nu", settings.nu) if auto else settings.nu,
-        objective.dim,
+    family, nu = (
+        (hint.get("kernel", "se"), hint.get("nu", s.nu)) if s.kernel == "auto" else (s.kernel, s.nu)
     )
-    extra: dict[str, Any] = {}
-    if kind in ("ata", "moma"):
-        extra.update(accuracy=settings.accuracy, q=settings.q)
+    kernel = make_kernel(family, s.lengthscale or hint.get("lengthscale", 0.2), nu, objective.dim)
+    names = ["lam", "delta", "beta", "beta_scale", "num_restarts", "raw_samples", "maxiter"]
+    names += ["accuracy", "q"] if kind in ("ata", "moma") else []
+    names += ["truncation_scale"] if kind in ("tgp", "ata") else []
+    kwargs: dict[str, Any] = {n: getattr(s, n) for n in names}
     if kind == "moma":
-        extra["k"] = settings.plays_per_epoch
-    if kind in ("tgp", "ata"):
-        extra["truncation_scale"] = settings.truncation_scale
+        kwargs["k"] = s.plays_per_epoch
+    rewards, candidates = reward_model(name, s, objective), getattr(objective, "candidates", None)
     return LEARNERS[kind](
-        kernel,
-        objective.dim,
-        settings.num_rounds,
-        reward_model(name, settings, objective),
-        lam=settings.lam,
-        delta=settings.delta,
-        candidates=getattr(objective, "candidates", None),
-        beta=settings.beta,
-        beta_scale=settings.beta_scale,
-        seed=seed,
-        num_restarts=settings.num_restarts,
-        raw_samples=settings.raw_samples,
-        maxiter=settings.maxiter,
-        **extra,
+        kernel, objective.dim, s.num_rounds, rewards, candidates=candidates, seed=seed, **kwargs
     )
 
 

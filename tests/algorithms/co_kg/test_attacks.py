@@ -23,10 +23,10 @@ import botorch_fed.algorithms.co_kg.server as co_kg_server
 from botorch_fed.algorithms import build_federation
 from botorch_fed.algorithms.co_kg import BarycenterQKGSettings, CoKGClient, CoKGSettings
 from botorch_fed.algorithms.co_kg.messages import WeightedMean
-from botorch_fed.algorithms.co_kg.server import shared_kernel
 from botorch_fed.algorithms.co_kg.settings import MAX_SUPPORT_SIZE
 from botorch_fed.inducing import grid_support, sobol_support
 from botorch_fed.models import bures_wasserstein_barycenter
+from botorch_fed.models.rbf_prior import shared_kernel
 from botorch_fed.protocol import FederationSetup, ProtocolViolation
 from botorch_fed.protocol.declarations import Refused
 from botorch_fed.protocol.messages import Message
@@ -545,7 +545,7 @@ def test_an_agent_range_checks_a_kmeans_support_and_k():
 def test_a_clustered_support_still_gets_a_psd_summary():
     # resisted: on a server-chosen k-means support of 200 points within 1e-4 of one of
     # the agent's inputs, the raw posterior covariance is indefinite beyond the
-    # barycenter's tolerance; what the agent sends passes. Fails without `_psd(...)` in
+    # barycenter's tolerance; what the agent sends passes. Fails without `nearest_psd(...)` in
     # CoKGClient.posterior_summary
     agent = _agent(_cokg(support="kmeans"))
     g = torch.Generator().manual_seed(0)

@@ -256,9 +256,9 @@ def test_bad_setups_raise_clear_errors():
         run_federated("random", _setup(dim=3), BOSettings(num_rounds=1))
     with pytest.raises(ValueError, match="shift"):
         run_federated("random", _setup(shift=1.5), BOSettings(num_rounds=1))
-    with pytest.raises(ValueError, match="`seed` must be a non-negative integer"):
+    with pytest.raises(ValueError, match="`seed`=-1 lies outside its domain"):
         run_federated("random", _setup(seed=-1), BOSettings(num_rounds=1))
-    with pytest.raises(ValueError, match=r"`seed` must be at most 2\*\*48 = 281474976710656"):
+    with pytest.raises(ValueError, match="`seed`=281474976710657 lies outside its domain"):
         run_federated("random", _setup(seed=2**48 + 1), BOSettings(num_rounds=1))
     run_federated("random", _setup(seed=2**48), BOSettings(num_rounds=1, num_init=2))  # fine
     with pytest.raises(ValueError, match="`num_init`=1 is below `min_cluster_size`=2"):

@@ -60,7 +60,7 @@ def _reselect_config(**kw) -> FBOFedGPSettings:
 # --- validation -------------------------------------------------------------------------
 @pytest.mark.parametrize("value", [-0.1, -1e-300, math.nan, math.inf, -math.inf, True, "0.1"])
 def test_center_noise_must_be_a_finite_non_negative_number(value):
-    with pytest.raises(ValueError, match=r"`center_noise` must be a finite number >= 0"):
+    with pytest.raises(ValueError, match=r"`center_noise`=\S+ must be"):
         FBOFedGPSettings(support="clustered", center_noise=value).validate()
     with pytest.raises(ValueError, match=r"`center_noise`"):  # through the preset too
         FBOFedGPSettings(center_noise=value).validate()

@@ -155,7 +155,7 @@ def test_the_server_refuses_bad_estimates(reply, match):
         ({"t": 1, "x": np.zeros(4), "h": 1.5}, "bounds"),
         ({"t": 1, "x": np.full(4, 0.95), "h": 0.1}, "bounds"),
         ({"t": 1, "x": np.zeros(3), "h": 0.1}, "dimension"),
-        ({"t": 1, "x": np.zeros(4), "h": -0.1}, "finite"),
+        ({"t": 1, "x": np.zeros(4), "h": -0.1}, "must be > 0"),
     ],
 )
 def test_a_worker_refuses_bad_rounds(payload, match):
