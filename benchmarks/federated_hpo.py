@@ -106,7 +106,8 @@ def _one_run(job: dict) -> dict:
     import torch
 
     from botorch_fed.algorithms import FBOFedGPSettings, run_federated
-    from botorch_fed.protocol import BOSettings, CallableObjective, FederationSetup
+    from botorch_fed.problems.objectives import CallableObjective
+    from botorch_fed.protocol import BOSettings, FederationSetup
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")

@@ -45,10 +45,10 @@ _API = {
     "FederationSetup": "botorch_fed.protocol.setup",
     "ProtocolViolation": "botorch_fed.protocol.declarations",
     # black boxes
-    "CallableObjective": "botorch_fed.protocol.objectives",
-    "Objective": "botorch_fed.protocol.objectives",
-    "EvaluationError": "botorch_fed.protocol.objectives",
-    "ObjectiveContractError": "botorch_fed.protocol.objectives",
+    "CallableObjective": "botorch_fed.problems.objectives",
+    "Objective": "botorch_fed.problems.objectives",
+    "EvaluationError": "botorch_fed.problems.objectives",
+    "ObjectiveContractError": "botorch_fed.problems.objectives",
     # settings, one class per algorithm
     "BOSettings": "botorch_fed.protocol.bo_client",
     "FBOFedGPSettings": "botorch_fed.algorithms.fbo_fedgp.settings",
@@ -121,14 +121,14 @@ if TYPE_CHECKING:
         compute_local_summary,
     )
     from botorch_fed.privacy import LaplaceMechanism
-    from botorch_fed.protocol.bo_client import BOSettings
-    from botorch_fed.protocol.declarations import ProtocolViolation
-    from botorch_fed.protocol.objectives import (
+    from botorch_fed.problems.objectives import (
         CallableObjective,
         EvaluationError,
         Objective,
         ObjectiveContractError,
     )
+    from botorch_fed.protocol.bo_client import BOSettings
+    from botorch_fed.protocol.declarations import ProtocolViolation
     from botorch_fed.protocol.results import RunResult
     from botorch_fed.protocol.setup import FederationSetup
     from botorch_fed.zeroth_order import FedZero, sample_l1_sphere, simulate_fedzero

@@ -9,11 +9,13 @@ import os
 import re
 import subprocess
 import sys
+from typing import Annotated
 
 import numpy as np
 import pytest
 
 from botorch_fed.cli import build_parser, main
+from botorch_fed.protocol.declarations import Choice
 from botorch_fed.regression_demo import RegressionDemoConfig, run_regression_demo
 from botorch_fed.runs.options import setting_options
 
@@ -168,8 +170,7 @@ def _refused(cls, name, value) -> bool:
 
 
 def test_every_fixed_set_of_strings_is_declared():
-    r"""The command line reads choices from a field's ``Choice`` domain (or
-    ``field(metadata={"choices": ...})``) only: a
+    r"""The command line reads choices from a field's ``Choice`` domain only: a
     string setting of a registered algorithm that ``validate()`` restricts to some
     values (it refuses an odd string) must declare them, and they must be exactly
     values ``validate()`` accepts."""
@@ -216,7 +217,7 @@ def test_choices_are_not_guessed_from_docstrings():
         """
 
         mode: str = "fast"
-        kind: str = dataclasses.field(default="a", metadata={"choices": ("a", "b")})
+        kind: Annotated[str, Choice(("a", "b"))] = "a"
 
         def validate(self) -> None:
             if self.mode not in ("fast", "slow"):
@@ -367,13 +368,13 @@ def test_center_noise_on_the_command_line_reaches_the_settings(tmp_path):
         (["--problem", "branin", "--dim", "3"], ["--problem", "--dim", "dim=3"]),
         (["--clients", "2", "--aggregator", "ckks"], ["`--clients`", "at least 3 clients"]),
         (["--aggregator", "rot13"], ["--aggregator", "rot13"]),
-        (["--schedule", "1.5"], ["`--schedule` 1.5", "`c`"]),
+        (["--schedule", "1.5"], ["`--schedule`=1.5 must lie in (0, 1]"]),
         (["--rounds", "0"], ["`--num-rounds`/`--rounds`=0 must be >= 1"]),
-        (["--support", "0"], ["`--support-size`/`--support`=0 must be >= 1"]),
+        (["--support", "0"], ["`--support-size`/`--support`=0 lies outside its domain [1, 4096]"]),
         (["--init", "1"], ["`--num-init`/`--init`=1", "`--min-cluster-size`=2"]),
         (["--mixing", "expected", "--acquisition", "ei"], ["`--mixing`", "`--acquisition`"]),
         (["--support-selection", "nearest"], ["--support-selection", "nearest"]),
-        (["--center-noise", "-1"], ["`--center-noise` must be a finite number >= 0"]),
+        (["--center-noise", "-1"], ["`--center-noise`=-1.0 must be >= 0"]),
         (
             ["--center-noise", "0.1", "--support-selection", "random"],
             ["`--center-noise`=0.1", "`--support-selection`='random'"],

@@ -304,7 +304,7 @@ def _write_bad_modules(tmp_path: Path, mod: str) -> None:
         (["--objective", "{mod}:los", "--bounds", "0,1"],
          ["`--objective`", "has no attribute 'los'", "Did you mean loss"]),
         (["--objective", "{mod}:NOT_CALLABLE", "--bounds", "0,1"],
-         ["`--objective`", "is a int, not a function"]),
+         ["`--objective`", "is of type int, not a function"]),
         (["--objective", "{mod}", "--bounds", "0,1"], ["`--objective`", "MODULE:FUNCTION"]),
         (["--objective", "{mod}:two_arguments", "--bounds", "0,1"],
          ["`--objective`", "cannot be called as", "Y"]),

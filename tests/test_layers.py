@@ -2,7 +2,7 @@ r"""Imports only point down the layers: every ``botorch_fed`` import (at module 
 inside a function, absolute or relative) of a package names a package of a lower layer.
 
 The order is DESIGN.md's (``../shared/DESIGN.md``: cli, flower, algorithms, protocol,
-acquisition/models, privacy/zeroth_order/inducing, secure/test_functions) with this
+acquisition/models, problems, privacy/zeroth_order/inducing, secure/test_functions) with this
 repository's own choices for what it does not name: ``runs`` (a run's description, used
 by cli and flower), ``tasks``, ``plotting``, ``regression_demo`` (top-level helpers);
 ``ldp`` > ``acquisition`` > ``models`` where DESIGN puts the BoTorch pieces on one level.
@@ -32,6 +32,7 @@ RANKS = {
     "ldp": 22,
     "acquisition": 21,
     "models": 20,
+    "problems": 12,
     "privacy": 10,
     "zeroth_order": 10,
     "inducing": 10,

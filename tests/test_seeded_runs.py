@@ -16,7 +16,8 @@ import torch
 from botorch_fed.algorithms import run_federated
 from botorch_fed.algorithms.ldp_bo import LDPBOSettings
 from botorch_fed.cli import main
-from botorch_fed.protocol import BOSettings, CallableObjective, FederationSetup
+from botorch_fed.problems.objectives import CallableObjective
+from botorch_fed.protocol import BOSettings, FederationSetup
 from botorch_fed.secure import available_backends
 
 TIMING_KEYS = ("time_s", "stage_s", "stage_party_s", "wall_s")
@@ -145,7 +146,7 @@ def test_a_run_takes_the_setups_thread_count_and_restores_the_callers(threads):
         seen.append(torch.get_num_threads())
         return X.sum(-1)
 
-    from botorch_fed.protocol.objectives import CallableObjective
+    from botorch_fed.problems.objectives import CallableObjective
 
     before = torch.get_num_threads()
     caller = 2 if before != 2 else 4

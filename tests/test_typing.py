@@ -36,10 +36,32 @@ def test_run_federated_refuses_another_algorithms_settings_to_a_type_checker(tmp
         "bf.run_federated('fbo-fedgp', setup, bf.FedZeroSettings())\n"
         "bf.run_federated('co-kg', setup, bf.CoEISettings())\n"
         "bf.run_federated('local', setup, private_randomness='always')\n"
+        "name: str = 'local'\n"
+        "bf.run_federated(name, setup, on_round=None)\n"
+        "bf.run_federated(name, setup, bf.BOSettings())\n"
     )
     monkeypatch.chdir(ROOT)
     out, err, status = mypy.api.run(
         ["--config-file", str(ROOT / "pyproject.toml"), "--no-incremental", str(user)]
     )
     errors = sorted(int(line.split(":")[1]) for line in out.splitlines() if ": error:" in line)
-    assert errors == [6, 7, 8], out + err
+    assert errors == [6, 7, 8, 11], out + err
+
+
+def test_run_federated_overloads_name_every_algorithm_with_its_settings_class():
+    r"""Each registered algorithm has exactly one typed overload, whose settings
+    annotation is the registry's settings class (a new algorithm needs its overload)."""
+    import typing
+
+    from botorch_fed.algorithms import available_algorithms, get_algorithm, run_federated
+
+    typed: dict[str, object] = {}
+    for overload in typing.get_overloads(run_federated)[:-1]:  # the last: any name, defaults
+        hints = typing.get_type_hints(overload)
+        (settings_class, _none) = typing.get_args(hints["settings"])
+        for name in typing.get_args(hints["algorithm"]):
+            assert name not in typed, name
+            typed[name] = settings_class
+    assert sorted(typed) == sorted(available_algorithms())
+    for name, settings_class in typed.items():
+        assert settings_class is get_algorithm(name).settings_class, name

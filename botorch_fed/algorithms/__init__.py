@@ -18,7 +18,10 @@ every algorithm registered; :func:`run_federated` is typed by algorithm (a type 
 refuses settings of another algorithm's class).
 """
 
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, overload
+import functools
+import os
+from collections.abc import Callable
+from typing import Any, Literal, TypedDict, Unpack, overload
 
 from botorch_fed.algorithms.central import CentralClient, CentralServer
 from botorch_fed.algorithms.co_kg import (
@@ -36,45 +39,55 @@ from botorch_fed.algorithms.independent import LocalBOClient, PacingServer, Rand
 from botorch_fed.algorithms.ldp_bo import LDPBOSettings, LDPServer, LDPUserClient
 from botorch_fed.protocol.bo_client import BOSettings
 from botorch_fed.protocol.registry import available_algorithms, get_algorithm
+from botorch_fed.protocol.results import RunResult
 from botorch_fed.protocol.runner import build_federation
+from botorch_fed.protocol.runner import run_federated as _run_federated
+from botorch_fed.protocol.setup import FederationSetup
 
-if TYPE_CHECKING:  # run_federated typed by algorithm: the settings class follows from the name
-    import os
-    from collections.abc import Callable
 
-    from botorch_fed.protocol.results import RunResult
-    from botorch_fed.protocol.setup import FederationSetup
+class _RunOptions(TypedDict, total=False):
+    on_round: Callable[[int, float | None], None] | None
+    on_receive: Callable[[int, dict], None] | None
+    checkpoint: str | os.PathLike | None
+    resume: str | os.PathLike | None
+    private_randomness: Literal["seed", "os"]
 
-    class _RunOptions(TypedDict, total=False):
-        on_round: Callable[[int, float | None], None] | None
-        on_receive: Callable[[int, dict], None] | None
-        checkpoint: str | os.PathLike | None
-        resume: str | os.PathLike | None
-        private_randomness: Literal["seed", "os"]
 
-    _LDP = Literal["ldp-tgp", "ldp-ata", "ldp-moma", "tgp", "ata", "moma", "gp-ucb"]
+_LDP = Literal["ldp-tgp", "ldp-ata", "ldp-moma", "tgp", "ata", "moma", "gp-ucb"]
+_BO = Literal["local", "random", "central", "fts"]
 
-    # fmt: off
-    @overload
-    def run_federated(algorithm: Literal["fbo-fedgp"], setup: FederationSetup, settings: FBOFedGPSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
-    @overload
-    def run_federated(algorithm: Literal["co-kg"], setup: FederationSetup, settings: CoKGSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
-    @overload
-    def run_federated(algorithm: Literal["co-ei"], setup: FederationSetup, settings: CoEISettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
-    @overload
-    def run_federated(algorithm: Literal["co-es"], setup: FederationSetup, settings: CoESSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
-    @overload
-    def run_federated(algorithm: Literal["barycenter-qkg"], setup: FederationSetup, settings: BarycenterQKGSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
-    @overload
-    def run_federated(algorithm: _LDP, setup: FederationSetup, settings: LDPBOSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
-    @overload
-    def run_federated(algorithm: Literal["fedzero"], setup: FederationSetup, settings: FedZeroSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
-    @overload
-    def run_federated(algorithm: Literal["local", "random", "central", "fts"], setup: FederationSetup, settings: BOSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
-    def run_federated(algorithm: str, setup: FederationSetup, settings: object = None, **options: Any) -> RunResult: ...  # noqa: E501
-    # fmt: on
-else:
-    from botorch_fed.protocol.runner import run_federated
+
+# run_federated typed by algorithm: the settings class follows from the name; a name only
+# known at run time (``str``) type-checks with default settings only
+# fmt: off
+@overload
+def run_federated(algorithm: Literal["fbo-fedgp"], setup: FederationSetup, settings: FBOFedGPSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+@overload
+def run_federated(algorithm: Literal["co-kg"], setup: FederationSetup, settings: CoKGSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+@overload
+def run_federated(algorithm: Literal["co-ei"], setup: FederationSetup, settings: CoEISettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+@overload
+def run_federated(algorithm: Literal["co-es"], setup: FederationSetup, settings: CoESSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+@overload
+def run_federated(algorithm: Literal["barycenter-qkg"], setup: FederationSetup, settings: BarycenterQKGSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+@overload
+def run_federated(algorithm: _LDP, setup: FederationSetup, settings: LDPBOSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+@overload
+def run_federated(algorithm: Literal["fedzero"], setup: FederationSetup, settings: FedZeroSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+@overload
+def run_federated(algorithm: _BO, setup: FederationSetup, settings: BOSettings | None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+@overload
+def run_federated(algorithm: str, setup: FederationSetup, settings: None = None, **options: Unpack[_RunOptions]) -> RunResult: ...  # noqa: E501
+# fmt: on
+def run_federated(
+    algorithm: str, setup: FederationSetup, settings: Any = None, **options: Any
+) -> RunResult:  # noqa: E501
+    return _run_federated(algorithm, setup, settings, **options)
+
+
+# help() and inspect show the protocol's docstring and signature
+functools.update_wrapper(run_federated, _run_federated, assigned=("__doc__",))
+
 
 __all__ = [
     "BarycenterQKGSettings",

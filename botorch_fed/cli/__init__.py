@@ -11,7 +11,7 @@ Subcommands:
   convergence curve and ``--checkpoint`` / ``--resume``. Each algorithm has its own
   sub-parser whose options are generated from its settings dataclass (flag names
   from the field names, help from the ``Attributes:`` section of its docstring,
-  choices from the fields' ``metadata["choices"]``), so ``botorch-fed run local
+  choices from the fields' ``Choice`` domains), so ``botorch-fed run local
   --help`` lists only what ``local`` takes.
 - ``botorch-fed list``: the registered algorithms, one line each.
 - ``botorch-fed flower up | run | down | status``: the same runs on a Flower

@@ -101,8 +101,8 @@ def _interrupted(run: PreparedRun, console: Console) -> int:
 def execute_run(run: PreparedRun, console: Console) -> int:
     r"""Run a :class:`PreparedRun`, print its tables, write ``--out`` and ``--plot``;
     returns the exit code (module docstring)."""
+    from botorch_fed.problems.objectives import EvaluationError, ObjectiveContractError
     from botorch_fed.protocol.checkpoint import CheckpointError
-    from botorch_fed.protocol.objectives import EvaluationError, ObjectiveContractError
 
     try:
         # the user's functions may import their own modules lazily: the folders stay on

@@ -4,8 +4,8 @@ r"""The PITC marginal likelihood as a gpytorch ``MarginalLogLikelihood``.
 ``fit_gpytorch_mll`` cannot fit it through ``ExactMarginalLogLikelihood``. When all
 clients' data are at hand in one process (simulations, tests, tutorials),
 :class:`PITCMarginalLogLikelihood` holds them and gives ``fit_gpytorch_mll`` the
-objective that :func:`~botorch_fed.models.fit_federated_pitc` optimises in a real
-federation: ``-(log p(y) + log prior(theta)) / n`` with ``log p(y)`` the exact PITC
+objective that :func:`~botorch_fed.protocol.federated_fit.fit_federated_pitc` optimises
+in a real federation: ``-(log p(y) + log prior(theta)) / n`` with ``log p(y)`` the exact PITC
 marginal likelihood (one block per client, :func:`pitc_log_marginal_likelihood`).
 (``fit_gpytorch_mll`` also fits the parameters, and adds the priors, of an input
 transform such as ``Warp``; ``fit_federated_pitc`` fits the kernel, likelihood and

@@ -1,5 +1,5 @@
 r"""The federation protocol every algorithm runs on: messages, transports, the ledger,
-the server/client roles with secure sums, the BO client state, objectives, the registry
+the server/client roles with secure sums, the BO client state, the registry
 and the in-process runner. Names load on first use, so a Flower ClientApp that needs only
 :mod:`~botorch_fed.protocol.payloads` imports no torch.
 """
@@ -15,8 +15,6 @@ _MODULES = {
     "declarations": ("ProtocolViolation",),
     "ledger": ("Ledger",),
     "messages": ("Message",),
-    "objectives": ("CallableObjective", "EvaluationError", "Objective", "ObjectiveContractError"),
-    "problem": ("ClientObjective",),
     "registry": ("AlgorithmSpec", "BuildContext", "register_algorithm", "unregister_algorithm"),
     "results": ("RunResult",),
     "server": ("FederatedServer",),
@@ -48,13 +46,6 @@ if TYPE_CHECKING:
     from botorch_fed.protocol.declarations import ProtocolViolation
     from botorch_fed.protocol.ledger import Ledger
     from botorch_fed.protocol.messages import Message
-    from botorch_fed.protocol.objectives import (
-        CallableObjective,
-        EvaluationError,
-        Objective,
-        ObjectiveContractError,
-    )
-    from botorch_fed.protocol.problem import ClientObjective
     from botorch_fed.protocol.registry import (
         AlgorithmSpec,
         BuildContext,

@@ -28,6 +28,8 @@ from botorch_fed.acquisition import (
 from botorch_fed.acquisition.step_acquisition import StepKind
 from botorch_fed.models import ExactGPRefitter, check_exact_gp_state, exact_gp_state, fit_exact_gp
 from botorch_fed.privacy import KeyStream
+from botorch_fed.problems.heterogeneity import initial_design
+from botorch_fed.problems.objectives import Objective
 from botorch_fed.protocol.checkpoint import (
     CheckpointError,
     check_history,
@@ -46,8 +48,6 @@ from botorch_fed.protocol.declarations import (
     handles,
 )
 from botorch_fed.protocol.evaluation import EVALUATION_ERRORS, evaluate_point
-from botorch_fed.protocol.objectives import Objective
-from botorch_fed.protocol.problem import initial_design
 from botorch_fed.protocol.round_budget import RoundBudget, round_seed
 
 ACQUISITIONS = ("ucb", "ei", "ts", "kg")
@@ -223,7 +223,7 @@ class BOClient(RoundBudget, FederatedClient):
 
     def state_dict(self) -> dict:
         r"""The client's state between rounds (data, history, generators, GP, objective)."""
-        state = {**super().state_dict(), **self.round_state()}
+        state = super().state_dict()
         state |= {k: getattr(self, k).clone() for k in ("X", "Y", "failed_X")}
         state |= {k: getattr(self, k).get_state() for k in ("rng", "private_rng")}
         state["history"] = [dict(h) for h in self.history]
@@ -236,7 +236,6 @@ class BOClient(RoundBudget, FederatedClient):
     def load_state_dict(self, state: dict) -> None:
         r"""Restore :meth:`state_dict` (of a client with the same setup)."""
         owner = f"Client {self.client_id}"
-        state = self.load_round_state(owner, state)
         own, rest = split_state(owner, state, self._STATE)
         super().load_state_dict(rest)
         X = check_tensor(owner, "X", own["X"], (None, self.dim))

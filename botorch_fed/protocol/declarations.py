@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, dataclass_transform
@@ -54,17 +55,24 @@ def _integer(value: object) -> int:
     return int(value)
 
 
+def _show_bound(bound: Any) -> str:
+    return str(bound) if isinstance(bound, int | np.integer) else f"{bound:g}"
+
+
 def _in_range(value: float, low: Any, high: Any, open: bool | str = False) -> None:
-    lo, hi = open in (True, "low"), open in (True, "high")
-    below = low is not None and (value <= low if lo else value < low)
-    if below or (high is not None and (value >= high if hi else value > high)):
-        if high is None:
-            raise FieldError(f"must be {'>' if lo else '>='} {low:g}")
-        if low is None:
-            raise FieldError(f"must be {'<' if hi else '<='} {high:g}")
-        if not open:
-            raise FieldError(f"lies outside its domain [{low:g}, {high:g}]")
-        raise FieldError(f"must lie in {'[('[lo]}{low:g}, {high:g}{'])'[hi]}")
+    low_open, high_open = open in (True, "low"), open in (True, "high")
+    below = low is not None and (value <= low if low_open else value < low)
+    above = high is not None and (value >= high if high_open else value > high)
+    if not (below or above):
+        return
+    if high is None:
+        raise FieldError(f"must be {'>' if low_open else '>='} {_show_bound(low)}")
+    if low is None:
+        raise FieldError(f"must be {'<' if high_open else '<='} {_show_bound(high)}")
+    if not open:
+        raise FieldError(f"lies outside its domain [{_show_bound(low)}, {_show_bound(high)}]")
+    left, right = "(" if low_open else "[", ")" if high_open else "]"
+    raise FieldError(f"must lie in {left}{_show_bound(low)}, {_show_bound(high)}{right}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +102,10 @@ class Real(Domain):
             value, int | float | np.integer | np.floating
         ):
             raise FieldError(f"must be a real number (not {type(value).__name__})")
-        v = float(value)
+        try:
+            v = float(value)
+        except OverflowError:  # an int beyond float64
+            raise FieldError("must be finite") from None
         if not math.isfinite(v):
             raise FieldError("must be finite")
         _in_range(v, resolve(self.low, party), resolve(self.high, party), self.open)
@@ -119,8 +130,11 @@ class Choice(Domain):
 
     def check(self, value: object, party: object) -> Any:
         options = self.options if isinstance(self.options, tuple) else resolve(self.options, party)
-        if not isinstance(value, str | int) or isinstance(value, bool) or value not in options:
-            raise FieldError(f"must be one of {sorted(options)!r:.200}")
+        if isinstance(value, np.integer | np.floating):
+            value = value.item()
+        plain = isinstance(value, str | int | float) and not isinstance(value, bool)
+        if not plain or value not in options:
+            raise FieldError(f"must be one of {sorted(options, key=str)!r:.200}")
         return value
 
 
@@ -256,9 +270,10 @@ class Refused(Exception):
         super().__init__(name, problem)
         self.name, self.problem, self.value = name, problem, value
 
-    def describe(self) -> str:
+    def describe(self, whose: str = "the server's") -> str:
+        r"""The refusal as ``"<whose> field `name`=value problem"``."""
         shown = "" if self.value is dataclasses.MISSING else f"={_brief(self.value)}"
-        return f"the server's field `{self.name}`{shown} {self.problem}"
+        return f"{whose} field `{self.name}`{shown} {self.problem}"
 
 
 def _brief(value: object) -> str:
@@ -293,12 +308,22 @@ def field_domains(cls: type, every: bool = False) -> dict[str, Domain]:
     hints = typing.get_type_hints(cls, include_extras=True)
     domains = {}
     for f in dataclasses.fields(cls):
+        nested = typing.get_args(hints[f.name]) if _is_union(hints[f.name]) else ()
+        if any(isinstance(m, Domain) for a in nested for m in getattr(a, "__metadata__", ())):
+            raise TypeError(
+                f"{cls.__name__}.{f.name}: a Domain inside a union is not checked; write "
+                "`Annotated[int | None, Int(..., optional=True)]`."
+            )
         meta = [m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, Domain)]
         if len(meta) > 1 or (every and not meta):
             raise TypeError(f"{cls.__name__}.{f.name} must be annotated with exactly one Domain.")
         if meta:
             domains[f.name] = meta[0]
     return domains
+
+
+def _is_union(hint: Any) -> bool:
+    return typing.get_origin(hint) in (typing.Union, types.UnionType)
 
 
 def check_value(name: str, value: Any, domain: Domain, party: object = None) -> Any:
@@ -314,9 +339,13 @@ def check_value(name: str, value: Any, domain: Domain, party: object = None) -> 
 
 def check_settings(settings: object) -> None:
     r"""Raise ``ValueError`` naming the first field of the settings dataclass outside its
-    declared domain (bounds resolve against ``settings``; ``None`` passes ``optional``)."""
+    declared domain (bounds resolve against ``settings``; ``None`` passes ``optional``);
+    a numpy scalar that passes is replaced by its Python value."""
     for name, domain in field_domains(type(settings)).items():
-        check_value(name, getattr(settings, name), domain, settings)
+        value = getattr(settings, name)
+        checked = check_value(name, value, domain, settings)
+        if isinstance(value, np.generic):  # recorded settings hold Python numbers
+            object.__setattr__(settings, name, checked)
 
 
 _Handler = Callable[[Any, _D], Any]

@@ -6,7 +6,7 @@ import math
 
 from torch import Tensor
 
-from botorch_fed.protocol.objectives import EvaluationError, Objective, ObjectiveContractError
+from botorch_fed.problems.objectives import EvaluationError, Objective, ObjectiveContractError
 
 EVALUATION_ERRORS = ("record", "raise")
 

@@ -80,7 +80,8 @@ class SteppedMinimizer:
         try:
             reply = ("done", minimize(self._objective, self._x0, **self._kwargs))
         except _Stop:  # the budget is spent (after >= 1 evaluation), or close()
-            if self._best is None:
+            if self._best is None:  # maxfun=0, or closed before the first value
+                self._requests.put(("error", RuntimeError("No objective value was evaluated.")))
                 return
             (fun, x), nfev = self._best, self.num_evaluations
             msg = "evaluation budget reached"
@@ -172,8 +173,15 @@ def fit_loss(
 
 @dataclass
 class FederatedFitResult:
-    r"""Outcome of :func:`fit_federated_pitc`: the final loss, the optimiser's success and
-    message, the objective evaluations and the sums over clients (two per evaluation)."""
+    r"""Outcome of :func:`fit_federated_pitc`.
+
+    Attributes:
+        loss: The final loss ``-(log p(y) + log prior) / n``.
+        success: Whether L-BFGS-B converged.
+        message: L-BFGS-B's message.
+        num_evaluations: Objective evaluations.
+        num_rounds: Sums over the clients (two per evaluation).
+    """
 
     loss: float
     success: bool
@@ -219,6 +227,13 @@ def fit_federated_pitc(
         include_prior: Add the modules' log priors (MAP, as BoTorch's default fit).
         maxiter: Maximum L-BFGS-B iterations.
         gtol: Projected-gradient tolerance of L-BFGS-B.
+
+    Returns:
+        The fit's :class:`FederatedFitResult`.
+
+    Raises:
+        ValueError: No clients, module structures that differ, or summed summaries
+            that give no (finite) loss.
     """
     aggregate = aggregate or plain_sum
     hyper = _server_hyper(clients, covar_module, likelihood, mean_module)
@@ -228,7 +243,10 @@ def fit_federated_pitc(
         while theta is not None:
             hyper.set_theta(theta)
             packed_sum = aggregate([c.summary(theta) for c in clients])
-            loss, adjoint, prior_grad, _ = fit_loss(packed_sum, len(support), hyper, include_prior)
+            # no adversary in one process: a sum without a loss raises (fit_loss would not)
+            loss, adjoint, prior_grad = pitc_loss_and_adjoint(
+                packed_sum, len(support), hyper, include_prior
+            )
             grad = aggregate([c.vjp(adjoint) for c in clients]) + prior_grad
             theta = minimizer.feed(loss, grad)
     finally:

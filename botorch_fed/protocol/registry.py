@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import Tensor
 
-from botorch_fed.protocol.objectives import Objective
+from botorch_fed.problems.objectives import Objective
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from botorch_fed.protocol.problem import ClientObjective
+from botorch_fed.problems.heterogeneity import ClientObjective
 
 
 @dataclass
@@ -21,26 +21,32 @@ class RunResult:
     r"""What a federated run produced, in the objective's own convention (``minimize``).
 
     Attributes:
-        algorithm, problem, dim, minimize: The algorithm, the objective's name (or the
-            distinct names), the dimension and whether smaller values are better.
+        algorithm: The registered algorithm.
+        problem: The objective's name (or the clients' distinct names).
+        dim: The dimension.
+        minimize: Whether smaller values are better.
         optimal_value: The known optimum (``None``: unknown).
-        best_value, best_point: Best value evaluated (noise-free for test functions;
-            ``None``: none) and where (in the objective's domain).
+        best_value: Best value evaluated (noise-free for test functions; ``None``: none).
+        best_point: Where (in the objective's domain).
         best_per_round: Best value after initialisation (index 0) and each round.
         regret_per_round: ``|best_per_round - optimal_value|`` (if known).
-        best_per_client, best_point_per_client: Each client's own best value and point.
+        best_per_client: Each client's own best value.
+        best_point_per_client: Each client's own best point.
         cumulative_regret_per_round: ``sum_{s <= t} |value_s - optimal_value|`` over the
             successful evaluations (LDP-BO) or the iterates (FedZero), if known.
-        iterate_values_per_round, average_values_per_round: Noise-free values at the
-            iterates (FedZero; test functions) and at their running average.
+        iterate_values_per_round: Noise-free values at the iterates (FedZero; test
+            functions).
+        average_values_per_round: The same at the iterates' running average.
         privacy: The clients' privacy ledgers merged (LDP-BO).
         recommendation: The recommended point (Co-KG): ``round``, ``client``, ``x``,
             ``x_unit``, ``predicted_value``, ``value`` (test functions).
         steps: Count of steps by kind (init, local, global, ...).
-        failures, evaluations: Failed and all evaluations (client, round, step, ``x``,
-            ``value`` or error).
-        time_s, ledger, config, versions: Wall time, the ledger (stage times, bytes),
-            setup, settings and ``private_randomness``, library versions.
+        failures: Failed evaluations (client, round, step, ``x``, error).
+        evaluations: All evaluations (client, round, step, ``x``, ``value`` or error).
+        time_s: Wall time.
+        ledger: Stage times and bytes.
+        config: Setup, settings and ``private_randomness``.
+        versions: Library versions.
     """
 
     algorithm: str

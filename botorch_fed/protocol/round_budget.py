@@ -44,6 +44,7 @@ class RoundBudget:
 
     _accepted_round: int = 0  # the last round accepted (0: none yet)
     round: int | None  # FederatedClient's: the round this client's errors name
+    client_id: int
     if TYPE_CHECKING:
 
         def violation(self, problem: str, request: str | None = None) -> ProtocolViolation: ...
@@ -66,9 +67,14 @@ class RoundBudget:
             )
         return None
 
-    def accept_round(self, t: int, request: str) -> int:
-        r"""Spend round ``t`` (decoded by :class:`RoundNumber`) before anything touches
-        private data; :class:`ProtocolViolation` unless it is the round that comes next."""
+    def accept_round(self, t: object, request: str) -> int:
+        r"""Spend round ``t`` before anything touches private data; :class:`ProtocolViolation`
+        unless it is an integer in ``1 .. round_limit()`` (checked here too, whatever domain
+        a message declared for it) and the round that comes next."""
+        try:
+            t = RoundNumber().check(t, self)
+        except FieldError as exc:
+            raise self.violation(f"the round `t`={t!r:.40} {exc}", request) from None
         if t <= self._accepted_round:
             raise self.violation(
                 f"round t={t}, but this client already answered round {self._accepted_round} "
@@ -81,14 +87,16 @@ class RoundBudget:
         self._accepted_round = self.round = t  # named by this client's errors from now on
         return t
 
-    def round_state(self) -> dict:
-        r"""The last round accepted, for ``state_dict``."""
-        return {ROUND_STATE: self._accepted_round}
+    def state_dict(self) -> dict:
+        r"""The client's state with the last round accepted."""
+        return {**super().state_dict(), ROUND_STATE: self._accepted_round}  # type: ignore[misc]
 
-    def load_round_state(self, owner: str, state: Mapping) -> dict:
-        r"""Restore the last round accepted from ``state``; returns its other entries."""
+    def load_state_dict(self, state: dict) -> None:
+        r"""Restore :meth:`state_dict`: the last round accepted, then the rest."""
         last = state.get(ROUND_STATE) if isinstance(state, Mapping) else None
         if isinstance(last, bool) or not isinstance(last, int) or last < 0:
-            raise CheckpointError(f"{owner}: `{ROUND_STATE}` must be an int >= 0, got {last!r}.")
+            raise CheckpointError(
+                f"Client {self.client_id}: `{ROUND_STATE}` must be an int >= 0, got {last!r}."
+            )
         self._accepted_round = last
-        return {k: v for k, v in state.items() if k != ROUND_STATE}
+        super().load_state_dict({k: v for k, v in state.items() if k != ROUND_STATE})  # type: ignore[misc]

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from botorch_fed.problems.heterogeneity import client_regions
 from botorch_fed.protocol.checkpoint import (
     CheckpointError,
     check_tensor,
@@ -27,7 +28,6 @@ from botorch_fed.protocol.checkpoint import (
     save_checkpoint,
 )
 from botorch_fed.protocol.declarations import Choice, check_value
-from botorch_fed.protocol.problem import client_regions
 from botorch_fed.protocol.registry import AlgorithmSpec, BuildContext, get_algorithm
 from botorch_fed.protocol.results import RunResult, _BestTracker, library_versions, score_run
 from botorch_fed.protocol.setup import PRIVATE_RANDOMNESS, FederationSetup, simulation_crypto_seed
@@ -227,7 +227,13 @@ def run_federated(
         private_randomness: Without ``setup.crypto_seed``: ``"seed"`` (derived from
             ``setup.seed``) or ``"os"`` (as a deployment; the run does not repeat).
 
+    Returns:
+        The scored run (:class:`~botorch_fed.protocol.results.RunResult`: best value and
+        point, regret, per-round bests, failures, ledger, privacy spend).
+
     Raises:
+        ValueError: An unknown algorithm, or settings or a setup it refuses (naming the
+            field).
         CheckpointError: ``resume`` holds no checkpoint, a corrupt one, or another run's.
     """
     spec = get_algorithm(algorithm)

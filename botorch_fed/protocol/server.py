@@ -4,15 +4,18 @@ relays secure sums, learning a sum only if the backend reveals it (never under C
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 import numpy as np
 
 from botorch_fed.protocol.checkpoint import expect_keys
-from botorch_fed.protocol.declarations import Declared, ProtocolViolation
+from botorch_fed.protocol.declarations import Declared, ProtocolViolation, Refused
 from botorch_fed.protocol.ledger import Ledger
-from botorch_fed.protocol.messages import Message
+from botorch_fed.protocol.messages import TIME_PREFIX, Message
 from botorch_fed.protocol.secure_sum import ARG_PREFIX, SECAGG, SUM_RESULT, limb_encoding
 from botorch_fed.protocol.transport import Transport
+
+_R = TypeVar("_R", bound=Declared)
 
 
 def as_message(message: str | Declared, payload: dict | None = None) -> Message:
@@ -75,6 +78,19 @@ class FederatedServer:
         r"""Restore :meth:`state_dict` (subclasses restore theirs)."""
         expect_keys("Server", state, ("ledger",))
         self.ledger.load_state_dict(state["ledger"])
+
+    def decode_reply(
+        self, declaration: type[_R], cid: int, what: str, payload: Mapping, party: object = None
+    ) -> _R:
+        r"""Client ``cid``'s reply (the ``what``, timings dropped) decoded against ``declaration``
+        on ``party`` (default this server), or a :class:`ProtocolViolation` naming the client."""
+        fields = {k: v for k, v in payload.items() if not k.startswith(TIME_PREFIX)}
+        try:
+            return declaration.decode(fields, self if party is None else party)
+        except Refused as exc:
+            raise ProtocolViolation(
+                f"Server: refused the {what} of client {cid}: {exc.describe('its')}."
+            ) from None
 
     def broadcast(
         self,

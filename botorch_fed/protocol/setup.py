@@ -10,10 +10,10 @@ from typing import Annotated, Any
 
 import torch
 
+from botorch_fed.problems.heterogeneity import ClientObjective, client_shifts
+from botorch_fed.problems.objectives import Objective
 from botorch_fed.protocol.declarations import Choice, Flag, Int, Real, check_settings, check_value
 from botorch_fed.protocol.evaluation import EVALUATION_ERRORS
-from botorch_fed.protocol.objectives import Objective
-from botorch_fed.protocol.problem import ClientObjective, client_shifts
 from botorch_fed.protocol.registry import get_algorithm
 from botorch_fed.test_functions import get_test_function, get_test_function_class
 from botorch_fed.test_functions.noise import ObservationNoise
@@ -37,26 +37,41 @@ class FederationSetup:
     r"""The federation an algorithm runs in.
 
     Attributes:
-        problem: Built-in test function name (``cec2005-f1``, ``hartmann``, ...).
-        objectives: Instead of ``problem``: one :class:`~botorch_fed.protocol.objectives.Objective`
-            per client, or one shared, over the same bounds and convention.
-        dim: Dimension of ``problem`` (``None``: its default, or the objectives').
-        num_clients: Number of clients (``None``: 10, or one per objective).
-        seed: Seed of the run (and, in a simulation without ``crypto_seed``, of every
-            party's private randomness: :func:`simulation_crypto_seed`).
-        aggregator: Secure-aggregation backend: ``plaintext``, ``ckks``, ``masking``.
-        noise_std: Gaussian noise std of ``problem``, or the scale of ``noise`` (``None``:
-            none / scale 1).
-        init_regions, region_width: Draw each client's initial design from its own
-            sub-box, of this side (a fraction of the domain).
-        shift: Maximal per-client shift of ``problem`` per coordinate (domain fraction).
-        crypto_seed: Seed of every party's private randomness (``None``: from ``seed``
-            in a simulation, the OS in a deployment; experiments only).
-        evaluation_errors: ``"record"`` a failed evaluation or ``"raise"``.
-        noise: ``None`` (the problem's default: uniform for ``ldp-synthetic*``, else
-            Gaussian), ``"none"``, ``"gaussian"``, ``"uniform"``, ``"student-t"`` (3 degrees
-            of freedom) or ``"pareto"`` (shape 3, centred).
-        threads: torch's intra-op threads during the run.
+        problem: Built-in test function name (``cec2005-f1``, ``hartmann``, ...);
+            exclusive with ``objectives``.
+        objectives: The clients' own black boxes: one
+            :class:`~botorch_fed.problems.objectives.Objective` per client, or one
+            shared by ``num_clients`` clients, all over the same bounds and convention.
+        dim: Dimension of ``problem`` (``None``: its default); with ``objectives``
+            ``None`` or their dimension.
+        num_clients: Number of clients (``None``: 10 for a problem, else one per
+            objective).
+        seed: Seed of the run: the problem's functions, shifts and noise, the initial
+            designs and every public random choice; in a simulation without
+            ``crypto_seed`` also every party's private randomness
+            (:func:`simulation_crypto_seed`), so a run repeats from its seed.
+        aggregator: Secure-aggregation backend of the algorithms that aggregate:
+            ``plaintext``, ``ckks``, ``masking``.
+        noise_std: Observation noise of ``problem``: the std of Gaussian noise, or the
+            scale of the noise ``noise`` names (``None``: noise-free Gaussian, scale 1
+            for the others).
+        init_regions: Draw each client's initial design from its own sub-box of the
+            domain (side ``region_width``).
+        region_width: Side of the initial-design sub-boxes (a fraction of the domain).
+        shift: Maximal per-client shift of ``problem`` per coordinate, a fraction of the
+            domain width (0: one shared objective).
+        crypto_seed: Seed of every party's private randomness (keys, masks, nonces,
+            centre and Laplace noise, redraws). ``None``: derived from ``seed`` in a
+            simulation, drawn from the OS in a deployment; for experiments only (a
+            deployed party accepts it only with ``--allow-crypto-seed``).
+        evaluation_errors: What an evaluation that raises or returns NaN/inf does:
+            ``"record"``: it is recorded and the client carries on (the point is never
+            sent anywhere); ``"raise"``: the run stops.
+        noise: ``None`` (the problem's default: uniform ``U[-s, s]`` with ``s =
+            noise_std`` or 1 for ``ldp-synthetic*``, [LDP-BO] Sec. 5.1's ``R``; else
+            Gaussian), ``"none"``, ``"gaussian"``, ``"uniform"``, ``"student-t"`` (3
+            degrees of freedom) or ``"pareto"`` (shape 3, centred).
+        threads: torch's intra-op threads during the run (restored afterwards).
     """
 
     problem: str | None = None
@@ -115,11 +130,13 @@ class FederationSetup:
 
     def _check_source(self) -> None:
         r"""Exactly one of ``problem`` and ``objectives``, and objectives that agree."""
-        if (self.problem is None) == (self.objectives is None):
+        if self.problem is None and self.objectives is None:
             raise ValueError(
-                "Give either `problem=` (a test function name) or `objectives=`, not both; got "
-                f"`problem`={self.problem!r} and `objectives`={self.objectives!r:.60}."
+                "Give the clients' black boxes: `problem=` (a built-in test function name) "
+                "or `objectives=` (one Objective per client, e.g. CallableObjective)."
             )
+        if self.problem is not None and self.objectives is not None:
+            raise ValueError(f"Give either `problem`={self.problem!r} or `objectives`, not both.")
         if self.problem is not None:
             if not isinstance(self.problem, str) or not self.problem:
                 raise ValueError(f"`problem` must be a test function name, got {self.problem!r}.")

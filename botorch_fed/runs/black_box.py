@@ -1,6 +1,6 @@
 r"""The clients' black box: a built-in ``--problem``, or the user's functions (``--objective
 module:function --bounds``, the config file's ``objective`` / ``[[objectives]]``) wrapped in
-:class:`~botorch_fed.protocol.objectives.CallableObjective`; errors name the flag or key."""
+:class:`~botorch_fed.problems.objectives.CallableObjective`; errors name the flag or key."""
 
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def import_callable(spec: str, where: str):
         obj = getattr(obj, part)
     if not callable(obj):
         raise ObjectiveImportError(
-            f"{where} {spec!r}: {module_name}.{attr} is a {type(obj).__name__}, not a function."
+            f"{where} {spec!r}: {module_name}.{attr} is of type {type(obj).__name__}, "
+            "not a function."
         )
     return obj
 
@@ -83,7 +84,7 @@ def import_callable(spec: str, where: str):
 def parse_bounds(value: Any, where: str) -> torch.Tensor:
     r"""``"0,1;0,1;-5,5"`` or ``[[0, 1], [0, 1], [-5, 5]]`` as a ``2 x d`` float64
     tensor; ``ValueError`` naming ``where``."""
-    from botorch_fed.protocol.objectives import check_bounds
+    from botorch_fed.problems.objectives import check_bounds
 
     example = '"0,1;0,1;-5,5" (lower,upper per dimension, separated by ";")'
     if isinstance(value, str):
@@ -148,7 +149,7 @@ def resolve_black_box(
 def make_objectives(specs: list[tuple[dict, str]], args: argparse.Namespace, label: str) -> list:
     r"""The user's functions (``specs`` of :func:`resolve_black_box`, each callable as
     ``f(X, **kwargs)``) as ``CallableObjective`` over ``--bounds`` (named ``label``)."""
-    from botorch_fed.protocol.objectives import CallableObjective
+    from botorch_fed.problems.objectives import CallableObjective
 
     if args.bounds is None:
         raise ValueError(

@@ -83,12 +83,10 @@ def setting_options(settings_class: type) -> list[Option]:
         if not f.init or kind is None:
             continue
         domain = domains.get(f.name)
-        choices = f.metadata.get("choices")
-        if isinstance(domain, Choice) and isinstance(domain.options, tuple):
-            choices = domain.options
+        fixed = isinstance(domain, Choice) and isinstance(domain.options, tuple)
+        choices = domain.options if fixed else None  # type: ignore[union-attr]
         flags: tuple[str, ...] = (SETTING_FLAGS.get(f.name, "--" + f.name.replace("_", "-")),)
         flags += SETTING_ALIASES.get(f.name, ())
-        choices = None if choices is None else tuple(choices)
         out.append(Option(f"settings.{f.name}", flags, kind, nullable, choices, f.name))
     return out
 

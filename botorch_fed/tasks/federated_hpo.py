@@ -7,7 +7,7 @@ scikit-learn (``breast_cancer``: 569 samples, 30 features, 2 classes; or ``digit
 is the validation log-loss of a model trained on its own training split -- a plain
 Python function of an ``n x d`` tensor in the search space of
 :data:`~botorch_fed.tasks.search_space.HYPERPARAMETERS`, wrapped in
-:class:`~botorch_fed.protocol.objectives.CallableObjective`, as a user would write it. This is
+:class:`~botorch_fed.problems.objectives.CallableObjective`, as a user would write it. This is
 the real-task setting of Sec. 5.1 of [FBO-FedGP] (classifier tuning on partitions
 with quantity skew, alpha = 10) on data that needs no download.
 
@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from botorch_fed.protocol.objectives import CallableObjective
+from botorch_fed.problems.objectives import CallableObjective
 from botorch_fed.tasks.data_split import ClientData, _check_int, split_data_set
 from botorch_fed.tasks.search_space import (
     HYPERPARAMETERS,
@@ -222,7 +222,7 @@ class FederatedHPOTask:
     def objective(self, client: int) -> CallableObjective:
         r"""Client ``client``'s black box: a function of an ``n x d`` tensor of
         search-space points returning ``n`` validation log-losses, wrapped in
-        :class:`~botorch_fed.protocol.objectives.CallableObjective` (minimised)."""
+        :class:`~botorch_fed.problems.objectives.CallableObjective` (minimised)."""
         self._client(client)
 
         def validation_loss(X: Tensor) -> Tensor:

@@ -25,9 +25,9 @@ from botorch_fed.acquisition import (
 from botorch_fed.algorithms import build_federation
 from botorch_fed.algorithms.fts.client import FTSClient, RandomFourierFeatures
 from botorch_fed.models.exact_mll import exact_mll_closure
+from botorch_fed.problems.heterogeneity import ClientObjective
 from botorch_fed.protocol import BOSettings, FederationSetup, Message
 from botorch_fed.protocol.bo_client import MIN_DISTANCE, BOClient, Init
-from botorch_fed.protocol.problem import ClientObjective
 from botorch_fed.test_functions import get_test_function
 from tests.helpers.tolerances import assert_within, gp_posterior_error_factors, sqrt_error
 from tests.helpers.toy_models import kernel_rounding, make_pitc

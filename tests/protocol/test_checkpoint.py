@@ -28,7 +28,8 @@ from botorch_fed.algorithms import (
     run_federated,
 )
 from botorch_fed.algorithms.fbo_fedgp.server import FBOFedGPServer
-from botorch_fed.protocol import BOSettings, CallableObjective, FederationSetup, ProtocolViolation
+from botorch_fed.problems.objectives import CallableObjective
+from botorch_fed.protocol import BOSettings, FederationSetup, ProtocolViolation
 from botorch_fed.protocol import checkpoint as ckpt
 from botorch_fed.protocol.checkpoint import MANIFEST, CheckpointError, load_checkpoint
 from botorch_fed.secure import available_backends

@@ -24,14 +24,12 @@ import pytest
 import torch
 
 from botorch_fed.algorithms import FBOFedGPSettings, build_federation, run_federated
-from botorch_fed.protocol import (
-    BOClient,
-    BOSettings,
+from botorch_fed.problems.objectives import (
     CallableObjective,
     EvaluationError,
-    FederationSetup,
     ObjectiveContractError,
 )
+from botorch_fed.protocol import BOClient, BOSettings, FederationSetup
 from botorch_fed.protocol.bo_client import MIN_DISTANCE, Init
 from tests.helpers.federation_runs import ALGORITHMS, IDS
 

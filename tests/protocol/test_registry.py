@@ -25,12 +25,12 @@ from botorch_fed.algorithms import (
     run_federated,
 )
 from botorch_fed.algorithms.independent import PacingServer
+from botorch_fed.problems.objectives import CallableObjective
 from botorch_fed.protocol import (
     AlgorithmSpec,
     BOClient,
     BOSettings,
     BuildContext,
-    CallableObjective,
     FederatedClient,
     FederationSetup,
     register_algorithm,

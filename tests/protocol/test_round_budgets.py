@@ -30,9 +30,9 @@ from botorch_fed.algorithms import (
     build_federation,
     get_algorithm,
 )
-from botorch_fed.protocol import CallableObjective, FederationSetup, Message, ProtocolViolation
+from botorch_fed.problems.objectives import CallableObjective, EvaluationError
+from botorch_fed.protocol import FederationSetup, Message, ProtocolViolation
 from botorch_fed.protocol.checkpoint import CheckpointError
-from botorch_fed.protocol.objectives import EvaluationError
 from botorch_fed.protocol.round_budget import ROUND_STATE
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
@@ -211,6 +211,20 @@ def test_a_round_must_be_a_plain_integer():
     assert client.accepted_round == 1 and client.round == 1
     with pytest.raises(ProtocolViolation, match=r"rounds 1\.\.2 \(`num_rounds`=2"):
         client.handle(Message("round", {"t": 3}))
+
+
+@pytest.mark.parametrize("t", [0, T + 1, 1.0, True])
+def test_accept_round_keeps_the_budget_whatever_domain_a_message_declared(t):
+    r"""An algorithm whose message declares ``t`` loosely (not :class:`RoundNumber`) still
+    gets the budget: :meth:`accept_round` itself refuses a round that is not an integer
+    in ``1..num_rounds``, before anything is evaluated."""
+    _, clients, counter = _federation("local")
+    client = clients[0]
+    client.handle(Message("init", {}))
+    before = counter["n"]
+    with pytest.raises(ProtocolViolation, match="round `t`"):
+        client.accept_round(t, "round")
+    assert client.accepted_round == 0 and counter["n"] == before
 
 
 def test_a_second_init_is_refused_after_a_failed_first_one():

@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from botorch_fed.algorithms import FBOFedGPSettings, build_federation, run_federated
-from botorch_fed.protocol import BOSettings, CallableObjective, FederationSetup, Objective
-from botorch_fed.protocol.problem import ClientObjective
+from botorch_fed.problems.heterogeneity import ClientObjective
+from botorch_fed.problems.objectives import CallableObjective, Objective
+from botorch_fed.protocol import BOSettings, FederationSetup
 from tests.helpers.federation_runs import ALGORITHMS, IDS
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")

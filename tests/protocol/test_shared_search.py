@@ -25,10 +25,10 @@ from botorch_fed.models import (
     SparseSummary,
     compute_local_summary,
 )
+from botorch_fed.problems.objectives import CallableObjective
 from botorch_fed.protocol import FederationSetup, ProtocolViolation, bo_client
 from botorch_fed.protocol.bo_client import BOClient, BOSettings
 from botorch_fed.protocol.messages import Message
-from botorch_fed.protocol.objectives import CallableObjective
 from botorch_fed.protocol.shared_search import SharedSearchMemo
 from tests.helpers.dense_pitc import make_modules, random_federation
 

@@ -15,7 +15,8 @@ import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
 
 from botorch_fed.algorithms import run_federated
-from botorch_fed.protocol import BOSettings, CallableObjective, FederationSetup
+from botorch_fed.problems.objectives import CallableObjective
+from botorch_fed.protocol import BOSettings, FederationSetup
 from botorch_fed.tasks import (
     HYPERPARAMETERS,
     FederatedHPOTask,

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from botorch_fed.algorithms import FedZeroSettings, build_federation, run_federated
-from botorch_fed.protocol import CallableObjective, FederationSetup, ProtocolViolation
+from botorch_fed.problems.objectives import CallableObjective
+from botorch_fed.protocol import FederationSetup, ProtocolViolation
 from botorch_fed.zeroth_order import (
     Box,
     FedZero,

@@ -1,11 +1,13 @@
 r"""Co-KG's messages (Zhan et al., paper 001, Alg. 1), each with the domains its receiver
 accepts; the server decodes the agents' replies (``*Reply``) against a party with
-``dim``, ``k`` (centres per agent), ``size`` (of the support) and ``max_data``.
+``dim``, ``k`` (centres per agent), ``size`` (of the support), ``max_data`` and
+``hides_means``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Self
 
 import numpy as np
 
@@ -16,6 +18,7 @@ from botorch_fed.protocol.declarations import (
     FieldError,
     Int,
     Real,
+    Refused,
     declare,
     resolve,
 )
@@ -119,6 +122,16 @@ class OptimumReply(Declared):
     num_data: Annotated[int, Count(0, "max_data")]
     best_index: Annotated[int | None, Int(0, lambda server: server.size - 1, optional=True)]
     best_value: Annotated[float | None, Real(optional=True)]
+
+    @classmethod
+    def decode(cls, payload: Mapping[str, object], party: object) -> Self:
+        r"""With data every field is required (but ``mean`` when the party hides means)."""
+        reply = super().decode(payload, party)
+        optional = ("mean",) if party.hides_means else ()  # type: ignore[attr-defined]
+        missing = [n for n in cls.DOMAINS if getattr(reply, n) is None and n not in optional]
+        if reply.num_data and missing:
+            raise Refused(missing[0], "is missing")
+        return reply
 
 
 @declare("posterior:reply")

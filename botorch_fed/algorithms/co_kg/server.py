@@ -6,7 +6,6 @@ barycenter GP and the acquisition's batch ``x_1..x_N`` out, ``x_n`` to agent ``n
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING
 from types import SimpleNamespace
 from typing import TypeVar
 
@@ -32,8 +31,7 @@ from botorch_fed.models import BarycenterGP, agent_weights
 from botorch_fed.models.rbf_prior import shared_kernel
 from botorch_fed.protocol.bo_client import Init
 from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
-from botorch_fed.protocol.declarations import Declared, ProtocolViolation, Refused
-from botorch_fed.protocol.messages import TIME_PREFIX
+from botorch_fed.protocol.declarations import Declared, ProtocolViolation
 from botorch_fed.protocol.round_budget import round_seed
 from botorch_fed.protocol.server import FederatedServer
 
@@ -122,26 +120,11 @@ class CoKGServer(FederatedServer):
         self.recommendations = [dict(r) for r in recs]
 
     def _decode(self, cls: type[_R], cid: int, what: str, payload: dict, max_data: int = 0) -> _R:
-        r"""Agent ``cid``'s reply decoded (with data: every field but a secure ``mean``),
-        or a :class:`ProtocolViolation` naming the agent."""
-        size = 0 if self.support is None else len(self.support)
-        k = self.settings.centers_per_client
-        optional = ("mean",) if self.settings.hides_means() else ()
-        party = SimpleNamespace(dim=self.dim, k=k, size=size, max_data=max_data)
-        try:
-            fields = {n: v for n, v in payload.items() if not n.startswith(TIME_PREFIX)}
-            reply = cls.decode(fields, party)
-            missing = [n for n in reply.DOMAINS if getattr(reply, n) is None and n not in optional]
-            if getattr(reply, "num_data", 0) and missing:
-                raise Refused(missing[0], "is missing")
-        except Refused as exc:
-            v = exc.value
-            shown = "" if v is MISSING or isinstance(v, np.ndarray | bytes) else f"={v!r:.40}"
-            problem = f"`{exc.name}`{shown} {exc.problem}"
-            raise ProtocolViolation(
-                f"Server: refused the {what} of client {cid}: {problem}."
-            ) from None
-        return reply
+        r"""Agent ``cid``'s reply decoded (:meth:`FederatedServer.decode_reply`)."""
+        party = SimpleNamespace(dim=self.dim, k=self.settings.centers_per_client, max_data=max_data)
+        party.size = 0 if self.support is None else len(self.support)
+        party.hides_means = self.settings.hides_means()
+        return self.decode_reply(cls, cid, what, payload, party)
 
     def select_support(self, t: int) -> None:
         r"""The k-means support from the agents' centres (or the public grid/Sobol

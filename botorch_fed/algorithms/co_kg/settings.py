@@ -40,8 +40,8 @@ class CollaborativeSettings:
         support_size: Size of a Sobol or k-means support.
         centers_per_client: k of each agent's local k-means.
         support_every: Re-select a k-means support every K rounds (0: never).
-        weights: Barycenter weights: ``"uniform"`` (the paper), ``"data"`` or
-            ``"precision"``.
+        weights: Barycenter weights of the agents: ``"uniform"`` (the paper), by
+            ``"data"`` size, or by posterior ``"precision"`` on the support.
         local_refit_every: Refit an agent's GP hyperparameters on every K-th update.
         fit_maxiter: L-BFGS-B iterations of an agent's refit.
         num_restarts: Restarts of the server's acquisition optimisation.
@@ -175,8 +175,9 @@ class BarycenterQKGSettings(KGFields, CollaborativeSettings):
 
     Attributes:
         mean_aggregation: ``"clear"`` (agents send their means) or ``"secure"`` (a masked
-            sum of ``mu_n / M``: the server learns the uniform mean only; needs uniform
-            weights, a grid or Sobol support and ``--aggregator masking``).
+            sum of ``mu_n / M``: the server learns the uniform mean, not the agents', as
+            long as it follows the protocol; needs uniform weights, a grid or Sobol
+            support and ``--aggregator masking``).
     """
 
     mean_aggregation: Annotated[str, Choice(MEAN_AGGREGATIONS)] = "clear"

@@ -15,7 +15,6 @@ from botorch.models.utils.gpytorch_modules import (
 )
 from gpytorch.means import ConstantMean
 
-from botorch_fed.acquisition import MixingSchedule
 from botorch_fed.protocol.bo_client import BOSettings
 from botorch_fed.protocol.declarations import Choice, Int, Real, check_settings
 
@@ -43,33 +42,48 @@ PRESET_VALUES: dict[str, dict[str, Any]] = {
 
 @dataclass
 class FBOFedGPSettings(BOSettings):
-    r"""Settings of FBO-FedGP (sizes as the paper's Sec. 5.1; those left at ``None``: the
-    ``preset``'s, :data:`PRESET_VALUES`).
+    r"""Settings of FBO-FedGP (sizes as the paper's Sec. 5.1). A setting left at ``None``
+    is the ``preset``'s (:data:`PRESET_VALUES`). Adds to the BO client's settings
+    (:class:`~botorch_fed.protocol.bo_client.BOSettings`: ``num_init``, ``num_rounds``,
+    ``acquisition``, ``beta``, ...):
 
     Attributes:
         support_size: Support-set size ``|S|``.
         support: ``"clustered"`` (Alg. 1: federated k-means on the clients' centres)
-            or ``"random"`` (App. D.3: uniform points drawn by the server).
-        center_noise: With ``"clustered"``: std of the Gaussian noise (unit cube) a client
-            adds to each centre it sends (an obfuscation, not differential privacy).
+            or ``"random"`` (App. D.3: uniform points drawn by the server, no client data
+            involved); ``None``: the preset's.
+        center_noise: With ``"clustered"``: std of the Gaussian noise a client adds to
+            each coordinate of each centre it sends (unit cube; clamped into it), drawn
+            from its private generator; an obfuscation, not differential privacy.
+            ``None``: the preset's (default 0.1, paper 0) with ``"clustered"``, 0 with
+            ``"random"``.
         support_every: Re-select the support every ``K`` rounds (0: never).
         support_growth: Points added to ``|S|`` at each re-selection (App. C.7).
         centers_per_client: k of each client's local k-means.
         min_cluster_size: Clients only send centres of clusters with at least this
             many points (a singleton's centre is a raw data point).
-        schedule: ``c`` of ``p_t = 1 - t^-c`` (eq. 3), in ``(0, 1]``.
-        preset: ``"default"`` or ``"paper"`` (Alg. 2).
+        schedule: ``c`` of ``p_t = 1 - t^-c`` (eq. 3), in ``(0, 1]``; used by ``mixing``
+            ``"sample"`` and ``"expected"`` only.
+        preset: ``"default"`` (the measured default) or ``"paper"`` (Alg. 2): decides
+            the settings left at ``None``.
         mixing: ``"sample"`` (Alg. 2: a local step with probability ``p_t``),
-            ``"expected"`` (p_t-weighted UCB) or ``"global"`` (every step global).
+            ``"expected"`` (p_t-weighted UCB) or ``"global"`` (every step on the global
+            model); ``None``: the preset's.
         global_model: ``"pitc"`` (the dPITC model of the summed summaries, Alg. 2) or
-            ``"pic"`` (the client's PIC model: its own data exact).
+            ``"pic"`` (the client's PIC model: the same summaries plus its own data
+            exactly); ``None``: the preset's.
         hyperparameters: ``"average"`` (of the clients' local fits, one secure sum) or
-            ``"federated"`` (PITC type-II ML, two secure sums per L-BFGS-B step).
-        hyper_every: Refresh the global hyperparameters every ``K`` rounds.
+            ``"federated"`` (PITC type-II ML, two secure sums per L-BFGS-B step; the
+            iterates reach the server in clear); ``None``: the preset's.
+        hyper_every: Refresh the global hyperparameters every ``K`` rounds; ``None``:
+            the preset's.
         federated_maxiter: L-BFGS-B iterations of a ``"federated"`` refresh.
-        global_batch: Clients of one round's global step: ``"independent"`` (Alg. 2),
-            ``"distinct"`` (distinct optima of one seeded search on the shared model) or
-            ``"batch"`` (their points of a shared sequential-greedy ``q``-batch).
+        global_batch: Clients of one round's global step: ``"independent"`` (Alg. 2:
+            each maximises its own acquisition; with ``"pitc"`` they usually evaluate the
+            same point), ``"distinct"`` (distinct optima of one seeded search on the
+            shared dPITC model) or ``"batch"`` (their points of a shared
+            sequential-greedy ``q``-batch); ``None``: the preset's (``"distinct"`` and
+            ``"batch"`` select dPITC when ``global_model`` is ``None``).
     """
 
     support_size: Annotated[int, Int(1, MAX_SUPPORT_SIZE)] = 16
@@ -79,7 +93,7 @@ class FBOFedGPSettings(BOSettings):
     support_growth: Annotated[int, Int(0)] = 0
     centers_per_client: Annotated[int, Int(1)] = 4
     min_cluster_size: Annotated[int, Int(1)] = 2
-    schedule: float = 0.5
+    schedule: Annotated[float, Real(0, 1, open="low")] = 0.5
     preset: Annotated[str, Choice(PRESETS)] = "default"
     mixing: Annotated[str | None, Choice(MIXINGS, optional=True)] = None
     global_model: Annotated[str | None, Choice(GLOBAL_MODELS, optional=True)] = None
@@ -118,7 +132,6 @@ class FBOFedGPSettings(BOSettings):
         r"""Raise ``ValueError`` naming the first invalid setting (of :meth:`resolved`)."""
         check_settings(self)
         s = self.resolved()
-        MixingSchedule(c=s.schedule)  # validates 0 < c <= 1
         noise = s.center_noise
         assert noise is not None  # resolved() sets it
         rules = (

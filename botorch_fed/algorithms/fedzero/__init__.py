@@ -17,7 +17,7 @@ from torch import Tensor
 from botorch_fed.algorithms.fedzero.client import FedZeroClient
 from botorch_fed.algorithms.fedzero.server import FedZeroServer
 from botorch_fed.algorithms.fedzero.settings import FedZeroSettings, make_domain, step_parameters
-from botorch_fed.protocol.objectives import Objective
+from botorch_fed.problems.objectives import Objective
 from botorch_fed.protocol.registry import AlgorithmSpec, register_algorithm
 
 __all__ = ["FedZeroClient", "FedZeroServer", "FedZeroSettings"]

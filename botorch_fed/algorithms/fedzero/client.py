@@ -12,6 +12,7 @@ from torch import Tensor
 
 from botorch_fed.algorithms.fedzero.messages import Round
 from botorch_fed.algorithms.fedzero.settings import FedZeroSettings
+from botorch_fed.problems.objectives import Objective
 from botorch_fed.protocol.checkpoint import (
     CheckpointError,
     check_history,
@@ -21,7 +22,6 @@ from botorch_fed.protocol.checkpoint import (
 from botorch_fed.protocol.client import FederatedClient
 from botorch_fed.protocol.declarations import handles
 from botorch_fed.protocol.evaluation import evaluate_point
-from botorch_fed.protocol.objectives import Objective
 from botorch_fed.protocol.round_budget import RoundBudget
 from botorch_fed.zeroth_order import l1_sign, sample_l1_sphere, sample_l2_sphere
 
@@ -115,11 +115,10 @@ class FedZeroClient(RoundBudget, FederatedClient):
     def state_dict(self) -> dict:
         history, objective = [dict(h) for h in self.history], self.objective.state_dict()
         own = {"history": history, "rng": self.rng.get_state(), "objective": objective}
-        return {**super().state_dict(), **self.round_state(), **own}
+        return {**super().state_dict(), **own}
 
     def load_state_dict(self, state: dict) -> None:
         owner = f"Client {self.client_id}"
-        state = self.load_round_state(owner, state)
         own, rest = split_state(owner, state, ("history", "rng", "objective"))
         super().load_state_dict(rest)
         self.history = check_history(owner, own["history"])

@@ -14,10 +14,10 @@ from torch import Tensor
 from botorch_fed.algorithms.fedzero.client import draw_direction
 from botorch_fed.algorithms.fedzero.messages import Round
 from botorch_fed.algorithms.fedzero.settings import FedZeroSettings, make_domain, step_parameters
+from botorch_fed.problems.objectives import Objective
 from botorch_fed.protocol.checkpoint import check_tensor, split_state
 from botorch_fed.protocol.declarations import ProtocolViolation
 from botorch_fed.protocol.messages import TIME_PREFIX
-from botorch_fed.protocol.objectives import Objective
 from botorch_fed.protocol.server import FederatedServer
 from botorch_fed.zeroth_order import l1_sign
 

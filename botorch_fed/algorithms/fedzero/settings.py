@@ -1,5 +1,6 @@
 r"""FedZero's settings and what they define: the step sizes ``eta`` and ``h`` (Cor. 3.2
-of [FedZero]) and the domain ``Theta`` shrunk by ``h``."""
+of [FedZero]: Akhavan, Janz and El-Mhamdi, paper 004) and the domain ``Theta`` shrunk
+by ``h``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from typing import Annotated
 
 import torch
 
+from botorch_fed.problems.objectives import Objective
 from botorch_fed.protocol.declarations import Choice, Flag, Int, Real, check_settings
-from botorch_fed.protocol.objectives import Objective
 from botorch_fed.zeroth_order import ESTIMATORS, Box, L1Ball, L2Ball, fedzero_defaults
 
 MESSAGES = ("vector", "seed", "sign")
@@ -31,7 +32,8 @@ class FedZeroSettings:
         domain: ``Theta``: the objective's ``box``, or an ``l1-ball`` / ``l2-ball``
             around the box's centre.
         radius: The ball's radius (``None``: half the box's smallest side).
-        record_points: Record the queried points in the results (``2 m n`` points).
+        record_points: Record the queried points in the results (``2 m n`` points of
+            dimension ``d``: large); otherwise only their values.
     """
 
     num_rounds: Annotated[int, Int(1)] = 200

@@ -18,11 +18,11 @@ import torch
 from botorch_fed.algorithms.ldp_bo.messages import Query
 from botorch_fed.algorithms.ldp_bo.settings import LDPBOSettings
 from botorch_fed.privacy import LaplaceMechanism, ReleaseLog, ReleaseLogError
+from botorch_fed.problems.objectives import EvaluationError, Objective
 from botorch_fed.protocol.checkpoint import CheckpointError, check_history, split_state
 from botorch_fed.protocol.client import FederatedClient
 from botorch_fed.protocol.declarations import handles
 from botorch_fed.protocol.evaluation import evaluate_point
-from botorch_fed.protocol.objectives import EvaluationError, Objective
 from botorch_fed.protocol.round_budget import RoundBudget
 
 
@@ -168,7 +168,6 @@ class LDPUserClient(RoundBudget, FederatedClient):
     def state_dict(self) -> dict:
         return {
             **super().state_dict(),
-            **self.round_state(),
             "history": [dict(h) for h in self.history],
             "mechanism": None if self.mechanism is None else self.mechanism.state_dict(),
             "privacy": None if self.privacy_ledger is None else self.privacy_ledger.state_dict(),
@@ -178,7 +177,6 @@ class LDPUserClient(RoundBudget, FederatedClient):
 
     def load_state_dict(self, state: dict) -> None:
         owner = f"Client {self.client_id}"
-        state = self.load_round_state(owner, state)
         own, rest = split_state(owner, state, self._STATE)
         super().load_state_dict(rest)
         history = check_history(owner, own["history"])

@@ -1,5 +1,5 @@
-r"""What LDP-BO's learner sends a user: one query per round. Whether the round is the
-user's turn and whether its budget covers an answer is the user's state."""
+r"""LDP-BO's query (one per round, to one user) and the user's reply. Whether the round
+is the user's turn and whether its budget covers an answer is the user's state."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated
 import numpy as np
 import torch
 
-from botorch_fed.protocol.declarations import Array, Bound, Declared, FieldError, declare
+from botorch_fed.protocol.declarations import Array, Bound, Declared, FieldError, Real, declare
 from botorch_fed.protocol.round_budget import RoundNumber
 
 
@@ -36,3 +36,10 @@ class Query(Declared):
 
     x: Annotated[np.ndarray, QueryPoint()]
     t: Annotated[int, RoundNumber()]
+
+
+@declare("query:reply")
+class Reward(Declared):
+    r"""A user's (privatised) reward (a failed evaluation answers ``{"failed": 1}``)."""
+
+    y: Annotated[float, Real()]

@@ -3,16 +3,13 @@ r"""LDP-BO's learner (the server): one query per round, to one user [LDP-BO]; it
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
 
-from botorch_fed.algorithms.ldp_bo.messages import Query
+from botorch_fed.algorithms.ldp_bo.messages import Query, Reward
 from botorch_fed.algorithms.ldp_bo.settings import LDPBOSettings, answers_per_user
+from botorch_fed.problems.objectives import Objective
 from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.protocol.declarations import ProtocolViolation
-from botorch_fed.protocol.objectives import Objective
 from botorch_fed.protocol.server import FederatedServer
 
 
@@ -55,16 +52,7 @@ class LDPServer(FederatedServer):
         if set(payload) == {"failed"}:  # no reward
             self.failed += 1
             return
-        if set(payload) != {"y"}:
-            raise ProtocolViolation(
-                f"Round {t}: user {user} replied with fields {sorted(payload)}; expected `y`."
-            )
-        try:
-            y = float(np.asarray(payload["y"], dtype=np.float64).reshape(()))
-        except (TypeError, ValueError):
-            y = math.nan
-        if not math.isfinite(y):
-            raise ProtocolViolation(f"Round {t}: user {user}'s reward is not finite (a number).")
+        y = self.decode_reply(Reward, user, "reward", payload).y
         with self.ledger.timer("model_update"):
             self.learner.observe(x, y)
 

@@ -1,4 +1,5 @@
-r"""LDP-BO's settings and the learner they define (defaults: the formulas of [LDP-BO])."""
+r"""LDP-BO's settings and the learner they define ([LDP-BO]: Zhou and Tan, paper 002; its
+formulas are the defaults)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from botorch_fed.ldp import KERNELS, LEARNERS, RewardModel, make_kernel
+from botorch_fed.problems.objectives import Objective
 from botorch_fed.protocol.declarations import Choice, Int, Real, check_settings
-from botorch_fed.protocol.objectives import Objective
 
 USER_ORDERS = ("round-robin", "random")
 

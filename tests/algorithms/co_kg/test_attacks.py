@@ -27,10 +27,10 @@ from botorch_fed.algorithms.co_kg.settings import MAX_SUPPORT_SIZE
 from botorch_fed.inducing import grid_support, sobol_support
 from botorch_fed.models import bures_wasserstein_barycenter
 from botorch_fed.models.rbf_prior import shared_kernel
+from botorch_fed.problems.heterogeneity import initial_design
 from botorch_fed.protocol import FederationSetup, ProtocolViolation
 from botorch_fed.protocol.declarations import Refused
 from botorch_fed.protocol.messages import Message
-from botorch_fed.protocol.problem import initial_design
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

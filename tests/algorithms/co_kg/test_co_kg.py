@@ -32,7 +32,8 @@ from botorch_fed.algorithms.co_kg import (
 )
 from botorch_fed.inducing import grid_support
 from botorch_fed.models.rbf_prior import original_hyperparameters, shared_kernel
-from botorch_fed.protocol import BOSettings, CallableObjective, FederationSetup, ProtocolViolation
+from botorch_fed.problems.objectives import CallableObjective
+from botorch_fed.protocol import BOSettings, FederationSetup, ProtocolViolation
 from botorch_fed.protocol.checkpoint import load_checkpoint
 from botorch_fed.protocol.messages import Message
 from tests.helpers.federation_runs import Killed, comparable, kill_after

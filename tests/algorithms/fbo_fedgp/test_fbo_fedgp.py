@@ -22,15 +22,10 @@ from botorch_fed.algorithms.fbo_fedgp.settings import PRESET_VALUES, global_modu
 from botorch_fed.cli import build_parser
 from botorch_fed.models import OUTCOME_MOMENTS_LENGTH, SparseSummary, compute_local_summary
 from botorch_fed.models import federated_standardize as fs
-from botorch_fed.protocol import (
-    BOSettings,
-    CallableObjective,
-    FederationSetup,
-    Message,
-    ProtocolViolation,
-)
+from botorch_fed.problems.heterogeneity import initial_design
+from botorch_fed.problems.objectives import CallableObjective
+from botorch_fed.protocol import BOSettings, FederationSetup, Message, ProtocolViolation
 from botorch_fed.protocol.messages import TIME_PREFIX
-from botorch_fed.protocol.problem import initial_design
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

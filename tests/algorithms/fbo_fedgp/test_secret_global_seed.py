@@ -33,11 +33,11 @@ from botorch_fed.algorithms.fbo_fedgp.client import FBOFedGPClient
 from botorch_fed.algorithms.fbo_fedgp.seeds import SEED_RANGE, global_step_seed, secret_step_seed
 from botorch_fed.algorithms.fbo_fedgp.settings import global_modules
 from botorch_fed.models import PITCHyperparameters, SparseSummary, compute_local_summary
+from botorch_fed.problems.heterogeneity import initial_design
+from botorch_fed.problems.objectives import CallableObjective
 from botorch_fed.protocol import FederationSetup, ProtocolViolation, bo_client
 from botorch_fed.protocol.checkpoint import load_checkpoint
 from botorch_fed.protocol.messages import Message
-from botorch_fed.protocol.objectives import CallableObjective
-from botorch_fed.protocol.problem import initial_design
 from botorch_fed.protocol.shared_search import SharedSearchMemo
 from botorch_fed.secure import ConfigurationError, available_backends, get_backend
 from tests.helpers.federation_runs import Killed, backend_params, comparable, kill_after

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from botorch_fed.algorithms import FedZeroSettings, build_federation, run_federated
-from botorch_fed.protocol import CallableObjective, FederationSetup, Message, ProtocolViolation
+from botorch_fed.problems.objectives import CallableObjective
+from botorch_fed.protocol import FederationSetup, Message, ProtocolViolation
 from botorch_fed.zeroth_order import l1_sign, sample_l1_sphere
 from tests.helpers.tolerances import assert_close, reordering_factor
 

@@ -23,7 +23,8 @@ from botorch_fed.algorithms import LDPBOSettings, build_federation, run_federate
 from botorch_fed.algorithms.ldp_bo import LDPServer
 from botorch_fed.privacy import LaplaceMechanism
 from botorch_fed.privacy.stream import KeyStream
-from botorch_fed.protocol import CallableObjective, FederationSetup, Message, ProtocolViolation
+from botorch_fed.problems.objectives import CallableObjective
+from botorch_fed.protocol import FederationSetup, Message, ProtocolViolation
 from botorch_fed.protocol.checkpoint import CheckpointError
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")

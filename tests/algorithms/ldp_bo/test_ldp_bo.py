@@ -13,8 +13,8 @@ import torch
 
 from botorch_fed.algorithms import LDPBOSettings, build_federation, run_federated
 from botorch_fed.algorithms.ldp_bo.settings import VARIANTS
-from botorch_fed.protocol import CallableObjective, FederationSetup, Message, ProtocolViolation
-from botorch_fed.protocol.objectives import Objective
+from botorch_fed.problems.objectives import CallableObjective, Objective
+from botorch_fed.protocol import FederationSetup, Message, ProtocolViolation
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
@@ -186,7 +186,11 @@ def test_a_user_refuses_bad_queries(payload, match):
 
 @pytest.mark.parametrize(
     "reply, match",
-    [({"y": math.nan}, "not finite"), ({"y": 1.0, "raw": 2.0}, "expected `y`"), ({}, "expected")],
+    [
+        ({"y": math.nan}, r"reward of client 0: its field `y`=nan must be finite"),
+        ({"y": 1.0, "raw": 2.0}, "`raw` is not a field"),
+        ({}, "`y` is missing"),
+    ],
 )
 def test_the_server_refuses_bad_replies(reply, match):
     server, clients, _ = _federation()

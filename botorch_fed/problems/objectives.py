@@ -16,8 +16,6 @@ import torch
 from botorch.utils.transforms import unnormalize
 from torch import Tensor
 
-from botorch_fed.protocol.declarations import Flag, Real, check_value
-
 
 class EvaluationError(RuntimeError):
     r"""A client's black box raised or returned a non-finite value."""
@@ -93,7 +91,13 @@ def check_declared_bound(value, name: str, allow_inf: bool = False) -> float | N
         allow_inf and isinstance(value, float | np.floating) and value == math.inf
     ):
         return None
-    return check_value(name, value, Real(0))
+    if (
+        isinstance(value, bool | np.bool_)
+        or not isinstance(value, int | float | np.integer | np.floating)
+        or not 0 <= value < math.inf
+    ):
+        raise ValueError(f"`{name}`={value!r} must be a finite number >= 0.")
+    return float(value)
 
 
 def check_unit(X: Tensor, dim: int, batch: bool = False) -> Tensor:
@@ -202,7 +206,9 @@ class CallableObjective(Objective):
     ) -> None:
         if not callable(fn):
             raise ValueError(f"`fn` must be callable, got a {type(fn).__name__}.")
-        minimize = check_value("minimize", minimize, Flag())
+        if not isinstance(minimize, bool | np.bool_):
+            raise ValueError(f"`minimize`={minimize!r} must be a bool.")
+        minimize = bool(minimize)
         self.fn, self.bounds, self.minimize = fn, check_bounds(bounds), minimize
         if name is None:
             name = getattr(fn, "__name__", None) or type(fn).__name__

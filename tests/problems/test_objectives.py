@@ -15,14 +15,13 @@ import numpy as np
 import pytest
 import torch
 
-from botorch_fed.protocol import (
-    BOClient,
-    BOSettings,
+from botorch_fed.problems.objectives import (
     CallableObjective,
     Objective,
     ObjectiveContractError,
+    check_bounds,
 )
-from botorch_fed.protocol.objectives import check_bounds
+from botorch_fed.protocol import BOClient, BOSettings
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 

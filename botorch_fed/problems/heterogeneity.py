@@ -11,7 +11,7 @@ from botorch.utils.sampling import draw_sobol_samples
 from botorch.utils.transforms import unnormalize
 from torch import Tensor
 
-from botorch_fed.protocol.objectives import Objective, check_candidates, check_unit
+from botorch_fed.problems.objectives import Objective, check_candidates, check_unit
 from botorch_fed.test_functions.noise import ObservationNoise
 
 
