@@ -81,7 +81,7 @@ def run_federated(algorithm: str, setup: FederationSetup, settings: None = None,
 # fmt: on
 def run_federated(
     algorithm: str, setup: FederationSetup, settings: Any = None, **options: Any
-) -> RunResult:  # noqa: E501
+) -> RunResult:
     return _run_federated(algorithm, setup, settings, **options)
 
 

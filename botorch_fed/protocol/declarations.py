@@ -130,12 +130,13 @@ class Choice(Domain):
 
     def check(self, value: object, party: object) -> Any:
         options = self.options if isinstance(self.options, tuple) else resolve(self.options, party)
-        if isinstance(value, np.integer | np.floating):
+        if isinstance(value, np.generic):
             value = value.item()
-        plain = isinstance(value, str | int | float) and not isinstance(value, bool)
-        if not plain or value not in options:
+        # the option itself, of the value's type: 1.0 is not the option 1, nor True
+        match = [o for o in options if type(o) is type(value) and o == value]
+        if not match:
             raise FieldError(f"must be one of {sorted(options, key=str)!r:.200}")
-        return value
+        return match[0]
 
 
 @dataclasses.dataclass(frozen=True)

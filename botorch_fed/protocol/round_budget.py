@@ -98,5 +98,5 @@ class RoundBudget:
             raise CheckpointError(
                 f"Client {self.client_id}: `{ROUND_STATE}` must be an int >= 0, got {last!r}."
             )
-        self._accepted_round = last
         super().load_state_dict({k: v for k, v in state.items() if k != ROUND_STATE})  # type: ignore[misc]
+        self._accepted_round = last  # once the rest loaded: a refused state changes nothing

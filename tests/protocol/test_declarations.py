@@ -380,3 +380,16 @@ def test_check_history_copies_a_list_of_dicts():
     for bad in ({"round": 0}, [1], None):
         with pytest.raises(CheckpointError, match="Client 0: `history` must be a list of dicts"):
             check_history("Client 0", bad)
+
+
+def test_a_choice_of_integers_refuses_floats_and_returns_the_option():
+    r"""``1.0 == 1`` in Python, but a declared integer choice is not a float: a server's
+    ``1.0`` is refused, a numpy integer arrives as the option itself."""
+    from botorch_fed.protocol.declarations import Choice, FieldError
+
+    domain = Choice((1, 2, 4))
+    for value in (1.0, np.float64(2.0), True, "1", 3):
+        with pytest.raises(FieldError, match="must be one of"):
+            domain.check(value, None)
+    checked = domain.check(np.int64(2), None)
+    assert checked == 2 and type(checked) is int

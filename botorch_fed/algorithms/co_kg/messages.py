@@ -127,7 +127,7 @@ class OptimumReply(Declared):
     def decode(cls, payload: Mapping[str, object], party: object) -> Self:
         r"""With data every field is required (but ``mean`` when the party hides means)."""
         reply = super().decode(payload, party)
-        optional = ("mean",) if party.hides_means else ()  # type: ignore[attr-defined]
+        optional = ("mean",) if getattr(party, "hides_means", False) else ()
         missing = [n for n in cls.DOMAINS if getattr(reply, n) is None and n not in optional]
         if reply.num_data and missing:
             raise Refused(missing[0], "is missing")

@@ -10,6 +10,7 @@ from botorch_fed.algorithms.ldp_bo.settings import LDPBOSettings, answers_per_us
 from botorch_fed.problems.objectives import Objective
 from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, split_state
 from botorch_fed.protocol.declarations import ProtocolViolation
+from botorch_fed.protocol.messages import TIME_PREFIX
 from botorch_fed.protocol.server import FederatedServer
 
 
@@ -49,10 +50,10 @@ class LDPServer(FederatedServer):
         with self.ledger.timer("acquisition"):
             x = self.learner.propose()
         payload = self.send({user: Query(x=x.reshape(-1).numpy(), t=t)})[user].payload
-        if set(payload) == {"failed"}:  # no reward
+        if {k for k in payload if not k.startswith(TIME_PREFIX)} == {"failed"}:  # no reward
             self.failed += 1
             return
-        y = self.decode_reply(Reward, user, "reward", payload).y
+        y = self.decode_reply(Reward, user, f"round-{t} reward", payload).y
         with self.ledger.timer("model_update"):
             self.learner.observe(x, y)
 
