@@ -5,6 +5,9 @@ observation noises of [LDP-BO] (paper 002, Sec. 5.1).
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import torch
 from botorch.test_functions.synthetic import SyntheticTestFunction
 from botorch.utils.sampling import draw_sobol_samples
@@ -12,7 +15,10 @@ from botorch.utils.transforms import unnormalize
 from torch import Tensor
 
 from botorch_fed.problems.objectives import Objective, check_candidates, check_unit
+from botorch_fed.test_functions import get_test_function, get_test_function_class
 from botorch_fed.test_functions.noise import ObservationNoise
+
+NOISE_SEED_OFFSET = 1_000_003  #: client i's noise seed: ``seed * 7919 + i`` plus this
 
 
 class ClientObjective(Objective):
@@ -142,3 +148,56 @@ def client_shifts(num_clients: int, dim: int, magnitude: float, seed: int) -> li
     g = torch.Generator().manual_seed(seed)
     raw = 2 * torch.rand(num_clients, dim, generator=g, dtype=torch.float64) - 1
     return list(magnitude * raw)
+
+
+def benchmark_objectives(
+    problem: str,
+    num_clients: int,
+    seed: int = 0,
+    dim: int | None = None,
+    noise: str | None = None,
+    noise_std: float | None = None,
+    shift: float = 0.0,
+) -> list[ClientObjective]:
+    r"""A benchmark federation's objectives: seeded, shifted, noisy copies of a built-in
+    test function, one per client (what ``FederationSetup(problem=...)`` runs on; the
+    list can be given as ``FederationSetup(objectives=...)`` too).
+
+    Args:
+        problem: Built-in test function name (``hartmann``, ``cec2005-f1``, ...).
+        num_clients: Number of clients ``M``.
+        seed: Seed of the functions (client ``i``: ``seed * 7919 + i``; one with a
+            ``function_seed``, ``ldp-synthetic*``, gets ``seed``), noises and shifts.
+        dim: Dimension (``None``: the function's default).
+        noise: ``None`` (the function's default: uniform for ``ldp-synthetic*``, else
+            Gaussian), ``"none"``, ``"gaussian"``, ``"uniform"``, ``"student-t"`` or
+            ``"pareto"`` (:class:`~botorch_fed.test_functions.noise.ObservationNoise`).
+        noise_std: The Gaussian noise's std, or the other noises' scale (``None``:
+            noise-free Gaussian, scale 1 for the others).
+        shift: Maximal per-client shift per coordinate, a fraction of the domain width
+            in ``[0, 1)`` (0: one shared objective).
+
+    Returns:
+        ``M`` objectives over the function's bounds.
+    """
+    if isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1:
+        raise ValueError(f"`num_clients`={num_clients!r} must be an integer >= 1.")
+    if not 0 <= shift < 1:
+        raise ValueError(f"`shift`={shift!r} must lie in [0, 1).")
+    function_class = get_test_function_class(problem)
+    default = getattr(function_class, "default_observation_noise", None) or ("gaussian", 1)
+    kind, scale = default if noise is None else (noise, 1.0)
+    scale = float(scale if noise_std is None else noise_std)
+    extra: dict[str, Any] = {}
+    if "function_seed" in inspect.signature(function_class.__init__).parameters:
+        extra["function_seed"] = seed
+    gaussian_std = noise_std if kind == "gaussian" else None
+    seeds = [seed * 7919 + i for i in range(num_clients)]
+    functions = [
+        get_test_function(problem, dim=dim, noise_std=gaussian_std, seed=s, **extra) for s in seeds
+    ]
+    noises: list[ObservationNoise | None] = [None] * num_clients
+    if kind not in ("gaussian", "none"):
+        noises = [ObservationNoise(kind, scale=scale, seed=s + NOISE_SEED_OFFSET) for s in seeds]
+    shifts = client_shifts(num_clients, functions[0].dim, shift, seed=seed + 17)
+    return [ClientObjective(*fsn) for fsn in zip(functions, shifts, noises, strict=True)]

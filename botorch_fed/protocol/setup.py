@@ -4,23 +4,19 @@ r"""The federation an algorithm runs in: the clients' black boxes, size, seed, b
 from __future__ import annotations
 
 import hashlib
-import inspect
 from dataclasses import dataclass, fields
-from typing import Annotated, Any
+from typing import Annotated
 
 import torch
 
-from botorch_fed.problems.heterogeneity import ClientObjective, client_shifts
+from botorch_fed.problems.heterogeneity import benchmark_objectives
 from botorch_fed.problems.objectives import Objective
 from botorch_fed.protocol.declarations import Choice, Flag, Int, Real, check_settings, check_value
 from botorch_fed.protocol.evaluation import EVALUATION_ERRORS
 from botorch_fed.protocol.registry import get_algorithm
-from botorch_fed.test_functions import get_test_function, get_test_function_class
-from botorch_fed.test_functions.noise import ObservationNoise
 
 SETUP_NOISES = ("none", "gaussian", "uniform", "student-t", "pareto")
 MAX_SEED = 2**48  #: the seeds derived from a run's seed (``seed * 7919 + i``, ...) fit int64
-NOISE_SEED_OFFSET = 1_000_003  #: client i's noise seed: ``seed * 7919 + i`` plus this
 DEFAULT_NUM_CLIENTS = 10
 PRIVATE_RANDOMNESS = ("seed", "os")  #: ``run_federated(private_randomness=)``
 
@@ -34,7 +30,11 @@ def simulation_crypto_seed(seed: int) -> int:
 
 @dataclass
 class FederationSetup:
-    r"""The federation an algorithm runs in.
+    r"""The federation an algorithm runs in: the clients' black boxes and the deployment
+    (size, seed, aggregator, private randomness, failure policy). A benchmark federation is
+    named by ``problem`` with ``dim``, ``noise``, ``noise_std`` and ``shift``, a shorthand
+    for ``objectives=benchmark_objectives(problem, ...)``
+    (:func:`~botorch_fed.problems.heterogeneity.benchmark_objectives`).
 
     Attributes:
         problem: Built-in test function name (``cec2005-f1``, ``hartmann``, ...);
@@ -184,8 +184,8 @@ class FederationSetup:
         return [objectives] if isinstance(objectives, Objective) else list(objectives or [])
 
     def make_objectives(self) -> list[Objective]:
-        r"""One objective per client: the given ones, or seeded (shifted, noisy) copies of
-        ``problem`` (one with a ``function_seed``, ``ldp-synthetic*``, gets ``seed``)."""
+        r"""One objective per client: the given ones, or ``problem``'s
+        (:func:`~botorch_fed.problems.heterogeneity.benchmark_objectives`)."""
         self._check_source()
         M = self.clients
         if self.objectives is not None:
@@ -193,26 +193,11 @@ class FederationSetup:
             return given * M if isinstance(self.objectives, Objective) else given
         assert self.problem is not None  # _check_source: a problem when no objectives
         self._check_values()
-        function_class = get_test_function_class(self.problem)
-        default = getattr(function_class, "default_observation_noise", None) or ("gaussian", 1)
-        kind, scale = default if self.noise is None else (self.noise, 1.0)
-        scale = float(scale if self.noise_std is None else self.noise_std)
-        extra: dict[str, Any] = {}
-        if "function_seed" in inspect.signature(function_class.__init__).parameters:
-            extra["function_seed"] = self.seed
-        noise_std = self.noise_std if kind == "gaussian" else None
-        seeds = [self.seed * 7919 + i for i in range(M)]
-        functions = [
-            get_test_function(self.problem, dim=self.dim, noise_std=noise_std, seed=s, **extra)
-            for s in seeds
-        ]
-        noises: list[ObservationNoise | None] = [None] * M
-        if kind not in ("gaussian", "none"):
-            noises = [
-                ObservationNoise(kind, scale=scale, seed=s + NOISE_SEED_OFFSET) for s in seeds
-            ]
-        shifts = client_shifts(M, functions[0].dim, self.shift, seed=self.seed + 17)
-        return [ClientObjective(*fsn) for fsn in zip(functions, shifts, noises, strict=True)]
+        return list(
+            benchmark_objectives(
+                self.problem, M, self.seed, self.dim, self.noise, self.noise_std, self.shift
+            )
+        )
 
     def describe(self) -> dict:
         r"""A JSON-friendly description (objectives by name, bounds and convention)."""

@@ -21,11 +21,10 @@ import torch
 from scipy import stats
 
 from botorch_fed.algorithms import run_federated
-from botorch_fed.problems.heterogeneity import ClientObjective, client_shifts
+from botorch_fed.problems.heterogeneity import NOISE_SEED_OFFSET, ClientObjective, client_shifts
 from botorch_fed.problems.objectives import CallableObjective
 from botorch_fed.protocol import BOSettings, FederationSetup
 from botorch_fed.protocol.checkpoint import MANIFEST, CheckpointError, load_checkpoint
-from botorch_fed.protocol.setup import NOISE_SEED_OFFSET
 from botorch_fed.test_functions import LDPSynthetic, ObservationNoise, get_test_function
 from tests.helpers.federation_runs import Killed, comparable, kill_after
 from tests.helpers.tolerances import assert_close

@@ -241,7 +241,7 @@ def test_bad_setups_raise_clear_errors():
         run_federated("fbo-fedgp", _setup(aggregator="rot13"), _config())
     with pytest.raises(ValueError, match="Unknown algorithm"):
         run_federated("gradient-descent", _setup(), _config())
-    with pytest.raises(ValueError, match="`c`"):
+    with pytest.raises(ValueError, match=r"`schedule`=1.5 must lie in \(0, 1\]"):
         _config(schedule=1.5).validate()
     with pytest.raises(ValueError, match="support_size"):
         _config(support_size=0).validate()
