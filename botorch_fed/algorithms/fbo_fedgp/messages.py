@@ -15,7 +15,9 @@ from botorch_fed.secure.crypto import MAC_SIZE
 
 _CENTERS = "config.centers_per_client"
 
-_LAST_RANK = lambda client: None if client.num_clients is None else client.num_clients - 1  # noqa: E731
+
+def _last_rank(client) -> int | None:
+    return None if client.num_clients is None else client.num_clients - 1
 
 
 @declare("round", relayed=True)
@@ -61,7 +63,7 @@ class GlobalStep(Declared):
     r"""Round ``t``'s global step (Alg. 2 lines 22-27), the ``rank``-th of ``count``."""
 
     t: Annotated[int, RoundNumber()]
-    rank: Annotated[int, Int(0, _LAST_RANK)]
+    rank: Annotated[int, Int(0, _last_rank)]
     count: Annotated[int, Int(1, "num_clients")]
 
 

@@ -114,28 +114,45 @@ def reward_model(name: str, settings: LDPBOSettings, objective: Objective) -> Re
             f"{name} needs `noise_moment` (E[eta^2]) or `noise_bound`: the noise of "
             f"{objective.name!r} is undeclared."
         )
-    R, moment = (None if v is None else float(v) for v in (R, moment))
+    R = None if R is None else float(R)
+    moment = None if moment is None else float(moment)
     return RewardModel(B=float(B), R=R, noise_moment=moment)
 
 
 def make_learner(name: str, settings: LDPBOSettings, objective: Objective, seed: int):
-    r"""The learner of algorithm ``name`` for ``objective`` (on its ``candidates``, if
-    it has a finite domain)."""
-    kind, s = VARIANTS[name][0], settings
+    r"""The learner of algorithm ``name`` for ``objective`` (finite domain if the
+    objective has ``candidates``)."""
+    kind, _ = VARIANTS[name]
     hint = getattr(objective, "kernel_hint", None) or {}
-    family, nu = (
-        (hint.get("kernel", "se"), hint.get("nu", s.nu)) if s.kernel == "auto" else (s.kernel, s.nu)
+    auto = settings.kernel == "auto"
+    kernel = make_kernel(
+        hint.get("kernel", "se") if auto else settings.kernel,
+        settings.lengthscale or hint.get("lengthscale", 0.2),
+        hint.get("nu", settings.nu) if auto else settings.nu,
+        objective.dim,
     )
-    kernel = make_kernel(family, s.lengthscale or hint.get("lengthscale", 0.2), nu, objective.dim)
-    names = ["lam", "delta", "beta", "beta_scale", "num_restarts", "raw_samples", "maxiter"]
-    names += ["accuracy", "q"] if kind in ("ata", "moma") else []
-    names += ["truncation_scale"] if kind in ("tgp", "ata") else []
-    kwargs: dict[str, Any] = {n: getattr(s, n) for n in names}
+    extra: dict[str, Any] = {}
+    if kind in ("ata", "moma"):
+        extra.update(accuracy=settings.accuracy, q=settings.q)
     if kind == "moma":
-        kwargs["k"] = s.plays_per_epoch
-    rewards, candidates = reward_model(name, s, objective), getattr(objective, "candidates", None)
+        extra["k"] = settings.plays_per_epoch
+    if kind in ("tgp", "ata"):
+        extra["truncation_scale"] = settings.truncation_scale
     return LEARNERS[kind](
-        kernel, objective.dim, s.num_rounds, rewards, candidates=candidates, seed=seed, **kwargs
+        kernel,
+        objective.dim,
+        settings.num_rounds,
+        reward_model(name, settings, objective),
+        lam=settings.lam,
+        delta=settings.delta,
+        candidates=getattr(objective, "candidates", None),
+        beta=settings.beta,
+        beta_scale=settings.beta_scale,
+        seed=seed,
+        num_restarts=settings.num_restarts,
+        raw_samples=settings.raw_samples,
+        maxiter=settings.maxiter,
+        **extra,
     )
 
 
