@@ -16,6 +16,8 @@ from gpytorch.likelihoods import GaussianLikelihood
 from gpytorch.means import ConstantMean
 from torch import Tensor
 
+from botorch_fed.inducing import global_support, local_centers
+
 
 def make_modules(d: int, dtype: torch.dtype, lengthscale: float, noise: float = 1e-2):
     r"""A scaled RBF kernel, Gaussian likelihood and constant mean with set values."""
@@ -97,3 +99,15 @@ def random_federation(seed: int, dtype: torch.dtype, num_clients: int, d: int, m
         clients.append((X.to(dtype), y.to(dtype)))
     support = torch.rand(m, d, generator=g, dtype=torch.float64).to(dtype)
     return clients, support
+
+
+def overlapping_federation(scale: float = 1.0):
+    r"""Three clients of 20 points in overlapping boxes of [0, 1]^2 and Alg. 1's support
+    of 16 points (ill-conditioned at lengthscale 1: cond(K_SS) ~ 1e9)."""
+    g = torch.Generator().manual_seed(0)
+    clients = []
+    for c in (0.0, 0.25, 0.5):
+        X = torch.rand(20, 2, generator=g, dtype=torch.float64) * 0.5 + c
+        clients.append((X, scale * torch.sin(6 * X).sum(-1, keepdim=True)))
+    centers = [local_centers(X, k=8, seed=i) for i, (X, _) in enumerate(clients)]
+    return clients, global_support(centers, 16)

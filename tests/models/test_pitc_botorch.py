@@ -41,7 +41,6 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 import botorch_fed.models.pitc as pitc_module
 import botorch_fed.models.pitc_snapshot as pitc_snapshot_module
-from botorch_fed.inducing import global_support, local_centers
 from botorch_fed.models import (
     FederatedPITCGP,
     HyperparametersChangedError,
@@ -53,7 +52,7 @@ from botorch_fed.models import (
 )
 from botorch_fed.models.module_state import _SCALARS, _structure, _structure_key, _summary_modules
 from botorch_fed.models.sparse_summary import summary_factor
-from tests.helpers.dense_pitc import make_modules, random_federation
+from tests.helpers.dense_pitc import make_modules, overlapping_federation, random_federation
 from tests.helpers.tolerances import assert_close, eps, reordering_factor, tol
 
 DTYPES = [torch.float32, torch.float64]
@@ -66,18 +65,6 @@ def _setting(dtype=torch.float64, seed=0, d=2, m=7):
     clients, support = random_federation(seed, dtype, num_clients=3, d=d, m=m, sizes=[5, 7, 4])
     k, lik, mean = make_modules(d, dtype, lengthscale=0.4)
     return clients, support, k, lik, mean
-
-
-def _overlapping_federation(scale: float = 1.0):
-    r"""Three clients of 20 points in overlapping boxes of [0, 1]^2 and Alg. 1's support
-    of 16 points (ill-conditioned at lengthscale 1: cond(K_SS) ~ 1e9)."""
-    g = torch.Generator().manual_seed(0)
-    clients = []
-    for c in (0.0, 0.25, 0.5):
-        X = torch.rand(20, 2, generator=g, dtype=torch.float64) * 0.5 + c
-        clients.append((X, scale * torch.sin(6 * X).sum(-1, keepdim=True)))
-    centers = [local_centers(X, k=8, seed=i) for i, (X, _) in enumerate(clients)]
-    return clients, global_support(centers, 16)
 
 
 def _pooled(clients):
@@ -473,7 +460,7 @@ def test_float32_model_is_float64_maths_on_rounded_inputs():
     float32 model equals the float64 model on the same float32-rounded data up to the
     final rounding of its outputs."""
     d = 2
-    clients, support = _overlapping_federation()
+    clients, support = overlapping_federation()
 
     def modules(dtype):
         k = ScaleKernel(RBFKernel(ard_num_dims=d)).to(dtype)
@@ -612,7 +599,7 @@ def test_structure_compares_nan_settings_by_identity():
 
 def test_dtype_conversions_keep_the_summary_in_float64():
     d = 2
-    clients, support = _overlapping_federation()
+    clients, support = overlapping_federation()
     k = ScaleKernel(RBFKernel(ard_num_dims=d)).double()
     k.base_kernel.lengthscale = 1.0  # cond(K_SS) ~ 1e9: a float32 summary would show
     lik = GaussianLikelihood().double()

@@ -48,7 +48,7 @@ from botorch_fed.protocol.federated_fit import (
     standardize_outcomes,
 )
 from botorch_fed.secure import make_aggregator
-from tests.helpers.dense_pitc import make_modules, random_federation
+from tests.helpers.dense_pitc import make_modules, overlapping_federation, random_federation
 
 
 @pytest.fixture(autouse=True)
@@ -64,18 +64,6 @@ def _fit_setup(dtype=torch.float64, seed=0):
     k = get_covar_module_with_dim_scaled_prior(d).to(dtype)
     lik = get_gaussian_likelihood_with_lognormal_prior().to(dtype)
     return clients, support, k, lik, ConstantMean().to(dtype)
-
-
-def _overlapping_federation(scale: float = 1.0):
-    r"""Three clients of 20 points in overlapping boxes of [0, 1]^2 and Alg. 1's support
-    of 16 points (ill-conditioned at lengthscale 1: cond(K_SS) ~ 1e9)."""
-    g = torch.Generator().manual_seed(0)
-    clients = []
-    for c in (0.0, 0.25, 0.5):
-        X = torch.rand(20, 2, generator=g, dtype=torch.float64) * 0.5 + c
-        clients.append((X, scale * torch.sin(6 * X).sum(-1, keepdim=True)))
-    centers = [local_centers(X, k=8, seed=i) for i, (X, _) in enumerate(clients)]
-    return clients, global_support(centers, 16)
 
 
 # --- SteppedMinimizer ---------------------------------------------------------------------
@@ -191,7 +179,6 @@ def test_fit_recovers_known_lengthscales():
     Y = (f + 0.05 * torch.randn(n, generator=g, dtype=torch.float64)).unsqueeze(-1)
     order = X[:, 0].argsort()  # clients own vertical strips of the domain
     parts = order.chunk(5)
-    from botorch_fed.inducing import global_support, local_centers
 
     centers = [local_centers(X[p], k=20, seed=i, min_cluster_size=1) for i, p in enumerate(parts)]
     support = global_support(centers, 60, seed=0)
@@ -272,7 +259,7 @@ def test_fit_local_average_equals_mean_of_local_fits(zero_mean):
 
 def test_fit_on_the_same_modules_raises_instead_of_mixing():
     d = 2
-    clients, support = _overlapping_federation(scale=1.5)
+    clients, support = overlapping_federation(scale=1.5)
     covar = get_covar_module_with_dim_scaled_prior(d).double()
     lik = get_gaussian_likelihood_with_lognormal_prior().double()
     model = FederatedPITCGP.from_client_data(clients, support, covar, lik)
