@@ -178,4 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _demo(args, console)
     if args.command == "flower":
         return flower_main(args, console)
+    if args.command == "party":
+        from botorch_fed.cli.party import party_main
+
+        return party_main(args, console)
     return _run(parser, argv, args, console)

@@ -1,5 +1,5 @@
 r"""The argument parser of ``botorch-fed``: ``run <algorithm>`` (its parsers are in
-:mod:`botorch_fed.runs.parser`), ``list``, ``demo``, ``flower``.
+:mod:`botorch_fed.runs.parser`), ``list``, ``demo``, ``flower``, ``party``.
 """
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 from botorch_fed import __version__
 from botorch_fed.cli.demo import add_demo_parser
 from botorch_fed.cli.flower import add_flower_parser
+from botorch_fed.cli.party import add_party_parser
 from botorch_fed.runs.parser import CommandParser, add_run_parser
 
 
@@ -27,4 +28,5 @@ def build_parser() -> CommandParser:
     sub.add_parser("list", help="list the registered algorithms")
     add_demo_parser(sub)
     add_flower_parser(sub)
+    add_party_parser(sub)
     return parser

@@ -1,0 +1,158 @@
+r"""Ask/tell black boxes: a run waits for the operator's reports and ends as the run of
+the same function called directly; every bad report is refused and changes nothing."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import torch
+
+from botorch_fed.algorithms import run_federated
+from botorch_fed.problems.ask_tell import AskTellObjective, Party
+from botorch_fed.problems.objectives import CallableObjective
+from botorch_fed.protocol import BOSettings, FederationSetup
+
+BOUNDS = [[-1.0, 0.0], [1.0, 2.0]]
+SETTINGS = BOSettings(num_init=2, num_rounds=2, raw_samples=16, num_restarts=1, maxiter=10)
+
+
+def lab(X: torch.Tensor) -> torch.Tensor:
+    return ((X - 0.3) ** 2).sum(-1)
+
+
+def _operator(party: Party, stop: threading.Event, fail_first: bool = False) -> None:
+    r"""Reports ``lab`` at every pending point (the first as a failure, if asked)."""
+    failed = not fail_first
+    while not stop.is_set():
+        for ask in party.pending():
+            if not failed:
+                party.report_failure(ask["id"], "the assay plate broke")
+                failed = True
+            else:
+                party.report(ask["id"], float(lab(torch.tensor([ask["x"]], dtype=torch.float64))))
+        stop.wait(0.01)
+
+
+def _run(objectives):
+    setup = FederationSetup(objectives=objectives, seed=1)
+    return run_federated("local", setup, SETTINGS)
+
+
+def test_an_ask_tell_party_ends_as_the_same_function_called_directly(tmp_path):
+    asked = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)
+    stop = threading.Event()
+    operator = threading.Thread(target=_operator, args=(asked.party, stop), daemon=True)
+    operator.start()
+    try:
+        told = _run([asked, CallableObjective(lab, BOUNDS), CallableObjective(lab, BOUNDS)])
+    finally:
+        stop.set()
+        operator.join()
+    called = _run([CallableObjective(lab, BOUNDS) for _ in range(3)])
+    assert told.best_per_round == called.best_per_round
+    values = [(e["client"], e["value"]) for e in told.evaluations]
+    assert values == [(e["client"], e["value"]) for e in called.evaluations]
+    history = asked.party.history()
+    assert len(history) == SETTINGS.num_init + SETTINGS.num_rounds
+    assert asked.party.pending() == [] and all("value" in h for h in history)
+
+
+def test_a_reported_failure_is_a_failed_evaluation(tmp_path):
+    asked = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)
+    stop = threading.Event()
+    thread = threading.Thread(target=_operator, args=(asked.party, stop, True), daemon=True)
+    thread.start()
+    try:
+        result = _run([asked, CallableObjective(lab, BOUNDS), CallableObjective(lab, BOUNDS)])
+    finally:
+        stop.set()
+        thread.join()
+    (failure,) = result.failures
+    assert failure["client"] == 0 and "the assay plate broke" in failure["error"]
+
+
+def test_a_resumed_objective_finds_the_report_made_before_the_restart(tmp_path):
+    first = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)
+    X = torch.tensor([[0.25, 0.5]], dtype=torch.float64)
+    stop = threading.Event()
+    thread = threading.Thread(target=_operator, args=(first.party, stop), daemon=True)
+    thread.start()
+    try:
+        value = first.evaluate(X)[0]
+    finally:
+        stop.set()
+        thread.join()
+    again = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)  # the same state: sequence 0
+    assert torch.equal(again.evaluate(X)[0], value)  # no new point asked, no wait
+    assert len(again.party.history()) == 1
+
+
+def _one_pending(tmp_path) -> tuple[AskTellObjective, dict]:
+    asked = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)
+    waiting = threading.Thread(
+        target=asked.evaluate, args=(torch.full((1, 2), 0.5, dtype=torch.float64),), daemon=True
+    )
+    waiting.start()
+    while not asked.party.pending():
+        waiting.join(0.01)
+    (ask,) = asked.party.pending()
+    return asked, ask
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [(float("nan"), "finite"), (float("inf"), "finite"), ("1.0", "number"), (True, "number")],
+)
+def test_a_bad_value_is_refused_and_changes_nothing(tmp_path, value, match):
+    asked, ask = _one_pending(tmp_path)
+    with pytest.raises(ValueError, match=match):
+        asked.party.report(ask["id"], value)
+    assert asked.party.pending() == [ask]
+    asked.party.report(ask["id"], 1.5)  # ends the waiting thread
+
+
+def test_bad_reports_are_refused_and_change_nothing(tmp_path):
+    asked, ask = _one_pending(tmp_path)
+    party = asked.party
+    with pytest.raises(ValueError, match="not a point"):
+        party.report("0123456789abcdef", 1.0)
+    with pytest.raises(ValueError, match="not a point id"):
+        party.report("../../etc/passwd", 1.0)
+    with pytest.raises(ValueError, match="`reason`"):
+        party.report_failure(ask["id"], " ")
+    path = tmp_path / f"{ask['id']}.ask.json"
+    original = path.read_text()
+    path.write_text(json.dumps({**ask, "x": [0.1, 1.0]}))  # the operator edits the point
+    with pytest.raises(ValueError, match="edited"):
+        party.report(ask["id"], 1.0)
+    path.write_text(original)
+    assert party.pending() == [ask]
+    party.report(ask["id"], 2.0)
+    with pytest.raises(ValueError, match="reported already"):
+        party.report(ask["id"], 3.0)
+    assert party.answer(ask["id"]) == {"value": 2.0}
+    asked.close()
+    with pytest.raises(ValueError, match="No run is active"):
+        party.report_failure(ask["id"], "late")
+
+
+def test_the_operator_works_from_the_command_line(tmp_path, capsys):
+    from botorch_fed.cli import main
+
+    asked, ask = _one_pending(tmp_path)
+    folder = str(tmp_path)
+    assert main(["party", "suggest", "--folder", folder, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [ask]
+    assert main(["party", "report", "--folder", folder, "--id", ask["id"], "--value", "nan"]) == 2
+    assert "`--value`=nan must be finite" in capsys.readouterr().err
+    assert main(["party", "report", "--folder", folder, "--id", "nope", "--value", "1"]) == 2
+    assert main(["party", "report", "--folder", folder, "--id", ask["id"], "--value", "-1.5"]) == 0
+    assert asked.party.answer(ask["id"]) == {"value": -1.5}
+    assert main(["party", "report", "--folder", folder, "--id", ask["id"], "--failed", "x"]) == 2
+    assert "reported already" in capsys.readouterr().err
+    assert main(["party", "status", "--folder", folder]) == 0
+    out = capsys.readouterr().out
+    assert "run active; 0 pending" in out and ask["id"] in out and "-1.5" in out
+    assert main(["party", "status", "--folder", str(tmp_path / "missing")]) == 2
