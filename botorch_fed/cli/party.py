@@ -37,7 +37,7 @@ def add_party_parser(sub: argparse._SubParsersAction) -> None:
 
 def party_main(args: argparse.Namespace, console: Console) -> int:
     r"""Run ``botorch-fed party ...``; 0 on success, 2 on a refused report."""
-    from botorch_fed.problems.ask_tell import ACTIVE, Party
+    from botorch_fed.problems.ask_tell import Party
 
     party = Party(args.folder)
     if not party.folder.is_dir():
@@ -66,9 +66,10 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
         report = "pending" if "value" not in ask and "failed" not in ask else ask.get("value")
         if "failed" in ask:
             report = f"failed: {ask['failed']}"
-        table.add_row(ask["id"], ask["objective"], str(ask["sequence"]), str(ask["x"]), str(report))
+        cells = (ask["id"], ask["objective"], ask["sequence"], ask["x"], report)
+        table.add_row(*(escape(str(c)) for c in cells))
     if args.party_command == "status":
-        active = (party.folder / ACTIVE).exists()
+        active = party.active()
         console.print(f"run {'active' if active else 'not active'}; {len(pending)} pending")
     console.print(table)
     return 0

@@ -3,6 +3,7 @@ the same function called directly; every bad report is refused and changes nothi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 
@@ -84,16 +85,32 @@ def test_a_resumed_objective_finds_the_report_made_before_the_restart(tmp_path):
     finally:
         stop.set()
         thread.join()
-    again = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)  # the same state: sequence 0
+    again = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)
+    again.load_state_dict({"run": first.run, "sequence": 0})  # the checkpoint's state
     assert torch.equal(again.evaluate(X)[0], value)  # no new point asked, no wait
     assert len(again.party.history()) == 1
+    other = torch.tensor([[0.75, 0.5]], dtype=torch.float64)
+    again.load_state_dict({"run": first.run, "sequence": 0})
+    with pytest.raises(RuntimeError, match="asks .* as point #1"):
+        again.evaluate(other)  # a resumed run that asks another point is an error
+
+
+def test_a_new_run_in_a_used_folder_asks_afresh(tmp_path):
+    first, ask = _one_pending(tmp_path)
+    first.party.report(ask["id"], 1.0)
+    second, new = _one_pending(tmp_path)  # the same point, a new run
+    assert new["x"] == ask["x"] and new["id"] != ask["id"]
+    second.party.report(new["id"], 2.0)
 
 
 def _one_pending(tmp_path) -> tuple[AskTellObjective, dict]:
     asked = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)
-    waiting = threading.Thread(
-        target=asked.evaluate, args=(torch.full((1, 2), 0.5, dtype=torch.float64),), daemon=True
-    )
+
+    def wait() -> None:
+        with contextlib.suppress(RuntimeError):  # a reported failure ends it too
+            asked.evaluate(torch.full((1, 2), 0.5, dtype=torch.float64))
+
+    waiting = threading.Thread(target=wait, daemon=True)
     waiting.start()
     while not asked.party.pending():
         waiting.join(0.01)
@@ -152,7 +169,62 @@ def test_the_operator_works_from_the_command_line(tmp_path, capsys):
     assert asked.party.answer(ask["id"]) == {"value": -1.5}
     assert main(["party", "report", "--folder", folder, "--id", ask["id"], "--failed", "x"]) == 2
     assert "reported already" in capsys.readouterr().err
+    second, other = _one_pending(tmp_path / "b")
+    failed = ["--id", other["id"], "--failed", "plate [/] broke"]
+    assert main(["party", "report", "--folder", str(tmp_path / "b"), *failed]) == 0
+    assert main(["party", "status", "--folder", str(tmp_path / "b")]) == 0
+    assert "plate [/] broke" in capsys.readouterr().out  # shown as written
     assert main(["party", "status", "--folder", folder]) == 0
     out = capsys.readouterr().out
     assert "run active; 0 pending" in out and ask["id"] in out and "-1.5" in out
     assert main(["party", "status", "--folder", str(tmp_path / "missing")]) == 2
+
+
+def test_two_reports_at_once_store_one_value_and_refuse_the_other(tmp_path):
+    asked, ask = _one_pending(tmp_path)
+    outcomes: dict[float, str] = {}
+
+    def tell(value: float) -> None:
+        try:
+            asked.party.report(ask["id"], value)
+            outcomes[value] = "ok"
+        except ValueError as exc:
+            outcomes[value] = str(exc)
+
+    threads = [threading.Thread(target=tell, args=(v,)) for v in (1.0, 2.0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    (winner,) = [v for v, o in outcomes.items() if o == "ok"]
+    (loser,) = [o for o in outcomes.values() if o != "ok"]
+    assert "reported already" in loser
+    assert asked.party.answer(ask["id"]) == {"value": winner}
+
+
+def test_a_dead_runs_folder_is_not_active(tmp_path):
+    asked = AskTellObjective(tmp_path, BOUNDS)
+    assert asked.party.active()
+    marker = next(tmp_path.glob("active-*.json"))
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "pid": 2**22 + 12345}))
+    assert not asked.party.active()  # its process is gone (a crashed run)
+    with AskTellObjective(tmp_path / "b", BOUNDS) as live:
+        assert live.party.active()
+    assert not live.party.active()
+
+
+def test_a_failing_notification_warns_and_the_point_is_still_measured(tmp_path):
+    def notify(ask: dict) -> None:
+        raise ConnectionError("mail server down")
+
+    asked = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01, on_ask=notify)
+    stop = threading.Event()
+    thread = threading.Thread(target=_operator, args=(asked.party, stop), daemon=True)
+    thread.start()
+    try:
+        with pytest.warns(RuntimeWarning, match="mail server down"):
+            observed, _ = asked.evaluate(torch.full((1, 2), 0.5, dtype=torch.float64))
+    finally:
+        stop.set()
+        thread.join()
+    assert observed.item() == pytest.approx(float(lab(torch.tensor([[0.0, 1.0]]))))
