@@ -4,6 +4,7 @@ the same function called directly; every bad report is refused and changes nothi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import threading
 
@@ -228,3 +229,24 @@ def test_a_failing_notification_warns_and_the_point_is_still_measured(tmp_path):
         stop.set()
         thread.join()
     assert observed.item() == pytest.approx(float(lab(torch.tensor([[0.0, 1.0]]))))
+
+
+def test_a_checkpointed_ask_tell_run_resumes_to_the_uninterrupted_result(tmp_path):
+    def campaign(rounds: int, folder, **options):
+        asked = AskTellObjective(folder, BOUNDS, poll_s=0.01)
+        stop = threading.Event()
+        thread = threading.Thread(target=_operator, args=(asked.party, stop), daemon=True)
+        thread.start()
+        try:
+            setup = FederationSetup(objectives=[asked, CallableObjective(lab, BOUNDS)], seed=1)
+            settings = dataclasses.replace(SETTINGS, num_rounds=rounds)
+            return run_federated("local", setup, settings, **options), asked
+        finally:
+            stop.set()
+            thread.join()
+
+    whole, _ = campaign(3, tmp_path / "whole")
+    campaign(2, tmp_path / "lab", checkpoint=tmp_path / "ckpt")
+    resumed, asked = campaign(3, tmp_path / "lab", resume=tmp_path / "ckpt")
+    assert resumed.best_per_round == whole.best_per_round
+    assert len(asked.party.history()) == SETTINGS.num_init + 3  # nothing asked twice
