@@ -137,23 +137,8 @@ class CEC2005F17(_FitnessNoiseMixin, CEC2005CompositionFunction):
     ``G = F16 - 120``; ``evaluate_true`` is noise-free, ``forward`` adds the noise."""
 
     number, bias = 17, 120.0
+    default_fitness_noise = 0.2
     components, sigmas, lambdas = _COMPOSITION_1, (1.0,) * 10, _LAMBDAS_1
-
-    def __init__(
-        self,
-        dim: int = 10,
-        noise_std: float | None = None,
-        negate: bool = False,
-        bounds: list[tuple[float, float]] | None = None,
-        dtype: torch.dtype = torch.double,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-        fitness_noise: float = 0.2,
-    ) -> None:
-        r"""See :class:`CEC2005Function`; ``fitness_noise`` is the factor ``s`` of
-        the multiplicative noise ``1 + s |N(0, 1)|`` (report: 0.2; 0 disables it)."""
-        self.fitness_noise = float(fitness_noise)
-        super().__init__(dim, noise_std, negate, bounds, dtype, seed, generator)
 
 
 class CEC2005F18(CEC2005CompositionFunction):

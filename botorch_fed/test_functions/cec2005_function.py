@@ -124,6 +124,25 @@ class _FitnessNoiseMixin(_FunctionBase):
     r"""The report's multiplicative noise of F4 and F17 (applied in ``forward``)."""
 
     fitness_noise: float
+    default_fitness_noise: float  # the report's factor ``s``
+
+    def __init__(
+        self,
+        dim: int = 10,
+        noise_std: float | None = None,
+        negate: bool = False,
+        bounds: list[tuple[float, float]] | None = None,
+        dtype: torch.dtype = torch.double,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        fitness_noise: float | None = None,
+    ) -> None:
+        r"""See :class:`CEC2005Function`; ``fitness_noise`` is the factor ``s`` of
+        the multiplicative noise ``1 + s |N(0, 1)|`` (``None``: the report's,
+        ``default_fitness_noise``; 0 disables it)."""
+        s = self.default_fitness_noise if fitness_noise is None else fitness_noise
+        self.fitness_noise = float(s)
+        super().__init__(dim, noise_std, negate, bounds, dtype, seed, generator)
 
     def _apply_fitness_noise(self, f: Tensor) -> Tensor:
         if self.fitness_noise == 0.0:

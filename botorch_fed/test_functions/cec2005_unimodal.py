@@ -12,7 +12,6 @@ References:
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from botorch_fed.test_functions.cec2005_basic import (
@@ -67,22 +66,7 @@ class CEC2005F4(_FitnessNoiseMixin, CEC2005Function):
     """
 
     number, bias, default_bound = 4, -450.0, (-100.0, 100.0)
-
-    def __init__(
-        self,
-        dim: int = 10,
-        noise_std: float | None = None,
-        negate: bool = False,
-        bounds: list[tuple[float, float]] | None = None,
-        dtype: torch.dtype = torch.double,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-        fitness_noise: float = 0.4,
-    ) -> None:
-        r"""See :class:`CEC2005Function`; ``fitness_noise`` is the factor ``s`` of
-        the multiplicative noise ``1 + s |N(0, 1)|`` (report: 0.4; 0 disables it)."""
-        self.fitness_noise = float(fitness_noise)
-        super().__init__(dim, noise_std, negate, bounds, dtype, seed, generator)
+    default_fitness_noise = 0.4
 
     def _evaluate_true(self, X: Tensor) -> Tensor:
         return schwefel_1_2(self._shifted(X)) + self.bias
