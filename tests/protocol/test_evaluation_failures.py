@@ -396,7 +396,10 @@ def test_clients_do_not_propose_a_failed_point_again():
     # with it, the client draws a uniform point from its private generator instead,
     # leaving the publicly seeded one (its visible coins) untouched
     client.private_rng.set_state(state)
-    expected = torch.rand(1, 2, generator=torch.Generator().set_state(state), dtype=torch.float64)
+    g = torch.Generator().set_state(state)
+    expected = torch.rand(1, 2, generator=g, dtype=torch.float64)
+    while torch.cdist(expected, corner).min() < MIN_DISTANCE:  # a draw next to it: redrawn
+        expected = torch.rand(1, 2, generator=g, dtype=torch.float64)
     x = client.propose_local(2)
     assert torch.equal(x, expected)
     assert torch.equal(client.rng.get_state(), coins)
