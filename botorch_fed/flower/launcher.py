@@ -16,8 +16,10 @@ on its PYTHONPATH (where a run's ``--objective`` module is found), and writes th
 Flower configuration (``flwr_home/config.toml``, connection ``local-deployment``) and
 the Flower App (``app/pyproject.toml``) that :func:`~.submission.submit` runs with
 ``flwr run``. :func:`down` stops what :func:`up` recorded in ``federation.json``;
-:func:`status` reports it. The state folder's layout and files are
-:mod:`.state_folder`'s, the launcher's errors :mod:`.launch_errors`'.
+:func:`status` reports it. Called again on a federation some of whose processes died,
+:func:`up` restarts exactly those, as they were started (a campaign outlives a crash
+of any of them). :func:`ask_folder` names a party's ask/tell folder. The state folder's
+layout and files are :mod:`.state_folder`'s, the launcher's errors :mod:`.launch_errors`'.
 
 The module imports neither torch nor flwr: it only starts processes.
 """
@@ -25,6 +27,7 @@ The module imports neither torch nor flwr: it only starts processes.
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import shutil
 import socket
@@ -34,15 +37,20 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from botorch_fed.flower.launch_errors import FederationRunningError, FlowerLaunchError
+from botorch_fed.flower.launch_errors import (
+    FederationChangedError,
+    FederationRunningError,
+    FlowerLaunchError,
+)
 from botorch_fed.flower.processes import (
     alive,
     descendants,
     exit_code,
+    left_behind,
     process_table,
     start_time,
     terminate,
@@ -53,21 +61,29 @@ from botorch_fed.flower.state_folder import (
     CONNECTION,
     HOST,
     STATE_ENV,
+    AgentCommand,
+    _changes,
+    _child_env,
+    _command_lines,
+    _console_script,
+    _env_of,
     _live_names,
     _log_tail,
+    _names,
+    _private_dir,
     _read_federation,
     _state,
     _write_app,
     _write_federation,
     _write_flower_config,
+    ask_folder,
 )
 
-__all__ = ["down", "status", "up"]
+__all__ = ["ask_folder", "down", "status", "up"]
 
 _POLL = 0.1
+_PORT_GRACE = 5.0  # seconds a restart waits for a dead process's port to close
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
-
-AgentCommand = Callable[[int, Path], list[str]]
 
 
 # --------------------------------------------------------------------- processes
@@ -89,19 +105,6 @@ def _marked(state: Path, table: dict[int, tuple[int, int]]) -> set[int]:
     return found
 
 
-# ------------------------------------------------------------------- node config
-
-
-def _toml_string(value: str) -> str:
-    r"""A TOML basic string of ``value`` (for ``--node-config``; no escapes needed)."""
-    if any(c in value for c in "\"\\'\n\r\t"):
-        raise FlowerLaunchError(
-            f"path {value!r} cannot be passed in --node-config: it holds a quote, "
-            "a backslash or a control character"
-        )
-    return f'"{value}"'
-
-
 # ----------------------------------------------------------------------- ports
 
 
@@ -119,20 +122,32 @@ def _free_ports(count: int) -> list[int]:
             sock.close()
 
 
-def _check_port_free(port: int) -> None:
-    r"""Raise :class:`FlowerLaunchError` naming ``port`` if it cannot be bound."""
+def _check_port_value(port: int) -> None:
+    r"""Raise ValueError unless ``port`` is an int in 1..65535."""
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         raise ValueError(f"port must be an int in 1..65535, got {port!r}")
+
+
+def _port_taken(port: int) -> str | None:
+    r"""Why ``port`` cannot be bound on :data:`HOST` (``None``: it is free)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # as uvicorn does, so a TIME_WAIT leftover does not count as taken
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((HOST, port))
         except OSError as err:
-            raise FlowerLaunchError(
-                f"port {port} on {HOST} is taken ({err.strerror}); pick another "
-                "port or leave port=None for a free one"
-            ) from None
+            return err.strerror or str(err)
+    return None
+
+
+def _check_port_free(port: int) -> None:
+    r"""Raise :class:`FlowerLaunchError` naming ``port`` if it cannot be bound."""
+    _check_port_value(port)
+    if (why := _port_taken(port)) is not None:
+        raise FlowerLaunchError(
+            f"port {port} on {HOST} is taken ({why}); pick another "
+            "port or leave port=None for a free one"
+        )
 
 
 def _health(port: int) -> bool:
@@ -178,41 +193,6 @@ def _import_dir() -> str | None:
         return None
 
 
-def _child_env(state: Path, python: str, import_dir: str | None = None) -> dict[str, str]:
-    r"""Environment of the children: ``python``'s bin dir first on PATH (the Flower
-    console scripts, which also start ``flower-superexec`` by name), ``import_dir``
-    first on PYTHONPATH (the children run in ``state``, so a run's ``--objective
-    mymod:f`` next to where ``up`` was called is found by the agents and, through
-    Flower's own subprocesses, the ServerApp), FLWR_HOME, unbuffered output, no
-    telemetry, SuperExec polling every 0.25 s, and the :data:`STATE_ENV` marker."""
-    env = dict(os.environ)
-    bin_dir = str(Path(python).parent)
-    env["PATH"] = os.pathsep.join([bin_dir, env.get("PATH", "")]).rstrip(os.pathsep)
-    if import_dir:
-        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-        env["PYTHONPATH"] = os.pathsep.join([import_dir, *(p for p in paths if p != import_dir)])
-    env["FLWR_HOME"] = str(state / "flwr_home")
-    env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-    # SuperExec polls for tasks every second by default and every message waits for
-    # it; 0.25 s, as Flower's own runtime polls (measured on 2 cores: an idle 3-party
-    # federation keeps 10% of the CPUs busy at 0.1 s, 4% at 0.25 s)
-    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.25")
-    env[STATE_ENV] = str(state)
-    return env
-
-
-def _console_script(python: str, name: str) -> str:
-    r"""Path of the console script ``name`` next to ``python`` (error if missing)."""
-    path = Path(python).parent / name
-    if not os.access(path, os.X_OK):
-        raise FlowerLaunchError(
-            f"{name} not found next to python={python!r} (looked for {path}); "
-            "install the extra: pip install 'botorch-fed[flower]'"
-        )
-    return str(path)
-
-
 def _socket_dir(state: Path) -> tuple[Path, bool]:
     r"""Folder of the agents' sockets and whether it is a temporary one (the state
     path is too long for a Unix socket address)."""
@@ -223,12 +203,23 @@ def _socket_dir(state: Path) -> tuple[Path, bool]:
 
 
 def _spawn(
-    fed: dict[str, Any], state: Path, name: str, argv: list[str], env: dict[str, str]
+    fed: dict[str, Any],
+    state: Path,
+    name: str,
+    env: dict[str, str],
+    offsets: dict[str, int],
 ) -> int:
-    r"""Start ``argv`` as ``name`` (own session, log file, no stdin) and record it
-    in ``fed`` and ``federation.json`` at once."""
+    r"""Start ``fed["argv"][name]`` as ``name`` (own session, no stdin, output appended
+    to its log, where ``offsets[name]`` marks its start) and record its pid and start
+    time in ``fed`` and ``federation.json`` at once."""
+    argv = fed["argv"][name]
     log = state / "logs" / f"{name}.log"
-    with log.open("wb") as out:
+    with log.open("ab") as out:
+        if out.tell():
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S %z")
+            out.write(f"\n==> {stamp}: botorch-fed up starts {name} again <==\n".encode())
+            out.flush()
+        offsets[name] = out.tell()
         try:
             proc = subprocess.Popen(
                 argv,
@@ -245,36 +236,37 @@ def _spawn(
     fed["pids"][name] = proc.pid
     fed["start_times"][name] = start_time(proc.pid)
     fed["logs"][name] = str(log)
-    fed["argv"][name] = argv
     _write_federation(state, fed)
     return proc.pid
 
 
-def _died(fed: dict[str, Any]) -> str | None:
-    r"""Error text for the first recorded process that is no longer running."""
-    for name, pid in fed["pids"].items():
+def _died(fed: dict[str, Any], names: list[str], offsets: dict[str, int]) -> str | None:
+    r"""Error text for the first process of ``names`` that is no longer running."""
+    for name in names:
+        pid = fed["pids"][name]
         if not alive(pid, fed["start_times"].get(name)):
             code = exit_code(pid)
             how = "exited" if code is None else f"exited with code {code}"
             log = Path(fed["logs"][name])
-            return (
-                f"{name} (pid {pid}) {how} during start-up; last lines of {log}:\n{_log_tail(log)}"
-            )
+            tail = _log_tail(log, start=offsets.get(name, 0))
+            return f"{name} (pid {pid}) {how} during start-up; last lines of {log}:\n{tail}"
     return None
 
 
-def _wait_ready(fed: dict[str, Any], timeout: float) -> None:
-    r"""Poll until the SuperLink and SuperNodes answer ``/health`` and every agent
-    socket exists; raise :class:`FlowerLaunchError` when a child dies or on timeout."""
-    deadline = time.monotonic() + timeout
-    ports = fed["ports"]
-    pending: dict[str, Callable[[], bool]] = {
-        name: functools.partial(_health, port) for name, port in ports.items()
-    }
-    for name, path in fed["sockets"].items():
-        pending[name] = Path(path).exists
+def _wait_ready(
+    fed: dict[str, Any], names: list[str], deadline: float, offsets: dict[str, int]
+) -> None:
+    r"""Poll until the processes ``names`` are ready -- the SuperLink and SuperNodes
+    answer ``/health``, each agent's socket exists -- and raise
+    :class:`FlowerLaunchError` when one of them dies or at ``deadline``."""
+    pending: dict[str, Callable[[], bool]] = {}
+    for name in names:
+        if name in fed["ports"]:
+            pending[name] = functools.partial(_health, fed["ports"][name])
+        elif name in fed["sockets"]:
+            pending[name] = Path(fed["sockets"][name]).exists
     while True:
-        if (err := _died(fed)) is not None:
+        if (err := _died(fed, names, offsets)) is not None:
             raise FlowerLaunchError(err)
         pending = {name: ready for name, ready in pending.items() if not ready()}
         if not pending:
@@ -282,7 +274,7 @@ def _wait_ready(fed: dict[str, Any], timeout: float) -> None:
         if time.monotonic() > deadline:
             waiting = ", ".join(f"{n} (log {fed['logs'][n]})" for n in sorted(pending))
             raise FlowerLaunchError(
-                f"federation in {fed['state_dir']} not ready after timeout={timeout} s;"
+                f"federation in {fed['state_dir']} not ready after timeout={fed['timeout']} s;"
                 f" still waiting for: {waiting}"
             )
         time.sleep(_POLL)
@@ -297,11 +289,189 @@ def _check_args(clients: int, timeout: float, python: str) -> None:
         raise FlowerLaunchError(f"python={python!r} is not an executable")
 
 
-def _refuse_live(state: Path) -> None:
-    r"""Raise if ``state`` already has a federation with a live process."""
-    fed = _read_federation(state)
-    if fed is not None and (live := _live_names(fed)):
-        raise FederationRunningError(state, live)
+def _check_ask_tell(ask_tell: Iterable[int], clients: int) -> tuple[int, ...]:
+    r"""The party indices of ``ask_tell``, sorted; ValueError unless each is an int in
+    ``0..clients-1`` and none repeats."""
+    if isinstance(ask_tell, str | bytes) or not isinstance(ask_tell, Iterable):
+        raise ValueError(
+            f"ask_tell must be a sequence of party indices (ints in 0..{clients - 1}), "
+            f"got {ask_tell!r}"
+        )
+    indices: list[int] = []
+    for item in ask_tell:
+        try:
+            if isinstance(item, bool):
+                raise TypeError
+            index = operator.index(item)
+        except TypeError:
+            raise ValueError(
+                f"ask_tell must hold party indices (ints), got {item!r} in {ask_tell!r}"
+            ) from None
+        if not 0 <= index < clients:
+            raise ValueError(
+                f"ask_tell names party {index}, but clients={clients} has parties 0..{clients - 1}"
+            )
+        if index in indices:
+            raise ValueError(f"ask_tell names party {index} twice")
+        indices.append(index)
+    return tuple(sorted(indices))
+
+
+def _check_recorded_port(state: Path, name: str, port: int) -> None:
+    r"""Raise :class:`FlowerLaunchError` naming ``port`` if ``name`` cannot restart on it.
+
+    A port whose process just died stays taken for a moment (its connections close
+    with data in flight: FIN-WAIT-1), so it is tried for :data:`_PORT_GRACE` seconds.
+    """
+    deadline = time.monotonic() + _PORT_GRACE
+    while (why := _port_taken(port)) is not None and time.monotonic() < deadline:
+        time.sleep(_POLL)
+    if why is None:
+        return
+    if name == "superlink":
+        keep = (
+            "its SuperNodes and the Flower configuration (flwr_home/config.toml) name "
+            "that port, so it restarts there or not at all"
+        )
+    else:
+        keep = "its recorded command line names that port"
+    raise FlowerLaunchError(
+        f"cannot restart {name} of the federation in {state}: its port {port} on {HOST} "
+        f"is taken ({why}); {keep}. Free the port, or down({str(state)!r}) and up() "
+        "again to start afresh on free ports"
+    )
+
+
+def _terminate_named(fed: dict[str, Any], names: list[str]) -> None:
+    r"""Stop the recorded processes ``names`` of ``fed`` with their descendants."""
+    table = process_table()
+    starts = fed["start_times"]
+    procs = {fed["pids"][n]: starts.get(n) for n in names if n in fed["pids"]}
+    below = descendants(list(procs), table)
+    terminate(procs | {pid: table[pid][1] for pid in below})
+
+
+def _leftovers(state: Path, fed: dict[str, Any], live: list[str]) -> dict[int, int]:
+    r"""Processes of this federation that its dead processes left behind (a SuperExec
+    of a SIGKILLed SuperLink, the ClientApp it ran, ...): :func:`.processes.left_behind`."""
+    pids = fed.get("pids", {})
+    table = process_table()
+    dead = {pid for name, pid in pids.items() if name not in live}
+    return left_behind(_marked(state, table), [pids[n] for n in live], dead, table)
+
+
+def _restart(
+    state: Path, fed: dict[str, Any], live: list[str], timeout: float, t0: float
+) -> dict[str, Any]:
+    r"""Restart the dead processes of the ready federation ``fed`` (``live``: its
+    processes that run), as :func:`up` describes; returns the updated ``fed``."""
+    dead = [n for n in _names(fed["clients"]) if n not in live]
+    missing = [n for n in dead if n not in fed.get("argv", {}) or n not in fed["logs"]]
+    if missing:
+        raise FlowerLaunchError(
+            f"{state / 'federation.json'} records no command line for {', '.join(missing)}; "
+            f"down({str(state)!r}) and up() again to start afresh"
+        )
+    link = "superlink" in dead
+    agents = [n for n in dead if n.startswith("agent-")]
+    # a SuperLink restarted with Flower's in-memory state knows none of the old nodes:
+    # each SuperNode exits at its next heartbeat, so every SuperNode restarts with it
+    nodes = [
+        n for n in _names(fed["clients"]) if n.startswith("supernode-") and (link or n in dead)
+    ]
+    stopping = [n for n in nodes if n in live]
+    terminate(_leftovers(state, fed, live))  # they might hold a port
+    for name in [n for n in ["superlink", *nodes] if n in dead]:
+        _check_recorded_port(state, name, fed["ports"][name])
+    if agents and fed.get("socket_dir_temporary"):  # gone after a reboot: made again
+        _private_dir(Path(fed["socket_dir"]), "the agents' socket folder")
+    (state / "logs").mkdir(exist_ok=True)
+    if stopping:
+        _terminate_named(fed, stopping)
+        for name in stopping:
+            _check_recorded_port(state, name, fed["ports"][name])
+    for name in agents:  # a SIGKILLed agent leaves its socket file behind
+        Path(fed["sockets"][name]).unlink(missing_ok=True)
+    fed["timeout"] = timeout
+    deadline = time.monotonic() + timeout
+    offsets: dict[str, int] = {}
+    started: list[str] = []
+    try:
+        for stage in (["superlink"] if link else [], agents, nodes):
+            for name in stage:
+                _spawn(fed, state, name, _env_of(fed, name), offsets)
+                started.append(name)
+            _wait_ready(fed, stage, deadline, offsets)
+    except BaseException:
+        _terminate_named(fed, started)
+        raise
+    fed["restarted"] = started
+    fed["startup_s"] = round(time.monotonic() - t0, 3)
+    _write_federation(state, fed)
+    return fed
+
+
+def _start(
+    state: Path,
+    clients: int,
+    port: int | None,
+    timeout: float,
+    python: str,
+    agent: AgentCommand,
+    ask: tuple[int, ...],
+    t0: float,
+) -> dict[str, Any]:
+    r"""Start a new federation in ``state`` as :func:`up` describes; returns its ``fed``."""
+    free = _free_ports(clients + (port is None))
+    link_port = free.pop() if port is None else port
+    sock_dir, sock_tmp = _socket_dir(state)
+    for sub in ("logs", "keys", "parties", "runs", RESULTS_DIR, "flwr_home"):
+        (state / sub).mkdir(exist_ok=True)
+    sock_dir.mkdir(exist_ok=True)
+    import_dir = _import_dir()
+    fed: dict[str, Any] = {
+        "state_dir": str(state),
+        "address": f"{HOST}:{link_port}",
+        "connection": CONNECTION,
+        "clients": clients,
+        "python": python,
+        "flwr_home": str(state / "flwr_home"),
+        "flower_config": str(_write_flower_config(state / "flwr_home", link_port)),
+        "app_dir": str(_write_app(state / "app").parent),
+        "key_dir": str(state / "keys"),
+        "import_dir": import_dir,
+        "socket_dir": str(sock_dir),
+        "socket_dir_temporary": sock_tmp,
+        "ports": {"superlink": link_port},
+        "sockets": {},
+        "pids": {},
+        "start_times": {},
+        "logs": {},
+        "argv": {},
+        "env": _child_env(state, python, import_dir),
+        "env_overrides": {"superlink": {SERVER_DIR_ENV: str(state)}},
+        "timeout": timeout,
+        "ready": False,
+        "restarted": [],
+    }
+    for i in range(clients):
+        fed["ports"][f"supernode-{i}"] = free[i]
+        fed["sockets"][f"agent-{i}"] = str(sock_dir / f"agent-{i}.sock")
+        Path(fed["sockets"][f"agent-{i}"]).unlink(missing_ok=True)  # stale
+    fed["argv"] = _command_lines(fed, python, agent, ask)
+    _write_federation(state, fed)
+    offsets: dict[str, int] = {}
+    try:
+        for name in _names(clients):
+            _spawn(fed, state, name, _env_of(fed, name), offsets)
+        _wait_ready(fed, _names(clients), time.monotonic() + timeout, offsets)
+    except BaseException:
+        _stop(state, fed)
+        raise
+    fed["ready"] = True
+    fed["startup_s"] = round(time.monotonic() - t0, 3)
+    _write_federation(state, fed)
+    return fed
 
 
 def up(
@@ -313,13 +483,16 @@ def up(
     python: str = sys.executable,
     agent_command: AgentCommand | None = None,
     agent_flags: Sequence[str] = (),
+    ask_tell: Iterable[int] = (),
 ) -> dict[str, Any]:
-    r"""Start a loopback Flower federation of ``clients`` parties and wait until ready.
+    r"""Start a loopback Flower federation of ``clients`` parties, or restart the dead
+    processes of the one in ``state_dir``, and wait until it is ready.
 
-    Starts the SuperLink, ``clients`` party agents and ``clients`` SuperNodes, each
-    in its own process group with its output in ``<state_dir>/logs/<name>.log``
-    (names ``superlink``, ``agent-<i>``, ``supernode-<i>``), recording them in
-    ``<state_dir>/federation.json`` as they start. The children run in ``state_dir``;
+    **A new federation.** Starts the SuperLink, ``clients`` party agents and
+    ``clients`` SuperNodes, each in its own process group with its output appended to
+    ``<state_dir>/logs/<name>.log`` (names ``superlink``, ``agent-<i>``,
+    ``supernode-<i>``), recording each with its command line and environment in
+    ``<state_dir>/federation.json`` as it starts. The children run in ``state_dir``;
     the folder ``up`` is called from goes first on their PYTHONPATH (``import_dir``
     in the description), so a run's ``--objective mymod:f`` written there is found
     by the agents and the ServerApp. Ready means: the SuperLink and every SuperNode
@@ -329,12 +502,36 @@ def up(
     and ServerApp processes inherit it): a run's results go to ``<state_dir>/results/``
     and its server key is read from ``<state_dir>/keys/``, whatever the run config says.
 
+    **A restart.** When ``state_dir`` holds a federation that came up (and was not
+    stopped with :func:`down` since) some or all of whose processes died, ``up``
+    restarts exactly the dead ones, with the command line, environment, ports and
+    sockets recorded for them, keeping the live ones: the SuperLink first, then the
+    agents, then the SuperNodes, each stage ready before the next starts; each
+    restarted process appends to its log and ``federation.json`` gets its pid and
+    start time (written atomically). A restarted SuperLink starts on its recorded
+    port (its SuperNodes and ``flwr_home/config.toml`` name it) or not at all (the
+    error names the port). A restarted SuperLink also restarts every SuperNode, the
+    live ones included: Flower 1.41's SuperLink keeps its nodes in memory, and a
+    SuperNode whose SuperLink restarted is refused at its next heartbeat and exits
+    (it does not register again); restarted SuperNodes register afresh (with new node
+    ids). A restarted agent, by contrast, needs no new SuperNode: the ClientApp finds
+    its socket per message. Processes that dead ones left behind (a SuperExec whose
+    parent was SIGKILLed, the ServerApp or ClientApp it ran) are stopped first. The
+    agents' state files and folders (``parties/``) are never touched. The request must
+    ask for the federation that was started: the same ``clients`` and ``port`` (or
+    ``None``), and the same command line for every process (``python``,
+    ``agent_command``, ``agent_flags`` -- the parties' policies -- and ``ask_tell``);
+    otherwise ``up`` refuses while a process lives (:class:`FederationChangedError`)
+    and starts a new federation when none does. The caller's environment plays no
+    part in a restart.
+
     Args:
         clients: Number of parties (SuperNodes and agents), at least 1.
         state_dir: Folder of the federation (created if missing).
         port: SuperLink HTTP port (Fleet, Control and Runtime APIs); ``None`` picks a
-            free one. SuperNode Runtime API ports are always picked free.
-        timeout: Seconds to wait for readiness.
+            free one (a restart: the recorded one). SuperNode Runtime API ports are
+            always picked free.
+        timeout: Seconds to wait for readiness (of all stages of a restart together).
         python: Interpreter for the agents; its bin dir holds the Flower console
             scripts and goes first on the children's PATH.
         agent_command: ``(partition id, socket path) -> argv`` of an agent, for
@@ -344,91 +541,54 @@ def up(
             ``--allow-objective M:F@lo,hi;...``, ``--share-results``, ...;
             :func:`~botorch_fed.flower.policy.policy_flags` makes them from ``flower
             up``'s flags; :class:`~botorch_fed.flower.policy.PartyPolicy`).
+        ask_tell: Indices of the parties whose agents run in ask/tell mode: agent ``i``
+            gets ``--ask-tell <state_dir>/parties/party-<i>-ask`` (:func:`ask_folder`)
+            after its other arguments. Each index in ``0..clients-1``, none twice.
 
     Returns:
         The federation description (what ``federation.json`` holds): ``state_dir``,
         ``address``, ``clients``, ``ports``/``sockets``/``pids``/``start_times``/
-        ``logs``/``argv`` by process name, ``flwr_home``, ``flower_config``,
+        ``logs``/``argv`` by process name, ``env`` (the children's environment) and
+        ``env_overrides`` (by process name), ``flwr_home``, ``flower_config``,
         ``app_dir``, ``key_dir``, ``import_dir``, ``connection``, ``ready``,
-        ``startup_s``.
+        ``startup_s``, ``timeout``, and ``restarted``: the names this call restarted
+        (``[]`` for a new federation).
 
     Raises:
-        ValueError: If ``clients``, ``timeout`` or ``port`` is malformed.
-        FlowerLaunchError: If ``port`` is taken or the state folder already has a
-            live federation (:class:`FederationRunningError`; nothing started then),
-            or a process died during start-up or ``timeout`` passed (everything
-            started is stopped then; the message names the process and its log tail).
+        ValueError: If ``clients``, ``timeout``, ``port`` or ``ask_tell`` is malformed.
+        FlowerLaunchError: If ``port`` (or a port a restart needs) is taken, the state
+            folder's federation runs entirely (:class:`FederationRunningError`) or
+            partly, with other arguments (:class:`FederationChangedError`) -- nothing
+            started or stopped then --, or a process died during start-up or
+            ``timeout`` passed (everything this call started is stopped then; the
+            message names the process and its log tail).
     """
     t0 = time.monotonic()
     _check_args(clients, timeout, python)
+    ask = _check_ask_tell(ask_tell, clients)
+    for script in ("flower-superlink", "flower-supernode"):
+        _console_script(python, script)
+    if port is not None:
+        _check_port_value(port)
+    state = _state(state_dir, create=True)
+    agent = agent_command or _default_agent_command(python, state, clients, tuple(agent_flags))
+    fed = _read_federation(state)
+    live = [] if fed is None else _live_names(fed)
+    if fed is not None and fed.get("ready"):
+        if set(live) >= set(_names(fed["clients"])):
+            raise FederationRunningError(state, live)
+        changes = _changes(fed, state, clients, port, python, agent, ask)
+        if not changes:
+            return _restart(state, fed, live, timeout, t0)
+        if live:
+            raise FederationChangedError(state, live, changes)
+    if live:
+        raise FederationRunningError(state, live)
     if port is not None:
         _check_port_free(port)
-    state = _state(state_dir, create=True)
-    _refuse_live(state)
-    superlink_bin = _console_script(python, "flower-superlink")
-    supernode_bin = _console_script(python, "flower-supernode")
-
-    free = _free_ports(clients + (port is None))
-    link_port = free.pop() if port is None else port
-    sock_dir, sock_tmp = _socket_dir(state)
-    for sub in ("logs", "keys", "parties", "runs", RESULTS_DIR, "flwr_home"):
-        (state / sub).mkdir(exist_ok=True)
-    sock_dir.mkdir(exist_ok=True)
-    fed: dict[str, Any] = {
-        "state_dir": str(state),
-        "address": f"{HOST}:{link_port}",
-        "connection": CONNECTION,
-        "clients": clients,
-        "python": python,
-        "flwr_home": str(state / "flwr_home"),
-        "flower_config": str(_write_flower_config(state / "flwr_home", link_port)),
-        "app_dir": str(_write_app(state / "app").parent),
-        "key_dir": str(state / "keys"),
-        "import_dir": _import_dir(),
-        "socket_dir": str(sock_dir),
-        "socket_dir_temporary": sock_tmp,
-        "ports": {"superlink": link_port},
-        "sockets": {},
-        "pids": {},
-        "start_times": {},
-        "logs": {},
-        "argv": {},
-        "ready": False,
-    }
-    for i in range(clients):
-        fed["ports"][f"supernode-{i}"] = free[i]
-        fed["sockets"][f"agent-{i}"] = str(sock_dir / f"agent-{i}.sock")
-        Path(fed["sockets"][f"agent-{i}"]).unlink(missing_ok=True)  # stale
-    _write_federation(state, fed)
-
-    agent = agent_command or _default_agent_command(python, state, clients, tuple(agent_flags))
-    env = _child_env(state, python, fed["import_dir"])
-    try:
-        _spawn(fed, state, "superlink", [
-            superlink_bin, "--insecure", "--disable-runtime-dependency-installation",
-            "--host", HOST, "--port", str(link_port),
-        ], {**env, SERVER_DIR_ENV: str(state)})  # fmt: skip
-        for i in range(clients):
-            sock = Path(fed["sockets"][f"agent-{i}"])
-            _spawn(fed, state, f"agent-{i}", [str(a) for a in agent(i, sock)], env)
-        for i in range(clients):
-            node_config = (
-                f"partition-id={i} num-partitions={clients} "
-                f"agent={_toml_string(fed['sockets'][f'agent-{i}'])}"
-            )
-            _spawn(fed, state, f"supernode-{i}", [
-                supernode_bin, "--insecure", "--superlink", fed["address"],
-                "--node-config", node_config,
-                "--host", HOST, "--port", str(fed["ports"][f"supernode-{i}"]),
-            ], env)  # fmt: skip
-        _wait_ready(fed, timeout)
-    except BaseException:
-        _stop(state, fed)
-        raise
-    fed["ready"] = True
-    fed["startup_s"] = round(time.monotonic() - t0, 3)
-    _write_federation(state, fed)
-    return fed
+    if fed is not None:
+        terminate(_leftovers(state, fed, []))
+    return _start(state, clients, port, timeout, python, agent, ask, t0)
 
 
 # ----------------------------------------------------------------------- down
@@ -478,7 +638,8 @@ def down(state_dir: str | os.PathLike[str]) -> list[str]:
     gets SIGTERM, then SIGKILL after 3 s. Flower's own subprocesses (SuperExecs,
     ServerApp/ClientApp processes) are stopped with their parents. Only processes
     whose start time still matches the record are signalled (no pid reuse). Logs
-    and ``federation.json`` are kept; agent sockets are removed.
+    and ``federation.json`` are kept (marked not ``ready``: the next :func:`up` starts
+    a new federation rather than restarting this one); agent sockets are removed.
 
     Args:
         state_dir: The federation's folder.
@@ -491,7 +652,11 @@ def down(state_dir: str | os.PathLike[str]) -> list[str]:
     fed = _read_federation(state)
     if fed is None:
         return []
-    return _stop(state, fed)
+    stopped = _stop(state, fed)
+    if fed.get("ready"):  # the next up starts afresh
+        fed["ready"] = False
+        _write_federation(state, fed)
+    return stopped
 
 
 def status(state_dir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
-r"""The processes of a loopback Flower federation: their state, start time and
-descendants from ``/proc``, signals to their process groups, and the exit codes of the
-children this process started (:func:`track`).
+r"""The processes of a loopback Flower federation: their state, start time, command
+line and descendants from ``/proc``, signals to their process groups, and the exit codes
+of the children this process started (:func:`track`).
 
 Linux only (``/proc``); imports neither torch nor flwr.
 """
@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
@@ -102,6 +103,45 @@ def process_table() -> dict[int, tuple[int, int]]:
     return table
 
 
+def command_line(pid: int) -> list[str] | None:
+    r"""The arguments ``pid`` was started with (``/proc/<pid>/cmdline``), ``None`` if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return [arg.decode(errors="replace") for arg in raw.split(b"\0")[:-1]]
+
+
+def watched_parent(pid: int) -> int | None:
+    r"""The pid a Flower subprocess of ``pid`` watches: its ``--parent-pid`` argument.
+
+    Flower 1.41 starts its SuperExecs (``flower-superexec``) and their app processes
+    (``flwr-serverapp``, ``flwr-clientapp``) with ``--parent-pid P`` and has them exit
+    once ``P`` is gone -- but a ``P`` that stays a zombie (nobody reaps it) counts as
+    running for them.
+
+    Args:
+        pid: The process id.
+
+    Returns:
+        The watched pid, or ``None`` when ``pid`` has no (integer) ``--parent-pid`` or
+        is gone.
+    """
+    argv = command_line(pid) or []
+    for k, arg in enumerate(argv):
+        if arg == "--parent-pid" and k + 1 < len(argv):
+            value = argv[k + 1]
+        elif arg.startswith("--parent-pid="):
+            value = arg.split("=", 1)[1]
+        else:
+            continue
+        try:
+            return int(value)
+        except ValueError:
+            return None
+    return None
+
+
 def descendants(roots: list[int], table: dict[int, tuple[int, int]]) -> set[int]:
     r"""Pids below ``roots`` in the process tree ``table`` (roots excluded)."""
     children: dict[int, list[int]] = {}
@@ -117,6 +157,42 @@ def descendants(roots: list[int], table: dict[int, tuple[int, int]]) -> set[int]
     return found - set(roots)
 
 
+def left_behind(
+    candidates: set[int],
+    live: list[int],
+    dead: set[int],
+    table: dict[int, tuple[int, int]],
+) -> dict[int, int]:
+    r"""The processes of ``candidates`` that dead processes left behind, with their
+    descendants: ``{pid: start time}``.
+
+    A candidate is left behind when it is no descendant of a ``live`` process and its
+    parent is one of ``dead`` (a zombie nobody reaped), or the process it watches
+    (:func:`watched_parent`) is one of ``dead`` or no longer runs (gone, or a zombie:
+    Flower's own check takes a zombie for a running process, so such a SuperExec
+    would live on).
+
+    Args:
+        candidates: Pids to look at (those of one federation).
+        live: Pids of its recorded processes that still run (kept, with their
+            descendants).
+        dead: Pids of its recorded processes that died.
+        table: :func:`process_table`.
+    """
+    keep = set(live) | descendants(list(live), table)
+    found = set()
+    for pid in candidates - keep:
+        if pid not in table:
+            continue
+        watched = watched_parent(pid)
+        if table[pid][0] in dead or (
+            watched is not None and (watched in dead or not alive(watched, None))
+        ):
+            found.add(pid)
+    found |= descendants(list(found), table) - keep
+    return {pid: table[pid][1] for pid in found if pid in table}
+
+
 def signal_process(pid: int, sig: int) -> None:
     r"""Send ``sig`` to ``pid``'s process group if it leads one, else to ``pid``."""
     stat = proc_stat(pid)
@@ -129,7 +205,7 @@ def signal_process(pid: int, sig: int) -> None:
         pass
 
 
-def terminate(procs: dict[int, int | None], grace: float = STOP_GRACE) -> None:
+def terminate(procs: Mapping[int, int | None], grace: float = STOP_GRACE) -> None:
     r"""SIGTERM ``{pid: start time}``, wait up to ``grace`` s, then SIGKILL the rest.
 
     Args:
