@@ -3,8 +3,11 @@ r"""The botorch-fed ``ClientApp``: every message goes to the party's agent.
 Flower starts this app in a fresh process for each message; the party's client lives
 in its agent (:mod:`.party`), whose Unix socket the SuperNode's node config names
 (``agent="<path>"``). The one handler takes every ``query.<type>`` message, forwards
-the protocol type and payload (:mod:`.records`) with the run's id and config, and
-answers with the agent's reply. An error of the agent is raised here, so Flower hands
+the protocol type and payload (:mod:`.records`) with the run's id and config and the
+message's position (its group id ``"<round>:<seq>"``), and answers with the agent's
+reply -- or, when the agent answered that it is still working on the message (an
+ask/tell evaluation waits for the party's operator), with a reply holding only the
+record ``pending``, and the server asks again. An error of the agent is raised here, so Flower hands
 the server an error reply naming it: the agent's text, which is all the server may know
 (:meth:`~.party.PartyAgent.reply`: a refusal in full; an error of the run's client only
 as its type, the client, the message and the round -- the rest stays in the agent's log).
@@ -16,16 +19,20 @@ from __future__ import annotations
 
 import socket
 
-from flwr.app import Context, Message
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from botorch_fed.flower.records import (
+    PENDING_RECORD,
     encode_frame,
     from_records,
     protocol_type,
     read_frame,
     to_records,
 )
+
+#: the agent's answer "still working on it, ask again" (:meth:`~.party.PartyAgent.answer`)
+PENDING: dict = {}
 
 
 class AgentError(RuntimeError):
@@ -39,7 +46,8 @@ class AgentUnavailable(AgentError):
 
 
 def forward(path: str, meta: dict, payload: dict, timeout: float | None = None) -> dict:
-    r"""Send ``(meta, payload)`` to the agent at ``path``; return its reply payload.
+    r"""Send ``(meta, payload)`` to the agent at ``path``; return its reply payload, or
+    :data:`PENDING` (the very object) when the agent is still working on it.
 
     Raises:
         AgentUnavailable: The agent is not there (or its answer broke off).
@@ -55,6 +63,8 @@ def forward(path: str, meta: dict, payload: dict, timeout: float | None = None) 
         raise AgentUnavailable(f"the party's agent at {path} did not answer ({exc})") from None
     if not out_meta.get("ok"):
         raise AgentError(str(out_meta.get("error", "unknown error")))
+    if out_meta.get("pending") is True:
+        return PENDING
     return out
 
 
@@ -71,8 +81,20 @@ class AgentClientApp(ClientApp):
                     "--node-config 'partition-id=I num-partitions=N agent=\"<socket path>\"'."
                 )
             meta = {"run": int(context.run_id), "type": type_, "config": dict(context.run_config)}
+            meta |= position(message.metadata.group_id)
             reply = forward(path, meta, from_records(message.content))
+            if reply is PENDING:
+                return Message(RecordDict({PENDING_RECORD: ConfigRecord({})}), reply_to=message)
             return Message(to_records(reply), reply_to=message)
+
+
+def position(group_id: str) -> dict:
+    r"""``{"round": r, "seq": s}`` of a message's group id ``"<round>:<seq>"`` (the
+    server's transport numbers its messages so); ``{}`` for another group id."""
+    round_, sep, seq = str(group_id).partition(":")
+    if not sep or not (round_.isdigit() and seq.isdigit()) or len(round_ + seq) > 12:
+        return {}
+    return {"round": int(round_), "seq": int(seq)}
 
 
 app = AgentClientApp()

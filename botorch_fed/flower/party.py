@@ -71,6 +71,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from botorch_fed.flower.agent_state import AgentState
+from botorch_fed.flower.campaign import CampaignJournal, StaleCampaign, check_name, message_digest
 from botorch_fed.flower.party_errors import _private, refusal, wire_error
 from botorch_fed.flower.policy import (
     PartyPolicy,
@@ -78,7 +79,7 @@ from botorch_fed.flower.policy import (
     add_policy_arguments,
     policy_from_arguments,
 )
-from botorch_fed.flower.records import encode_frame, read_frame
+from botorch_fed.flower.records import decode_frame, encode_frame, read_frame
 from botorch_fed.protocol.declarations import ProtocolViolation as ProtocolViolationError
 from botorch_fed.protocol.messages import TIME_PREFIX
 
@@ -150,7 +151,8 @@ class PartyAgent:
         self._over: dict[int, str] = {}  # run -> why it is over (every run it began)
         self.epsilon_spent = 0.0  # LDP epsilon of every answer, over all runs
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the agent's bookkeeping
+        self._compute = threading.Lock()  # the clients' work: one message at a time
         self.state = None if state_file is None else AgentState(state_file)
         self.state_file = None if self.state is None else self.state.path
         if self.state is not None:
@@ -163,6 +165,8 @@ class PartyAgent:
         its full text and traceback go to the agent's log (stderr)."""
         try:
             return self.answer(meta, payload)
+        except Answered as exc:  # told before, in these words
+            return {"ok": False, "error": exc.text}, {}
         except Exception as exc:  # noqa: BLE001 - the server is told what it may know
             traceback.print_exc(file=sys.stderr)
             return {"ok": False, "error": wire_error(exc, self.partition_id, meta, payload)}, {}
@@ -178,6 +182,22 @@ class PartyAgent:
         :data:`IDLE_BEFORE_DROP` seconds, and is refused otherwise. With a
         ``state_file`` the runs it began and the epsilon spent outlive the process.
 
+        **Positions and waiting.** The server's transport numbers each protocol message
+        to this party (``meta["seq"]``, from 0, with the round in ``meta["round"]``).
+        Each position is computed once: the message at the next position starts the
+        client's work (in a worker thread, one message of all runs at a time); the
+        answer goes back as soon as it is ready, or after the run config's ``hold``
+        seconds as ``{"ok": True, "pending": True}`` (an ask/tell evaluation waits for
+        the party's operator), and the server asks again with the same message. A
+        message at a position already answered gets the same answer again (from the
+        campaign's journal, :mod:`.campaign`, or the last answer in memory) if it is
+        the same message, and is refused otherwise; a message that skips a position is
+        refused. A message without a position is answered when ready, however long
+        that takes (the harness's tests). A *campaign* (run config ``campaign``, which
+        needs a ``state_file``) is held by its name rather than Flower's run id, so a
+        resumed ServerApp's new Flower run continues it, and its answers are journalled
+        before they leave, so a restarted agent continues it too.
+
         This is the party's own call: what it raises carries its full text. What the
         server is told is :meth:`reply`'s (module docstring): the refusals decided
         before the client is used are marked public (:func:`refusal`); an error of the
@@ -186,59 +206,187 @@ class PartyAgent:
         Raises:
             PolicyError, ProtocolViolation, ValueError: Public refusals (marked): the
                 run's options or the party's policy refuse it, the run is over, the
-                agent is full, the epsilon cap is reached.
+                agent is full, the epsilon cap is reached, a position out of order.
             Exception: Anything the run's client (its protocol checks, its black box,
                 its models) or the agent's own files raised: unmarked.
         """
+        run_id, type_ = int(meta["run"]), str(meta["type"])
+        if type_ == HELLO:
+            return {"ok": True}, {
+                "partition": self.partition_id,
+                "clients": self.num_partitions,
+            }
+        with self._lock:
+            if type_ == REPORT:
+                return self._final_report(run_id, meta["config"])
+            key = self._key(run_id, meta["config"])
+            held = self._held(key, meta["config"])
+            position = _position(meta)
+            digest = message_digest(type_, encode_frame({}, payload))
+            if position is not None and position[0] < held.next_seq:
+                return self._replay(held, position[0], digest)
+            job = held.job
+            if job is not None:
+                if position is None or job.seq != position[0] or job.digest != digest:
+                    raise refusal(
+                        ProtocolViolationError(
+                            f"Client {self.partition_id}: message #{job.seq} of this run is "
+                            "still being answered; the server must ask for it again, not "
+                            "send another."
+                        )
+                    )
+            elif position is not None and position[0] != held.next_seq:
+                raise refusal(
+                    ProtocolViolationError(
+                        f"Client {self.partition_id}: the next message of this run is "
+                        f"#{held.next_seq}, the server sent #{position[0]}."
+                    )
+                )
+            else:
+                if held.stale:
+                    raise refusal(
+                        StaleCampaign(
+                            f"Client {self.partition_id}: this party's agent restarted in the "
+                            f"middle of a secure sum of campaign {key[1]!r}; it answers again "
+                            "what it answered but cannot go on with the campaign."
+                        )
+                    )
+                spent = self._check_total_epsilon(held.client)
+                seq, round_ = position if position is not None else (held.next_seq, 0)
+                job = held.job = _Job(seq, round_, digest)
+                threading.Thread(
+                    target=self._work,
+                    args=(held, job, type_, payload, spent, meta),
+                    daemon=True,
+                ).start()
+            hold = None if position is None else _hold(meta["config"])
+        if not job.done.wait(hold):
+            return {"ok": True, "pending": True}, {}
+        return self._outcome(job.outcome)
+
+    def _key(self, run_id: int, run_config) -> int | tuple[str, str]:
+        r"""What the agent holds a run by: Flower's run id, or ``("campaign", name)``."""
+        name = run_config.get("campaign", "") if hasattr(run_config, "get") else ""
+        if not name:
+            return run_id
+        try:
+            check_name(name)
+        except ValueError as exc:
+            raise refusal(exc) from None
+        if self.state is None:
+            raise refusal(
+                PolicyError(
+                    "This party's agent keeps no state (--state-file): it takes no campaign."
+                )
+            )
+        return ("campaign", name)
+
+    def _work(self, held: _Held, job: _Job, type_: str, payload: dict, spent, meta) -> None:
+        r"""Compute one message in the worker thread, journal its answer, then tell the
+        threads that wait for it."""
         import torch
 
         from botorch_fed.protocol.messages import Message
 
-        with self._lock:
+        with self._compute:  # one message of all runs at a time (torch's global state)
             torch.set_num_threads(self.threads)
-            run_id, type_ = int(meta["run"]), str(meta["type"])
-            if type_ == HELLO:
-                return {"ok": True}, {
-                    "partition": self.partition_id,
-                    "clients": self.num_partitions,
-                }
-            if type_ == REPORT:
-                return self._final_report(run_id, meta["config"])
-            held = self._held(run_id, meta["config"])
-            spent = self._check_total_epsilon(held.client)
             try:
                 reply = _quiet(lambda: held.client.handle(Message(type_, payload)))
-            except BaseException as exc:
+                out = reply.payload
+                if not self.policy.share_results:
+                    # how long each stage of the party's work took depends on its data (and
+                    # shows which branch it took): stage timings go with its results only
+                    out = {k: v for k, v in out.items() if not k.startswith(TIME_PREFIX)}
+                outcome: tuple = ("ok", out)
+            except BaseException as exc:  # noqa: BLE001 - kept for the waiting threads
                 _private(exc)  # the client's: its text stays with the party
-                raise
-            finally:  # what this message released, answered or not
+                traceback.print_exception(exc, file=sys.stderr)
+                outcome = ("error", exc, wire_error(exc, self.partition_id, meta, payload))
+            with self._lock:
+                try:
+                    released = 0.0 if spent is None else spent()
+                    if released > 0:
+                        self.epsilon_spent += released
+                        if self.state is not None:  # durable before the answer leaves
+                            self.state.spent(self.epsilon_spent)
+                    if held.journal is not None:
+                        self._journal(held, job, outcome)
+                except BaseException as exc:  # noqa: BLE001 - the answer must not leave
+                    traceback.print_exception(exc, file=sys.stderr)
+                    outcome = ("error", exc, wire_error(exc, self.partition_id, meta, payload))
+                    held.stale = held.journal is not None  # its journal lags the client
+                held.answered = (job.seq, job.digest, outcome)
+                held.next_seq = job.seq + 1
+                held.job = None
                 held.last = self._clock()
-                released = 0.0 if spent is None else spent()
-                if released > 0:
-                    self.epsilon_spent += released
-                    if self.state is not None:  # durable before the answer leaves
-                        self.state.spent(self.epsilon_spent)
-            out = reply.payload
-            if not self.policy.share_results:
-                # how long each stage of the party's work took depends on its data (and
-                # shows which branch it took): stage timings go with its results only
-                out = {k: v for k, v in out.items() if not k.startswith(TIME_PREFIX)}
-            return {"ok": True}, out
+        job.outcome = outcome
+        job.done.set()
 
-    def _held(self, run_id: int, run_config) -> _Held:
-        r"""The client of run ``run_id``, built at its first message (the run is then
-        recorded as begun before its client answers anything). Every error raised here
-        is a public refusal but what the build raises beyond its refusals."""
-        if run_id in self._over:
+    def _journal(self, held: _Held, job: _Job, outcome: tuple) -> None:
+        r"""Write the answer (and the client's state, if it can be saved now) to the
+        campaign's journal."""
+        from botorch_fed.protocol.declarations import ProtocolViolation
+
+        try:
+            state = held.client.state_dict()
+        except ProtocolViolation:  # in the middle of a secure sum
+            state = None
+        frame = encode_frame({}, outcome[1]) if outcome[0] == "ok" else None
+        error = outcome[2] if outcome[0] == "error" else None
+        held.journal.record(job.seq, job.round, job.digest, frame, error, state)
+
+    def _replay(self, held: _Held, seq: int, digest: str) -> tuple[dict, dict]:
+        r"""The answer already given to message ``seq``, if this is the same message."""
+        entry = None
+        if held.answered is not None and held.answered[0] == seq:
+            entry = {"digest": held.answered[1], "outcome": held.answered[2]}
+        elif held.journal is not None:
+            logged = held.journal.read(seq)
+            if logged is not None:
+                outcome = ("error", None, logged["error"])
+                if logged["reply"] is not None:
+                    outcome = ("ok", decode_frame(logged["reply"][8:])[1])
+                entry = {"digest": logged["digest"], "outcome": outcome}
+        if entry is None:
             raise refusal(
                 ProtocolViolationError(
-                    f"Run {run_id} is over for this party ({self._over[run_id]}); "
+                    f"Client {self.partition_id}: message #{seq} of this run was answered "
+                    "long ago; it is not answered again."
+                )
+            )
+        if entry["digest"] != digest:
+            raise refusal(
+                ProtocolViolationError(
+                    f"Client {self.partition_id}: message #{seq} differs from the one this "
+                    "party answered at that position; a message is answered once."
+                )
+            )
+        return self._outcome(entry["outcome"], replayed=True)
+
+    @staticmethod
+    def _outcome(outcome: tuple, replayed: bool = False) -> tuple[dict, dict]:
+        if outcome[0] == "ok":
+            return {"ok": True}, dict(outcome[1])
+        if replayed or outcome[1] is None:
+            raise Answered(outcome[2])
+        raise outcome[1]
+
+    def _held(self, key, run_config) -> _Held:
+        r"""The client of run ``key`` (a Flower run id, or a campaign), built at its first
+        message (the run is then recorded as begun before its client answers anything);
+        a campaign this agent began and no longer holds (it restarted, or dropped it to
+        make room) is restored from its journal. Every error raised here is a public
+        refusal but what the build raises beyond its refusals."""
+        if key in self._over:
+            raise refusal(
+                ProtocolViolationError(
+                    f"Run {_describe(key)} is over for this party ({self._over[key]}); "
                     "a run does not start again."
                 )
             )
-        held = self._runs.get(run_id)
+        held = self._runs.get(key)
         if held is not None:
-            self._runs.move_to_end(run_id)
+            self._runs.move_to_end(key)
             held.last = self._clock()
             return held
         if len(self._over) + len(self._runs) >= MAX_REMEMBERED:
@@ -249,13 +397,49 @@ class PartyAgent:
                     "operator moves its runs journal aside."
                 )
             )
+        journal = None
+        if isinstance(key, tuple):
+            journal = self._journal_of(key[1], run_config)
+            if journal.ended():
+                raise refusal(
+                    ProtocolViolationError(
+                        f"Campaign {key[1]!r} is over for this party (it reported); a run "
+                        "does not start again."
+                    )
+                )
+            if journal.exists():
+                try:
+                    journal.open()
+                except ValueError as exc:
+                    raise refusal(exc) from None
         client = self._build_refusing(run_config)  # a run refused drops no other run
         self._make_room()
-        if self.state is not None:
-            self.state.began(run_id)  # a restarted agent refuses it: no run starts again
-        held = self._runs[run_id] = _Held(client)
+        held = _Held(client, journal)
+        if journal is not None and journal.exists():
+            self._restore(held)
+        elif journal is not None:
+            journal.begin()
+        elif self.state is not None:
+            self.state.began(key)  # a restarted agent refuses it: no run starts again
+        self._runs[key] = held
         held.last = self._clock()
         return held
+
+    def _journal_of(self, name: str, run_config) -> CampaignJournal:
+        r"""The journal of campaign ``name`` in this agent's state folder."""
+        assert self.state is not None  # _key refuses a campaign without one
+        folder = self.state.path.with_name(f"{self.state.path.name}.campaigns") / name
+        return CampaignJournal(folder, name, options_digest(run_config))
+
+    def _restore(self, held: _Held) -> None:
+        r"""Continue a campaign from its journal: the client's newest saved state, the
+        position after it; stale if answers were journalled after that state."""
+        newest, entry = held.journal.last()
+        if entry is not None:
+            _quiet(lambda: held.client.load_state_dict(entry["state"]))
+            held.next_seq = int(entry["seq"]) + 1
+        if newest is not None and newest + 1 != held.next_seq:
+            held.next_seq, held.stale = newest + 1, True
 
     def _build_refusing(self, run_config):
         r""":meth:`_build`, its refusals (policy, options, key material) marked public;
@@ -276,20 +460,35 @@ class PartyAgent:
             raise
 
     def _final_report(self, run_id: int, run_config) -> tuple[dict, dict]:
-        r"""The final report of run ``run_id``: the run is over for this party from now on.
+        r"""The final report of run ``run_id`` (or of the campaign its config names): the
+        run is over for this party from now on.
 
         A run this agent never held is not recorded (nothing of it was released): its
         report is a fresh client's, and it may still begin later."""
-        if run_id in self._over:
+        key = self._key(run_id, run_config)
+        if key in self._over:
             raise refusal(
                 ProtocolViolationError(
-                    f"Run {run_id} is over for this party ({self._over[run_id]}); "
+                    f"Run {_describe(key)} is over for this party ({self._over[key]}); "
                     "a run does not start again."
                 )
             )
-        held = self._runs.pop(run_id, None)
+        held = self._runs.get(key)
+        if held is None and isinstance(key, tuple):  # a campaign this agent restarted in
+            journal = self._journal_of(key[1], run_config)
+            if journal.exists() and not journal.ended():
+                held = self._held(key, run_config)
+        if held is not None and held.job is not None:
+            raise refusal(
+                ProtocolViolationError(
+                    f"Run {_describe(key)}: message #{held.job.seq} is still being answered."
+                )
+            )
+        self._runs.pop(key, None)
         if held is not None:
-            self._over[run_id] = "it reported"
+            self._over[key] = "it reported"
+            if held.journal is not None:
+                held.journal.end()
         if not self.policy.share_results:
             raise refusal(
                 PolicyError(
@@ -310,7 +509,7 @@ class PartyAgent:
             return
         oldest, held = next(iter(self._runs.items()))
         idle = self._clock() - held.last
-        if idle <= IDLE_BEFORE_DROP:
+        if idle <= IDLE_BEFORE_DROP or held.job is not None:
             raise refusal(
                 PolicyError(
                     f"This party holds {MAX_RUNS} runs, each active in the last "
@@ -318,7 +517,8 @@ class PartyAgent:
                 )
             )
         del self._runs[oldest]
-        self._over[oldest] = f"dropped after {idle:.0f} s idle to make room for a new run"
+        if not isinstance(oldest, tuple):  # a campaign resumes from its journal
+            self._over[oldest] = f"dropped after {idle:.0f} s idle to make room for a new run"
 
     def _check_total_epsilon(self, client):
         r"""Refuse a message whose LDP release would take this party's total epsilon
@@ -411,11 +611,77 @@ class PartyAgent:
 
 
 class _Held:
-    r"""A run this agent holds: its client and when it last had a message."""
+    r"""A run this agent holds: its client, when it last had a message, the next
+    position to compute, the message being computed and the last answer."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client, journal: CampaignJournal | None = None) -> None:
         self.client = client
+        self.journal = journal
         self.last = 0.0
+        self.next_seq = 0
+        self.stale = False  # a campaign restored behind its journal (StaleCampaign)
+        self.job: _Job | None = None
+        self.answered: tuple[int, str, tuple] | None = None
+
+
+class _Job:
+    r"""A message being computed: its position, round and digest; ``done`` is set once
+    ``outcome`` holds ``("ok", payload)`` or ``("error", exception, wire text)``."""
+
+    def __init__(self, seq: int, round_: int, digest: str) -> None:
+        self.seq, self.round, self.digest = seq, round_, digest
+        self.done = threading.Event()
+        self.outcome: tuple = ()
+
+
+class Answered(RuntimeError):
+    r"""An error answer given before, given again: its text is what the server was told."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+#: the largest ``hold`` a run config may ask (a day: a message's time to live is longer)
+MAX_HOLD = 86_400.0
+
+
+def _hold(run_config) -> float:
+    r"""The run config's ``hold`` (seconds), checked (a public refusal otherwise)."""
+    value = run_config.get("hold", 60.0) if hasattr(run_config, "get") else 60.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_HOLD:
+        raise refusal(
+            ValueError(
+                f"The run config's `hold` must be in (0, {MAX_HOLD:g}] s, got {value!r:.40}."
+            )
+        )
+    return float(value)
+
+
+def _position(meta: dict) -> tuple[int, int] | None:
+    r"""``(seq, round)`` of a message (``None`` without a position), checked."""
+    seq, round_ = meta.get("seq"), meta.get("round", 0)
+    if seq is None:
+        return None
+    for name, value in (("seq", seq), ("round", round_)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 10**6:
+            raise refusal(
+                ValueError(f"The message's `{name}` must be in [0, 10^6), got {value!r:.40}.")
+            )
+    return seq, round_
+
+
+def _describe(key) -> str:
+    return f"campaign {key[1]!r}" if isinstance(key, tuple) else str(key)
+
+
+def options_digest(run_config) -> str:
+    r"""A digest of what a run's clients are built from (its options and key set): a
+    campaign resumes only with the same."""
+    import hashlib
+
+    parts = {k: run_config.get(k) for k in ("argv", "keyset", "config", "clients")}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _quiet(fn):

@@ -25,6 +25,8 @@ from botorch_fed.protocol.payloads import validate_payload
 CATEGORY = "query"
 ARRAYS = "arrays"
 CONFIG = "config"
+#: the one record of a reply that says "still working on it, ask again"
+PENDING_RECORD = "pending"
 _MAX_HEADER = 1 << 24
 
 

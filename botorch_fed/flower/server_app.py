@@ -19,6 +19,7 @@ submits the run writes, only names a results file (``out``) and a key set
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -28,7 +29,8 @@ from pathlib import Path
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from botorch_fed.flower.party import HELLO, REPORT
+from botorch_fed.flower.campaign import check_name
+from botorch_fed.flower.party import HELLO, MAX_HOLD, REPORT
 from botorch_fed.flower.run_options import (
     ON_DROPOUT,
     RESULTS_DIR,
@@ -40,7 +42,9 @@ from botorch_fed.flower.run_options import (
     server_dir,
     server_key_file,
 )
+from botorch_fed.flower.server_checkpoint import Campaign
 from botorch_fed.flower.transport import ClientUnavailable, FlowerTransport
+from botorch_fed.protocol.checkpoint import folder_lock
 from botorch_fed.protocol.messages import Message
 
 app = ServerApp()
@@ -94,7 +98,22 @@ def _config(run_config) -> dict:
     on_dropout = run_config.get("on-dropout", RUN_CONFIG_DEFAULTS["on-dropout"])
     if on_dropout not in ON_DROPOUT:
         raise ValueError(f"The run config's `on-dropout` must be one of {ON_DROPOUT}.")
-    return {"timeout": float(timeout), "on_dropout": on_dropout}
+    hold = run_config.get("hold", RUN_CONFIG_DEFAULTS["hold"])
+    if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 < hold <= MAX_HOLD:
+        raise ValueError(f"The run config's `hold` must be in (0, {MAX_HOLD:g}] s, got {hold!r}.")
+    campaign = run_config.get("campaign", "")
+    if campaign:
+        check_name(campaign)
+    resume = run_config.get("resume", False)
+    if not isinstance(resume, bool) or (resume and not campaign):
+        raise ValueError("The run config's `resume` must be a bool, and only with a `campaign`.")
+    return {
+        "timeout": float(timeout),
+        "on_dropout": on_dropout,
+        "hold": float(hold),
+        "campaign": campaign,
+        "resume": resume,
+    }
 
 
 def discover(grid, clients: int, timeout: float, log=print) -> dict[int, int]:
@@ -203,21 +222,46 @@ def _run(grid, run_config, cfg: dict, run, log, folder):
         folder = server_dir() if folder is None else folder
         key = server_key_file(folder, run_config.get("server-key", ""))
         material = read_material(key, "The server")
-    nodes = discover(grid, len(ids), cfg["timeout"], log)
-    if material is not None:
-        ctx.secagg_server = secagg_backend(run.setup, ids).server(
-            material, seed=secagg_role_seed(ctx.crypto_seed, None)
+    campaign = None
+    if cfg["campaign"]:
+        folder = server_dir() if folder is None else folder
+        campaign = Campaign(folder, cfg["campaign"], run_config, cfg["resume"])
+    with contextlib.ExitStack() as stack:
+        if campaign is not None:
+            stack.enter_context(folder_lock(campaign.folder))  # one ServerApp per campaign
+            campaign.load()
+        nodes = discover(grid, len(ids), cfg["timeout"], log)
+        role_seed = secagg_role_seed(ctx.crypto_seed, None)
+        if campaign is not None and role_seed is None:
+            role_seed = campaign.role_seed  # its sessions open again as before on resume
+        if material is not None:
+            ctx.secagg_server = secagg_backend(run.setup, ids).server(material, seed=role_seed)
+        transport = FlowerTransport(
+            grid,
+            nodes,
+            cfg["timeout"],
+            cfg["on_dropout"],
+            log=log,
+            hold=cfg["hold"],
+            wait_for_agents=campaign is not None,
         )
-    transport = FlowerTransport(grid, nodes, cfg["timeout"], cfg["on_dropout"], log=log)
-    t0 = time.perf_counter()
-    with torch.random.fork_rng(), library_warnings_ignored():
-        torch.manual_seed(run.setup.seed)
-        server = spec.make_server(ctx, transport)
-        total = server.settings.num_rounds
-        server.run(
-            on_round=lambda t: log(f"round {t}/{total} done ({time.perf_counter() - t0:.1f} s)")
-        )
-    time_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with torch.random.fork_rng(), library_warnings_ignored():
+            torch.manual_seed(run.setup.seed)
+            server = spec.make_server(ctx, transport)
+            total = server.settings.num_rounds
+            start = None
+            if campaign is not None and campaign.state is not None:
+                start = campaign.restore(server, transport, ctx.secagg_server)
+                log(f"campaign {campaign.name}: resumed after round {start}")
+
+            def after_round(t: int) -> None:
+                if campaign is not None:
+                    campaign.save(t, server, transport, ctx.secagg_server, time.perf_counter() - t0)
+                log(f"round {t}/{total} done ({time.perf_counter() - t0:.1f} s)")
+
+            server.run(on_round=after_round, start_round=start)
+        time_s = time.perf_counter() - t0 + (0.0 if campaign is None else campaign.elapsed)
     live = [cid for cid in ids if cid not in transport.dropped]
     # a party whose policy keeps its evaluations refuses: the results leave it out
     reports = transport.exchange(

@@ -109,6 +109,24 @@ class RandomSource:
         """Return ``n`` random bytes."""
         return os.urandom(n) if self._rng is None else self._rng.bytes(n)
 
+    def get_state(self) -> dict | None:
+        """The seeded generator's state (JSON-able), ``None`` for OS randomness."""
+        return None if self._rng is None else self._rng.bit_generator.state
+
+    def set_state(self, state: dict) -> None:
+        """Restore :meth:`get_state` of a seeded source of the same kind.
+
+        Raises:
+            InputError: This source draws from the OS, or ``state`` is not a state of
+                its generator.
+        """
+        if self._rng is None:
+            raise InputError("an unseeded random source has no state to restore")
+        try:
+            self._rng.bit_generator.state = state
+        except (TypeError, ValueError, KeyError) as exc:
+            raise InputError(f"not a state of this random source ({exc})") from None
+
 
 def hkdf(key_material: bytes, info: bytes, length: int = 32) -> bytes:
     """HKDF-SHA256 with an empty salt.

@@ -55,6 +55,16 @@ class ServerRole(ABC):
         self.client_ids: tuple[int, ...] = ()
         self.length = 0
 
+    def random_state(self) -> dict | None:
+        """The state of a seeded role's randomness between sessions (session ids and
+        channel keys), ``None`` for OS randomness: a server resumed from it opens the
+        same sessions as before."""
+        return self._rand.get_state()
+
+    def restore_random_state(self, state: dict) -> None:
+        """Restore :meth:`random_state` (a seeded role only; ``InputError`` otherwise)."""
+        self._rand.set_state(state)
+
     @property
     def session_id(self) -> bytes | None:
         """The current session id (16 bytes), None before :meth:`start`."""

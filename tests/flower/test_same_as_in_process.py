@@ -77,7 +77,7 @@ def test_a_party_that_does_not_answer_in_time_stops_the_run_naming_it(tmp_path):
     # SuperLink's error once the message's TTL (the same timeout) passed
     answer = r"(no answer within 0.5 s|Error: Message Unavailable)"
     with pytest.raises(ClientUnavailable, match=rf"client 2 \(Flower node 1014\).*{answer}"):
-        flower_run(short_argv("local"), tmp_path, hang={1014}, timeout=0.5)
+        flower_run(short_argv("local"), tmp_path, hang={1014}, timeout=0.5, hold=0.5)
     assert time.monotonic() - t0 < 20
 
 

@@ -1,0 +1,188 @@
+r"""A party's journal of a campaign: a Flower run that survives restarts.
+
+A *campaign* is a run whose run config names it (``campaign``). The ServerApp
+checkpoints its program after every round; a resumed ServerApp (``botorch-fed flower
+resume``) starts again from the last round it checkpointed and sends that round's
+messages again, in the same order and with the same content (its randomness is part of
+its checkpoint). Each party therefore keeps, per campaign, a :class:`CampaignJournal` in
+its agent's state folder:
+
+- for every message it answered: its sequence number, a digest of the message, the
+  reply it sent (the exact frame) and, where the client could be checkpointed after it
+  (not in the middle of a secure sum), the client's state;
+- ``campaign.json``: the campaign's name and a digest of its options.
+
+A message the party answered before is answered from the journal, byte for byte, and
+only if it is the same message (its digest): the party never computes an answer twice
+(a second answer to a secure sum or an LDP release could tell the server what one answer
+hides). A restarted agent restores the client from the newest state in the journal and
+goes on from the next message; if the newest entry holds no state (the agent died in the
+middle of a secure sum), it still replays what it answered but refuses to compute anything
+new for the campaign (:class:`StaleCampaign`): the secure sum's keys lived in the lost
+process.
+
+Entries are written atomically (a temporary file, fsync, rename) before the reply
+leaves the agent. Entries of rounds older than the round before the newest are
+removed, but the newest entry that holds a state: a resumed server goes back at most to
+the start of the round in progress (or, when its last checkpoint write was cut off, of
+the round before).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from botorch_fed.protocol.checkpoint import write_atomically
+
+__all__ = ["CampaignJournal", "StaleCampaign", "message_digest"]
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_ENTRY = re.compile(r"m(\d{10})-r(\d{6})(-s)?\.pt")
+MANIFEST = "campaign.json"
+ENDED = "ended"
+
+
+class StaleCampaign(RuntimeError):
+    r"""The agent restarted in the middle of a secure sum: it replays what it answered
+    but cannot compute new answers for the campaign."""
+
+
+def message_digest(type_: str, frame: bytes) -> str:
+    r"""SHA-256 (hex) of a message's type and its payload frame."""
+    return hashlib.sha256(type_.encode() + b"\x00" + frame).hexdigest()
+
+
+def check_name(value: object, key: str = "campaign") -> str:
+    r"""``value`` if it is a plain campaign name (``ValueError`` naming ``key``)."""
+    if not isinstance(value, str) or not NAME.fullmatch(value) or ".." in value:
+        raise ValueError(
+            f"The run config's `{key}` must be a plain name: 1-128 letters, digits, '_', "
+            f"'.' or '-', got {value!r:.80}."
+        )
+    return value
+
+
+class CampaignJournal:
+    r"""One party's journal of one campaign, in ``folder`` (created ``0700``).
+
+    Args:
+        folder: The campaign's folder in the agent's state folder.
+        name: The campaign's name.
+        options: A digest of the campaign's options: a journal of other options is
+            refused (:meth:`open`).
+    """
+
+    def __init__(self, folder: str | os.PathLike, name: str, options: str) -> None:
+        self.folder = Path(folder)
+        self.name = check_name(name)
+        self.options = str(options)
+
+    def exists(self) -> bool:
+        r"""Whether the campaign began on this party."""
+        return (self.folder / MANIFEST).is_file()
+
+    def begin(self) -> None:
+        r"""Record that the campaign begins (its folder and manifest)."""
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        manifest = {"format": 1, "campaign": self.name, "options": self.options}
+        write_atomically(self.folder / MANIFEST, json.dumps(manifest).encode())
+
+    def end(self) -> None:
+        r"""Record that the campaign is over on this party (its final report left)."""
+        write_atomically(self.folder / ENDED, b"")
+
+    def ended(self) -> bool:
+        r"""Whether the campaign is over on this party."""
+        return (self.folder / ENDED).exists()
+
+    def open(self) -> None:
+        r"""Check that the journal is this campaign's, with the same options.
+
+        Raises:
+            ValueError: Another campaign's journal, or other options (a public refusal:
+                it depends on the run config and the party's own bookkeeping only).
+        """
+        try:
+            manifest = json.loads((self.folder / MANIFEST).read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"Campaign {self.name!r}: this party's journal of it is unreadable ({exc})."
+            ) from None
+        if not isinstance(manifest, dict) or manifest.get("campaign") != self.name:
+            raise ValueError(f"Campaign {self.name!r}: this party's journal is another's.")
+        if manifest.get("options") != self.options:
+            raise ValueError(
+                f"Campaign {self.name!r} began on this party with other options; a campaign "
+                "resumes only with the options it began with."
+            )
+
+    def _entries(self) -> dict[int, tuple[int, bool, Path]]:
+        r"""``{seq: (round, holds a state, path)}`` of the journal's entries."""
+        out = {}
+        for path in self.folder.iterdir():
+            if (m := _ENTRY.fullmatch(path.name)) is not None:
+                out[int(m.group(1))] = (int(m.group(2)), bool(m.group(3)), path)
+        return out
+
+    def read(self, seq: int) -> dict | None:
+        r"""The entry of message ``seq`` (``None`` if not journalled).
+
+        Raises:
+            ValueError: The entry does not load or is not the one its name says.
+        """
+        found = self._entries().get(int(seq))
+        if found is None:
+            return None
+        path = found[2]
+        try:
+            entry = torch.load(io.BytesIO(path.read_bytes()), weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unpickling failure
+            raise ValueError(
+                f"Campaign {self.name!r}: {path.name} does not load ({exc})."
+            ) from None
+        if not isinstance(entry, dict) or entry.get("seq") != seq:
+            raise ValueError(f"Campaign {self.name!r}: the journal entry {path.name} is corrupt.")
+        return entry
+
+    def last(self) -> tuple[int | None, dict | None]:
+        r"""``(newest seq, newest entry holding a state)`` (``None`` where there is none)."""
+        entries = self._entries()
+        with_state = [seq for seq, (_, has, _) in entries.items() if has]
+        newest = max(entries, default=None)
+        return newest, (self.read(max(with_state)) if with_state else None)
+
+    def record(
+        self,
+        seq: int,
+        round_: int,
+        digest: str,
+        reply: bytes | None,
+        error: str | None,
+        state: dict | None,
+    ) -> None:
+        r"""Journal the answer to message ``seq`` (before it leaves the agent), then
+        remove the entries the server can no longer ask again."""
+        entry = {
+            "seq": int(seq),
+            "round": int(round_),
+            "digest": digest,
+            "reply": reply,
+            "error": error,
+            "state": state,
+        }
+        buf = io.BytesIO()
+        torch.save(entry, buf)
+        name = f"m{int(seq):010d}-r{int(round_):06d}{'-s' if state is not None else ''}.pt"
+        write_atomically(self.folder / name, buf.getvalue())
+        entries = self._entries()
+        keep = max((q for q, (_, has, _) in entries.items() if has), default=None)
+        for q, (r, _, path) in entries.items():
+            if q != keep and r < int(round_) - 1:
+                path.unlink(missing_ok=True)
