@@ -7,25 +7,29 @@ messages again, in the same order and with the same content (its randomness is p
 its checkpoint). Each party therefore keeps, per campaign, a :class:`CampaignJournal` in
 its agent's state folder:
 
-- for every message it answered: its sequence number, a digest of the message, the
-  reply it sent (the exact frame) and, where the client could be checkpointed after it
-  (not in the middle of a secure sum), the client's state;
+- for every message it answered: its sequence number and round, the message, the reply
+  it sent (the exact frame) and, with the first message of each round, the client's
+  state before it (between rounds);
 - ``campaign.json``: the campaign's name and a digest of its options.
 
 A message the party answered before is answered from the journal, byte for byte, and
-only if it is the same message (its digest): the party never computes an answer twice
-(a second answer to a secure sum or an LDP release could tell the server what one answer
-hides). A restarted agent restores the client from the newest state in the journal and
-goes on from the next message; if the newest entry holds no state (the agent died in the
-middle of a secure sum), it still replays what it answered but refuses to compute anything
-new for the campaign (:class:`StaleCampaign`): the secure sum's keys lived in the lost
-process.
+only if it is the same message (its digest): the party never sends a second, different
+answer at one position (two answers to a secure sum or an LDP release could tell the
+server what one answer hides). A restarted agent restores the client's state at the start
+of the newest round in the journal and handles that round's journalled messages again,
+in order, inside the agent: each answer must come out as the one journalled (timings
+aside), and none of them leaves the agent (the server gets the journalled ones). Where one
+differs -- a secure sum under masking or CKKS draws fresh randomness that lived in the
+lost process -- the agent still answers again what it answered but computes nothing new
+for the campaign (:class:`StaleCampaign`); the campaign goes on for it from the next
+round's start only if it died between rounds or before it answered a message of the
+round.
 
 Entries are written atomically (a temporary file, fsync, rename) before the reply
-leaves the agent. Entries of rounds older than the round before the newest are
-removed, but the newest entry that holds a state: a resumed server goes back at most to
-the start of the round in progress (or, when its last checkpoint write was cut off, of
-the round before).
+leaves the agent. An entry is removed once it is older than the newest entry holding a
+state and its round is older than the one before the newest: a resumed server goes back
+at most to the start of the round in progress (or, when its last checkpoint write was
+cut off, of the round before).
 """
 
 from __future__ import annotations
@@ -151,28 +155,34 @@ class CampaignJournal:
             raise ValueError(f"Campaign {self.name!r}: the journal entry {path.name} is corrupt.")
         return entry
 
-    def last(self) -> tuple[int | None, dict | None]:
-        r"""``(newest seq, newest entry holding a state)`` (``None`` where there is none)."""
+    def last(self) -> tuple[int | None, int | None]:
+        r"""``(newest seq, newest seq whose entry holds the client's state before it)``
+        (``None`` where there is none)."""
         entries = self._entries()
         with_state = [seq for seq, (_, has, _) in entries.items() if has]
-        newest = max(entries, default=None)
-        return newest, (self.read(max(with_state)) if with_state else None)
+        return max(entries, default=None), max(with_state, default=None)
 
     def record(
         self,
         seq: int,
         round_: int,
         digest: str,
+        message: tuple[str, bytes],
         reply: bytes | None,
         error: str | None,
         state: dict | None,
     ) -> None:
-        r"""Journal the answer to message ``seq`` (before it leaves the agent), then
-        remove the entries the server can no longer ask again."""
+        r"""Journal the answer to message ``seq`` before it leaves the agent: the message
+        (its type and payload frame), the reply frame or the error text the server is
+        told, and ``state``, the client's state before the message (the first message of
+        each round: the client's state between rounds); then remove the entries neither
+        a resumed server nor a restarted agent needs any more."""
         entry = {
             "seq": int(seq),
             "round": int(round_),
             "digest": digest,
+            "type": message[0],
+            "message": message[1],
             "reply": reply,
             "error": error,
             "state": state,
@@ -182,7 +192,7 @@ class CampaignJournal:
         name = f"m{int(seq):010d}-r{int(round_):06d}{'-s' if state is not None else ''}.pt"
         write_atomically(self.folder / name, buf.getvalue())
         entries = self._entries()
-        keep = max((q for q, (_, has, _) in entries.items() if has), default=None)
+        restart = max((q for q, (_, has, _) in entries.items() if has), default=0)
         for q, (r, _, path) in entries.items():
-            if q != keep and r < int(round_) - 1:
+            if q < restart and r < int(round_) - 1:
                 path.unlink(missing_ok=True)

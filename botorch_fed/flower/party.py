@@ -59,6 +59,7 @@ event costs the same however long the party has run
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -124,6 +125,10 @@ class PartyAgent:
         state_file: Where the agent keeps the epsilon it spent (the runs it began go to
             ``<state_file>.runs``; :class:`AgentState`). ``None``: in memory only.
         clock: Seconds, for how long a run has been idle.
+        ask_tell: This party's measurements are reported by its operator: every run's
+            objective is replaced by an
+            :class:`~botorch_fed.problems.ask_tell.AskTellObjective` asking in this
+            folder, on the run's domain (``botorch-fed party suggest/report``).
     """
 
     def __init__(
@@ -135,6 +140,7 @@ class PartyAgent:
         policy: PartyPolicy | None = None,
         state_file: str | os.PathLike | None = None,
         clock=time.monotonic,
+        ask_tell: str | os.PathLike | None = None,
     ) -> None:
         if not 0 <= int(partition_id) < int(num_partitions):
             raise ValueError(
@@ -147,6 +153,7 @@ class PartyAgent:
             raise ValueError(f"--threads must be an int >= 1, got {threads!r}.")
         self.threads = threads
         self.policy = PartyPolicy() if policy is None else policy
+        self.ask_tell = None if ask_tell is None else Path(ask_tell)
         self._runs: OrderedDict[int, _Held] = OrderedDict()  # least recently active first
         self._over: dict[int, str] = {}  # run -> why it is over (every run it began)
         self.epsilon_spent = 0.0  # LDP epsilon of every answer, over all runs
@@ -222,7 +229,8 @@ class PartyAgent:
             key = self._key(run_id, meta["config"])
             held = self._held(key, meta["config"])
             position = _position(meta)
-            digest = message_digest(type_, encode_frame({}, payload))
+            frame = encode_frame({}, payload)
+            digest = message_digest(type_, frame)
             if position is not None and position[0] < held.next_seq:
                 return self._replay(held, position[0], digest)
             job = held.job
@@ -254,6 +262,11 @@ class PartyAgent:
                 spent = self._check_total_epsilon(held.client)
                 seq, round_ = position if position is not None else (held.next_seq, 0)
                 job = held.job = _Job(seq, round_, digest)
+                if held.journal is not None:
+                    job.message = (type_, frame)
+                    if held.round is None or round_ > held.round:  # between rounds
+                        job.state_before = _saved_state(held.client)
+                held.round = round_
                 threading.Thread(
                     target=self._work,
                     args=(held, job, type_, payload, spent, meta),
@@ -323,17 +336,14 @@ class PartyAgent:
         job.done.set()
 
     def _journal(self, held: _Held, job: _Job, outcome: tuple) -> None:
-        r"""Write the answer (and the client's state, if it can be saved now) to the
-        campaign's journal."""
-        from botorch_fed.protocol.declarations import ProtocolViolation
-
-        try:
-            state = held.client.state_dict()
-        except ProtocolViolation:  # in the middle of a secure sum
-            state = None
+        r"""Write the answer (with the message, and the client's state before it where
+        it began a round) to the campaign's journal."""
         frame = encode_frame({}, outcome[1]) if outcome[0] == "ok" else None
         error = outcome[2] if outcome[0] == "error" else None
-        held.journal.record(job.seq, job.round, job.digest, frame, error, state)
+        assert held.journal is not None and job.message is not None
+        held.journal.record(
+            job.seq, job.round, job.digest, job.message, frame, error, job.state_before
+        )
 
     def _replay(self, held: _Held, seq: int, digest: str) -> tuple[dict, dict]:
         r"""The answer already given to message ``seq``, if this is the same message."""
@@ -432,14 +442,49 @@ class PartyAgent:
         return CampaignJournal(folder, name, options_digest(run_config))
 
     def _restore(self, held: _Held) -> None:
-        r"""Continue a campaign from its journal: the client's newest saved state, the
-        position after it; stale if answers were journalled after that state."""
-        newest, entry = held.journal.last()
-        if entry is not None:
+        r"""Continue a campaign from its journal (:mod:`.campaign`): the client's state
+        at the start of the newest round journalled, then that round's messages handled
+        again in order, each answer checked against the journalled one (none leaves the
+        agent). Stale if one differs, or the journal holds no state to start from."""
+        from botorch_fed.protocol.messages import Message
+
+        journal = held.journal
+        assert journal is not None
+        newest, start = journal.last()
+        if newest is None:
+            return  # nothing answered yet: the fresh client
+        held.next_seq = newest + 1
+        if start is None:
+            held.stale = True
+            return
+        with self._compute:
+            entry = journal.read(start)
+            assert entry is not None
             _quiet(lambda: held.client.load_state_dict(entry["state"]))
-            held.next_seq = int(entry["seq"]) + 1
-        if newest is not None and newest + 1 != held.next_seq:
-            held.next_seq, held.stale = newest + 1, True
+            for seq in range(start, newest + 1):
+                entry = journal.read(seq)
+                if entry is None:
+                    held.stale = True
+                    return
+                held.round = int(entry["round"])
+                message = Message(entry["type"], decode_frame(entry["message"][8:])[1])
+                try:
+                    reply = _quiet(functools.partial(held.client.handle, message))
+                    again: str | bytes = _timeless(reply.payload)
+                except Exception as exc:  # noqa: BLE001 - compared with the journal
+                    again = f"error: {type(exc).__name__}"
+                logged = entry["reply"]
+                told = _timeless(decode_frame(logged[8:])[1]) if logged is not None else None
+                if told is None:
+                    told = f"error: {entry['error'].split(':', 1)[0]}"
+                if again != told:
+                    print(
+                        f"campaign {journal.name}: message #{seq} answered differently when "
+                        "handled again; the campaign cannot go on for this party",
+                        file=sys.stderr,
+                    )
+                    held.stale = True
+                    return
 
     def _build_refusing(self, run_config):
         r""":meth:`_build`, its refusals (policy, options, key material) marked public;
@@ -582,6 +627,17 @@ class PartyAgent:
                 f"{self.num_partitions} (--num-partitions)."
             )
         cid = self.partition_id
+        if self.ask_tell is not None:  # the operator measures, on the run's domain
+            from botorch_fed.problems.ask_tell import AskTellObjective
+
+            objective = ctx.objectives[cid]
+            ctx.objectives[cid] = AskTellObjective(
+                self.ask_tell,
+                objective.bounds,
+                minimize=objective.minimize,
+                name=f"party-{cid}",
+                poll_s=ASK_POLL,
+            )
         if spec.secure_aggregation:
             setup = run.setup
             keyset = str(run_config.get("keyset", ""))
@@ -622,6 +678,7 @@ class _Held:
         self.stale = False  # a campaign restored behind its journal (StaleCampaign)
         self.job: _Job | None = None
         self.answered: tuple[int, str, tuple] | None = None
+        self.round: int | None = None  # the round of the last message begun
 
 
 class _Job:
@@ -632,6 +689,24 @@ class _Job:
         self.seq, self.round, self.digest = seq, round_, digest
         self.done = threading.Event()
         self.outcome: tuple = ()
+        self.message: tuple[str, bytes] | None = None  # (type, payload frame): a campaign's
+        self.state_before: dict | None = None  # the client's state, where a round begins
+
+
+def _saved_state(client) -> dict | None:
+    r"""``client.state_dict()``, or ``None`` in the middle of a secure sum."""
+    from botorch_fed.protocol.declarations import ProtocolViolation
+
+    try:
+        return client.state_dict()
+    except ProtocolViolation:
+        return None
+
+
+def _timeless(payload: dict) -> bytes:
+    r"""A reply payload as bytes, its stage timings left out (they differ every time)."""
+    kept = {k: payload[k] for k in sorted(payload) if not k.startswith(TIME_PREFIX)}
+    return encode_frame({}, kept)
 
 
 class Answered(RuntimeError):
@@ -642,6 +717,8 @@ class Answered(RuntimeError):
         self.text = text
 
 
+#: seconds between two looks for the operator's report while an ask/tell party waits
+ASK_POLL = 2.0
 #: the largest ``hold`` a run config may ask (a day: a message's time to live is longer)
 MAX_HOLD = 86_400.0
 
@@ -756,6 +833,14 @@ def agent_parser(parser_class: type[argparse.ArgumentParser] = argparse.Argument
     p.add_argument("--key-dir", default=None, help="folder of this party's key material")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument(
+        "--ask-tell",
+        default=None,
+        metavar="FOLDER",
+        help="this party's operator reports its measurements: each point to evaluate is "
+        "asked in FOLDER (`botorch-fed party suggest/report`) instead of calling the run's "
+        "objective",
+    )
+    p.add_argument(
         "--state-file",
         default=None,
         help="where the agent keeps the LDP epsilon spent (and, in FILE.runs, the runs it "
@@ -783,6 +868,7 @@ def main(argv: list[str] | None = None) -> int:
             args.threads,
             policy,
             state_file=args.state_file,
+            ask_tell=args.ask_tell,
         )
     except ValueError as exc:
         p.error(str(exc))

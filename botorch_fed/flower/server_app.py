@@ -267,6 +267,8 @@ def _run(grid, run_config, cfg: dict, run, log, folder):
     reports = transport.exchange(
         {cid: Message(REPORT, {}) for cid in live}, record=False, tolerate=True
     )
+    if campaign is not None:  # the parties reported: the campaign is over for them
+        campaign.finish()
     clients = {}
     for cid in sorted(reports):
         try:

@@ -37,6 +37,7 @@ from botorch_fed.protocol.checkpoint import (
 )
 
 CAMPAIGNS_DIR = "campaigns"
+FINISHED = "finished"
 
 __all__ = ["CAMPAIGNS_DIR", "Campaign"]
 
@@ -89,6 +90,8 @@ class Campaign:
             raise CheckpointError(
                 f"Campaign {self.name!r} has no checkpoint on the server: nothing to resume."
             )
+        if (self.folder / FINISHED).exists():
+            raise CheckpointError(f"Campaign {self.name!r} finished: nothing to resume.")
         manifest, states = load_checkpoint(self.folder)
         if manifest.get("campaign") != self.name or manifest.get("options") != self.options:
             raise CheckpointError(
@@ -120,6 +123,10 @@ class Campaign:
         rng = check_tensor("server", "torch_rng", state["torch_rng"], (size,), torch.uint8)
         torch.set_rng_state(rng)
         return int(state["round"])
+
+    def finish(self) -> None:
+        r"""Record that the campaign finished (its parties reported)."""
+        (self.folder / FINISHED).touch()
 
     def save(self, t: int, server, transport, role, elapsed: float) -> None:
         r"""Checkpoint the server after round ``t`` (``elapsed``: this process's seconds)."""

@@ -1,0 +1,198 @@
+r"""Campaigns on the Flower app: runs that survive restarts, and ask/tell parties.
+
+Over the in-memory grid (tests/helpers/fake_grid.py; the real ServerApp program,
+``ClientApp``, agents on Unix sockets, records and transport): a campaign whose ServerApp
+dies mid-round is resumed from its checkpoint and ends exactly as the in-process run; so
+does one whose party agent is replaced by a fresh process of the same state; ask/tell
+parties, whose operator reports every measurement through :class:`Party`, end exactly as
+the in-process run of the same objective. A party answers a position once: a different
+message there, a skipped position and a resume with other options are refused."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+
+from botorch_fed.flower.party import PartyAgent, serve  # noqa: E402
+from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
+from botorch_fed.flower.transport import ClientFailed  # noqa: E402
+from botorch_fed.problems.ask_tell import Party  # noqa: E402
+from botorch_fed.protocol.checkpoint import CheckpointError  # noqa: E402
+from botorch_fed.protocol.runner import run_federated  # noqa: E402
+from botorch_fed.secure import available_backends  # noqa: E402
+from tests.helpers import fake_grid  # noqa: E402
+from tests.helpers.fake_grid import EXPERIMENT, FakeGrid  # noqa: E402
+from tests.helpers.flower_runs import comparable, short_argv  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")
+
+
+class Crash(RuntimeError):
+    r"""The ServerApp process dies."""
+
+
+class Federation:
+    r"""A :class:`FakeGrid` whose parties' agents keep state files (and, for
+    ``ask_tell`` parties, ask their operator), and can be replaced by fresh agents of the
+    same state (a restarted process)."""
+
+    def __init__(self, tmp_path, argv, ask_tell=(), crypto=True) -> None:
+        from botorch_fed.algorithms import get_algorithm
+        from botorch_fed.flower.keys import write_keyset
+        from botorch_fed.protocol.runner import build_context
+
+        run = prepare(argv)
+        spec = get_algorithm(run.algorithm)
+        self.ids = build_context(spec, run.setup, run.settings).client_ids
+        self.tmp, self.ask_tell, self.keyset = tmp_path, set(ask_tell), ""
+        if spec.secure_aggregation:
+            self.keyset, _ = write_keyset(run.setup, self.ids, tmp_path / "keys")
+        self.grid = FakeGrid(len(self.ids), str(tmp_path), key_dir=tmp_path / "keys")
+        self.nodes = sorted(self.grid.sockets)
+        self.starts = 0
+        for i in range(len(self.ids)):
+            self.restart_agent(i)
+        self.argv = argv
+
+    def restart_agent(self, i: int) -> PartyAgent:
+        r"""A fresh agent for party ``i`` (its state file and ask folder as before)."""
+        self.starts += 1
+        path = str(self.tmp / f"a{i}-{self.starts}.sock")
+        agent = PartyAgent(
+            i,
+            len(self.ids),
+            self.tmp / "keys",
+            policy=EXPERIMENT,
+            state_file=self.tmp / f"party-{i}.json",
+            ask_tell=self.tmp / f"ask-{i}" if i in self.ask_tell else None,
+        )
+        ready = threading.Event()
+        threading.Thread(target=serve, args=(agent, path, ready.set), daemon=True).start()
+        ready.wait(10)
+        self.grid.sockets[self.nodes[i]] = path
+        return agent
+
+    def config(self, **extra) -> dict:
+        return {
+            "argv": json.dumps(self.argv),
+            "out": "out.json",
+            "clients": len(self.ids),
+            "timeout": 30.0,
+            "on-dropout": "fail",
+            "server-key": self.keyset,
+            "keyset": self.keyset,
+            "campaign": "c1",
+            **extra,
+        }
+
+    def run(self, **extra):
+        self.grid.run_config = self.config(**extra)
+        return run_on_flower(self.grid, self.grid.run_config, log=lambda s: None, folder=self.tmp)
+
+
+def _crash_after(grid: FakeGrid, pushes: int) -> None:
+    r"""The ServerApp dies when it pulls after its ``pushes``-th push (the parties have
+    answered: a resumed server asks them again)."""
+    count = {"pushes": 0}
+    push, pull = grid.push_messages, grid.pull_messages
+
+    def counting_push(messages):
+        count["pushes"] += 1
+        return push(messages)
+
+    def crashing_pull(ids):
+        if count["pushes"] >= pushes:
+            grid.push_messages, grid.pull_messages = push, pull
+            raise Crash(f"the ServerApp died after push {pushes}")
+        return pull(ids)
+
+    grid.push_messages, grid.pull_messages = counting_push, crashing_pull
+
+
+def _cases():
+    yield pytest.param(short_argv("local", rounds=3), 5, id="local")
+    argv = short_argv("fbo-fedgp", "plaintext", rounds=2) + ["--hyperparameters", "average"]
+    yield pytest.param(argv, 9, id="fbo-fedgp-plaintext")
+    marks = [] if "ckks" in available_backends() else [pytest.mark.skip(reason="ckks")]
+    argv = short_argv("fbo-fedgp", "ckks", rounds=2) + ["--hyperparameters", "average"]
+    yield pytest.param(argv, 13, id="fbo-fedgp-ckks", marks=marks)
+
+
+@pytest.mark.parametrize("argv, crash", list(_cases()))
+def test_a_campaign_resumed_after_its_serverapp_died_ends_as_the_uninterrupted_run(
+    argv, crash, tmp_path
+):
+    fed = Federation(tmp_path, argv)
+    _crash_after(fed.grid, crash)  # mid-round: the parties answered messages of it
+    with pytest.raises(Crash):
+        fed.run()
+    with pytest.raises(CheckpointError, match="exists on the server: resume it"):
+        fed.run()  # a campaign begins once
+    resumed = fed.run(resume=True)
+    run = prepare(argv)
+    assert comparable(resumed) == comparable(run_federated(run.algorithm, run.setup, run.settings))
+    with pytest.raises(CheckpointError, match="finished: nothing to resume"):
+        fed.run(resume=True)  # the parties reported: the campaign is over
+
+
+def test_a_campaign_goes_on_after_a_party_agent_restarts(tmp_path):
+    argv = short_argv("fbo-fedgp", "plaintext", rounds=2) + ["--hyperparameters", "average"]
+    fed = Federation(tmp_path, argv)
+    push = fed.grid.push_messages
+    count = {"n": 0}
+
+    def restarting_push(messages):  # party 1's agent restarts before the 8th push
+        count["n"] += 1
+        if count["n"] == 8:
+            fed.restart_agent(1)
+        return push(messages)
+
+    fed.grid.push_messages = restarting_push
+    result = fed.run()
+    run = prepare(argv)
+    assert comparable(result) == comparable(run_federated(run.algorithm, run.setup, run.settings))
+
+
+def _operator(folder, objective, stop: threading.Event, seen: list) -> None:
+    r"""Party's operator: reports the objective's value at each pending point."""
+    party = Party(folder)
+    while not stop.is_set():
+        for ask in party.pending() if folder.exists() else []:
+            x = torch.tensor([ask["x"]], dtype=torch.float64)
+            value = float(objective.function.evaluate_true(x).item())
+            party.report(ask["id"], value)
+            seen.append(ask["id"])
+        time.sleep(0.05)
+
+
+def test_ask_tell_parties_end_as_the_in_process_run_of_their_objectives(tmp_path):
+    argv = short_argv("local", rounds=2)
+    fed = Federation(tmp_path, argv, ask_tell=(0, 2))
+    run = prepare(argv)
+    objectives = run.setup.make_objectives()
+    stop, seen = threading.Event(), {0: [], 2: []}
+    operators = [
+        threading.Thread(target=_operator, args=(tmp_path / f"ask-{i}", objectives[i], stop, seen[i]))
+        for i in (0, 2)
+    ]
+    for t in operators:
+        t.start()
+    try:
+        # the agents hold a message 0.2 s, then answer "pending": the server asks again
+        result = fed.run(hold=0.2)
+    finally:
+        stop.set()
+        for t in operators:
+            t.join()
+    local = run_federated(run.algorithm, run.setup, run.settings)
+    assert comparable(result) == comparable(local)
+    evaluations = 3 + 2  # --num-init 3, one point a round
+    assert [len(seen[i]) for i in (0, 2)] == [evaluations, evaluations]  # none asked twice
+    assert len(set(seen[0])) == evaluations
