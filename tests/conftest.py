@@ -34,7 +34,13 @@ _MODULE_FIXTURE = re.compile(r"""scope\s*=\s*["'](module|session)["']""")
 #: the test files that start SuperLinks, SuperNodes or party agents
 FLOWER_PROCESSES = frozenset(
     HERE / "flower" / name
-    for name in ("test_launcher.py", "test_loopback.py", "test_party_agent.py")
+    for name in (
+        "test_launcher.py",
+        "test_launcher_restart.py",
+        "test_loopback.py",
+        "test_loopback_campaign.py",
+        "test_party_agent.py",
+    )
 )
 
 

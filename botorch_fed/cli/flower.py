@@ -37,6 +37,9 @@ from rich.markup import escape
 from botorch_fed.flower.policy import add_policy_arguments, policy_flags
 from botorch_fed.flower.run_options import ON_DROPOUT, RESULTS_WRITTEN, RUN_CONFIG_DEFAULTS
 
+MAX_HOLD = 86_400.0  # as the agents take it (botorch_fed.flower.party.MAX_HOLD)
+CAMPAIGN_FILE = "campaign.json"
+
 FLOWER_HELP = """\
 Run a federation on Flower (extra `flower`: pip install "botorch-fed[flower]").
   botorch-fed flower up --clients 3 --share-results --allow-masking
@@ -81,6 +84,13 @@ def add_flower_parser(sub: argparse._SubParsersAction) -> None:
         help="torch threads of every party's agent (default 1); a run's JSON equals "
         "`botorch-fed run`'s when its --threads is this N too",
     )
+    up.add_argument(
+        "--ask-tell",
+        default=None,
+        metavar="all|I,J,...",
+        help="parties whose operator reports each measurement (`botorch-fed party suggest / "
+        "report --party I`) instead of their objective answering at once: all, or indices",
+    )
     add_policy_arguments(
         up.add_argument_group(
             "every party's policy: what its agent accepts from a run (default: none of it)"
@@ -104,6 +114,10 @@ def add_flower_parser(sub: argparse._SubParsersAction) -> None:
     )
     keys.add_argument("--clients", type=int, required=True, metavar="N", help="number of parties")
     keys.add_argument("--key-dir", required=True, help="folder to write the key set into")
+    resume = actions.add_parser(
+        "resume", help="continue a campaign (`flower run --run-dir DIR`) after a restart"
+    )
+    resume.add_argument("run_dir", metavar="DIR", help="the campaign's folder (--run-dir)")
     actions.add_parser("down", help="stop the processes `up` started")
     actions.add_parser("status", help="list the processes `up` started")
     for action in (up, actions.choices["down"], actions.choices["status"]):
@@ -141,6 +155,23 @@ def _flower_run_parser() -> argparse.ArgumentParser:
         help="how long a party may take to answer one message (default: %(default)g)",
     )
     own.add_argument(
+        "--run-dir",
+        default=None,
+        metavar="DIR",
+        help="make the run a campaign that survives restarts: the server checkpoints it "
+        "after every round, each party journals its answers, and `botorch-fed flower resume "
+        "DIR` continues it (DIR keeps the campaign's options)",
+    )
+    own.add_argument(
+        "--hold",
+        type=float,
+        default=RUN_CONFIG_DEFAULTS["hold"],
+        metavar="SECONDS",
+        help="how long a party keeps a message whose answer waits (an ask/tell measurement) "
+        "before it answers 'pending' and the server asks again; each ask costs a party "
+        "about 2 CPU seconds, so a campaign waiting days takes 1800 (default: %(default)g)",
+    )
+    own.add_argument(
         "--on-dropout",
         choices=ON_DROPOUT,
         default=RUN_CONFIG_DEFAULTS["on-dropout"],
@@ -156,7 +187,23 @@ def _flower_options(tokens: list[str]) -> tuple[argparse.Namespace, list[str]]:
     own, rest = _flower_run_parser().parse_known_args(tokens)
     if not own.timeout > 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {own.timeout}.")
+    if not 0 < own.hold <= MAX_HOLD:
+        raise ValueError(f"--hold must be in (0, {MAX_HOLD:g}] seconds, got {own.hold}.")
     return own, rest
+
+
+def _ask_tell(value: str | None, clients: int) -> tuple[int, ...]:
+    r"""``--ask-tell``: ``all`` or comma-separated party indices."""
+    if value is None:
+        return ()
+    if value.strip() == "all":
+        return tuple(range(clients))
+    try:
+        return tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise ValueError(
+            f"--ask-tell must be 'all' or comma-separated party indices, got {value!r}."
+        ) from None
 
 
 def _cli_dir(state: str | os.PathLike[str]) -> str:
@@ -221,13 +268,23 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
                 port=args.port,
                 timeout=args.timeout,
                 agent_flags=flags,
+                ask_tell=_ask_tell(args.ask_tell, args.clients),
             )
+            if fed.get("restarted"):
+                console.print(
+                    f"restarted {', '.join(fed['restarted'])} (the others still ran); state in "
+                    f"{escape(str(args.state_dir))}",
+                    soft_wrap=True,
+                )
+                return 0
             console.print(
                 f"Flower federation of {args.clients} parties up (SuperLink "
                 f"{fed['address']}); state in {escape(str(args.state_dir))}",
                 soft_wrap=True,
             )
             return 0
+        if action == "resume":
+            return _resume(args.run_dir, console)
         if action == "keys":
             return _keys(args, console)
         if action == "down":
@@ -250,6 +307,15 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
         return 128 + exc.signum  # as the shell reports a process the signal ended
     except launch_errors.FederationRunningError as exc:  # in the command line's words
         print_error(console, _running(exc.state, exc.live))
+        return 1
+    except launch_errors.FederationChangedError as exc:
+        print_error(
+            console,
+            f"{exc.state} holds a federation of which {', '.join(exc.live)} still run, "
+            f"started with other flags: {'; '.join(exc.changes)}. Run `botorch-fed flower up` "
+            "with the flags it was started with to restart its dead processes, or `botorch-fed "
+            f"flower down --state-dir {_cli_dir(exc.state)}` first to start afresh.",
+        )
         return 1
     except launch_errors.NoFederationError as exc:
         print_error(console, _no_federation(exc.state))
@@ -318,15 +384,12 @@ def _refused_by_a_party(processes: dict, argv: list[str], spec, run) -> str | No
 
 def _run(tokens: list[str], console: Console) -> int:
     r"""``flower run <algorithm> ...``."""
-    from botorch_fed.cli.report import plot_run, print_run
     from botorch_fed.cli.run import print_error
-    from botorch_fed.flower import launcher, submission
+    from botorch_fed.flower import launcher
     from botorch_fed.flower.keys import write_keyset
-    from botorch_fed.flower.run_options import check_argv, prepare, results_files
+    from botorch_fed.flower.run_options import check_argv, prepare
     from botorch_fed.protocol.registry import get_algorithm
-    from botorch_fed.protocol.results import RunResult
     from botorch_fed.protocol.runner import build_context
-    from botorch_fed.runs.outputs import write_json
 
     own, argv = _flower_options(tokens)
     if not argv or argv[0].startswith("-"):  # no algorithm first
@@ -372,21 +435,119 @@ def _run(tokens: list[str], console: Console) -> int:
     keyset = ""
     if spec.secure_aggregation:  # the ServerApp reads <state>/keys/<keyset>/server.key
         keyset, _ = write_keyset(run.setup, list(range(clients)), state / "keys")
-    # the ServerApp writes into its folder (the state folder `up` gave it) under the name
-    # the run config gives; this command reads it there and writes --out itself
-    name = f"{uuid.uuid4().hex}.json"
-    results, error = results_files(state, name)
     config = {
         "argv": json.dumps(_without(argv, ("--out", "--plot"))),
-        "out": name,
         "clients": clients,
         "timeout": float(own.timeout),
         "on-dropout": own.on_dropout,
         "server-key": keyset,
         "keyset": keyset,
+        "hold": float(own.hold),
     }
+    campaign = None
+    if own.run_dir is not None:
+        campaign = _begin_campaign(Path(own.run_dir), state, config, argv)
+    return _submit(state, config, run, console, campaign)
+
+
+def _begin_campaign(folder: Path, state: Path, config: dict, argv: list[str]) -> Path:
+    r"""Record a new campaign in ``--run-dir`` (created): its name and run config, what
+    ``flower resume`` submits again."""
+    record = folder / CAMPAIGN_FILE
+    if record.exists():
+        raise ValueError(
+            f"--run-dir {folder} holds a campaign already: continue it with `botorch-fed "
+            f"flower resume {_cli_dir(folder)}`, or give an empty folder."
+        )
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    config["campaign"] = f"c-{uuid.uuid4().hex[:16]}"
+    data = {
+        "format": 1,
+        "state_dir": str(state),
+        "argv": argv,
+        "config": config,
+        "flower_runs": [],
+    }
+    _write_record(record, data)
+    return record
+
+
+def _write_record(path: Path, data: dict) -> None:
+    from botorch_fed.protocol.checkpoint import write_atomically
+
+    write_atomically(path, (json.dumps(data, indent=1) + "\n").encode())
+
+
+def _read_record(folder: Path) -> dict:
+    r"""The campaign recorded in ``folder`` (``ValueError`` naming it otherwise)."""
+    record = folder / CAMPAIGN_FILE
+    try:
+        data = json.loads(record.read_text())
+        ok = (
+            data.get("format") == 1
+            and isinstance(data.get("argv"), list)
+            and isinstance(data.get("config"), dict)
+            and isinstance(data["config"].get("campaign"), str)
+            and isinstance(data.get("state_dir"), str)
+            and isinstance(data.get("flower_runs"), list)
+        )
+    except (OSError, ValueError, AttributeError):
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{folder} is not a campaign's folder ({CAMPAIGN_FILE} is missing or unreadable): "
+            "give the folder `botorch-fed flower run --run-dir` wrote."
+        )
+    return data
+
+
+def _resume(run_dir: str, console: Console) -> int:
+    r"""``flower resume DIR``: stop what is left of the campaign's earlier Flower runs,
+    then submit it again with ``resume``: the ServerApp continues from its checkpoint."""
+    from botorch_fed.cli.run import print_error
+    from botorch_fed.flower import launcher, submission
+    from botorch_fed.flower.run_options import check_argv, prepare
+
+    folder = Path(run_dir)
+    data = _read_record(folder)
+    run = prepare(check_argv(list(data["argv"])), outputs=True)
+    fed = launcher.status(data["state_dir"])
+    if not fed["processes"].get("superlink", {}).get("alive"):
+        print_error(
+            console,
+            f"No live federation in {data['state_dir']}: restart it with `botorch-fed flower up "
+            f"--state-dir {_cli_dir(data['state_dir'])}` (with the flags it was started with; "
+            "it restarts the processes that died), then resume.",
+        )
+        return 1
+    for run_id in data["flower_runs"]:  # a ServerApp that still runs would answer twice
+        submission.stop_run(data["state_dir"], int(run_id))
+    config = dict(data["config"], resume=True)
+    return _submit(Path(fed["state_dir"]), config, run, console, folder / CAMPAIGN_FILE)
+
+
+def _submit(state: Path, config: dict, run, console: Console, campaign: Path | None) -> int:
+    r"""Submit ``config`` to the federation in ``state``, then print and write the result
+    as ``botorch-fed run`` does; a campaign's record gets each Flower run id."""
+    from botorch_fed.cli.report import plot_run, print_run
+    from botorch_fed.cli.run import print_error
+    from botorch_fed.flower import submission
+    from botorch_fed.flower.run_options import results_files
+    from botorch_fed.protocol.results import RunResult
+    from botorch_fed.runs.outputs import write_json
+
+    # the ServerApp writes into its folder (the state folder `up` gave it) under the name
+    # the run config gives; this command reads it there and writes --out itself
+    name = f"{uuid.uuid4().hex}.json"
+    results, error = results_files(state, name)
+    config = dict(config, out=name)
 
     def stream(line: str) -> None:  # the ServerApp's log; where the results go is said below
+        started = submission.STARTED.search(line)
+        if started is not None and campaign is not None:
+            data = json.loads(campaign.read_text())
+            data["flower_runs"].append(int(started.group(1)))
+            _write_record(campaign, data)
         if not line.startswith(RESULTS_WRITTEN):
             console.print(line, markup=False)
 
@@ -395,6 +556,9 @@ def _run(tokens: list[str], console: Console) -> int:
         text = error.read_text().strip()
         error.unlink()
         results.unlink(missing_ok=True)
+        if campaign is not None:
+            resume = f"botorch-fed flower resume {_cli_dir(campaign.parent)}"
+            text += f" (continue the campaign with `{resume}`)"
         print_error(console, text, "the run failed:")
         return 1
     if not results.exists():

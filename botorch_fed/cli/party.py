@@ -1,6 +1,8 @@
 r"""``botorch-fed party status|suggest|report``: the operator's commands of an ask/tell
 party (:class:`~botorch_fed.problems.ask_tell.Party`), over the folder its
-:class:`~botorch_fed.problems.ask_tell.AskTellObjective` asks in."""
+:class:`~botorch_fed.problems.ask_tell.AskTellObjective` asks in: ``--folder DIR``, or
+``--party I`` of a federation ``botorch-fed flower up --ask-tell`` started (its state
+folder's ``parties/party-<I>-ask``)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,20 @@ def add_party_parser(sub: argparse._SubParsersAction) -> None:
         ("report", "report the measurement at a pending point, or its failure"),
     ):
         c = commands.add_parser(name, help=help_)
-        c.add_argument("--folder", required=True, help="the party's ask/tell folder")
+        where = c.add_mutually_exclusive_group(required=True)
+        where.add_argument("--folder", help="the party's ask/tell folder")
+        where.add_argument(
+            "--party",
+            type=int,
+            metavar="I",
+            help="party I of the federation `botorch-fed flower up --ask-tell` started",
+        )
+        c.add_argument(
+            "--state-dir",
+            default=None,
+            metavar="DIR",
+            help="that federation's state folder (default: `flower up`'s)",
+        )
         if name == "suggest":
             c.add_argument("--json", action="store_true", help="print JSON")
         if name == "report":
@@ -39,9 +54,23 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
     r"""Run ``botorch-fed party ...``; 0 on success, 2 on a refused report."""
     from botorch_fed.problems.ask_tell import Party
 
-    party = Party(args.folder)
+    folder, flag = args.folder, f"--folder {args.folder}"
+    if args.party is not None:
+        from botorch_fed.cli.flower import default_state_dir
+        from botorch_fed.flower.state_folder import ask_folder
+
+        state = default_state_dir() if args.state_dir is None else args.state_dir
+        folder, flag = ask_folder(state, args.party), f"--party {args.party}"
+    elif args.state_dir is not None:
+        print_error(console, "--state-dir goes with --party, not --folder.")
+        return 2
+    party = Party(folder)
     if not party.folder.is_dir():
-        print_error(console, f"--folder {args.folder}: no such folder.")
+        print_error(
+            console,
+            f"{flag}: no ask/tell folder at {party.folder} (is the party started with "
+            "`--ask-tell`, and has its run asked a point yet?).",
+        )
         return 2
     if args.party_command == "report":
         try:

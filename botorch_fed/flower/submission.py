@@ -33,7 +33,7 @@ from botorch_fed.flower.state_folder import (
     _state,
 )
 
-__all__ = ["RunInterrupted", "submit"]
+__all__ = ["STARTED", "RunInterrupted", "stop_run", "submit"]
 
 
 def _check_run_config(run_config: dict[str, Any], declared: dict[str, Any]) -> None:
@@ -58,7 +58,7 @@ def _check_run_config(run_config: dict[str, Any], declared: dict[str, Any]) -> N
 
 
 #: the line of ``flwr run`` that names the run it started
-_STARTED = re.compile(r"Successfully started run (\d+)")
+STARTED = re.compile(r"Successfully started run (\d+)")
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -149,7 +149,7 @@ def _give_up(
             break
         if line is None:
             break
-        if started := _STARTED.search(line):
+        if started := STARTED.search(line):
             run_id = int(started.group(1))
     if run_id is None:
         return None, (
@@ -162,6 +162,18 @@ def _give_up(
         f"stopping run {run_id} at the SuperLink failed, so it may still be running: "
         f"`flwr stop {run_id} {CONNECTION}` stops it"
     )
+
+
+def stop_run(state_dir: str | os.PathLike[str], run_id: int) -> bool:
+    r"""``flwr stop <run_id>`` on the live federation in ``state_dir``; whether it
+    succeeded (a run that ended already cannot be stopped)."""
+    state = _state(state_dir)
+    fed = _read_federation(state)
+    if fed is None or "superlink" not in _live_names(fed):
+        raise NoFederationError(state)
+    env = _child_env(state, fed["python"], fed.get("import_dir"))
+    del env[STATE_ENV]
+    return _stop_run(str(Path(fed["python"]).parent / "flwr"), int(run_id), env)
 
 
 def _pump(proc: subprocess.Popen[str], lines: Queue[str | None]) -> None:
@@ -257,7 +269,7 @@ def submit(
                     break
                 if line is None:
                     return proc.wait()
-                if run_id is None and (started := _STARTED.search(line)):
+                if run_id is None and (started := STARTED.search(line)):
                     run_id = int(started.group(1))
                 out(line)
         except BaseException as exc:  # Ctrl-C, SIGTERM/SIGHUP, or the caller's stream

@@ -22,12 +22,10 @@ pytest.importorskip("flwr")
 from botorch_fed.flower.party import PartyAgent, serve  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
-from botorch_fed.flower.transport import ClientFailed  # noqa: E402
 from botorch_fed.problems.ask_tell import Party  # noqa: E402
 from botorch_fed.protocol.checkpoint import CheckpointError  # noqa: E402
 from botorch_fed.protocol.runner import run_federated  # noqa: E402
 from botorch_fed.secure import available_backends  # noqa: E402
-from tests.helpers import fake_grid  # noqa: E402
 from tests.helpers.fake_grid import EXPERIMENT, FakeGrid  # noqa: E402
 from tests.helpers.flower_runs import comparable, short_argv  # noqa: E402
 
@@ -179,7 +177,9 @@ def test_ask_tell_parties_end_as_the_in_process_run_of_their_objectives(tmp_path
     objectives = run.setup.make_objectives()
     stop, seen = threading.Event(), {0: [], 2: []}
     operators = [
-        threading.Thread(target=_operator, args=(tmp_path / f"ask-{i}", objectives[i], stop, seen[i]))
+        threading.Thread(
+            target=_operator, args=(tmp_path / f"ask-{i}", objectives[i], stop, seen[i])
+        )
         for i in (0, 2)
     ]
     for t in operators:
