@@ -17,10 +17,18 @@ the defaults allow none of it.
 A party's agent decides on the run's parsed options (:meth:`PartyPolicy.check_options`)
 before anything of the run is built, so a refused run costs it milliseconds, and checks
 the built run again (:meth:`PartyPolicy.check`).
+
+A run's config file (``flower run --config``, its text in the run config) is part of its
+options: its values are the parsed options' defaults, and the objective of every
+``[[objectives]]`` table the party would import (its own) is checked as an
+``--objective`` is, before any is imported. A table's ``kwargs`` are values the server
+chooses for the party's code, which no ``--allow-objective`` pins: a party refuses
+them (its own module gives its function its arguments).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -235,13 +243,16 @@ class PartyPolicy:
         _check_costs(resolved, setup.dim)
         objectives = setup.objectives
         for objective in objectives if isinstance(objectives, list | tuple) else [objectives]:
-            fn = getattr(objective, "fn", None)  # a CallableObjective: an --objective's
-            if fn is not None:
+            fn = getattr(objective, "fn", None)  # a CallableObjective: the user's function
+            if fn is not None:  # (not a RemoteObjective: another party's, not imported)
+                if isinstance(fn, functools.partial) and fn.keywords:
+                    raise PolicyError(f"The run's objective {objective.name!r}: {_KWARGS}")
+                name = getattr(objective, "source", None) or objective.name
                 domain = tuple((lo, hi) for lo, hi in objective.bounds.T.tolist())
                 what = f"the domain {';'.join(f'{lo:g},{hi:g}' for lo, hi in domain)!r}"
-                self._check_domain(objective.name, domain, what, not objective.minimize, None, fn)
+                self._check_domain(name, domain, what, not objective.minimize, None, fn)
 
-    def check_options(self, args) -> None:
+    def check_options(self, args, client: int | None = None) -> None:
         r"""Refuse a run from its parsed options alone (``args``, the run parser's
         ``argparse.Namespace``), before anything they name is imported or built:
         the algorithm, the secure-sum backend, ``--crypto-seed``, LDP ``--epsilon``,
@@ -250,10 +261,20 @@ class PartyPolicy:
         allowed objective without a pinned domain is imported (the party's own code) to
         read the domain its function declares.
 
+        With a config file (:func:`botorch_fed.flower.run_options.prepare` sets
+        ``args.objective_tables`` and ``args.imports``), the objective of every config
+        table the run imports (``args.imports``), or of client ``client``'s table, is
+        checked too, with its domain and direction, and refused with ``kwargs``.
+
+        Args:
+            args: The parsed options.
+            client: Check this client's config table (``None``: the tables the run
+                imports).
+
         Raises:
             PolicyError: Naming the option and the agent flag that would allow it.
-            ValueError: The run's options name an unknown algorithm, or the objective
-                cannot be imported.
+            ValueError: The run's options name an unknown algorithm, the objective
+                cannot be imported, or ``client`` has no table.
         """
         from botorch_fed.protocol.registry import get_algorithm
 
@@ -269,15 +290,37 @@ class PartyPolicy:
         dim = getattr(args, "dim", None)
         _check_costs(_resolved(settings) if settings is not None else None, dim)
         bounds = getattr(args, "bounds", None)
+        dims = 0
         if isinstance(bounds, str):  # counted, not split: a huge --bounds costs nothing
             dims = bounds.strip().rstrip(";").count(";") + 1
-            if dims > MAX_DIM:
-                raise PolicyError(
-                    f"The run's --bounds has {dims} dimensions, above the {MAX_DIM} this "
-                    "party's agent takes (botorch_fed.flower.policy.MAX_DIM; no agent flag "
-                    "raises it)."
-                )
+        elif isinstance(bounds, list):  # a config file's [[lo, hi], ...]
+            dims = len(bounds)
+        if dims > MAX_DIM:
+            raise PolicyError(
+                f"The run's --bounds has {dims} dimensions, above the {MAX_DIM} this "
+                "party's agent takes (botorch_fed.flower.policy.MAX_DIM; no agent flag "
+                "raises it)."
+            )
         self._check_objective(args)
+        tables = getattr(args, "objective_tables", None)
+        if tables is not None:
+            imports = getattr(args, "imports", "all") if client is None else client
+            entries = tables.imported(imports)
+            for table, where in entries:  # every one before any is imported
+                self._check_table(args, table, where)
+
+    def _check_table(self, args, table: dict, where: str) -> None:
+        r"""A config table's objective (``where``: its key) is one this party runs,
+        without ``kwargs``, on its domain, in its direction."""
+        if table.get("kwargs"):
+            raise PolicyError(f"{where.replace('.function`', '.kwargs`')}: {_KWARGS}")
+        domain, what = _run_domain(args)
+        maximize = bool(getattr(args, "maximize", False))
+        dim = getattr(args, "dim", None)
+        try:
+            self._check_domain(table["function"], domain, what, maximize, dim)
+        except PolicyError as exc:  # which table
+            raise PolicyError(f"{where}: {exc}") from None
 
     def _check_run(self, spec, aggregator, crypto_seed, settings) -> None:
         r"""The checks both :meth:`check` and :meth:`check_options` make."""
@@ -343,12 +386,7 @@ class PartyPolicy:
         name = getattr(args, "objective", None)
         if name is None:
             return
-        run_bounds = getattr(args, "bounds", None)
-        try:
-            domain = None if run_bounds is None else parse_domain(run_bounds, "--bounds")
-        except ValueError:
-            domain = None
-        what = "no --bounds" if run_bounds is None else f"--bounds {run_bounds!r:.80}"
+        domain, what = _run_domain(args)
         maximize = bool(getattr(args, "maximize", False))
         self._check_domain(name, domain, what, maximize, getattr(args, "dim", None))
 
@@ -382,6 +420,32 @@ class PartyPolicy:
         )
 
 
+_KWARGS = (
+    "the run gives this party's function arguments (`kwargs`), values the server chooses "
+    "for the party's code, which no --allow-objective allows; the party's own module "
+    "gives its function its arguments (a function of X alone)."
+)
+
+
+def _run_domain(args) -> tuple[tuple[tuple[float, float], ...] | None, str]:
+    r"""``(domain, how the run gives it)`` of the run's ``--bounds`` (or a config file's
+    ``bounds``, a string or ``[[lo, hi], ...]``); the domain is ``None`` when there is
+    none or it does not parse (no party's)."""
+    bounds = getattr(args, "bounds", None)
+    if bounds is None:
+        return None, "no --bounds"
+    try:
+        domain = (
+            parse_domain(bounds, "--bounds")
+            if isinstance(bounds, str)
+            else _declared_domain(bounds, "bounds")
+        )
+    except ValueError:
+        domain = None
+    what = f"--bounds {bounds!r:.80}" if isinstance(bounds, str) else f"bounds {bounds!r:.80}"
+    return domain, what
+
+
 def _declared(name: str, function=None) -> AllowedObjective:
     r"""The domain the function ``name`` declares (its attributes ``bounds`` and
     ``maximize``): ``function``'s, else imported as the run imports it."""
@@ -399,10 +463,16 @@ def _declared(name: str, function=None) -> AllowedObjective:
             f"one on the agent: --allow-objective '{name}@lo,hi;lo,hi' (one pair per "
             f"dimension, @max when larger values are better), or set {name}.bounds."
         )
+    from botorch_fed.runs.black_box import ObjectiveImportError
+
+    # the party's own code: what is wrong with it stays in its agent's log
     maximize = getattr(function, "maximize", False)
     if not isinstance(maximize, bool):
-        raise ValueError(f"{name}.maximize must be True or False, got {maximize!r:.80}.")
-    return AllowedObjective(name, _declared_domain(bounds, f"{name}.bounds"), maximize)
+        raise ObjectiveImportError(f"{name}.maximize must be True or False, got {maximize!r:.80}.")
+    try:
+        return AllowedObjective(name, _declared_domain(bounds, f"{name}.bounds"), maximize)
+    except ValueError as exc:
+        raise ObjectiveImportError(str(exc)) from None
 
 
 def _resolved(settings):

@@ -4,7 +4,13 @@ r"""A Flower run's options: those of ``botorch-fed run <algorithm>``, in the run
 They travel in the Flower run config as ``argv`` (a JSON list of the arguments after
 ``run``); the ServerApp and every party read them with the parser the command line
 uses (:mod:`botorch_fed.runs.parser`), so a run means the same on Flower as in
-process. The other run-config keys are the deployment's own (:data:`RUN_CONFIG_DEFAULTS`).
+process. A ``--config`` file travels as its text, not its path, in the run config's
+``config`` (:func:`split_config` on the submitter's machine, :func:`decode_config` on
+the server's and each party's), and is read there with the reader of the command line
+(:func:`botorch_fed.runs.config.load_config_text`); nothing it says may name a file
+(``out``, ``plot``, ``checkpoint``). Each party imports only its own objective and
+the server none (:func:`prepare`'s ``imports``). The other run-config keys are the
+deployment's own (:data:`RUN_CONFIG_DEFAULTS`).
 
 Whoever submits a run chooses its run config, but not where the ServerApp reads and
 writes: the ServerApp's operator gives it a folder, the environment variable
@@ -33,15 +39,26 @@ RUN_CONFIG_DEFAULTS: dict[str, str | int | float | bool] = {
     "on-dropout": "fail",
     "server-key": "",
     "keyset": "",
+    "config": "",
+    "campaign": "",
+    "resume": False,
+    "hold": 60.0,
 }
 r"""The run-config keys of the botorch-fed Flower app and their defaults: ``argv`` (the
-options, JSON), ``out`` (the name of the results file: ``<server folder>/results/<out>``
+options, JSON), ``config`` (the text of the run's ``--config`` TOML file, ``""``:
+none; :func:`decode_config`), ``out`` (the name of the results file:
+``<server folder>/results/<out>``
 on the server's machine), ``clients`` (how many parties must join), ``timeout``
 (seconds a party may take to answer one message), ``on-dropout`` (``fail``: stop the
 run naming the party; ``continue``: go on without it where the algorithm and backend
 allow), ``server-key`` (the name of the key set whose public material the server reads:
 ``<server folder>/keys/<server-key>/server.key``) and ``keyset`` (the name of the key
-set every party reads its own material from)."""
+set every party reads its own material from), ``campaign`` (a plain name: a run that
+survives restarts; the server checkpoints it after every round in
+``<server folder>/campaigns/<campaign>/`` and each party journals its answers,
+:mod:`.campaign`; ``""``: an ordinary run), ``resume`` (continue the campaign from its
+last checkpoint) and ``hold`` (seconds a party keeps a message whose answer waits for
+its operator before it answers "pending" and the server asks again)."""
 
 SERVER_DIR_ENV = "BOTORCH_FED_SERVER_DIR"
 r"""The environment variable naming the ServerApp's folder (an absolute path): where it
@@ -59,9 +76,20 @@ ON_DROPOUT = ("fail", "continue")
 RESULTS_WRITTEN = "results written to "
 
 NOT_ON_FLOWER = {
-    "config": "--config: give the options on the command line",
+    "config": "--config: a run's options name no file on the parties' machines; its text "
+    "travels in the run config's `config` (`botorch-fed flower run --config FILE` puts it "
+    "there)",
     "checkpoint": "--checkpoint: checkpoints are not written on Flower yet",
     "resume": "--resume: checkpoints are not written on Flower yet",
+}
+CONFIG_LABEL = "the run's config"
+r"""How messages on the server's and the parties' side name the run's config file (its
+text without its path): ``"`bounds` in the run's config ..."``."""
+#: config-file keys that name files or folders: never in a Flower run's config
+CONFIG_FILE_KEYS = {
+    "out": "give --out to `botorch-fed flower run`",
+    "plot": "give --plot to `botorch-fed flower run`",
+    "checkpoint": "checkpoints are not written on Flower yet",
 }
 
 
@@ -72,6 +100,11 @@ busy for six minutes before its refusal)."""
 MAX_ARGV_ENTRIES = 512
 r"""The most arguments a run's ``argv`` may hold (every option of every algorithm, with
 values, is well below it)."""
+MAX_CONFIG_CHARS = 262_144
+r"""The longest config text (characters; the file's bytes on the submitter's machine) a
+run may carry: it travels with every message to every party and each one parses it
+(256 KiB hold thousands of ``[[objectives]]`` tables; tomllib reads it in well under a
+second)."""
 
 
 def check_argv(argv: list[str]) -> list[str]:
@@ -89,35 +122,84 @@ def check_argv(argv: list[str]) -> list[str]:
 OUTPUTS = ("out", "plot")
 
 
-def prepare(argv: list[str], check=None, outputs: bool = False):
-    r"""The checked run (:class:`~botorch_fed.runs.prepare.PreparedRun`) of ``argv``.
+def check_config_text(text) -> str:
+    r"""``text`` if it is a run's config text: a ``str`` of at most
+    :data:`MAX_CONFIG_CHARS` characters (``ValueError`` naming the run config's
+    ``config`` otherwise)."""
+    if not isinstance(text, str):
+        raise ValueError(
+            f"The run config's `config` must be the text of a TOML file (a str), got "
+            f"{type(text).__name__} {text!r:.80}."
+        )
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ValueError(
+            f"The run config's `config` has {len(text)} characters, more than the "
+            f"{MAX_CONFIG_CHARS} a run's config may have."
+        )
+    return text
 
-    Args:
-        argv: ``[algorithm, *options]`` as after ``botorch-fed run``.
-        check: Called with the parsed options (an ``argparse.Namespace``) before
-            anything they name is imported or built (a party's policy).
-        outputs: Whether ``--out`` / ``--plot`` may be given (the command line, on the
-            submitter's machine). A run's options never carry them: their checks would
-            tell the run's submitter which files exist on a party's machine.
 
-    Raises:
-        ValueError: An invalid option (argparse's message, or the command line's check
-            naming the flag), or one a Flower run does not take.
-    """
-    from botorch_fed.runs.parser import build_run_parser
-    from botorch_fed.runs.prepare import prepare_run
-
-    check_argv(argv)
-    parser = build_run_parser()
+def _parse(parser, argv: list[str]):
+    r"""``parser.parse_args(["run", *argv])``; argparse's error as a ``ValueError``."""
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            args = parser.parse_args(["run", *argv])
+            return parser.parse_args(["run", *argv])
     except SystemExit:
         lines = [line for line in err.getvalue().splitlines() if line.strip()]
         message = lines[-1] if lines else f"invalid options {argv}"
         # argparse's "<prog>: error: <message>": callers print their own "error:"
         raise ValueError(re.sub(r"^[^:]*: error: ", "", message, count=1)) from None
+
+
+def prepare(
+    argv: list[str],
+    check=None,
+    outputs: bool = False,
+    config_text: str | None = None,
+    config_file: str | None = None,
+    imports="all",
+):
+    r"""The checked run (:class:`~botorch_fed.runs.prepare.PreparedRun`) of ``argv``
+    and its config file's text.
+
+    Args:
+        argv: ``[algorithm, *options]`` as after ``botorch-fed run`` (no ``--config``).
+        check: Called with the parsed options (an ``argparse.Namespace``, the config
+            file's values in it) before anything they name is imported or built (a
+            party's policy, :meth:`~.policy.PartyPolicy.check_options`). With a config
+            file, ``args.objective_tables`` holds its objective tables
+            (:class:`~botorch_fed.runs.black_box.ObjectiveTables`, or ``None``) and
+            ``args.imports`` is ``imports``; ``args.clients`` is the number of
+            ``[[objectives]]`` tables when no ``clients`` is given.
+        outputs: Whether ``--out`` / ``--plot`` may be given (the command line, on the
+            submitter's machine). A run's options never carry them: their checks would
+            tell the run's submitter which files exist on a party's machine. A config
+            file never names a file (:data:`CONFIG_FILE_KEYS`).
+        config_text: The run's ``--config`` TOML text (``None`` or ``""``: none;
+            :func:`decode_config`), read as ``botorch-fed run --config`` reads its file.
+        config_file: The file ``config_text`` was read from (the submitter's, named in
+            messages; never read or imported from); ``None``: :data:`CONFIG_LABEL`.
+        imports: Whose of the user's functions are imported: ``"all"``, a client id (a
+            party's agent: its own), or ``None`` (the server and the submitter: none);
+            the others are :class:`~botorch_fed.runs.black_box.RemoteObjective`.
+
+    Raises:
+        ValueError: An invalid option or config file (argparse's message, or the
+            command line's check naming the flag or the key), or one a Flower run
+            does not take.
+    """
+    from botorch_fed.runs.black_box import check_imports, objective_tables
+    from botorch_fed.runs.config import config_sources, load_config_text
+    from botorch_fed.runs.parser import build_run_parser
+    from botorch_fed.runs.prepare import prepare_run
+
+    check_argv(argv)
+    check_imports(imports)
+    if config_text is not None:
+        check_config_text(config_text)
+    parser = build_run_parser()
+    args = _parse(parser, argv)
     for dest, why in NOT_ON_FLOWER.items():
         if getattr(args, dest, None):
             flag, reason = why.split(": ", 1)
@@ -128,10 +210,73 @@ def prepare(argv: list[str], check=None, outputs: bool = False):
                 f"--{dest} cannot be among a Flower run's options (the run config's `out` "
                 "names the results file on the server's machine)."
             )
+    algorithm_parser, options = parser.run_parsers[args.algorithm]
+    sources: dict[str, str] = {}
+    config, counted = None, False
+    if config_text:
+        path = CONFIG_LABEL if config_file is None else config_file
+        defaults, config = load_config_text(config_text, args.algorithm, options, path)
+        for dest, why in CONFIG_FILE_KEYS.items():
+            if dest in defaults:
+                raise ValueError(
+                    f"{defaults[dest].label}: a Flower run's config names no file on the "
+                    f"server's or the parties' machines ({why})."
+                )
+        algorithm_parser.set_defaults(**defaults)
+        args = _parse(parser, argv)
+        sources = config_sources(args)
+        tables = objective_tables(args, sources, config)
+        if tables is not None and not tables.shared and args.clients is None:
+            args.clients = len(tables.tables)  # for the check: one per [[objectives]] table
+            counted = True
+        for name, value in config.settings_extra.items():  # settings without a flag
+            setattr(args, f"settings.{name}", value)
+        args.objective_tables, args.imports = tables, imports
     if check is not None:
         check(args)
-    options = parser.run_parsers[args.algorithm][1]
-    return prepare_run(args, options, {}, None)
+    if counted:  # built as the command line builds it
+        args.clients = None
+    return prepare_run(args, options, sources, config, imports)
+
+
+def decode_config(run_config) -> str | None:
+    r"""The ``--config`` text of a run config (``None``: the run has none).
+
+    Raises:
+        ValueError: Naming the run config's ``config``: not a str, or longer than
+            :data:`MAX_CONFIG_CHARS`.
+    """
+    raw = run_config.get("config", "") if hasattr(run_config, "get") else ""
+    return check_config_text(raw) or None
+
+
+def split_config(argv: list[str]) -> tuple[list[str], str | None, str | None]:
+    r"""``(argv without --config, the config file's path, its text)`` of the options
+    of ``botorch-fed flower run`` (``(argv, None, None)`` without ``--config``): the
+    text travels in the run config's ``config``, the options without the path.
+
+    Raises:
+        ValueError: Invalid options (argparse's message), or a config file that is
+            missing, unreadable, not UTF-8 or larger than :data:`MAX_CONFIG_CHARS` bytes.
+    """
+    from botorch_fed.runs.config import read_config
+    from botorch_fed.runs.parser import build_run_parser
+
+    check_argv(argv)
+    args = _parse(build_run_parser(), argv)
+    if args.config is None:
+        return list(argv), None, None
+    rest, skip = [], False
+    for arg in argv:  # every spelling argparse took for --config: --config F, --conf=F
+        name = arg.split("=", 1)[0]
+        if skip:
+            skip = False
+        elif len(name) > 3 and "--config".startswith(name):  # --co...: --config only
+            skip = "=" not in arg
+        else:
+            rest.append(arg)
+    # (a spelling missed here stays in the options, which prepare() refuses)
+    return rest, args.config, read_config(args.config, max_bytes=MAX_CONFIG_CHARS)
 
 
 def decode_argv(run_config) -> list[str]:

@@ -1,6 +1,13 @@
 r"""The clients' black box: a built-in ``--problem``, or the user's functions (``--objective
 module:function --bounds``, the config file's ``objective`` / ``[[objectives]]``) wrapped in
-:class:`~botorch_fed.problems.objectives.CallableObjective`; errors name the flag or key."""
+:class:`~botorch_fed.problems.objectives.CallableObjective`; errors name the flag or key.
+
+On Flower each party imports only its own function and the server none
+(:func:`make_objectives`' ``imports``): every other client's objective is a
+:class:`RemoteObjective`, its name, domain and direction without its code, which is
+all a run needs of the objectives it does not evaluate (the server's program, the
+algorithms' checks, the scoring).
+"""
 
 from __future__ import annotations
 
@@ -13,10 +20,13 @@ import inspect
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import Tensor
 
+from botorch_fed.problems.objectives import CallableObjective, Objective, check_bounds
 from botorch_fed.runs.config import Config
 
 DEFAULT_PROBLEM = "cec2005-f1"
@@ -81,11 +91,103 @@ def import_callable(spec: str, where: str):
     return obj
 
 
+Imports = int | str | None
+r"""Which clients' objectives a run imports: ``"all"`` (a run in one process), a client
+id (a party's agent: its own only) or ``None`` (none: the server, the submitter)."""
+
+
+def check_imports(imports: Any) -> Imports:
+    r"""``imports`` if it is an :data:`Imports` (``ValueError`` otherwise)."""
+    ok = imports is None or imports == "all"
+    ok = ok or (isinstance(imports, int) and not isinstance(imports, bool) and imports >= 0)
+    if not ok:
+        raise ValueError(f'`imports` must be "all", a client id >= 0 or None, got {imports!r}.')
+    return imports
+
+
+class ImportedObjective(CallableObjective):
+    r"""A user's function imported from ``source`` (``MODULE:FUNCTION``, as the command
+    line or the config file names it): what a party's policy checks."""
+
+    def __init__(self, fn, bounds, source: str, **kwargs) -> None:
+        super().__init__(fn, bounds, **kwargs)
+        self.source = source
+
+
+class RemoteObjective(Objective):
+    r"""Another client's black box, where it is not evaluated: its name, domain and
+    direction (what the server's program, the algorithms' checks and the scoring read
+    of the objectives), not its code. A party's agent builds one for every other
+    party's objective, the server for every objective, so neither needs the others'
+    modules. It describes itself as the imported function does
+    (:meth:`~botorch_fed.problems.objectives.Objective.describe`).
+
+    Args:
+        source: ``MODULE:FUNCTION`` as the run names it (not imported).
+        bounds: ``2 x d`` bounds of the domain.
+        minimize: Whether smaller values are better.
+        name: A name for result tables.
+    """
+
+    def __init__(self, source: str, bounds, minimize: bool, name: str) -> None:
+        self.source, self.bounds = source, check_bounds(bounds)
+        self.minimize, self.name = bool(minimize), name
+
+    def __repr__(self) -> str:
+        sense = "minimize" if self.minimize else "maximize"
+        return f"RemoteObjective({self.name}, d={self.dim}, {sense})"
+
+    def evaluate(self, X: Tensor) -> tuple[Tensor, Tensor]:
+        raise RuntimeError(
+            f"Objective {self.name!r} ({self.source}) is evaluated by its own client only; "
+            "this process holds its domain, not its code."
+        )
+
+
+@dataclass(frozen=True)
+class ObjectiveTables:
+    r"""The config file's objective tables that a run's black box comes from: one per
+    client (``[[objectives]]``), or one for every client (``shared``: an ``objective``
+    table). Each entry is ``(table with function/kwargs/name, its config key)``."""
+
+    tables: tuple[tuple[dict, str], ...]
+    shared: bool
+
+    def imported(self, imports: Imports) -> list[tuple[dict, str]]:
+        r"""The tables whose functions a run importing ``imports`` imports.
+
+        Raises:
+            ValueError: A client id without a table.
+        """
+        check_imports(imports)
+        if imports is None:
+            return []
+        if self.shared or imports == "all":
+            return list(self.tables[:1] if self.shared else self.tables)
+        assert isinstance(imports, int)
+        if imports >= len(self.tables):
+            raise ValueError(
+                f"The run's config has {len(self.tables)} [[objectives]] tables (one per "
+                f"client): none for client {imports}."
+            )
+        return [self.tables[imports]]
+
+
+def objective_tables(
+    args: argparse.Namespace, sources: dict[str, str], config: Config | None
+) -> ObjectiveTables | None:
+    r"""The config file's objective tables the run's black box comes from
+    (:func:`resolve_black_box`'s choice), or ``None``: a built-in problem or an
+    ``--objective`` (the command line's or the file's ``objective = "m:f"``)."""
+    problem, specs, shared, _ = resolve_black_box(args, sources, config)
+    if problem is not None or "objective" in sources or args.objective is not None:
+        return None
+    return ObjectiveTables(tuple(specs), shared)
+
+
 def parse_bounds(value: Any, where: str) -> torch.Tensor:
     r"""``"0,1;0,1;-5,5"`` or ``[[0, 1], [0, 1], [-5, 5]]`` as a ``2 x d`` float64
     tensor; ``ValueError`` naming ``where``."""
-    from botorch_fed.problems.objectives import check_bounds
-
     example = '"0,1;0,1;-5,5" (lower,upper per dimension, separated by ";")'
     if isinstance(value, str):
         pieces = [p.strip() for p in value.strip().rstrip(";").split(";")]
@@ -146,20 +248,49 @@ def resolve_black_box(
     return None, specs, False, f"{len(specs)} client objectives ({config.path})"
 
 
-def make_objectives(specs: list[tuple[dict, str]], args: argparse.Namespace, label: str) -> list:
-    r"""The user's functions (``specs`` of :func:`resolve_black_box`, each callable as
-    ``f(X, **kwargs)``) as ``CallableObjective`` over ``--bounds`` (named ``label``)."""
-    from botorch_fed.problems.objectives import CallableObjective
+def objective_name(table: dict) -> str:
+    r"""The name of the objective of ``table`` (function/kwargs/name) in result tables:
+    its ``name``, else ``MODULE:FUNCTION(key=value, ...)``."""
+    function, kwargs = table["function"], table.get("kwargs", {})
+    if kwargs:
+        function += f"({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+    return table.get("name") or function
 
+
+def make_objectives(
+    specs: list[tuple[dict, str]],
+    args: argparse.Namespace,
+    label: str,
+    imports: Imports = "all",
+    shared: bool = False,
+) -> list[Objective]:
+    r"""The user's functions (``specs`` of :func:`resolve_black_box`, each callable as
+    ``f(X, **kwargs)``) as :class:`ImportedObjective` over ``--bounds`` (named
+    ``label``); those of the clients ``imports`` does not name (:data:`Imports`; a
+    ``shared`` spec is every client's) as :class:`RemoteObjective`, not imported.
+
+    Raises:
+        ValueError: No or invalid bounds; a malformed ``MODULE:FUNCTION``; a client id
+            in ``imports`` without a spec.
+        ObjectiveImportError: A function that does not load, or cannot be called with
+            its ``kwargs`` (the text names the user's code).
+    """
+    check_imports(imports)
     if args.bounds is None:
         raise ValueError(
             f'{specs[0][1]} needs the domain: `--bounds` (e.g. "0,1;-5,5") or `bounds` '
             "in the config file."
         )
     bounds = parse_bounds(args.bounds, label)
-    objectives = []
-    for table, where in specs:
+    if isinstance(imports, int) and not shared and imports >= len(specs):
+        raise ValueError(f"The run has {len(specs)} client objectives: none for client {imports}.")
+    objectives: list[Objective] = []
+    for i, (table, where) in enumerate(specs):
         function, kwargs = table["function"], table.get("kwargs", {})
+        name = objective_name(table)
+        if imports is None or (imports != "all" and imports != i and not shared):
+            objectives.append(RemoteObjective(function, bounds, not args.maximize, name))
+            continue
         fn = import_callable(function, where)
         signature = None
         with contextlib.suppress(TypeError, ValueError):  # some builtins have none
@@ -171,10 +302,10 @@ def make_objectives(specs: list[tuple[dict, str]], args: argparse.Namespace, lab
             where = where.replace(".function`", ".kwargs`") if kwargs else where
             call = f"({', '.join(['X', *(f'{k}=...' for k in kwargs)])})"
             message = f"{where}: {function} cannot be called as {function}{call}: {exc}."
-            raise ValueError(message) from None
+            raise ObjectiveImportError(message) from None  # the text quotes the user's code
         if kwargs:
             fn = functools.partial(fn, **kwargs)
-            function += f"({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
-        name = table.get("name") or function
-        objectives.append(CallableObjective(fn, bounds, minimize=not args.maximize, name=name))
+        objectives.append(
+            ImportedObjective(fn, bounds, function, minimize=not args.maximize, name=name)
+        )
     return objectives

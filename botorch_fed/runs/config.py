@@ -1,11 +1,16 @@
 r"""The ``--config`` TOML file of ``botorch-fed run``: the run's options by long name with
 underscores, its black box and ``[settings]`` / ``[settings.<algorithm>]``, checked and
-turned into the parser's defaults (flags override them); errors name the key and the file."""
+turned into the parser's defaults (flags override them); errors name the key and the file.
+
+A Flower run carries the file's text, not its path (:mod:`botorch_fed.flower.run_options`):
+every party and the server read it with :func:`load_config_text`, the reader of the
+command line's file, so it means the same there."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,16 +38,26 @@ class FromConfig:
 
 @dataclass
 class Config:
-    r"""What a ``--config`` file holds besides parser defaults."""
+    r"""What a ``--config`` file holds besides parser defaults.
+
+    ``path`` names the file in messages (``"`key` in <path>"``); ``file`` is the file it
+    was read from, whose folder the user's modules are imported from too (``None``: a
+    text without a file, a Flower run's)."""
 
     path: str
     objectives: list[dict] | None = None  # [[objectives]], or the `objective` table
     shared: bool = False  # one `objective = { function = ..., kwargs = ... }` for all clients
     settings_extra: dict[str, Any] = field(default_factory=dict)  # fields without a flag
     has: set[str] = field(default_factory=set)  # top-level keys present
+    file: str | None = None
 
     def label(self, key: str) -> str:
         return f"`{key}` in {self.path}"
+
+    @property
+    def folder(self) -> str | None:
+        r"""The folder of :attr:`file` (``None`` without a file)."""
+        return None if self.file is None else os.path.dirname(os.path.abspath(self.file))
 
 
 def check_value(option: Option, value: Any, label: str) -> Any:
@@ -115,22 +130,70 @@ def _check_objective_table(table: dict, key: str, path: str) -> dict:
     return table
 
 
+def read_config(path: str, max_bytes: int | None = None) -> str:
+    r"""The text of the ``--config`` file ``path`` (UTF-8, as TOML is).
+
+    Args:
+        path: The file, as the command line gives it.
+        max_bytes: The largest file taken (``None``: any).
+
+    Raises:
+        ValueError: Naming ``--config`` and the file: missing, unreadable, larger
+            than ``max_bytes`` or not UTF-8.
+    """
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read() if max_bytes is None else fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise ValueError(f"--config {path}: no such file.") from None
+    except OSError as exc:
+        raise ValueError(f"--config {path}: cannot read it ({exc}).") from None
+    if max_bytes is not None and len(data) > max_bytes:
+        raise ValueError(
+            f"--config {path} is larger than the {max_bytes} bytes a run's config may have."
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--config {path} is not valid TOML: not UTF-8 ({exc}).") from None
+
+
 def load_config(path: str, algorithm: str, options: list[Option]) -> tuple[dict, Config]:
     r"""The ``--config`` file ``path`` of ``run <algorithm>`` (``options``), checked
     (``ValueError`` naming the file and the key): ``(parser defaults by dest as
     :class:`FromConfig`, the rest of the file)``."""
+    return load_config_text(read_config(path), algorithm, options, path, file=path)
+
+
+def load_config_text(
+    text: str, algorithm: str, options: list[Option], path: str, file: str | None = None
+) -> tuple[dict, Config]:
+    r""":func:`load_config` of a config file's ``text``.
+
+    Args:
+        text: The TOML text.
+        algorithm: The run's algorithm.
+        options: Its options (the run parser's).
+        path: How messages name the text (``"`key` in <path>"``): the file's path, or
+            e.g. ``"the run's config"``.
+        file: The file the text was read from (its folder is an import folder of the
+            run), or ``None``.
+
+    Raises:
+        ValueError: Naming ``path`` and the key.
+    """
     from botorch_fed.algorithms import available_algorithms
 
+    whole = f"--config {path}" if file is not None else path
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ValueError(f"--config {path}: no such file.") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"--config {path} is not valid TOML: {exc}.") from None
-    except OSError as exc:
-        raise ValueError(f"--config {path}: cannot read it ({exc}).") from None
-    config = Config(path=path, has=set(data))
+        raise ValueError(f"{whole} is not valid TOML: {exc}.") from None
+    except RecursionError:  # tomllib recurses on nested arrays and tables
+        raise ValueError(f"{whole} is not valid TOML: nested too deeply.") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise ValueError(f"{whole} is not valid TOML: {exc}.") from None
+    config = Config(path=path, has=set(data), file=file)
     defaults: dict[str, FromConfig] = {}
     by_key = {o.dest: o for o in options if o.field is None and o.dest not in _CLI_ONLY}
     setting_fields = {o.field for o in options if o.field is not None}
@@ -192,3 +255,14 @@ def load_config(path: str, algorithm: str, options: list[Option]) -> tuple[dict,
             defaults.update(own)
             config.settings_extra.update(extra)
     return defaults, config
+
+
+def config_sources(args) -> dict[str, str]:
+    r"""Unwrap the values of ``args`` (parsed with :func:`load_config`'s defaults) that
+    came from the config file; returns ``{dest: config key}`` of those values."""
+    sources: dict[str, str] = {}
+    for dest, value in vars(args).items():
+        if isinstance(value, FromConfig):
+            setattr(args, dest, value.value)
+            sources[dest] = value.label
+    return sources

@@ -12,7 +12,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from botorch_fed.runs.black_box import import_path, make_objectives, resolve_black_box
+from botorch_fed.runs.black_box import (
+    Imports,
+    check_imports,
+    import_path,
+    make_objectives,
+    resolve_black_box,
+)
 from botorch_fed.runs.config import Config
 from botorch_fed.runs.options import Option, rename_to_flags
 from botorch_fed.runs.outputs import check_checkpoint_folders, check_output_paths
@@ -88,8 +94,11 @@ def _build_settings(cls: Any, args, options: list[Option], names: dict, config: 
     raise ValueError(message)
 
 
-def _build_setup(spec, args, by_dest: dict, sources: dict, config: Config | None, names: dict):
-    r"""The validated setup (user modules imported, a problem built once) and its label."""
+def _build_setup(
+    spec, args, by_dest: dict, sources: dict, config: Config | None, names: dict, imports: Imports
+):
+    r"""The validated setup (the user modules of ``imports`` imported, a problem built
+    once) and its label."""
     from botorch_fed.protocol.setup import DEFAULT_NUM_CLIENTS, FederationSetup
 
     problem, specs, shared, label = resolve_black_box(args, sources, config)
@@ -108,7 +117,7 @@ def _build_setup(spec, args, by_dest: dict, sources: dict, config: Config | None
                 )
         source: dict[str, Any] = {"problem": problem}
     else:
-        objectives = make_objectives(specs, args, by_dest["bounds"].label(sources))
+        objectives = make_objectives(specs, args, by_dest["bounds"].label(sources), imports, shared)
         if not shared and args.clients not in (None, len(objectives)):
             assert config is not None  # per-client objectives come from the config file
             raise ValueError(
@@ -134,13 +143,23 @@ def _build_setup(spec, args, by_dest: dict, sources: dict, config: Config | None
 
 
 def prepare_run(
-    args: argparse.Namespace, options: list[Option], sources: dict[str, str], config: Config | None
+    args: argparse.Namespace,
+    options: list[Option],
+    sources: dict[str, str],
+    config: Config | None,
+    imports: Imports = "all",
 ) -> PreparedRun:
     r"""Check the parsed ``args`` of ``run <algorithm>`` (its ``options``; ``sources``:
     ``dest`` -> config key of the values from the ``config`` file) and build the run;
-    ``ValueError`` / ``ImportError`` name the flag or the config key."""
+    ``ValueError`` / ``ImportError`` name the flag or the config key.
+
+    ``imports`` says whose of the user's functions are imported
+    (:data:`~botorch_fed.runs.black_box.Imports`: ``"all"`` in one process, a party's
+    own on Flower, none on the server); the others are
+    :class:`~botorch_fed.runs.black_box.RemoteObjective`."""
     from botorch_fed.algorithms import get_algorithm
 
+    check_imports(imports)
     by_dest = {o.dest: o for o in options}
     label = lambda dest: sources.get(dest, f"--{dest}")  # paths: as typed, no backquotes
     for dest in ("out", "plot", "checkpoint", "resume"):  # one config file, many algorithms
@@ -148,16 +167,16 @@ def prepare_run(
             setattr(args, dest, getattr(args, dest).replace("{algorithm}", args.algorithm))
     check_output_paths(
         {dest: (label(dest), getattr(args, dest)) for dest in ("out", "plot")},
-        config_path=config.path if config is not None else None,
+        config_path=config.file if config is not None else None,
     )
     check_checkpoint_folders(args.checkpoint, args.resume, label("checkpoint"))
     spec = get_algorithm(args.algorithm)
     names = {o.field: o.label(sources) for o in options if o.field is not None}
     settings = _build_settings(spec.settings_class, args, options, names, config)
     setup_names = {py: by_dest[d].label(sources) for py, d in SETUP_DESTS.items() if d in by_dest}
-    folders = [os.getcwd(), *([os.path.dirname(os.path.abspath(config.path))] if config else [])]
+    folders = [os.getcwd(), *([config.folder] if config is not None and config.folder else [])]
     with import_path(folders):
-        setup, name = _build_setup(spec, args, by_dest, sources, config, setup_names)
+        setup, name = _build_setup(spec, args, by_dest, sources, config, setup_names, imports)
         if spec.check is not None:  # the algorithm's own checks, before the run starts
             from botorch_fed.protocol.runner import build_context
 

@@ -65,6 +65,7 @@ class FakeGrid:
     (its messages get the SuperLink's "Message Unavailable" error reply at once).
     ``hang``: nodes that answer the discovery, then take messages and never answer
     (the SuperLink's "Message Unavailable" error once a message's TTL passed).
+    ``policy``: every party's :class:`PartyPolicy`, or one per party (a sequence).
     """
 
     def __init__(self, clients: int, folder, key_dir=None, node_ids=None, policy=None) -> None:
@@ -82,7 +83,8 @@ class FakeGrid:
         for i, node in enumerate(node_ids):
             path = os.path.join(folder, f"agent-{i}.sock")
             ready = threading.Event()
-            agent = PartyAgent(i, clients, key_dir, policy=policy or EXPERIMENT)
+            own = policy[i] if isinstance(policy, list | tuple) else policy
+            agent = PartyAgent(i, clients, key_dir, policy=own or EXPERIMENT)
             threading.Thread(target=serve, args=(agent, path, ready.set), daemon=True).start()
             ready.wait(10)
             self.sockets[node] = path
@@ -131,18 +133,30 @@ class FakeGrid:
         return [self._pending.pop(m) for m in list(message_ids) if m in self._pending]
 
 
-def flower_run(options, tmp_path, drop=None, on_dropout="fail", timeout=30.0, hang=(), **config):
+def flower_run(
+    options,
+    tmp_path,
+    drop=None,
+    on_dropout="fail",
+    timeout=30.0,
+    hang=(),
+    config_text=None,
+    policy=None,
+    **config,
+):
     r"""``options`` on the app over a :class:`FakeGrid`; returns ``(result, grid)``.
+    ``config_text``: the run's ``--config`` text (the run config's ``config``);
+    ``policy``: the parties' (:class:`FakeGrid`; default :data:`EXPERIMENT`).
 
     The grid class and the ServerApp's program are looked up in this module when called,
     so a test can replace either (``monkeypatch.setattr(fake_grid, "FakeGrid", ...)``)."""
-    run = prepare(options)
+    run = prepare(options, config_text=config_text, imports=None)  # as the submitter
     spec = get_algorithm(run.algorithm)
     ids = build_context(spec, run.setup, run.settings).client_ids
     keyset = ""
     if spec.secure_aggregation:
         keyset, _ = write_keyset(run.setup, ids, tmp_path / "keys")
-    grid = FakeGrid(len(ids), str(tmp_path), key_dir=tmp_path / "keys")
+    grid = FakeGrid(len(ids), str(tmp_path), key_dir=tmp_path / "keys", policy=policy)
     grid.drop = dict(drop or {})
     grid.hang = set(hang)
     grid.run_config = {
@@ -153,6 +167,7 @@ def flower_run(options, tmp_path, drop=None, on_dropout="fail", timeout=30.0, ha
         "on-dropout": on_dropout,
         "server-key": keyset,
         "keyset": keyset,
+        **({"config": config_text} if config_text is not None else {}),
         **config,
     }
     return run_on_flower(grid, grid.run_config, log=lambda line: None, folder=tmp_path), grid
