@@ -24,6 +24,7 @@ Exit codes as ``botorch-fed run``: 0 done, 1 the run failed (the reason is print
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -46,8 +47,9 @@ Run a federation on Flower (extra `flower`: pip install "botorch-fed[flower]").
   botorch-fed flower run fbo-fedgp --problem branin --clients 3 --aggregator masking \\
       --hyperparameters average --num-rounds 1 --out r.json
   botorch-fed flower down
-`flower run` takes the options of `botorch-fed run <algorithm>` (not --config,
---checkpoint, --resume) and --state-dir, --timeout SECONDS, --on-dropout fail|continue.
+`flower run` takes the options of `botorch-fed run <algorithm>` (--config too; not
+--checkpoint, --resume) and --state-dir, --timeout SECONDS, --on-dropout fail|continue,
+--run-dir DIR (a campaign: `botorch-fed flower resume DIR` continues it), --hold SECONDS.
 The parties refuse what their `up` flags do not allow (--aggregator plaintext or masking,
 --crypto-seed, --objective, sizes above their caps, ...; `botorch-fed flower up --help`).
 """
@@ -134,7 +136,7 @@ def _flower_run_parser() -> argparse.ArgumentParser:
         "[options of `botorch-fed run ALGORITHM`]",
         description="Submit a run to the federation `botorch-fed flower up` started; it prints "
         "and writes (--out, --plot) what `botorch-fed run` does. The run's options are those "
-        "of `botorch-fed run ALGORITHM` but --config, --checkpoint and --resume "
+        "of `botorch-fed run ALGORITHM` but --checkpoint and --resume "
         "(`botorch-fed flower run ALGORITHM --help` lists them).",
         epilog=FLOWER_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -352,7 +354,9 @@ class _StrictParser(argparse.ArgumentParser):
         raise ValueError(message)
 
 
-def _refused_by_a_party(processes: dict, argv: list[str], spec, run) -> str | None:
+def _refused_by_a_party(
+    processes: dict, argv: list[str], spec, run, config_text: str | None = None
+) -> str | None:
     r"""Why a party agent of this federation would refuse the run (``None``: none
     would), read from the command line its agent was started with, with the agent's own
     parser: the parties check every run themselves; this says so before anything is
@@ -371,11 +375,18 @@ def _refused_by_a_party(processes: dict, argv: list[str], spec, run) -> str | No
         if not module:
             continue
         try:
-            policy = policy_from_arguments(parser.parse_args(command[module[0] + 2 :]))
+            agent = parser.parse_args(command[module[0] + 2 :])
+            policy = policy_from_arguments(agent)
         except ValueError:
             continue
-        try:
-            prepare(check_argv(argv), check=policy.check_options, outputs=True)
+        try:  # the party's own table of the config; nothing imported here
+            prepare(
+                check_argv(argv),
+                check=functools.partial(policy.check_options, client=agent.partition_id),
+                outputs=True,
+                config_text=config_text,
+                imports=None,
+            )
             policy.check(spec, run.setup, run.settings)
         except PolicyError as exc:
             return f"party {name.removeprefix('agent-')}: {exc}"
@@ -387,7 +398,7 @@ def _run(tokens: list[str], console: Console) -> int:
     from botorch_fed.cli.run import print_error
     from botorch_fed.flower import launcher
     from botorch_fed.flower.keys import write_keyset
-    from botorch_fed.flower.run_options import check_argv, prepare
+    from botorch_fed.flower.run_options import check_argv, prepare, split_config
     from botorch_fed.protocol.registry import get_algorithm
     from botorch_fed.protocol.runner import build_context
 
@@ -404,7 +415,11 @@ def _run(tokens: list[str], console: Console) -> int:
         _flower_run_parser().print_help()
         print()
         build_run_parser().parse_args(["run", argv[0], "--help"])  # prints, exits 0
-    run = prepare(check_argv(argv), outputs=True)  # every option checked before anything runs
+    # a --config file travels as its text in the run config; the options name no file
+    argv, config_file, config_text = split_config(check_argv(argv))
+    run = prepare(  # every option checked before anything runs; no party's module imported
+        argv, outputs=True, config_text=config_text, config_file=config_file, imports=None
+    )
     spec = get_algorithm(run.algorithm)
     clients = len(build_context(spec, run.setup, run.settings).client_ids)
     # a live federation before anything is written: no key set, no folder otherwise
@@ -421,7 +436,7 @@ def _run(tokens: list[str], console: Console) -> int:
             f"{_cli_dir(own.state_dir)}`, then `botorch-fed flower up --clients {clients} "
             f"--state-dir {_cli_dir(own.state_dir)}`)."
         )
-    refused = _refused_by_a_party(fed["processes"], argv, spec, run)
+    refused = _refused_by_a_party(fed["processes"], argv, spec, run, config_text)
     if refused is not None:
         print_error(
             console,
@@ -437,6 +452,7 @@ def _run(tokens: list[str], console: Console) -> int:
         keyset, _ = write_keyset(run.setup, list(range(clients)), state / "keys")
     config = {
         "argv": json.dumps(_without(argv, ("--out", "--plot"))),
+        "config": config_text or "",
         "clients": clients,
         "timeout": float(own.timeout),
         "on-dropout": own.on_dropout,
@@ -510,7 +526,8 @@ def _resume(run_dir: str, console: Console) -> int:
 
     folder = Path(run_dir)
     data = _read_record(folder)
-    run = prepare(check_argv(list(data["argv"])), outputs=True)
+    text = data["config"].get("config") or None  # the campaign's --config text
+    run = prepare(check_argv(list(data["argv"])), outputs=True, config_text=text, imports=None)
     fed = launcher.status(data["state_dir"])
     if not fed["processes"].get("superlink", {}).get("alive"):
         print_error(

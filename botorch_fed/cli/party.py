@@ -87,7 +87,7 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
         return 0
     pending = party.pending()
     if args.party_command == "suggest" and args.json:
-        console.print_json(json.dumps(pending))
+        print(json.dumps(pending, indent=1))  # plain: scripts parse it (no colour codes)
         return 0
     table = Table("id", "objective", "#", "x", "report")
     rows = pending if args.party_command == "suggest" else party.history()

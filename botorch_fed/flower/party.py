@@ -154,8 +154,9 @@ class PartyAgent:
         self.threads = threads
         self.policy = PartyPolicy() if policy is None else policy
         self.ask_tell = None if ask_tell is None else Path(ask_tell)
-        self._runs: OrderedDict[int, _Held] = OrderedDict()  # least recently active first
-        self._over: dict[int, str] = {}  # run -> why it is over (every run it began)
+        # Flower run id, or ("campaign", name) -> its client; least recently active first
+        self._runs: OrderedDict[int | tuple[str, str], _Held] = OrderedDict()
+        self._over: dict[int | tuple[str, str], str] = {}  # run -> why it is over
         self.epsilon_spent = 0.0  # LDP epsilon of every answer, over all runs
         self._clock = clock
         self._lock = threading.Lock()  # the agent's bookkeeping
@@ -255,7 +256,7 @@ class PartyAgent:
                     raise refusal(
                         StaleCampaign(
                             f"Client {self.partition_id}: this party's agent restarted in the "
-                            f"middle of a secure sum of campaign {key[1]!r}; it answers again "
+                            f"middle of a round of {_describe(key)}; it answers again "
                             "what it answered but cannot go on with the campaign."
                         )
                     )
@@ -347,13 +348,13 @@ class PartyAgent:
 
     def _replay(self, held: _Held, seq: int, digest: str) -> tuple[dict, dict]:
         r"""The answer already given to message ``seq``, if this is the same message."""
-        entry = None
+        entry: dict | None = None
         if held.answered is not None and held.answered[0] == seq:
             entry = {"digest": held.answered[1], "outcome": held.answered[2]}
         elif held.journal is not None:
             logged = held.journal.read(seq)
             if logged is not None:
-                outcome = ("error", None, logged["error"])
+                outcome: tuple = ("error", None, logged["error"])
                 if logged["reply"] is not None:
                     outcome = ("ok", decode_frame(logged["reply"][8:])[1])
                 entry = {"digest": logged["digest"], "outcome": outcome}
@@ -474,9 +475,9 @@ class PartyAgent:
                 except Exception as exc:  # noqa: BLE001 - compared with the journal
                     again = f"error: {type(exc).__name__}"
                 logged = entry["reply"]
-                told = _timeless(decode_frame(logged[8:])[1]) if logged is not None else None
-                if told is None:
-                    told = f"error: {entry['error'].split(':', 1)[0]}"
+                told: str | bytes = f"error: {str(entry['error']).split(':', 1)[0]}"
+                if logged is not None:
+                    told = _timeless(decode_frame(logged[8:])[1])
                 if again != told:
                     print(
                         f"campaign {journal.name}: message #{seq} answered differently when "
@@ -598,7 +599,7 @@ class PartyAgent:
         import torch
 
         from botorch_fed.flower.keys import party_material
-        from botorch_fed.flower.run_options import decode_argv, prepare
+        from botorch_fed.flower.run_options import decode_argv, decode_config, prepare
         from botorch_fed.protocol.registry import get_algorithm
         from botorch_fed.protocol.runner import (
             build_context,
@@ -617,7 +618,12 @@ class PartyAgent:
                 )
             self.policy.check_options(args)
 
-        run = prepare(decode_argv(run_config), check=check)
+        run = prepare(
+            decode_argv(run_config),
+            check=check,
+            config_text=decode_config(run_config),
+            imports=self.partition_id,  # its own objective; the others' are not imported
+        )
         spec = get_algorithm(run.algorithm)
         self.policy.check(spec, run.setup, run.settings)  # again, on the built run
         ctx = build_context(spec, run.setup, run.settings)

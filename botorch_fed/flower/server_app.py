@@ -37,6 +37,7 @@ from botorch_fed.flower.run_options import (
     RESULTS_WRITTEN,
     RUN_CONFIG_DEFAULTS,
     decode_argv,
+    decode_config,
     prepare,
     results_files,
     server_dir,
@@ -199,7 +200,8 @@ def run_on_flower(grid, run_config, log=print, folder=None):
     from botorch_fed.protocol.runner import torch_threads
 
     cfg = _config(run_config)
-    run = prepare(decode_argv(run_config))
+    # the parties' objectives by name, domain and direction: no party's module imported
+    run = prepare(decode_argv(run_config), config_text=decode_config(run_config), imports=None)
     with torch_threads(run.setup.threads):
         return _run(grid, run_config, cfg, run, log, folder)
 

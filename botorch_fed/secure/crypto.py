@@ -111,7 +111,7 @@ class RandomSource:
 
     def get_state(self) -> dict | None:
         """The seeded generator's state (JSON-able), ``None`` for OS randomness."""
-        return None if self._rng is None else self._rng.bit_generator.state
+        return None if self._rng is None else dict(self._rng.bit_generator.state)
 
     def set_state(self, state: dict) -> None:
         """Restore :meth:`get_state` of a seeded source of the same kind.

@@ -24,8 +24,9 @@ pytest.importorskip("flwr")
 
 from botorch_fed.cli import main  # noqa: E402
 from botorch_fed.flower import launcher  # noqa: E402
-from botorch_fed.flower.processes import process_table  # noqa: E402
+from botorch_fed.flower.processes import descendants, process_table  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.flower.state_folder import STATE_ENV  # noqa: E402
 from botorch_fed.problems.ask_tell import Party  # noqa: E402
 from botorch_fed.protocol.runner import run_federated  # noqa: E402
 from tests.helpers.flower_runs import comparable, short_argv  # noqa: E402
@@ -35,14 +36,22 @@ pytestmark = [pytest.mark.flower, pytest.mark.usefixtures("quiet_single_thread")
 FLAGS = ["--allow-plaintext", "--allow-crypto-seed", "--share-results", "--allow-algorithm=all"]
 
 
-def _pids(pattern: str) -> list[int]:
+def _pids(pattern: str, state=None, root: int | None = None) -> list[int]:
+    r"""Live processes whose command line holds ``pattern`` and that belong to the
+    federation in ``state`` (its marker in their environment) or descend from ``root``:
+    never another test's processes."""
+    table = process_table()
+    below = descendants([root], table) if root is not None else set()
+    marker = f"{STATE_ENV}={state}".encode() if state is not None else None
     found = []
-    for pid in process_table():
+    for pid in table:
         try:
             cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
         except OSError:
             continue
-        if pattern in cmdline:
+        ours = pid in below or (marker is not None and marker in environ)
+        if pattern in cmdline and ours:
             found.append(pid)
     return found
 
@@ -94,10 +103,12 @@ def test_a_campaign_survives_its_serverapp_and_a_party_agent_killed_midway(tmp_p
             time.sleep(0.2)
         campaign = json.loads((run_dir / "campaign.json").read_text())["config"]["campaign"]
         assert (state / "campaigns" / campaign / "checkpoint.json").exists()
-        (serverapp,) = _pids("flwr-serverapp")
+        (serverapp,) = _pids("flwr-serverapp", state=state.resolve())
         os.kill(serverapp, signal.SIGKILL)  # party 2 waits for its operator meanwhile
         os.killpg(fed["pids"]["agent-0"], signal.SIGKILL)
-        for pid in _pids("flwr run "):  # the submitter's `flwr run --stream` waits on
+        for pid in _pids(
+            "flwr run ", root=os.getpid()
+        ):  # the submitter's `flwr run --stream` waits on
             os.kill(pid, signal.SIGKILL)
         first.join(60)
         assert codes == [1]  # the first submission ended without results
