@@ -196,3 +196,68 @@ def test_ask_tell_parties_end_as_the_in_process_run_of_their_objectives(tmp_path
     evaluations = 3 + 2  # --num-init 3, one point a round
     assert [len(seen[i]) for i in (0, 2)] == [evaluations, evaluations]  # none asked twice
     assert len(set(seen[0])) == evaluations
+
+
+def _campaign_agent(tmp_path, **kwargs) -> PartyAgent:
+    return PartyAgent(0, 3, policy=EXPERIMENT, state_file=tmp_path / "party-0.json", **kwargs)
+
+
+def _message(agent: PartyAgent, seq: int, round_: int, type_: str, payload=None, **config):
+    argv = short_argv("local", rounds=3)
+    run_config = {"argv": json.dumps(argv), "keyset": "", "campaign": "c1", **config}
+    meta = {"run": 7, "type": type_, "config": run_config, "seq": seq, "round": round_}
+    return agent.answer(meta, payload or {})
+
+
+def test_a_position_is_answered_once_and_only_for_the_same_message(tmp_path):
+    from botorch_fed.protocol.declarations import ProtocolViolation
+
+    agent = _campaign_agent(tmp_path)
+    first = _message(agent, 0, 0, "init")
+    assert _message(agent, 0, 0, "init") == first  # the same message: the same answer
+    one = _message(agent, 1, 1, "round", {"t": 1})
+    with pytest.raises(ProtocolViolation, match="message #1 differs"):
+        _message(agent, 1, 1, "round", {"t": 2})  # another question at an answered position
+    with pytest.raises(ProtocolViolation, match="next message of this run is #2"):
+        _message(agent, 3, 3, "round", {"t": 3})  # a skipped position
+    # a restarted agent answers the journalled positions again, byte for byte, and goes on
+    again = _campaign_agent(tmp_path)
+    assert _message(again, 1, 1, "round", {"t": 1}) == one
+    with pytest.raises(ProtocolViolation, match="message #1 differs"):
+        _message(again, 1, 1, "round", {"t": 2})
+    assert _message(again, 2, 2, "round", {"t": 2})[0] == {"ok": True}
+
+
+def test_a_campaign_resumes_only_with_its_options(tmp_path):
+    agent = _campaign_agent(tmp_path)
+    _message(agent, 0, 0, "init")
+    restarted = _campaign_agent(tmp_path)
+    other = json.dumps(short_argv("local", rounds=4))
+    with pytest.raises(ValueError, match="began on this party with other options"):
+        _message(restarted, 1, 1, "round", {"t": 1}, argv=other)
+
+
+def test_a_campaign_needs_a_state_file_and_a_plain_name(tmp_path):
+    from botorch_fed.flower.policy import PolicyError
+
+    with pytest.raises(PolicyError, match="keeps no state"):
+        _message(PartyAgent(0, 3, policy=EXPERIMENT), 0, 0, "init")
+    with pytest.raises(ValueError, match="`campaign` must be a plain name"):
+        _message(_campaign_agent(tmp_path), 0, 0, "init", campaign="../x")
+
+
+def test_a_waiting_answer_is_pending_then_given_once_ready(tmp_path):
+    # an ask/tell party: its agent holds the message `hold` s, then answers "pending"; asked
+    # again, it waits on the same computation (the point is asked once) until the report
+    agent = _campaign_agent(tmp_path, ask_tell=tmp_path / "ask")
+    assert _message(agent, 0, 0, "init", hold=0.2) == ({"ok": True, "pending": True}, {})
+    party = Party(tmp_path / "ask")
+    (ask,) = party.pending()
+    assert _message(agent, 0, 0, "init", hold=0.2)[0] == {"ok": True, "pending": True}
+    assert [a["id"] for a in party.pending()] == [ask["id"]]  # not asked twice
+    for k in range(3):  # the initial design: three points, one at a time
+        (ask,) = party.pending()
+        party.report(ask["id"], float(k))
+        out = _message(agent, 0, 0, "init", hold=5.0)
+    assert out[0] == {"ok": True}
+    assert len(party.history()) == 3
