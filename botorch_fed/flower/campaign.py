@@ -10,20 +10,20 @@ its agent's state folder:
 - for every message it answered: its sequence number and round, the message, the reply
   it sent (the exact frame) and, with the first message of each round, the client's
   state before it (between rounds);
-- ``campaign.json``: the campaign's name and a digest of its options.
+- ``campaign.json``: the campaign's name, a digest of its options and the seed of the
+  party's secure-aggregation role (its own secret).
 
 A message the party answered before is answered from the journal, byte for byte, and
 only if it is the same message (its digest): the party never sends a second, different
 answer at one position (two answers to a secure sum or an LDP release could tell the
 server what one answer hides). A restarted agent restores the client's state at the start
-of the newest round in the journal and handles that round's journalled messages again,
-in order, inside the agent: each answer must come out as the one journalled (timings
-aside), and none of them leaves the agent (the server gets the journalled ones). Where one
-differs -- a secure sum under masking or CKKS draws fresh randomness that lived in the
-lost process -- the agent still answers again what it answered but computes nothing new
-for the campaign (:class:`StaleCampaign`); the campaign goes on for it from the next
-round's start only if it died between rounds or before it answered a message of the
-round.
+of the newest round in the journal (with its secure-aggregation role's: the sessions it
+joined and its randomness, seeded from the party's own secret in ``campaign.json``) and
+handles that round's journalled messages again, in order, inside the agent: each answer
+must come out as the one journalled (timings aside; a CKKS ciphertext comes out anew, as
+TenSEAL's encryption randomness cannot be seeded), and none of them leaves the agent (the
+server gets the journalled ones). Where one differs, the agent still answers again what it
+answered but computes nothing new for the campaign (:class:`StaleCampaign`).
 
 Entries are written atomically (a temporary file, fsync, rename) before the reply
 leaves the agent. An entry is removed once it is older than the newest entry holding a
@@ -87,15 +87,23 @@ class CampaignJournal:
         self.folder = Path(folder)
         self.name = check_name(name)
         self.options = str(options)
+        self.role_seed: int | None = None  # :meth:`open` reads it
 
     def exists(self) -> bool:
         r"""Whether the campaign began on this party."""
         return (self.folder / MANIFEST).is_file()
 
-    def begin(self) -> None:
-        r"""Record that the campaign begins (its folder and manifest)."""
+    def begin(self, role_seed: int) -> None:
+        r"""Record that the campaign begins (its folder and manifest), with the seed of
+        the party's secure-aggregation role (the party's own secret: a restarted agent
+        seeds its role alike, so the round it handles again draws what it drew)."""
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        manifest = {"format": 1, "campaign": self.name, "options": self.options}
+        manifest = {
+            "format": 1,
+            "campaign": self.name,
+            "options": self.options,
+            "role_seed": int(role_seed),
+        }
         write_atomically(self.folder / MANIFEST, json.dumps(manifest).encode())
 
     def end(self) -> None:
@@ -126,6 +134,10 @@ class CampaignJournal:
                 f"Campaign {self.name!r} began on this party with other options; a campaign "
                 "resumes only with the options it began with."
             )
+        seed = manifest.get("role_seed")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"Campaign {self.name!r}: this party's journal is unreadable.")
+        self.role_seed = seed
 
     def _entries(self) -> dict[int, tuple[int, bool, Path]]:
         r"""``{seq: (round, holds a state, path)}`` of the journal's entries."""

@@ -62,6 +62,7 @@ import argparse
 import functools
 import json
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -83,6 +84,7 @@ from botorch_fed.flower.policy import (
 from botorch_fed.flower.records import decode_frame, encode_frame, read_frame
 from botorch_fed.protocol.declarations import ProtocolViolation as ProtocolViolationError
 from botorch_fed.protocol.messages import TIME_PREFIX
+from botorch_fed.protocol.secure_sum import SECAGG
 
 HELLO = "botorch_fed_hello"
 REPORT = "botorch_fed_report"
@@ -423,13 +425,17 @@ class PartyAgent:
                     journal.open()
                 except ValueError as exc:
                     raise refusal(exc) from None
-        client = self._build_refusing(run_config)  # a run refused drops no other run
+        role_seed = None
+        if journal is not None:  # the party's own seed: a restart draws what it drew
+            role_seed = journal.role_seed if journal.exists() else secrets.randbits(62)
+        client = self._build_refusing(run_config, role_seed)  # a refusal drops no other run
         self._make_room()
         held = _Held(client, journal)
         if journal is not None and journal.exists():
             self._restore(held)
         elif journal is not None:
-            journal.begin()
+            assert role_seed is not None
+            journal.begin(role_seed)
         elif self.state is not None:
             self.state.began(key)  # a restarted agent refuses it: no run starts again
         self._runs[key] = held
@@ -461,7 +467,11 @@ class PartyAgent:
         with self._compute:
             entry = journal.read(start)
             assert entry is not None
-            _quiet(lambda: held.client.load_state_dict(entry["state"]))
+            _quiet(functools.partial(_load_saved_state, held.client, entry["state"]))
+            # CKKS encrypts with TenSEAL's own randomness, which nothing can seed: a
+            # secure-sum step's ciphertext comes out anew (it never leaves the agent), all
+            # the role keeps of it is drawn from its seeded generator
+            fresh = getattr(getattr(held.client.secagg, "backend", None), "name", "") == "ckks"
             for seq in range(start, newest + 1):
                 entry = journal.read(seq)
                 if entry is None:
@@ -478,6 +488,8 @@ class PartyAgent:
                 told: str | bytes = f"error: {str(entry['error']).split(':', 1)[0]}"
                 if logged is not None:
                     told = _timeless(decode_frame(logged[8:])[1])
+                if fresh and entry["type"] == SECAGG and isinstance(again, bytes):
+                    again = told if isinstance(told, bytes) else again
                 if again != told:
                     print(
                         f"campaign {journal.name}: message #{seq} answered differently when "
@@ -487,11 +499,11 @@ class PartyAgent:
                     held.stale = True
                     return
 
-    def _build_refusing(self, run_config):
+    def _build_refusing(self, run_config, role_seed: int | None = None):
         r""":meth:`_build`, its refusals (policy, options, key material) marked public;
         anything else it raises stays unmarked."""
         try:
-            return self._build(run_config)
+            return self._build(run_config, role_seed)
         except _BUILD_REFUSALS as exc:
             if _from_objective_import(exc):
                 # the party's own module: its error, its folder, its names stay here
@@ -586,7 +598,7 @@ class PartyAgent:
         before = ledger.spent(self.partition_id)[0]
         return lambda: ledger.spent(self.partition_id)[0] - before
 
-    def _build(self, run_config: dict):
+    def _build(self, run_config: dict, role_seed: int | None = None):
         r"""This party's client of a run (as the in-process runner builds it).
 
         The run's parsed options are checked first, before anything of the run is
@@ -652,7 +664,9 @@ class PartyAgent:
                 material = party_material(
                     self.key_dir, keyset, cid, allow_crypto_seed=self.policy.allow_crypto_seed
                 )
-                role = backend.client(cid, material, seed=secagg_role_seed(ctx.crypto_seed, cid))
+                seed = secagg_role_seed(ctx.crypto_seed, cid)
+                seed = role_seed if seed is None else seed  # a campaign's: its own secret
+                role = backend.client(cid, material, seed=seed)
             except ValueError as exc:
                 # the server is told only that the key set is not this party's: not the
                 # key folder's path, nor which key sets lie there or of which backend
@@ -700,13 +714,23 @@ class _Job:
 
 
 def _saved_state(client) -> dict | None:
-    r"""``client.state_dict()``, or ``None`` in the middle of a secure sum."""
+    r"""The client's state between rounds and its secure-aggregation role's (the sessions
+    it joined, its randomness), or ``None`` in the middle of a secure sum."""
     from botorch_fed.protocol.declarations import ProtocolViolation
 
     try:
-        return client.state_dict()
+        state = client.state_dict()
     except ProtocolViolation:
         return None
+    role = getattr(client, "secagg", None)
+    return {"client": state, "role": "" if role is None else json.dumps(role.saved_state())}
+
+
+def _load_saved_state(client, saved: dict) -> None:
+    r"""Restore :func:`_saved_state` into a freshly built client of the same run."""
+    client.load_state_dict(saved["client"])
+    if saved["role"]:
+        client.secagg.restore_state(json.loads(saved["role"]))
 
 
 def _timeless(payload: dict) -> bytes:

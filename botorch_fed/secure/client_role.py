@@ -78,6 +78,28 @@ class ClientRole(ABC):
         """The current session id, None before the first message."""
         return self._session
 
+    def saved_state(self) -> dict:
+        """What this role keeps between sessions, for a restarted party: the sessions it
+        joined (it joins none twice) and the state of its randomness (``None``: OS
+        randomness, which cannot be saved). JSON-able."""
+        return {"rng": self._rand.get_state(), "joined": sorted(s.hex() for s in self._joined)}
+
+    def restore_state(self, state: dict) -> None:
+        """Restore :meth:`saved_state` into a fresh role of the same key material.
+
+        Raises:
+            InputError: ``state`` is not one, or holds a random state this role (seeded
+                differently, or drawing from the OS) cannot take.
+        """
+        try:
+            joined = {bytes.fromhex(s) for s in state["joined"]}
+            rng = state["rng"]
+        except (TypeError, KeyError, ValueError) as exc:
+            raise InputError(f"not a saved client-role state ({exc})") from None
+        if rng is not None:
+            self._rand.set_state(rng)
+        self._joined = joined
+
     def federation_secret(self) -> bytes | None:
         """A 32-byte secret that every client of the federation holds and the server
         does not, or None where the backend has none.

@@ -140,22 +140,48 @@ def test_a_campaign_resumed_after_its_serverapp_died_ends_as_the_uninterrupted_r
         fed.run(resume=True)  # the parties reported: the campaign is over
 
 
-def test_a_campaign_goes_on_after_a_party_agent_restarts(tmp_path):
-    argv = short_argv("fbo-fedgp", "plaintext", rounds=2) + ["--hyperparameters", "average"]
-    fed = Federation(tmp_path, argv)
-    push = fed.grid.push_messages
-    count = {"n": 0}
+def _restart_cases():
+    for aggregator in ("plaintext", "masking", "ckks"):
+        marks = [] if aggregator in available_backends() else [pytest.mark.skip(reason=aggregator)]
+        # (round, k): before the k-th message of the round; in round 2, behind the first
+        # round's secure sums (the role's randomness has moved on since the campaign began)
+        for where in ((1, 0), (1, 5), (2, 5)):
+            yield pytest.param(
+                aggregator, where, id=f"{aggregator}-{where[0]}.{where[1]}", marks=marks
+            )
 
-    def restarting_push(messages):  # party 1's agent restarts before the 8th push
-        count["n"] += 1
-        if count["n"] == 8:
-            fed.restart_agent(1)
-        return push(messages)
 
-    fed.grid.push_messages = restarting_push
-    result = fed.run()
-    run = prepare(argv)
-    assert comparable(result) == comparable(run_federated(run.algorithm, run.setup, run.settings))
+@pytest.mark.parametrize("aggregator, where", list(_restart_cases()))
+def test_a_campaign_goes_on_after_a_party_agent_restarts_mid_round(aggregator, where, tmp_path):
+    # with the parties' own randomness (no --crypto-seed): the restarted agent seeds its
+    # secure-aggregation role from its journal and handles the round again to the answers
+    # it gave; with --crypto-seed the run also ends as the in-process run
+    for crypto in (True, False):
+        argv = short_argv("fbo-fedgp", aggregator, rounds=2) + ["--hyperparameters", "average"]
+        if not crypto:
+            argv = [a for a in argv if a not in ("--crypto-seed", "5")]
+        folder = tmp_path / str(crypto)
+        folder.mkdir()
+        fed = Federation(folder, argv)
+        pushed = fed.grid.push_messages
+        seen: list[str] = []
+
+        def restarting_push(messages, fed=fed, pushed=pushed, seen=seen):
+            groups = {m.metadata.group_id for m in messages}
+            new = [g for g in sorted(groups) if ":" in g and g not in seen]
+            seen.extend(new)
+            in_round = [g for g in seen if g.startswith(f"{where[0]}:")]
+            if new and len(in_round) == where[1] + 1:  # party 1's agent restarts now
+                fed.restart_agent(1)
+            return pushed(messages)
+
+        fed.grid.push_messages = restarting_push
+        result = fed.run()  # a stale party would stop it (StaleCampaign)
+        assert fed.starts == 3 + 1  # it did restart
+        if crypto:
+            run = prepare(argv)
+            local = run_federated(run.algorithm, run.setup, run.settings)
+            assert comparable(result) == comparable(local)
 
 
 def _operator(folder, objective, stop: threading.Event, seen: list) -> None:
