@@ -10,10 +10,24 @@ import pytest
 from nbclient import NotebookClient
 
 TUTORIALS = sorted((Path(__file__).parents[1] / "tutorials").glob("*.ipynb"))
+#: tutorials that start a loopback Flower federation (extra `flower`)
+ON_FLOWER = {"federated_campaign"}
+
+
+def _flower_marks(path: Path) -> list:
+    if path.stem not in ON_FLOWER:
+        return []
+    try:
+        import flwr  # noqa: F401
+    except ImportError:
+        return [pytest.mark.flower, pytest.mark.skip(reason="needs the `flower` extra")]
+    return [pytest.mark.flower]
 
 
 @pytest.mark.notebook
-@pytest.mark.parametrize("path", TUTORIALS, ids=[p.stem for p in TUTORIALS])
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, id=p.stem, marks=_flower_marks(p)) for p in TUTORIALS]
+)
 def test_tutorial_runs_in_smoke_mode(path, monkeypatch):
     monkeypatch.setenv("SMOKE_TEST", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")

@@ -119,7 +119,12 @@ def add_flower_parser(sub: argparse._SubParsersAction) -> None:
     resume = actions.add_parser(
         "resume", help="continue a campaign (`flower run --run-dir DIR`) after a restart"
     )
-    resume.add_argument("run_dir", metavar="DIR", help="the campaign's folder (--run-dir)")
+    resume.add_argument(
+        "run_dir",
+        metavar="DIR",
+        help="the campaign's folder (`flower run --run-dir`; it names the federation's state "
+        "folder and the run's options)",
+    )
     actions.add_parser("down", help="stop the processes `up` started")
     actions.add_parser("status", help="list the processes `up` started")
     for action in (up, actions.choices["down"], actions.choices["status"]):
@@ -225,9 +230,10 @@ def _no_federation(state: str | os.PathLike[str], clients: int | str = "N") -> s
 def _running(state: str | os.PathLike[str], live: list[str]) -> str:
     r"""What ``flower up`` says when ``state`` already has a running federation."""
     return (
-        f"{state} already has a running federation ({', '.join(live)}): stop it with "
-        f"`botorch-fed flower down --state-dir {_cli_dir(state)}`, or start a second "
-        "federation in another folder (`--state-dir DIR`)."
+        f"{state} already has a running federation ({', '.join(live)}): nothing to restart "
+        "(a campaign whose run died continues with `botorch-fed flower resume DIR`). To start "
+        f"afresh, stop it with `botorch-fed flower down --state-dir {_cli_dir(state)}`, or "
+        "start a second federation in another folder (`--state-dir DIR`)."
     )
 
 
@@ -573,15 +579,19 @@ def _submit(state: Path, config: dict, run, console: Console, campaign: Path | N
         text = error.read_text().strip()
         error.unlink()
         results.unlink(missing_ok=True)
-        if campaign is not None:
+        if campaign is not None and "nothing to resume" not in text:
             resume = f"botorch-fed flower resume {_cli_dir(campaign.parent)}"
             text += f" (continue the campaign with `{resume}`)"
         print_error(console, text, "the run failed:")
         return 1
     if not results.exists():
-        print_error(
-            console, f"`flwr run` exited with {code} and wrote no results.", "the run failed:"
-        )
+        text = f"`flwr run` exited with {code} and wrote no results."
+        if campaign is not None:
+            text += (
+                " If a process died, restart it (`botorch-fed flower up` with its flags), then "
+                f"continue the campaign: `botorch-fed flower resume {_cli_dir(campaign.parent)}`."
+            )
+        print_error(console, text, "the run failed:")
         return 1
     data = json.loads(results.read_text())
     results.unlink()

@@ -10,15 +10,16 @@ its agent's state folder:
 - for every message it answered: its sequence number and round, the message, the reply
   it sent (the exact frame) and, with the first message of each round, the client's
   state before it (between rounds);
-- ``campaign.json``: the campaign's name, a digest of its options and the seed of the
-  party's secure-aggregation role (its own secret).
+- ``campaign.json``: the campaign's name, a digest of its options and the key of the
+  party's secure-aggregation randomness (its own secret, from the OS).
 
 A message the party answered before is answered from the journal, byte for byte, and
 only if it is the same message (its digest): the party never sends a second, different
 answer at one position (two answers to a secure sum or an LDP release could tell the
 server what one answer hides). A restarted agent restores the client's state at the start
 of the newest round in the journal (with its secure-aggregation role's: the sessions it
-joined and its randomness, seeded from the party's own secret in ``campaign.json``) and
+joined and its randomness, a ChaCha20 stream keyed by the party's own secret in
+``campaign.json``) and
 handles that round's journalled messages again, in order, inside the agent: each answer
 must come out as the one journalled (timings aside; a CKKS ciphertext comes out anew, as
 TenSEAL's encryption randomness cannot be seeded), and none of them leaves the agent (the
@@ -87,32 +88,43 @@ class CampaignJournal:
         self.folder = Path(folder)
         self.name = check_name(name)
         self.options = str(options)
-        self.role_seed: int | None = None  # :meth:`open` reads it
+        self.role_key: bytes | None = None  # :meth:`open` reads it
 
     def exists(self) -> bool:
         r"""Whether the campaign began on this party."""
         return (self.folder / MANIFEST).is_file()
 
-    def begin(self, role_seed: int) -> None:
-        r"""Record that the campaign begins (its folder and manifest), with the seed of
-        the party's secure-aggregation role (the party's own secret: a restarted agent
-        seeds its role alike, so the round it handles again draws what it drew)."""
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    def begin(self, role_key: bytes) -> None:
+        r"""Record that the campaign begins (its folder and manifest), with the key of
+        the party's secure-aggregation randomness (the party's own secret, from the OS: a
+        restarted agent keys its role alike, so the round it handles again draws what it
+        drew)."""
+        self.folder.parent.mkdir(mode=0o700, exist_ok=True)  # the names are the party's
+        self.folder.mkdir(mode=0o700, exist_ok=True)
         manifest = {
             "format": 1,
             "campaign": self.name,
             "options": self.options,
-            "role_seed": int(role_seed),
+            "role_key": role_key.hex(),
         }
         write_atomically(self.folder / MANIFEST, json.dumps(manifest).encode())
 
-    def end(self) -> None:
-        r"""Record that the campaign is over on this party (its final report left)."""
-        write_atomically(self.folder / ENDED, b"")
+    def end(self, report: dict) -> None:
+        r"""Record that the campaign is over on this party, with its final report (what
+        a resumed server asking for the report again gets)."""
+        write_atomically(self.folder / ENDED, json.dumps(report).encode())
 
     def ended(self) -> bool:
         r"""Whether the campaign is over on this party."""
         return (self.folder / ENDED).exists()
+
+    def report(self) -> dict | None:
+        r"""The final report :meth:`end` recorded (``None``: none, or unreadable)."""
+        try:
+            report = json.loads((self.folder / ENDED).read_text())
+        except (OSError, ValueError):
+            return None
+        return report if isinstance(report, dict) else None
 
     def open(self) -> None:
         r"""Check that the journal is this campaign's, with the same options.
@@ -123,9 +135,9 @@ class CampaignJournal:
         """
         try:
             manifest = json.loads((self.folder / MANIFEST).read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError):
             raise ValueError(
-                f"Campaign {self.name!r}: this party's journal of it is unreadable ({exc})."
+                f"Campaign {self.name!r}: this party's journal of it is unreadable."
             ) from None
         if not isinstance(manifest, dict) or manifest.get("campaign") != self.name:
             raise ValueError(f"Campaign {self.name!r}: this party's journal is another's.")
@@ -134,10 +146,13 @@ class CampaignJournal:
                 f"Campaign {self.name!r} began on this party with other options; a campaign "
                 "resumes only with the options it began with."
             )
-        seed = manifest.get("role_seed")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        try:
+            key = bytes.fromhex(manifest["role_key"])
+        except (KeyError, TypeError, ValueError):
+            key = b""
+        if len(key) != 32:
             raise ValueError(f"Campaign {self.name!r}: this party's journal is unreadable.")
-        self.role_seed = seed
+        self.role_key = key
 
     def _entries(self) -> dict[int, tuple[int, bool, Path]]:
         r"""``{seq: (round, holds a state, path)}`` of the journal's entries."""
@@ -146,6 +161,10 @@ class CampaignJournal:
             if (m := _ENTRY.fullmatch(path.name)) is not None:
                 out[int(m.group(1))] = (int(m.group(2)), bool(m.group(3)), path)
         return out
+
+    def size(self) -> int:
+        r"""How many answers the journal holds."""
+        return len(self._entries())
 
     def read(self, seq: int) -> dict | None:
         r"""The entry of message ``seq`` (``None`` if not journalled).

@@ -60,9 +60,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import os
-import secrets
 import signal
 import socket
 import sys
@@ -230,8 +230,19 @@ class PartyAgent:
             if type_ == REPORT:
                 return self._final_report(run_id, meta["config"])
             key = self._key(run_id, meta["config"])
-            held = self._held(key, meta["config"])
             position = _position(meta)
+            hold = None if position is None else _hold(meta["config"])
+            if position is None and isinstance(key, tuple):
+                raise refusal(
+                    ProtocolViolationError(
+                        f"Client {self.partition_id}: a campaign's message must carry its "
+                        "position (its group id '<round>:<seq>')."
+                    )
+                )
+            try:
+                held = self._held(key, meta["config"])
+            except _Busy:  # restoring waits for the message being computed
+                return {"ok": True, "pending": True}, {}
             frame = encode_frame({}, payload)
             digest = message_digest(type_, frame)
             if position is not None and position[0] < held.next_seq:
@@ -254,6 +265,20 @@ class PartyAgent:
                     )
                 )
             else:
+                if position is not None and held.round is not None and position[1] < held.round:
+                    raise refusal(
+                        ProtocolViolationError(
+                            f"Client {self.partition_id}: message #{position[0]} is of round "
+                            f"{position[1]}, after a message of round {held.round}."
+                        )
+                    )
+                if held.journal is not None and held.journal.size() >= MAX_JOURNAL:
+                    raise refusal(
+                        PolicyError(
+                            f"Client {self.partition_id}: {_describe(key)} holds {MAX_JOURNAL} "
+                            "journalled answers since its last round began, this party's limit."
+                        )
+                    )
                 if held.stale:
                     raise refusal(
                         StaleCampaign(
@@ -275,7 +300,6 @@ class PartyAgent:
                     args=(held, job, type_, payload, spent, meta),
                     daemon=True,
                 ).start()
-            hold = None if position is None else _hold(meta["config"])
         if not job.done.wait(hold):
             return {"ok": True, "pending": True}, {}
         return self._outcome(job.outcome)
@@ -300,43 +324,53 @@ class PartyAgent:
     def _work(self, held: _Held, job: _Job, type_: str, payload: dict, spent, meta) -> None:
         r"""Compute one message in the worker thread, journal its answer, then tell the
         threads that wait for it."""
-        import torch
-
-        from botorch_fed.protocol.messages import Message
-
-        with self._compute:  # one message of all runs at a time (torch's global state)
-            torch.set_num_threads(self.threads)
-            try:
-                reply = _quiet(lambda: held.client.handle(Message(type_, payload)))
-                out = reply.payload
-                if not self.policy.share_results:
-                    # how long each stage of the party's work took depends on its data (and
-                    # shows which branch it took): stage timings go with its results only
-                    out = {k: v for k, v in out.items() if not k.startswith(TIME_PREFIX)}
-                outcome: tuple = ("ok", out)
-            except BaseException as exc:  # noqa: BLE001 - kept for the waiting threads
-                _private(exc)  # the client's: its text stays with the party
-                traceback.print_exception(exc, file=sys.stderr)
-                outcome = ("error", exc, wire_error(exc, self.partition_id, meta, payload))
+        outcome: tuple = ("error", None, f"client {self.partition_id}: the agent failed")
+        try:
+            with self._compute:  # one message of all runs at a time (torch's global state)
+                outcome = self._compute_and_journal(held, job, type_, payload, spent, meta)
+        finally:  # whatever happened, the waiting threads are told and the position moves
             with self._lock:
-                try:
-                    released = 0.0 if spent is None else spent()
-                    if released > 0:
-                        self.epsilon_spent += released
-                        if self.state is not None:  # durable before the answer leaves
-                            self.state.spent(self.epsilon_spent)
-                    if held.journal is not None:
-                        self._journal(held, job, outcome)
-                except BaseException as exc:  # noqa: BLE001 - the answer must not leave
-                    traceback.print_exception(exc, file=sys.stderr)
-                    outcome = ("error", exc, wire_error(exc, self.partition_id, meta, payload))
-                    held.stale = held.journal is not None  # its journal lags the client
                 held.answered = (job.seq, job.digest, outcome)
                 held.next_seq = job.seq + 1
                 held.job = None
                 held.last = self._clock()
-        job.outcome = outcome
-        job.done.set()
+            job.outcome = outcome
+            job.done.set()
+
+    def _compute_and_journal(self, held, job, type_: str, payload: dict, spent, meta) -> tuple:
+        r""":meth:`_work`'s computation: the client's answer, the epsilon it spent and the
+        journal entry, each made durable before the answer may leave."""
+        import torch
+
+        from botorch_fed.protocol.messages import Message
+
+        torch.set_num_threads(self.threads)
+        try:
+            reply = _quiet(lambda: held.client.handle(Message(type_, payload)))
+            out = reply.payload
+            if not self.policy.share_results:
+                # how long each stage of the party's work took depends on its data (and
+                # shows which branch it took): stage timings go with its results only
+                out = {k: v for k, v in out.items() if not k.startswith(TIME_PREFIX)}
+            outcome: tuple = ("ok", out)
+        except BaseException as exc:  # noqa: BLE001 - kept for the waiting threads
+            _private(exc)  # the client's: its text stays with the party
+            traceback.print_exception(exc, file=sys.stderr)
+            outcome = ("error", exc, wire_error(exc, self.partition_id, meta, payload))
+        with self._lock:
+            try:
+                released = 0.0 if spent is None else spent()
+                if released > 0:
+                    self.epsilon_spent += released
+                    if self.state is not None:  # durable before the answer leaves
+                        self.state.spent(self.epsilon_spent)
+                if held.journal is not None:
+                    self._journal(held, job, outcome)
+            except BaseException as exc:  # noqa: BLE001 - the answer must not leave
+                traceback.print_exception(exc, file=sys.stderr)
+                outcome = ("error", exc, wire_error(exc, self.partition_id, meta, payload))
+                held.stale = held.journal is not None  # its journal lags the client
+        return outcome
 
     def _journal(self, held: _Held, job: _Job, outcome: tuple) -> None:
         r"""Write the answer (with the message, and the client's state before it where
@@ -399,6 +433,13 @@ class PartyAgent:
             )
         held = self._runs.get(key)
         if held is not None:
+            if held.journal is not None and held.journal.options != options_digest(run_config):
+                raise refusal(
+                    ValueError(
+                        f"Campaign {key[1]!r} began on this party with other options; a "
+                        "campaign goes on only with the options it began with."
+                    )
+                )
             self._runs.move_to_end(key)
             held.last = self._clock()
             return held
@@ -425,19 +466,20 @@ class PartyAgent:
                     journal.open()
                 except ValueError as exc:
                     raise refusal(exc) from None
-        role_seed = None
-        if journal is not None:  # the party's own seed: a restart draws what it drew
-            role_seed = journal.role_seed if journal.exists() else secrets.randbits(62)
-        client = self._build_refusing(run_config, role_seed)  # a refusal drops no other run
-        self._make_room()
+        role_key = None
+        if journal is not None:  # the party's own key: a restart draws what it drew
+            role_key = journal.role_key if journal.exists() else os.urandom(32)
+        client = self._build_refusing(run_config, role_key)  # a refusal drops no other run
         held = _Held(client, journal)
         if journal is not None and journal.exists():
-            self._restore(held)
-        elif journal is not None:
-            assert role_seed is not None
-            journal.begin(role_seed)
-        elif self.state is not None:
-            self.state.began(key)  # a restarted agent refuses it: no run starts again
+            self._restore(held)  # may answer "busy" (_Busy): nothing dropped yet
+        self._make_room()
+        if journal is None:
+            if self.state is not None:
+                self.state.began(key)  # a restarted agent refuses it: no run starts again
+        elif not journal.exists():
+            assert role_key is not None
+            journal.begin(role_key)
         self._runs[key] = held
         held.last = self._clock()
         return held
@@ -453,7 +495,6 @@ class PartyAgent:
         at the start of the newest round journalled, then that round's messages handled
         again in order, each answer checked against the journalled one (none leaves the
         agent). Stale if one differs, or the journal holds no state to start from."""
-        from botorch_fed.protocol.messages import Message
 
         journal = held.journal
         assert journal is not None
@@ -464,46 +505,59 @@ class PartyAgent:
         if start is None:
             held.stale = True
             return
-        with self._compute:
-            entry = journal.read(start)
-            assert entry is not None
-            _quiet(functools.partial(_load_saved_state, held.client, entry["state"]))
-            # CKKS encrypts with TenSEAL's own randomness, which nothing can seed: a
-            # secure-sum step's ciphertext comes out anew (it never leaves the agent), all
-            # the role keeps of it is drawn from its seeded generator
-            fresh = getattr(getattr(held.client.secagg, "backend", None), "name", "") == "ckks"
-            for seq in range(start, newest + 1):
-                entry = journal.read(seq)
-                if entry is None:
-                    held.stale = True
-                    return
-                held.round = int(entry["round"])
-                message = Message(entry["type"], decode_frame(entry["message"][8:])[1])
-                try:
-                    reply = _quiet(functools.partial(held.client.handle, message))
-                    again: str | bytes = _timeless(reply.payload)
-                except Exception as exc:  # noqa: BLE001 - compared with the journal
-                    again = f"error: {type(exc).__name__}"
-                logged = entry["reply"]
-                told: str | bytes = f"error: {str(entry['error']).split(':', 1)[0]}"
-                if logged is not None:
-                    told = _timeless(decode_frame(logged[8:])[1])
-                if fresh and entry["type"] == SECAGG and isinstance(again, bytes):
-                    again = told if isinstance(told, bytes) else again
-                if again != told:
-                    print(
-                        f"campaign {journal.name}: message #{seq} answered differently when "
-                        "handled again; the campaign cannot go on for this party",
-                        file=sys.stderr,
-                    )
-                    held.stale = True
-                    return
+        if not self._compute.acquire(blocking=False):
+            raise _Busy  # another message is being computed: the server asks again
+        try:
+            self._replay_round(held, journal, start, newest)
+        finally:
+            self._compute.release()
 
-    def _build_refusing(self, run_config, role_seed: int | None = None):
+    def _replay_round(self, held: _Held, journal: CampaignJournal, start: int, newest: int):
+        r""":meth:`_restore`'s work, with the compute lock held."""
+        import torch
+
+        from botorch_fed.protocol.messages import Message
+
+        torch.set_num_threads(self.threads)
+        entry = journal.read(start)
+        assert entry is not None
+        _quiet(functools.partial(_load_saved_state, held.client, entry["state"]))
+        # CKKS encrypts with TenSEAL's own randomness, which nothing can seed: a
+        # secure-sum step's ciphertext comes out anew (it never leaves the agent), all
+        # the role keeps of it is drawn from its seeded generator
+        fresh = getattr(getattr(held.client.secagg, "backend", None), "name", "") == "ckks"
+        for seq in range(start, newest + 1):
+            entry = journal.read(seq)
+            if entry is None:
+                held.stale = True
+                return
+            held.round = int(entry["round"])
+            message = Message(entry["type"], decode_frame(entry["message"][8:])[1])
+            try:
+                reply = _quiet(functools.partial(held.client.handle, message))
+                again: str | bytes = _timeless(reply.payload)
+            except Exception as exc:  # noqa: BLE001 - compared with the journal
+                again = f"error: {type(exc).__name__}"
+            logged = entry["reply"]
+            told: str | bytes = f"error: {str(entry['error']).split(':', 1)[0]}"
+            if logged is not None:
+                told = _timeless(decode_frame(logged[8:])[1])
+            if fresh and entry["type"] == SECAGG and isinstance(again, bytes):
+                again = told if isinstance(told, bytes) else again
+            if again != told:
+                print(
+                    f"campaign {journal.name}: message #{seq} answered differently when "
+                    "handled again; the campaign cannot go on for this party",
+                    file=sys.stderr,
+                )
+                held.stale = True
+                return
+
+    def _build_refusing(self, run_config, role_key: bytes | None = None):
         r""":meth:`_build`, its refusals (policy, options, key material) marked public;
         anything else it raises stays unmarked."""
         try:
-            return self._build(run_config, role_seed)
+            return self._build(run_config, role_key)
         except _BUILD_REFUSALS as exc:
             if _from_objective_import(exc):
                 # the party's own module: its error, its folder, its names stay here
@@ -524,6 +578,15 @@ class PartyAgent:
         A run this agent never held is not recorded (nothing of it was released): its
         report is a fresh client's, and it may still begin later."""
         key = self._key(run_id, run_config)
+        if isinstance(key, tuple):  # a campaign's report, asked again: the same one
+            journal = self._journal_of(key[1], run_config)
+            report = journal.report() if journal.ended() else None
+            if report is not None and self.policy.share_results:
+                try:
+                    journal.open()
+                except ValueError as exc:
+                    raise refusal(exc) from None
+                return {"ok": True}, report
         if key in self._over:
             raise refusal(
                 ProtocolViolationError(
@@ -545,9 +608,9 @@ class PartyAgent:
         self._runs.pop(key, None)
         if held is not None:
             self._over[key] = "it reported"
-            if held.journal is not None:
-                held.journal.end()
         if not self.policy.share_results:
+            if held is not None and held.journal is not None:
+                held.journal.end({})
             raise refusal(
                 PolicyError(
                     "This party keeps its evaluations (its agent shares them with --share-results)."
@@ -555,10 +618,13 @@ class PartyAgent:
             )
         client = self._build_refusing(run_config) if held is None else held.client
         try:
-            return {"ok": True}, _report(client)
+            report = _report(client)
         except BaseException as exc:
             _private(exc)
             raise
+        if held is not None and held.journal is not None:
+            held.journal.end(report)  # before it leaves: asked again, the same report
+        return {"ok": True}, report
 
     def _make_room(self) -> None:
         r"""Drop the least recently active run if this agent holds :data:`MAX_RUNS` and
@@ -598,7 +664,7 @@ class PartyAgent:
         before = ledger.spent(self.partition_id)[0]
         return lambda: ledger.spent(self.partition_id)[0] - before
 
-    def _build(self, run_config: dict, role_seed: int | None = None):
+    def _build(self, run_config: dict, role_key: bytes | None = None):
         r"""This party's client of a run (as the in-process runner builds it).
 
         The run's parsed options are checked first, before anything of the run is
@@ -649,13 +715,16 @@ class PartyAgent:
             from botorch_fed.problems.ask_tell import AskTellObjective
 
             objective = ctx.objectives[cid]
-            ctx.objectives[cid] = AskTellObjective(
+            asked = AskTellObjective(
                 self.ask_tell,
                 objective.bounds,
                 minimize=objective.minimize,
                 name=f"party-{cid}",
                 poll_s=ASK_POLL,
             )
+            if role_key is not None:  # a campaign: a restarted agent asks the same ids
+                asked.run = hashlib.sha256(role_key + b"ask/tell").hexdigest()[:16]
+            ctx.objectives[cid] = asked
         if spec.secure_aggregation:
             setup = run.setup
             keyset = str(run_config.get("keyset", ""))
@@ -665,8 +734,9 @@ class PartyAgent:
                     self.key_dir, keyset, cid, allow_crypto_seed=self.policy.allow_crypto_seed
                 )
                 seed = secagg_role_seed(ctx.crypto_seed, cid)
-                seed = role_seed if seed is None else seed  # a campaign's: its own secret
                 role = backend.client(cid, material, seed=seed)
+                if seed is None and role_key is not None:  # a campaign's: its own secret
+                    role.use_key(role_key)
             except ValueError as exc:
                 # the server is told only that the key set is not this party's: not the
                 # key folder's path, nor which key sets lie there or of which backend
@@ -739,6 +809,14 @@ def _timeless(payload: dict) -> bytes:
     return encode_frame({}, kept)
 
 
+class _Busy(Exception):
+    r"""A campaign to restore while another message is computed (answered "pending")."""
+
+
+#: the most journalled answers a campaign keeps since its last round began
+MAX_JOURNAL = 4096
+
+
 class Answered(RuntimeError):
     r"""An error answer given before, given again: its text is what the server was told."""
 
@@ -785,8 +863,6 @@ def _describe(key) -> str:
 def options_digest(run_config) -> str:
     r"""A digest of what a run's clients are built from (its options and key set): a
     campaign resumes only with the same."""
-    import hashlib
-
     parts = {k: run_config.get(k) for k in ("argv", "keyset", "config", "clients")}
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 

@@ -234,10 +234,10 @@ def _run(grid, run_config, cfg: dict, run, log, folder):
             campaign.load()
         nodes = discover(grid, len(ids), cfg["timeout"], log)
         role_seed = secagg_role_seed(ctx.crypto_seed, None)
-        if campaign is not None and role_seed is None:
-            role_seed = campaign.role_seed  # its sessions open again as before on resume
         if material is not None:
             ctx.secagg_server = secagg_backend(run.setup, ids).server(material, seed=role_seed)
+            if campaign is not None and role_seed is None:  # sessions open as before on resume
+                ctx.secagg_server.use_key(campaign.role_key)
         transport = FlowerTransport(
             grid,
             nodes,
@@ -253,6 +253,8 @@ def _run(grid, run_config, cfg: dict, run, log, folder):
             server = spec.make_server(ctx, transport)
             total = server.settings.num_rounds
             start = None
+            if campaign is not None and not campaign.resume:
+                campaign.begin()
             if campaign is not None and campaign.state is not None:
                 start = campaign.restore(server, transport, ctx.secagg_server)
                 log(f"campaign {campaign.name}: resumed after round {start}")

@@ -11,9 +11,9 @@ the server's secure-aggregation randomness. A resumed ServerApp (run config
 their journals and the finished run equals the uninterrupted one.
 
 The manifest also names the campaign, a digest of its options (a resume with other
-options is refused) and the seed of the server's secure-aggregation role when the run
-gives none (drawn from the OS when the campaign begins; the server's own randomness,
-kept on the server's machine).
+options is refused) and the key of the server's secure-aggregation randomness when the
+run gives no ``--crypto-seed`` (a ChaCha20 stream keyed from the OS when the campaign
+begins; the server's own secret, kept on the server's machine).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Campaign:
         self.resume = bool(resume)
         self.state: dict | None = None
         self.elapsed = 0.0
-        self.role_seed = secrets.randbits(62)
+        self.role_key = secrets.token_bytes(32)
 
     def load(self) -> None:
         r"""Read the checkpoint of a resumed campaign (or check a new one has none).
@@ -98,12 +98,18 @@ class Campaign:
                 f"Campaign {self.name!r} was checkpointed with other options; a campaign "
                 "resumes only with the options it began with."
             )
-        seed, elapsed = manifest.get("role_seed"), manifest.get("time_s")
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise CheckpointError(f"Campaign {self.name!r}: `role_seed` {seed!r} is not a seed.")
+        elapsed = manifest.get("time_s")
+        try:
+            key = bytes.fromhex(manifest["role_key"])
+        except (KeyError, TypeError, ValueError):
+            key = b""
+        if len(key) != 32:
+            raise CheckpointError(f"Campaign {self.name!r}: `role_key` is not a 32-byte key.")
         if isinstance(elapsed, bool) or not isinstance(elapsed, int | float) or elapsed < 0:
             raise CheckpointError(f"Campaign {self.name!r}: `time_s` {elapsed!r} is not >= 0.")
-        self.role_seed, self.elapsed = seed, float(elapsed)
+        self.role_key, self.elapsed = key, float(elapsed)
+        if manifest.get("begun") is True:  # no round ended: the run starts again
+            return
         self.state = states["server"]
         expect_keys("server", self.state, ("round", "state", "torch_rng", "transport", "role"))
 
@@ -124,6 +130,14 @@ class Campaign:
         torch.set_rng_state(rng)
         return int(state["round"])
 
+    def begin(self) -> None:
+        r"""Checkpoint a campaign that begins (its key and options, no state yet): a
+        server that dies before its first round ends starts the campaign again on resume,
+        and the parties answer what they answered from their journals."""
+        info = {"campaign": self.name, "options": self.options, "begun": True}
+        info |= {"role_key": self.role_key.hex(), "time_s": 0.0}
+        save_checkpoint(self.folder, 0, {"server": {"round": 0}}, info)
+
     def finish(self) -> None:
         r"""Record that the campaign finished (its parties reported)."""
         (self.folder / FINISHED).touch()
@@ -141,7 +155,7 @@ class Campaign:
         info = {
             "campaign": self.name,
             "options": self.options,
-            "role_seed": self.role_seed,
+            "role_key": self.role_key.hex(),
             "time_s": self.elapsed + float(elapsed),
         }
         save_checkpoint(self.folder, t, {"server": state}, info)

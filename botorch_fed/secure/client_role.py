@@ -78,6 +78,12 @@ class ClientRole(ABC):
         """The current session id, None before the first message."""
         return self._session
 
+    def use_key(self, key: bytes) -> None:
+        """Draw this role's randomness from ``key``'s ChaCha20 stream
+        (:meth:`RandomSource.keyed`) from now on: secret, and drawn again by a role of
+        the same key restored to :meth:`saved_state` (a restarted party)."""
+        self._rand = RandomSource.keyed(key, 1, self.client_id)
+
     def saved_state(self) -> dict:
         """What this role keeps between sessions, for a restarted party: the sessions it
         joined (it joins none twice) and the state of its randomness (``None``: OS

@@ -89,6 +89,8 @@ class RandomSource:
     """
 
     def __init__(self, seed: int | None, *labels: int) -> None:
+        self._key: bytes | None = None  # keyed(): a ChaCha20 key stream
+        self._calls = 0
         if seed is None:
             self._rng = None
         else:
@@ -100,26 +102,63 @@ class RandomSource:
                 np.random.SeedSequence([int(seed), *map(int, labels)])
             )
 
+    @classmethod
+    def keyed(cls, key: bytes, *labels: int) -> RandomSource:
+        """Secret, reproducible bytes: the ChaCha20 key stream of a 32-byte ``key`` (from
+        :func:`os.urandom`, kept by its owner), one nonce per call. Whoever lacks the key
+        cannot predict them; whoever holds it and the number of calls so far
+        (:meth:`get_state`) draws the same bytes again -- a restarted party that handles
+        a round again.
+
+        Raises:
+            InputError: ``key`` is not 32 bytes.
+        """
+        if not isinstance(key, bytes) or len(key) != 32:
+            raise InputError("a random source's key must be 32 bytes")
+        source = cls(None)
+        info = b"botorch-fed/random-source" + struct.pack(f">{len(labels)}Q", *labels)
+        source._key = hkdf(key, info)
+        return source
+
     @property
     def seeded(self) -> bool:
-        """Whether the bytes are reproducible (not secret!)."""
+        """Whether the bytes are reproducible from a seed (not secret!)."""
         return self._rng is not None
+
+    @property
+    def reproducible(self) -> bool:
+        """Whether the bytes can be drawn again (seeded, or keyed: :meth:`keyed`)."""
+        return self._rng is not None or self._key is not None
 
     def bytes(self, n: int) -> bytes:
         """Return ``n`` random bytes."""
+        if self._key is not None:
+            nonce = b"\0\0\0\0" + struct.pack("<Q", self._calls) + b"\0\0\0\0"
+            self._calls += 1
+            encryptor = Cipher(algorithms.ChaCha20(self._key, nonce), mode=None).encryptor()
+            return encryptor.update(bytes(n))
         return os.urandom(n) if self._rng is None else self._rng.bytes(n)
 
     def get_state(self) -> dict | None:
-        """The seeded generator's state (JSON-able), ``None`` for OS randomness."""
+        """The state that draws the next bytes again (JSON-able): a keyed source's call
+        count, a seeded one's generator state; ``None`` for OS randomness."""
+        if self._key is not None:
+            return {"calls": self._calls}
         return None if self._rng is None else dict(self._rng.bit_generator.state)
 
     def set_state(self, state: dict) -> None:
-        """Restore :meth:`get_state` of a seeded source of the same kind.
+        """Restore :meth:`get_state` of a source of the same kind (and key or seed).
 
         Raises:
             InputError: This source draws from the OS, or ``state`` is not a state of
-                its generator.
+                its kind.
         """
+        if self._key is not None:
+            calls = state.get("calls") if isinstance(state, dict) else None
+            if isinstance(calls, bool) or not isinstance(calls, int) or calls < 0:
+                raise InputError("not a state of this keyed random source")
+            self._calls = calls
+            return
         if self._rng is None:
             raise InputError("an unseeded random source has no state to restore")
         try:
@@ -171,7 +210,7 @@ def x25519_keypair(rand: RandomSource) -> tuple[X25519PrivateKey, bytes]:
     Returns:
         The private key and the raw 32-byte public key.
     """
-    if rand.seeded:
+    if rand.reproducible:
         private = X25519PrivateKey.from_private_bytes(rand.bytes(32))
     else:
         private = X25519PrivateKey.generate()

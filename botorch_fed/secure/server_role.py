@@ -55,6 +55,11 @@ class ServerRole(ABC):
         self.client_ids: tuple[int, ...] = ()
         self.length = 0
 
+    def use_key(self, key: bytes) -> None:
+        """Draw this role's randomness from ``key``'s ChaCha20 stream
+        (:meth:`~botorch_fed.secure.crypto.RandomSource.keyed`) from now on."""
+        self._rand = RandomSource.keyed(key, 0)
+
     def random_state(self) -> dict | None:
         """The state of a seeded role's randomness between sessions (session ids and
         channel keys), ``None`` for OS randomness: a server resumed from it opens the

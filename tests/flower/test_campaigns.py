@@ -116,6 +116,10 @@ def _crash_after(grid: FakeGrid, pushes: int) -> None:
 
 def _cases():
     yield pytest.param(short_argv("local", rounds=3), 5, id="local")
+    # before the server's first round ended (the initial design), and once the parties
+    # sent their final reports (they answer the report again)
+    yield pytest.param(short_argv("local", rounds=3), 2, id="local-initial-design")
+    yield pytest.param(short_argv("local", rounds=3), 6, id="local-final-report")
     argv = short_argv("fbo-fedgp", "plaintext", rounds=2) + ["--hyperparameters", "average"]
     yield pytest.param(argv, 9, id="fbo-fedgp-plaintext")
     marks = [] if "ckks" in available_backends() else [pytest.mark.skip(reason="ckks")]

@@ -170,7 +170,7 @@ def test_a_client_error_reaches_the_wire_without_its_private_text(
     error, agent_socket, monkeypatch, capsys
 ):
     agent, path = agent_socket
-    monkeypatch.setattr(agent, "_build", lambda config: _Quoting(error))
+    monkeypatch.setattr(agent, "_build", lambda config, *_: _Quoting(error))
     config = {"argv": json.dumps(_local_argv()), "keyset": ""}
     meta = {"run": 1, "type": "secagg", "config": config}
     with pytest.raises(AgentError) as told:  # what the ClientApp raises, Flower forwards
@@ -203,7 +203,7 @@ def test_the_server_is_told_a_clients_error_by_type_and_message(tmp_path, monkey
     from tests.helpers.fake_grid import FakeGrid
 
     error = ProtocolViolation(f"the sum reports n={PRIVATE} outcomes")
-    monkeypatch.setattr(PartyAgent, "_build", lambda self, config: _Quoting(error))
+    monkeypatch.setattr(PartyAgent, "_build", lambda self, config, *_: _Quoting(error))
     grid = FakeGrid(3, str(tmp_path))
     grid.run_config = {"argv": json.dumps(_local_argv()), "keyset": ""}
     transport = FlowerTransport(grid, {0: 1000, 1: 1007, 2: 1014}, timeout=30, poll=0.01)

@@ -74,7 +74,9 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
         self._moments_center: float | None = None
         self._global_round: int | None = None  # the round this client drew a global step
         self.theta_domain = theta_domain(PITCHyperparameters(*self.modules))
-        self._centers: tuple[int, np.ndarray] | None = None  # (n, centres sent); not saved
+        # (n, centres sent): the same answer while the data are the same (saved: a client
+        # restored from a checkpoint must not answer again with fresh noise)
+        self._centers: tuple[int, np.ndarray] | None = None
 
     _FBO_STATE = ("support", "modules", "standardize", "first_moments", "moments_center")
 
@@ -90,14 +92,23 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
             first_moments=None if first is None else torch.from_numpy(first.copy()),
             moments_center=self._moments_center,
             last_fit_round=self._last_fit_round,
+            centers=None
+            if self._centers is None
+            else (self._centers[0], torch.from_numpy(self._centers[1].copy())),
         )
         return state
 
     def load_state_dict(self, state: dict) -> None:
         owner = f"Client {self.client_id}"
-        if isinstance(state, dict):  # `last_fit_round` is absent from earlier checkpoints
-            state = {"last_fit_round": None, **state}
-        own, rest = split_state(owner, state, (*self._FBO_STATE, "last_fit_round"))
+        if isinstance(state, dict):  # absent from earlier checkpoints
+            state = {"last_fit_round": None, "centers": None, **state}
+        own, rest = split_state(owner, state, (*self._FBO_STATE, "last_fit_round", "centers"))
+        centers = own["centers"]
+        if centers is not None:
+            ok = isinstance(centers, tuple | list) and len(centers) == 2
+            if not ok or type(centers[0]) is not int or centers[0] < 0:
+                raise CheckpointError(f"{owner}: `centers` must be None or (n, centres).")
+            centers = (centers[0], check_tensor(owner, "centers", centers[1], (None, self.dim)))
         last_fit = own["last_fit_round"]
         if not (last_fit is None or type(last_fit) is int and last_fit >= 0):
             raise CheckpointError(f"{owner}: `last_fit_round` must be None or an int >= 0.")
@@ -120,6 +131,7 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
         self.support, self.standardize = support, tf if tf is None else tf.eval()
         self._first_moments, self._moments_center = first, own["moments_center"]
         self._last_fit_round, self._fit_client = last_fit, None
+        self._centers = None if centers is None else (centers[0], centers[1].numpy().copy())
 
     def global_model(self) -> FederatedPITCGP:
         r"""The dPITC model from the last aggregated summary (Alg. 2 line 22)."""
