@@ -38,7 +38,6 @@ FLOWER_PROCESSES = frozenset(
         "test_launcher.py",
         "test_launcher_restart.py",
         "test_loopback.py",
-        "test_loopback_campaign.py",
         "test_party_agent.py",
     )
 )

@@ -149,7 +149,7 @@ def _restart_cases():
         marks = [] if aggregator in available_backends() else [pytest.mark.skip(reason=aggregator)]
         # (round, k): before the k-th message of the round; in round 2, behind the first
         # round's secure sums (the role's randomness has moved on since the campaign began)
-        for where in ((1, 0), (1, 5), (2, 5)):
+        for where in ((1, 5),) if aggregator == "plaintext" else ((1, 0), (2, 5)):
             yield pytest.param(
                 aggregator, where, id=f"{aggregator}-{where[0]}.{where[1]}", marks=marks
             )

@@ -320,7 +320,7 @@ def test_a_failed_ldp_evaluation_counts_against_the_partys_total():
 
     user, counter = _failing_ldp_user(budget=None)
     agent = PartyAgent(0, M, policy=PartyPolicy(max_total_epsilon=1.0))
-    agent._build = lambda config: user  # the run's client: this user, whose box fails
+    agent._build = lambda config, *_: user  # the run's client: this user, whose box fails
     query = {"x": np.array([0.5, 0.5])}
     for t in (1, 3):
         with pytest.raises(Exception, match="EvaluationError|evaluating") as info:
