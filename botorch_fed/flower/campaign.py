@@ -64,15 +64,6 @@ def message_digest(type_: str, frame: bytes) -> str:
     return hashlib.sha256(type_.encode() + b"\x00" + frame).hexdigest()
 
 
-def role_key_of(manifest: dict) -> bytes | None:
-    r"""The 32-byte ``role_key`` (hex) of a campaign manifest, ``None`` if it holds none."""
-    try:
-        key = bytes.fromhex(manifest["role_key"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return key if len(key) == 32 else None
-
-
 def check_name(value: object, key: str = "campaign") -> str:
     r"""``value`` if it is a plain campaign name (``ValueError`` naming ``key``)."""
     if not isinstance(value, str) or not NAME.fullmatch(value) or ".." in value:
@@ -155,8 +146,11 @@ class CampaignJournal:
                 f"Campaign {self.name!r} began on this party with other options; a campaign "
                 "resumes only with the options it began with."
             )
-        key = role_key_of(manifest)
-        if key is None:
+        try:
+            key = bytes.fromhex(manifest["role_key"])
+        except (KeyError, TypeError, ValueError):
+            key = b""
+        if len(key) != 32:
             raise ValueError(f"Campaign {self.name!r}: this party's journal is unreadable.")
         self.role_key = key
 
