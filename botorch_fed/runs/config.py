@@ -25,6 +25,8 @@ _STRUCTURED = {
     "bounds": (list, 'a list of [lower, upper] pairs or a string like "0,1;-5,5"'),
 }
 _CLI_ONLY = ("config", "resume")
+# deepest nesting of lists and tables a config may have (its schema needs 4)
+MAX_CONFIG_DEPTH = 16
 _KINDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
@@ -73,6 +75,20 @@ def check_value(option: Option, value: Any, label: str) -> Any:
         what += ' or "none"' if option.nullable else ""
         raise ValueError(f"{label} must be {what}, got {value!r}.")
     return float(value) if kind is float else value
+
+
+def _depth(value: object) -> int:
+    r"""How deeply ``value``'s lists and tables nest (a scalar: 0), without recursing."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        for child in children:
+            stack.append((child, depth + 1))
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def _did_you_mean(name: str, names) -> str:
@@ -193,6 +209,9 @@ def load_config_text(
         raise ValueError(f"{whole} is not valid TOML: nested too deeply.") from None
     except ValueError as exc:  # e.g. an integer of more digits than Python converts
         raise ValueError(f"{whole} is not valid TOML: {exc}.") from None
+    if _depth(data) > MAX_CONFIG_DEPTH:  # whether tomllib recursed that far depends on
+        # the interpreter's recursion limit, which other libraries may have raised
+        raise ValueError(f"{whole} is not valid TOML: nested too deeply.")
     config = Config(path=path, has=set(data), file=file)
     defaults: dict[str, FromConfig] = {}
     by_key = {o.dest: o for o in options if o.field is None and o.dest not in _CLI_ONLY}

@@ -395,6 +395,20 @@ def test_a_malformed_config_is_refused_naming_the_key(text, message, flower_read
         _init(PartyAgent(0, 1, policy=EXPERIMENT), text)
 
 
+def test_a_deeply_nested_config_is_refused_whatever_the_recursion_limit(flower_reads_config):
+    # other libraries raise the interpreter's recursion limit; the refusal must not depend on it
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        for depth in (17, 2000):
+            text = "a = " + "[" * depth + "]" * depth
+            with pytest.raises(ValueError, match="not valid TOML: nested too deeply"):
+                prepare(["local"], config_text=text, imports=None)
+    finally:
+        sys.setrecursionlimit(limit)
+    prepare(["local"], config_text='bounds = [[0, 1]]\nseed = 1', imports=None)
+
+
 def test_a_config_with_more_clients_than_tables_is_refused():
     text = f'bounds = "0,1"\nclients = 3\n[[objectives]]\nfunction = "{HERE}:site_a"\n'
     message = "`clients` in the run's config 3 but the run's config has 1 \\[\\[objectives\\]\\]"
