@@ -36,9 +36,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from botorch_fed.flower.policy import add_policy_arguments, policy_flags
-from botorch_fed.flower.run_options import ON_DROPOUT, RESULTS_WRITTEN, RUN_CONFIG_DEFAULTS
+from botorch_fed.flower.run_options import (
+    MAX_HOLD,
+    ON_DROPOUT,
+    RESULTS_WRITTEN,
+    RUN_CONFIG_DEFAULTS,
+)
 
-MAX_HOLD = 86_400.0  # as the agents take it (botorch_fed.flower.party.MAX_HOLD)
 CAMPAIGN_FILE = "campaign.json"
 
 FLOWER_HELP = """\

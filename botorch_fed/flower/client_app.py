@@ -9,7 +9,7 @@ reply -- or, when the agent answered that it is still working on the message (an
 ask/tell evaluation waits for the party's operator), with a reply holding only the
 record ``pending``, and the server asks again. An error of the agent is raised here, so Flower hands
 the server an error reply naming it: the agent's text, which is all the server may know
-(:meth:`~.party.PartyAgent.reply`: a refusal in full; an error of the run's client only
+(:meth:`~.agent.PartyAgent.reply`: a refusal in full; an error of the run's client only
 as its type, the client, the message and the round -- the rest stays in the agent's log).
 
 This module imports no torch: the ``ClientApp`` process stays light.
@@ -31,7 +31,7 @@ from botorch_fed.flower.records import (
     to_records,
 )
 
-#: the agent's answer "still working on it, ask again" (:meth:`~.party.PartyAgent.answer`)
+#: the agent's answer "still working on it, ask again" (:meth:`~.agent.PartyAgent.answer`)
 PENDING: dict = {}
 
 

@@ -60,6 +60,24 @@ survives restarts; the server checkpoints it after every round in
 last checkpoint) and ``hold`` (seconds a party keeps a message whose answer waits for
 its operator before it answers "pending" and the server asks again)."""
 
+#: the largest ``hold`` a run config may ask (a day: a message's time to live is longer)
+MAX_HOLD = 86_400.0
+
+
+def run_hold(run_config) -> float:
+    r"""The run config's ``hold`` in seconds (default :data:`RUN_CONFIG_DEFAULTS`'s).
+
+    Raises:
+        ValueError: If it is not a number in ``(0, MAX_HOLD]``.
+    """
+    value = run_config.get("hold", RUN_CONFIG_DEFAULTS["hold"])
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_HOLD:
+        raise ValueError(
+            f"The run config's `hold` must be in (0, {MAX_HOLD:g}] s, got {value!r:.40}."
+        )
+    return float(value)
+
+
 SERVER_DIR_ENV = "BOTORCH_FED_SERVER_DIR"
 r"""The environment variable naming the ServerApp's folder (an absolute path): where it
 writes results (``results/``) and reads the server's key material (``keys/``). Its

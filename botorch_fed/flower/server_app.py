@@ -29,8 +29,8 @@ from pathlib import Path
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from botorch_fed.flower.agent import HELLO, REPORT
 from botorch_fed.flower.campaign import check_name
-from botorch_fed.flower.party import HELLO, MAX_HOLD, REPORT
 from botorch_fed.flower.run_options import (
     ON_DROPOUT,
     RESULTS_DIR,
@@ -40,6 +40,7 @@ from botorch_fed.flower.run_options import (
     decode_config,
     prepare,
     results_files,
+    run_hold,
     server_dir,
     server_key_file,
 )
@@ -99,9 +100,7 @@ def _config(run_config) -> dict:
     on_dropout = run_config.get("on-dropout", RUN_CONFIG_DEFAULTS["on-dropout"])
     if on_dropout not in ON_DROPOUT:
         raise ValueError(f"The run config's `on-dropout` must be one of {ON_DROPOUT}.")
-    hold = run_config.get("hold", RUN_CONFIG_DEFAULTS["hold"])
-    if isinstance(hold, bool) or not isinstance(hold, int | float) or not 0 < hold <= MAX_HOLD:
-        raise ValueError(f"The run config's `hold` must be in (0, {MAX_HOLD:g}] s, got {hold!r}.")
+    hold = run_hold(run_config)
     campaign = run_config.get("campaign", "")
     if campaign:
         check_name(campaign)
@@ -111,7 +110,7 @@ def _config(run_config) -> dict:
     return {
         "timeout": float(timeout),
         "on_dropout": on_dropout,
-        "hold": float(hold),
+        "hold": hold,
         "campaign": campaign,
         "resume": resume,
     }

@@ -57,7 +57,7 @@ class Campaign:
     """
 
     def __init__(self, folder, name: str, run_config, resume: bool) -> None:
-        from botorch_fed.flower.party import options_digest
+        from botorch_fed.flower.agent_runs import options_digest
 
         self.name = check_name(name)
         where = _inside(Path(folder), (CAMPAIGNS_DIR, self.name), "campaign")

@@ -20,9 +20,9 @@ import pytest
 
 pytest.importorskip("flwr")
 
+import botorch_fed.flower.agent as agent_module  # noqa: E402
 import botorch_fed.flower.agent_state as agent_state  # noqa: E402
-import botorch_fed.flower.party as party  # noqa: E402
-from botorch_fed.flower.party import REPORT, PartyAgent  # noqa: E402
+from botorch_fed.flower.agent import REPORT, PartyAgent  # noqa: E402
 from botorch_fed.flower.party_errors import is_public_refusal  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
@@ -154,7 +154,7 @@ def test_a_torn_last_line_is_cut_off(tmp_path):
 
 
 def test_past_its_cap_the_agent_refuses_new_runs_rather_than_forget(tmp_path, monkeypatch):
-    monkeypatch.setattr(party, "MAX_REMEMBERED", 3)
+    monkeypatch.setattr(agent_module, "MAX_REMEMBERED", 3)
     state = tmp_path / "party-0.json"
     argv = _local_argv()
     agent = PartyAgent(0, 3, state_file=state)

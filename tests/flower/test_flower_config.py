@@ -23,7 +23,7 @@ pytest.importorskip("flwr")
 
 from botorch_fed.cli import main  # noqa: E402
 from botorch_fed.flower import run_options, server_app  # noqa: E402
-from botorch_fed.flower.party import PartyAgent  # noqa: E402
+from botorch_fed.flower.agent import PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import (  # noqa: E402
     CONFIG_LABEL,
@@ -406,7 +406,7 @@ def test_a_deeply_nested_config_is_refused_whatever_the_recursion_limit(flower_r
                 prepare(["local"], config_text=text, imports=None)
     finally:
         sys.setrecursionlimit(limit)
-    prepare(["local"], config_text='bounds = [[0, 1]]\nseed = 1', imports=None)
+    prepare(["local"], config_text="bounds = [[0, 1]]\nseed = 1", imports=None)
 
 
 def test_a_config_with_more_clients_than_tables_is_refused():

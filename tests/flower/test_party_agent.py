@@ -24,15 +24,15 @@ import pytest
 
 pytest.importorskip("flwr")
 
-from botorch_fed.flower.client_app import AgentError, forward  # noqa: E402
-from botorch_fed.flower.keys import write_keyset  # noqa: E402
-from botorch_fed.flower.party import (  # noqa: E402
+from botorch_fed.flower.agent import (  # noqa: E402
     IDLE_BEFORE_DROP,
     MAX_RUNS,
     REPORT,
     PartyAgent,
-    serve,
 )
+from botorch_fed.flower.client_app import AgentError, forward  # noqa: E402
+from botorch_fed.flower.keys import write_keyset  # noqa: E402
+from botorch_fed.flower.party import serve  # noqa: E402
 from botorch_fed.flower.party_errors import is_public_refusal, refusal  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402

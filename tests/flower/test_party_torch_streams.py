@@ -16,7 +16,7 @@ import torch
 
 pytest.importorskip("flwr")
 
-from botorch_fed.flower.party import PartyAgent  # noqa: E402
+from botorch_fed.flower.agent import PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy  # noqa: E402
 from botorch_fed.protocol.checkpoint import CheckpointError  # noqa: E402
 from botorch_fed.protocol.client import FederatedClient  # noqa: E402

@@ -17,8 +17,8 @@ import torch
 
 pytest.importorskip("flwr")
 
+from botorch_fed.flower.agent import REPORT, PartyAgent  # noqa: E402
 from botorch_fed.flower.keys import write_keyset  # noqa: E402
-from botorch_fed.flower.party import REPORT, PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.flower.server_app import run_on_flower  # noqa: E402

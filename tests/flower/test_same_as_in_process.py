@@ -137,11 +137,11 @@ def test_a_client_error_stops_the_run_with_its_reason(tmp_path):
 
 
 def test_a_malformed_report_is_named(tmp_path, monkeypatch):
-    import botorch_fed.flower.party as party
+    import botorch_fed.flower.agent as agent_module
     import botorch_fed.flower.server_app as server_app
     import tests.helpers.fake_grid as fake_grid
 
-    honest = party._report
+    honest = agent_module.report_of
 
     def report(client):
         out = honest(client)
@@ -149,7 +149,7 @@ def test_a_malformed_report_is_named(tmp_path, monkeypatch):
             out["history"] = json.dumps([{"x": [0.5, 0.5], "value": 1.0, "step": "init"}])
         return out
 
-    monkeypatch.setattr(party, "_report", report)
+    monkeypatch.setattr(agent_module, "report_of", report)
     # the run is scored without that report, and the log names the client
     lines = []
     monkeypatch.setattr(fake_grid, "run_on_flower", _with_log(server_app.run_on_flower, lines))

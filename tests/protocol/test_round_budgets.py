@@ -315,7 +315,7 @@ def test_a_failed_ldp_evaluation_is_charged_before_the_error_is_raised():
 def test_a_failed_ldp_evaluation_counts_against_the_partys_total():
     # the party's agent adds what a message released to its total, answered or not
     pytest.importorskip("flwr")
-    from botorch_fed.flower.party import PartyAgent
+    from botorch_fed.flower.agent import PartyAgent
     from botorch_fed.flower.policy import PartyPolicy, PolicyError
 
     user, counter = _failing_ldp_user(budget=None)
