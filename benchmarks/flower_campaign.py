@@ -34,8 +34,9 @@ from pathlib import Path
 import torch
 
 from botorch_fed.flower import launcher
-from botorch_fed.flower.processes import descendants, process_table
+from botorch_fed.flower.processes import descendants, process_table, with_environment
 from botorch_fed.flower.run_options import prepare
+from botorch_fed.flower.state_folder import STATE_ENV
 from botorch_fed.protocol.runner import run_federated
 
 FLAGS = ["--allow-crypto-seed", "--share-results", "--allow-algorithm=all"]
@@ -53,15 +54,25 @@ def _cpu(pid: int) -> float:
 def _federation_pids(fed: dict) -> set[int]:
     table = process_table()
     roots = list(fed["pids"].values())
-    marker = f"BOTORCH_FED_FLOWER_STATE={fed['state_dir']}".encode()
-    marked = set()
-    for pid in table:
-        try:
-            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                marked.add(pid)
-        except OSError:
-            pass
+    marked = with_environment(f"{STATE_ENV}={fed['state_dir']}", table)
     return set(roots) | descendants(roots, table) | marked
+
+
+def _kind(pid: int) -> str:
+    r"""What a process of the federation is, from its command line."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return "gone"
+    line = " ".join(argv)
+    for kind in ("flower-superlink", "flower-supernode", "flower-superexec", "flwr-serverapp"):
+        if kind in line:
+            return kind
+    if "flwr-clientapp" in line:
+        return "flwr-clientapp"
+    if "botorch_fed.flower.party" in line:
+        return "party agent"
+    return Path(argv[0]).name or "other"
 
 
 def _pids(pattern: str, state: Path | None = None, root: int | None = None) -> list[int]:
@@ -104,6 +115,9 @@ def main() -> None:
     def operator(i: int) -> None:
         where = ["--party", str(i), "--state-dir", str(state)]
         while not stop.is_set():
+            if len(asked[i]) >= pause_at and not paused.is_set():
+                time.sleep(1.0)  # this operator is away: nothing runs on its behalf
+                continue
             out = subprocess.run(
                 [*CLI, "party", "suggest", *where, "--json"], capture_output=True, text=True
             )
@@ -135,10 +149,15 @@ def main() -> None:
         time.sleep(10.0)  # every party's agent now waits for its operator
         pids = _federation_pids(fed)
         before = {pid: _cpu(pid) for pid in pids}
+        kinds = {pid: _kind(pid) for pid in pids}
         w0 = time.monotonic()
         time.sleep(a.idle)
         waited = time.monotonic() - w0
-        cpu = sum(_cpu(pid) - before[pid] for pid in pids if pid in before)
+        spent = {pid: _cpu(pid) - before[pid] for pid in pids if pid in before}
+        cpu = sum(spent.values())
+        by_kind: dict[str, float] = {}
+        for pid, seconds in spent.items():
+            by_kind[kinds[pid]] = by_kind.get(kinds[pid], 0.0) + seconds
         idle_percent = 100.0 * cpu / waited
         print(f"waiting: {cpu:.2f} CPU s over {waited:.0f} s = {idle_percent:.2f}% of one core")
         (serverapp,) = _pids("flwr-serverapp", state=state.resolve())
@@ -174,6 +193,7 @@ def main() -> None:
         "hold_s": a.hold,
         "waiting_cpu_percent_of_one_core": round(idle_percent, 2),
         "waiting_window_s": round(waited, 1),
+        "waiting_cpu_s_by_process": {k: round(v, 2) for k, v in sorted(by_kind.items())},
         "wall_s": round(wall, 1),
         "equals_in_process": same,
         "points_asked": {str(i): len(v) for i, v in asked.items()},

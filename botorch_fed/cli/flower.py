@@ -35,7 +35,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from botorch_fed.flower.policy import add_policy_arguments, policy_flags
+from botorch_fed.flower.policy_flags import add_policy_arguments, policy_flags
 from botorch_fed.flower.run_options import (
     MAX_HOLD,
     ON_DROPOUT,
@@ -375,7 +375,8 @@ def _refused_by_a_party(
     read, are left to their own check."""
     from botorch_fed.flower.launcher import AGENT_MODULE
     from botorch_fed.flower.party import agent_parser
-    from botorch_fed.flower.policy import PolicyError, policy_from_arguments
+    from botorch_fed.flower.policy import PolicyError
+    from botorch_fed.flower.policy_flags import policy_from_arguments
     from botorch_fed.flower.run_options import check_argv, prepare
 
     parser = agent_parser(_StrictParser)

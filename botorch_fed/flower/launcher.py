@@ -30,13 +30,10 @@ import functools
 import operator
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +42,13 @@ from botorch_fed.flower.launch_errors import (
     FederationChangedError,
     FederationRunningError,
     FlowerLaunchError,
+)
+from botorch_fed.flower.ports import (
+    check_port_free,
+    check_port_value,
+    check_recorded_port,
+    free_ports,
+    health,
 )
 from botorch_fed.flower.processes import (
     alive,
@@ -55,6 +59,7 @@ from botorch_fed.flower.processes import (
     start_time,
     terminate,
     track,
+    with_environment,
 )
 from botorch_fed.flower.run_options import RESULTS_DIR, SERVER_DIR_ENV
 from botorch_fed.flower.state_folder import (
@@ -82,81 +87,7 @@ from botorch_fed.flower.state_folder import (
 __all__ = ["ask_folder", "down", "status", "up"]
 
 _POLL = 0.1
-_PORT_GRACE = 5.0  # seconds a restart waits for a dead process's port to close
 _SOCKET_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
-
-
-# --------------------------------------------------------------------- processes
-
-
-def _marked(state: Path, table: dict[int, tuple[int, int]]) -> set[int]:
-    r"""Live pids whose environment carries this federation's :data:`STATE_ENV`."""
-    marker = f"{STATE_ENV}={state}".encode()
-    found = set()
-    for pid in table:
-        if pid == os.getpid():
-            continue
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0"):
-            found.add(pid)
-    return found
-
-
-# ----------------------------------------------------------------------- ports
-
-
-def _free_ports(count: int) -> list[int]:
-    r"""``count`` distinct free TCP ports on :data:`HOST`, chosen by the OS."""
-    socks = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((HOST, 0))
-            socks.append(sock)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def _check_port_value(port: int) -> None:
-    r"""Raise ValueError unless ``port`` is an int in 1..65535."""
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-        raise ValueError(f"port must be an int in 1..65535, got {port!r}")
-
-
-def _port_taken(port: int) -> str | None:
-    r"""Why ``port`` cannot be bound on :data:`HOST` (``None``: it is free)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # as uvicorn does, so a TIME_WAIT leftover does not count as taken
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError as err:
-            return err.strerror or str(err)
-    return None
-
-
-def _check_port_free(port: int) -> None:
-    r"""Raise :class:`FlowerLaunchError` naming ``port`` if it cannot be bound."""
-    _check_port_value(port)
-    if (why := _port_taken(port)) is not None:
-        raise FlowerLaunchError(
-            f"port {port} on {HOST} is taken ({why}); pick another "
-            "port or leave port=None for a free one"
-        )
-
-
-def _health(port: int) -> bool:
-    r"""Whether ``GET http://127.0.0.1:<port>/health`` answers 200."""
-    try:
-        with urllib.request.urlopen(f"http://{HOST}:{port}/health", timeout=0.5) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
 
 
 # ------------------------------------------------------------------------- up
@@ -262,7 +193,7 @@ def _wait_ready(
     pending: dict[str, Callable[[], bool]] = {}
     for name in names:
         if name in fed["ports"]:
-            pending[name] = functools.partial(_health, fed["ports"][name])
+            pending[name] = functools.partial(health, fed["ports"][name])
         elif name in fed["sockets"]:
             pending[name] = Path(fed["sockets"][name]).exists
     while True:
@@ -317,31 +248,6 @@ def _check_ask_tell(ask_tell: Iterable[int], clients: int) -> tuple[int, ...]:
     return tuple(sorted(indices))
 
 
-def _check_recorded_port(state: Path, name: str, port: int) -> None:
-    r"""Raise :class:`FlowerLaunchError` naming ``port`` if ``name`` cannot restart on it.
-
-    A port whose process just died stays taken for a moment (its connections close
-    with data in flight: FIN-WAIT-1), so it is tried for :data:`_PORT_GRACE` seconds.
-    """
-    deadline = time.monotonic() + _PORT_GRACE
-    while (why := _port_taken(port)) is not None and time.monotonic() < deadline:
-        time.sleep(_POLL)
-    if why is None:
-        return
-    if name == "superlink":
-        keep = (
-            "its SuperNodes and the Flower configuration (flwr_home/config.toml) name "
-            "that port, so it restarts there or not at all"
-        )
-    else:
-        keep = "its recorded command line names that port"
-    raise FlowerLaunchError(
-        f"cannot restart {name} of the federation in {state}: its port {port} on {HOST} "
-        f"is taken ({why}); {keep}. Free the port, or down({str(state)!r}) and up() "
-        "again to start afresh on free ports"
-    )
-
-
 def _terminate_named(fed: dict[str, Any], names: list[str]) -> None:
     r"""Stop the recorded processes ``names`` of ``fed`` with their descendants."""
     table = process_table()
@@ -357,7 +263,9 @@ def _leftovers(state: Path, fed: dict[str, Any], live: list[str]) -> dict[int, i
     pids = fed.get("pids", {})
     table = process_table()
     dead = {pid for name, pid in pids.items() if name not in live}
-    return left_behind(_marked(state, table), [pids[n] for n in live], dead, table)
+    return left_behind(
+        with_environment(f"{STATE_ENV}={state}", table), [pids[n] for n in live], dead, table
+    )
 
 
 def _restart(
@@ -382,14 +290,14 @@ def _restart(
     stopping = [n for n in nodes if n in live]
     terminate(_leftovers(state, fed, live))  # they might hold a port
     for name in [n for n in ["superlink", *nodes] if n in dead]:
-        _check_recorded_port(state, name, fed["ports"][name])
+        check_recorded_port(state, name, fed["ports"][name])
     if agents and fed.get("socket_dir_temporary"):  # gone after a reboot: made again
         _private_dir(Path(fed["socket_dir"]), "the agents' socket folder")
     (state / "logs").mkdir(exist_ok=True)
     if stopping:
         _terminate_named(fed, stopping)
         for name in stopping:
-            _check_recorded_port(state, name, fed["ports"][name])
+            check_recorded_port(state, name, fed["ports"][name])
     for name in agents:  # a SIGKILLed agent leaves its socket file behind
         Path(fed["sockets"][name]).unlink(missing_ok=True)
     fed["timeout"] = timeout
@@ -422,7 +330,7 @@ def _start(
     t0: float,
 ) -> dict[str, Any]:
     r"""Start a new federation in ``state`` as :func:`up` describes; returns its ``fed``."""
-    free = _free_ports(clients + (port is None))
+    free = free_ports(clients + (port is None))
     link_port = free.pop() if port is None else port
     sock_dir, sock_tmp = _socket_dir(state)
     for sub in ("logs", "keys", "parties", "runs", RESULTS_DIR, "flwr_home"):
@@ -539,7 +447,7 @@ def up(
         agent_flags: Extra flags of every default agent, passed as given: its policy
             (``--allow-plaintext``, ``--allow-masking``, ``--allow-crypto-seed``,
             ``--allow-objective M:F@lo,hi;...``, ``--share-results``, ...;
-            :func:`~botorch_fed.flower.policy.policy_flags` makes them from ``flower
+            :func:`~botorch_fed.flower.policy_flags.policy_flags` makes them from ``flower
             up``'s flags; :class:`~botorch_fed.flower.policy.PartyPolicy`).
         ask_tell: Indices of the parties whose agents run in ask/tell mode: agent ``i``
             gets ``--ask-tell <state_dir>/parties/party-<i>-ask`` (:func:`ask_folder`)
@@ -569,7 +477,7 @@ def up(
     for script in ("flower-superlink", "flower-supernode"):
         _console_script(python, script)
     if port is not None:
-        _check_port_value(port)
+        check_port_value(port)
     state = _state(state_dir, create=True)
     agent = agent_command or _default_agent_command(python, state, clients, tuple(agent_flags))
     fed = _read_federation(state)
@@ -585,7 +493,7 @@ def up(
     if live:
         raise FederationRunningError(state, live)
     if port is not None:
-        _check_port_free(port)
+        check_port_free(port)
     if fed is not None:
         terminate(_leftovers(state, fed, []))
     return _start(state, clients, port, timeout, python, agent, ask, t0)
@@ -606,7 +514,9 @@ def _stop(state: Path, fed: dict[str, Any]) -> list[str]:
     roots = list(live.values())
     # Flower's own processes (flower-superexec, flwr-serverapp, flwr-clientapp), some
     # in sessions of their own, found before any parent dies and re-parents them.
-    extra = (descendants(roots, table) | _marked(state, table)) - set(roots)
+    extra = (descendants(roots, table) | with_environment(f"{STATE_ENV}={state}", table)) - set(
+        roots
+    )
     extra.discard(os.getpid())
     stopped: list[str] = []
     for prefix in _STOP_ORDER:

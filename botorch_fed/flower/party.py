@@ -35,7 +35,7 @@ import threading
 from pathlib import Path
 
 from botorch_fed.flower.agent import PartyAgent
-from botorch_fed.flower.policy import add_policy_arguments, policy_from_arguments
+from botorch_fed.flower.policy_flags import add_policy_arguments, policy_from_arguments
 from botorch_fed.flower.records import encode_frame, read_frame
 
 

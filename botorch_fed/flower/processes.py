@@ -157,6 +157,23 @@ def descendants(roots: list[int], table: dict[int, tuple[int, int]]) -> set[int]
     return found - set(roots)
 
 
+def with_environment(entry: str, table: dict[int, tuple[int, int]]) -> set[int]:
+    r"""Live pids of ``table`` (other than this process) whose environment holds
+    ``entry`` (``"NAME=value"``), e.g. every process of one federation."""
+    wanted = entry.encode()
+    found = set()
+    for pid in table:
+        if pid == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:
+            continue
+        if wanted in environ.split(b"\0"):
+            found.add(pid)
+    return found
+
+
 def left_behind(
     candidates: set[int],
     live: list[int],

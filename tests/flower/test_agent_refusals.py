@@ -28,8 +28,8 @@ from botorch_fed.flower.policy import (  # noqa: E402
     SIZE_CAPS,
     PartyPolicy,
     PolicyError,
-    policy_from_arguments,
 )
+from botorch_fed.flower.policy_flags import policy_from_arguments  # noqa: E402
 from tests.helpers.flower_runs import short_argv  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")

@@ -21,7 +21,7 @@ pytest.importorskip("flwr")
 from botorch_fed.cli import main  # noqa: E402
 from botorch_fed.cli.flower import FLOWER_HELP  # noqa: E402
 from botorch_fed.flower import launcher, processes, submission  # noqa: E402
-from botorch_fed.flower.policy import add_policy_arguments, policy_from_arguments  # noqa: E402
+from botorch_fed.flower.policy_flags import add_policy_arguments, policy_from_arguments  # noqa: E402
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.protocol.registry import get_algorithm  # noqa: E402
 

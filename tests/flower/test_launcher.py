@@ -35,6 +35,7 @@ from botorch_fed.flower import (  # noqa: E402
 )
 from botorch_fed.flower.launch_errors import FlowerLaunchError  # noqa: E402
 from botorch_fed.flower.launcher import down, status, up  # noqa: E402
+from botorch_fed.flower.state_folder import STATE_ENV  # noqa: E402
 from botorch_fed.flower.submission import submit  # noqa: E402
 
 # a stand-in party agent: serve the Unix socket, exit on SIGTERM
@@ -86,7 +87,8 @@ def fed(tmp_path_factory, _used_states):
 
 def _leftovers(state_dir: Path) -> set[int]:
     r"""Live processes started for this federation (children of Flower's included)."""
-    return launcher._marked(Path(state_dir).resolve(), processes.process_table())
+    marker = f"{STATE_ENV}={Path(state_dir).resolve()}"
+    return processes.with_environment(marker, processes.process_table())
 
 
 def _listening(port: int) -> bool:

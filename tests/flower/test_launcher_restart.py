@@ -28,13 +28,14 @@ import pytest
 
 pytest.importorskip("tomli_w")  # up writes the Flower App with it (extra ``flower``)
 
-from botorch_fed.flower import launcher, processes, state_folder  # noqa: E402
+from botorch_fed.flower import launcher, ports, processes, state_folder  # noqa: E402
 from botorch_fed.flower.launch_errors import (  # noqa: E402
     FederationChangedError,
     FederationRunningError,
     FlowerLaunchError,
 )
 from botorch_fed.flower.launcher import ask_folder, down, up  # noqa: E402
+from botorch_fed.flower.ports import free_ports  # noqa: E402
 
 # a stand-in flower-superlink / flower-supernode
 SERVER = """#!{python}
@@ -126,7 +127,7 @@ class Fake:
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     r"""A state folder and a ``python`` whose Flower console scripts are stand-ins."""
-    monkeypatch.setattr(launcher, "_PORT_GRACE", 0.5)  # a taken port is named sooner
+    monkeypatch.setattr(ports, "PORT_GRACE", 0.5)  # a taken port is named sooner
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python").symlink_to(sys.executable)
@@ -347,7 +348,7 @@ def test_other_arguments_on_a_partly_live_federation_are_refused(change, phrase,
     kill(before, "agent-0")
     recorded = (fake.state / "federation.json").read_bytes()
     if change.get("port") == "free":
-        change = {"port": launcher._free_ports(1)[0]}
+        change = {"port": free_ports(1)[0]}
     with pytest.raises(FederationChangedError, match="down") as err:
         fake.up(**change)
     assert phrase in str(err.value)

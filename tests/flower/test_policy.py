@@ -312,7 +312,7 @@ def test_an_epsilon_above_the_partys_is_refused():
 def _parsed(argv: list[str]):
     import argparse
 
-    from botorch_fed.flower.policy import add_policy_arguments
+    from botorch_fed.flower.policy_flags import add_policy_arguments
 
     parser = argparse.ArgumentParser()
     add_policy_arguments(parser)
@@ -333,7 +333,7 @@ def _parsed(argv: list[str]):
     ],
 )
 def test_flower_up_passes_every_agent_the_policy_it_was_given(flags):
-    from botorch_fed.flower.policy import policy_flags, policy_from_arguments
+    from botorch_fed.flower.policy_flags import policy_flags, policy_from_arguments
 
     given = policy_from_arguments(_parsed(flags))
     passed = policy_from_arguments(_parsed(policy_flags(_parsed(flags))))  # the agent's
@@ -344,7 +344,7 @@ def test_flower_up_passes_every_agent_the_policy_it_was_given(flags):
 @pytest.mark.parametrize("flag", ["--max-epsilon", "--max-total-epsilon", "--min-epsilon"])
 @pytest.mark.parametrize("value", ["0", "-1", "nan"])
 def test_an_epsilon_cap_not_above_zero_is_refused(flag, value):
-    from botorch_fed.flower.policy import policy_flags, policy_from_arguments
+    from botorch_fed.flower.policy_flags import policy_flags, policy_from_arguments
 
     for build in (policy_from_arguments, policy_flags):
         with pytest.raises(ValueError, match=f"{flag} must be > 0, got {value}"):
@@ -352,7 +352,7 @@ def test_an_epsilon_cap_not_above_zero_is_refused(flag, value):
 
 
 def test_bad_minimums_are_refused():
-    from botorch_fed.flower.policy import policy_from_arguments
+    from botorch_fed.flower.policy_flags import policy_from_arguments
 
     with pytest.raises(ValueError, match="--min-center-noise must be >= 0 and finite, got -1"):
         policy_from_arguments(_parsed(["--min-center-noise", "-1"]))
