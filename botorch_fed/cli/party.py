@@ -89,16 +89,29 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
     if args.party_command == "suggest" and args.json:
         print(json.dumps(pending, indent=1))  # plain: scripts parse it (no colour codes)
         return 0
-    table = Table("id", "objective", "#", "x", "report")
+    table = Table("id", "objective", "#", "round", "x")
+    table.add_column("report", no_wrap=True)  # as written, whole
     rows = pending if args.party_command == "suggest" else party.history()
     for ask in rows:
         report = "pending" if "value" not in ask and "failed" not in ask else ask.get("value")
         if "failed" in ask:
             report = f"failed: {ask['failed']}"
-        cells = (ask["id"], ask["objective"], ask["sequence"], ask["x"], report)
+        round_ = ask.get("context", {}).get("round", "")
+        cells = (ask["id"], ask["objective"], ask["sequence"], round_, ask["x"], report)
         table.add_row(*(escape(str(c)) for c in cells))
     if args.party_command == "status":
-        active = party.active()
-        console.print(f"run {'active' if active else 'not active'}; {len(pending)} pending")
+        status = party.status()
+        context = status["context"]
+        where = f" ({', '.join(f'{k} {v}' for k, v in context.items())})" if context else ""
+        console.print(
+            f"{status['state']}: {status['pending']} pending, {status['reported']} of "
+            f"{status['asked']} reported{where}",
+            soft_wrap=True,
+            markup=False,
+        )
+    for ask in pending[:1] if args.party_command == "suggest" else ():
+        if "bounds" in ask:  # the domain and direction the run asks in
+            better = "smaller" if ask.get("minimize") else "larger"
+            console.print(f"domain {ask['bounds']}; {better} is better", markup=False)
     console.print(table)
     return 0

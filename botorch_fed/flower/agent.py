@@ -262,7 +262,7 @@ class PartyAgent:
                     job.message = (type_, frame)
                     if held.round is None or round_ > held.round:  # between rounds
                         job.state_before = saved_state(held.client)
-                held.round = round_
+                held.round = held.context["round"] = round_
                 threading.Thread(
                     target=self._work,
                     args=(held, job, type_, payload, spent, meta),
@@ -435,8 +435,10 @@ class PartyAgent:
         role_key = None
         if journal is not None:  # the party's own key: a restart draws what it drew
             role_key = journal.role_key if journal.exists() else os.urandom(32)
-        client = self._build_refusing(run_config, role_key)  # a refusal drops no other run
+        context = {"run": describe_run(key)}  # what an ask/tell operator is shown
+        client = self._build_refusing(run_config, role_key, context)  # drops no other run
         held = Held(client, journal)
+        held.context = context
         if journal is not None and journal.exists():
             self._restore(held)  # may answer "busy" (Busy): nothing dropped yet
         self._make_room()
@@ -480,11 +482,11 @@ class PartyAgent:
         finally:
             self._compute.release()
 
-    def _build_refusing(self, run_config, role_key: bytes | None = None):
+    def _build_refusing(self, run_config, role_key: bytes | None = None, context=None):
         r""":meth:`_build`, its refusals (policy, options, key material) marked public;
         anything else it raises stays unmarked."""
         try:
-            return self._build(run_config, role_key)
+            return self._build(run_config, role_key, context)
         except _BUILD_REFUSALS as exc:
             if from_objective_import(exc):
                 # the party's own module: its error, its folder, its names stay here
@@ -591,6 +593,6 @@ class PartyAgent:
         before = ledger.spent(self.partition_id)[0]
         return lambda: ledger.spent(self.partition_id)[0] - before
 
-    def _build(self, run_config: dict, role_key: bytes | None = None):
+    def _build(self, run_config: dict, role_key: bytes | None = None, context=None):
         r"""This party's client of a run (:func:`~.party_build.build_client`)."""
-        return build_client(self, run_config, role_key)
+        return build_client(self, run_config, role_key, context)

@@ -36,6 +36,7 @@ class Held:
         self.job: Job | None = None
         self.answered: tuple[int, str, tuple] | None = None
         self.round: int | None = None  # the round of the last message begun
+        self.context: dict = {}  # the run and round an ask/tell party's points show
 
 
 class Job:

@@ -36,7 +36,12 @@ def quiet(fn):
         return fn()
 
 
-def build_client(agent: PartyAgent, run_config: dict, role_key: bytes | None = None):
+def build_client(
+    agent: PartyAgent,
+    run_config: dict,
+    role_key: bytes | None = None,
+    context: dict | None = None,
+):
     r"""Party ``agent``'s client of a run (as the in-process runner builds it).
 
     The run's parsed options are checked first, before anything of the run is
@@ -45,7 +50,8 @@ def build_client(agent: PartyAgent, run_config: dict, role_key: bytes | None = N
     algorithm, backend, seeds, epsilon, centre noise, size caps, objective and its
     domain). A refused run costs the agent, which holds its lock meanwhile,
     milliseconds. The built run is checked again (:meth:`PartyPolicy.check`, the
-    client count)."""
+    client count). An ask/tell party's points carry ``context`` (the run and its round,
+    which the agent keeps up to date) for its operator."""
     import torch
 
     from botorch_fed.flower.keys import party_material
@@ -93,6 +99,7 @@ def build_client(agent: PartyAgent, run_config: dict, role_key: bytes | None = N
             minimize=objective.minimize,
             name=f"party-{cid}",
             poll_s=ASK_POLL,
+            context=context,
         )
         if role_key is not None:  # a campaign: a restarted agent asks the same ids
             asked.run = hashlib.sha256(role_key + b"ask/tell").hexdigest()[:16]

@@ -120,9 +120,30 @@ class Party:
                 return True
         return False
 
+    def status(self) -> dict:
+        r"""Where the party stands: ``state`` (``"waiting for you"``: points are pending;
+        ``"waiting for the federation"``: a run is active and nothing is pending; ``"no
+        run active"``), ``pending`` (how many points), ``asked`` and ``reported`` (over
+        the folder's history) and ``context`` (the newest point's run and round)."""
+        history, active = self.history(), self.active()
+        pending = sum("value" not in a and "failed" not in a for a in history)
+        state = "no run active"
+        if active:
+            state = "waiting for you" if pending else "waiting for the federation"
+        newest = max(history, key=lambda a: a.get("asked", 0.0), default={})
+        return {
+            "state": state,
+            "pending": pending,
+            "asked": len(history),
+            "reported": len(history) - pending,
+            "context": newest.get("context", {}),
+        }
+
     def pending(self) -> list[dict]:
         r"""The points waiting for a report: ``id``, ``objective``, ``run``, ``sequence``,
-        ``x`` (in the objective's own domain) and ``check``."""
+        ``x`` (in the objective's own domain), ``check``, the domain (``bounds``, one
+        ``[lower, upper]`` per input), ``minimize``, ``asked`` (a Unix time) and
+        ``context`` (e.g. the run and round it was asked in)."""
         return [a for a in self._asks() if self.answer(a["id"]) is None]
 
     def history(self) -> list[dict]:
@@ -187,6 +208,9 @@ class AskTellObjective(Objective):
         poll_s: Seconds between two looks for a report while waiting.
         on_ask: Called with each new pending point (e.g. to notify the operator); an
             error it raises is a warning, not a failed evaluation.
+        context: What each point is asked in, shown to the operator with it (e.g.
+            ``{"run": ..., "round": ...}``; read when the point is asked, so its owner
+            may update it).
     """
 
     def __init__(
@@ -197,6 +221,7 @@ class AskTellObjective(Objective):
         name: str = "ask-tell",
         poll_s: float = 1.0,
         on_ask: Callable[[dict], None] | None = None,
+        context: dict | None = None,
     ) -> None:
         if not isinstance(minimize, bool):
             raise ValueError(f"`minimize`={minimize!r} must be a bool.")
@@ -206,6 +231,9 @@ class AskTellObjective(Objective):
             raise ValueError(f"`name`={name!r} must be a non-empty string.")
         self.bounds, self.minimize, self.name = check_bounds(bounds), minimize, name
         self.party, self.poll_s, self.on_ask = Party(folder), float(poll_s), on_ask
+        if context is not None and not isinstance(context, dict):
+            raise ValueError(f"`context`={context!r:.40} must be a dict or None.")
+        self.context = {} if context is None else context
         self.run = os.urandom(8).hex()  # a new run asks afresh; a resumed one loads its own
         self.sequence = 0  # points asked so far
         self.party.folder.mkdir(parents=True, exist_ok=True)
@@ -236,6 +264,9 @@ class AskTellObjective(Objective):
         path = self.party._ask_path(point_id)
         ask: dict[str, object] = {"id": point_id, "objective": self.name, "run": self.run}
         ask |= {"sequence": self.sequence, "x": point, "check": _digest(point_id, point)}
+        lower, upper = self.bounds.tolist()
+        ask |= {"bounds": [list(b) for b in zip(lower, upper, strict=True)]}
+        ask |= {"minimize": self.minimize, "context": dict(self.context), "asked": time.time()}
         try:
             _write_new(path, ask)
         except FileExistsError:  # asked before a restart: its report may be in

@@ -226,6 +226,11 @@ def test_ask_tell_parties_end_as_the_in_process_run_of_their_objectives(tmp_path
     evaluations = 3 + 2  # --num-init 3, one point a round
     assert [len(seen[i]) for i in (0, 2)] == [evaluations, evaluations]  # none asked twice
     assert len(set(seen[0])) == evaluations
+    # each point shows its operator the run and the round it was asked in
+    history = Party(tmp_path / "ask-0").history()
+    rounds = [ask["context"]["round"] for ask in sorted(history, key=lambda a: a["sequence"])]
+    assert rounds == [0, 0, 0, 1, 2]  # the initial design, then one point a round
+    assert {ask["context"]["run"] for ask in history} == {"campaign 'c1'"}
 
 
 def _campaign_agent(tmp_path, **kwargs) -> PartyAgent:

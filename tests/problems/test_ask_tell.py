@@ -177,8 +177,46 @@ def test_the_operator_works_from_the_command_line(tmp_path, capsys):
     assert "plate [/] broke" in capsys.readouterr().out  # shown as written
     assert main(["party", "status", "--folder", folder]) == 0
     out = capsys.readouterr().out
-    assert "run active; 0 pending" in out and ask["id"] in out and "-1.5" in out
+    assert "waiting for the federation: 0 pending, 1 of 1 reported" in out
+    assert ask["id"] in out and "-1.5" in out
     assert main(["party", "status", "--folder", str(tmp_path / "missing")]) == 2
+
+
+def test_the_operator_is_shown_the_domain_direction_run_and_round(tmp_path, capsys):
+    from botorch_fed.cli import main
+
+    context = {"run": "campaign 'demo'", "round": 0}
+    asked = AskTellObjective(tmp_path, BOUNDS, minimize=False, poll_s=0.01, context=context)
+    assert asked.party.status()["state"] == "waiting for the federation"
+    context["round"] = 3  # its owner moves on: the next point shows it
+    waiting = threading.Thread(
+        target=lambda: asked.evaluate(torch.full((1, 2), 0.5, dtype=torch.float64)), daemon=True
+    )
+    waiting.start()
+    while not asked.party.pending():
+        waiting.join(0.01)
+    (ask,) = asked.party.pending()
+    assert ask["bounds"] == [[-1.0, 1.0], [0.0, 2.0]] and ask["minimize"] is False
+    assert ask["context"] == {"run": "campaign 'demo'", "round": 3}
+    status = asked.party.status()
+    assert status == {
+        "state": "waiting for you",
+        "pending": 1,
+        "asked": 1,
+        "reported": 0,
+        "context": {"run": "campaign 'demo'", "round": 3},
+    }
+    assert main(["party", "status", "--folder", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "waiting for you: 1 pending, 0 of 1 reported (run campaign 'demo', round 3)" in out
+    assert main(["party", "suggest", "--folder", str(tmp_path)]) == 0
+    assert "domain [[-1.0, 1.0], [0.0, 2.0]]; larger is better" in capsys.readouterr().out
+    asked.party.report(ask["id"], 1.0)
+    waiting.join()
+    asked.close()
+    assert asked.party.status()["state"] == "no run active"
+    with pytest.raises(ValueError, match="`context`=.* must be a dict"):
+        AskTellObjective(tmp_path / "b", BOUNDS, context=[("round", 1)])
 
 
 def test_two_reports_at_once_store_one_value_and_refuse_the_other(tmp_path):
