@@ -15,6 +15,18 @@ from rich.table import Table
 MAX_FAILURES_SHOWN = 5
 
 
+def _exchanges(counts: list[int]) -> str:
+    r"""Round trips to the clients: round 0's, then the rounds' median, mean and max."""
+    rounds = counts[1:]
+    if not rounds:
+        return f"{counts[0]} (initialisation)"
+    ordered = sorted(rounds)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    mean = sum(rounds) / len(rounds)
+    return f"median {median:g}, mean {mean:.1f}, max {max(rounds)} (initialisation {counts[0]})"
+
+
 def plot_run(data: dict, path: str, console: Console) -> None:
     r"""The convergence curve of a run (``RunResult.to_dict()``), when there is one."""
     from botorch_fed.plotting import plot_convergence, plot_cumulative_regret
@@ -154,6 +166,8 @@ def print_run(result, console: Console, label: str | None = None) -> None:
         "bytes to / from clients",
         f"{ledger['total_bytes_down']:,} / {ledger['total_bytes_up']:,}",
     )
+    if result.exchanges_per_round:
+        head.add_row("exchanges per round", _exchanges(result.exchanges_per_round))
     console.print(head)
     stages = Table(title="time per stage (s, summed over parties)")
     stages.add_column("stage")

@@ -137,6 +137,8 @@ class FlowerTransport(Transport):
         from flwr.app import Message as FlowerMessage
 
         outgoing, sizes = {}, {}
+        if record:
+            self.ledger.add_exchange()
         for cid in sorted(messages):
             if cid not in self.nodes:
                 raise KeyError(f"No client with id {cid} on this transport.")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-FORMAT = 1
+FORMAT = 2
 MANIFEST = "checkpoint.json"
 LOCK = ".checkpoint.lock"
 _PARTY = re.compile(r"^(server|client-\d+)$")

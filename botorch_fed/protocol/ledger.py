@@ -1,5 +1,6 @@
-r"""Communication and timing ledger: per round, each party's seconds per stage and each
-client's bytes sent and received."""
+r"""Communication and timing ledger: per round, each party's seconds per stage, each
+client's bytes sent and received, and the exchanges (the server's sends: one message to
+each addressed client and their replies, a round trip over the network)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class Ledger:
         self._times: dict[tuple[int, str, str], float] = defaultdict(float)
         self._bytes: dict[tuple[int, int], list[int]] = defaultdict(lambda: [0, 0])
         self._messages = 0
+        self._exchanges: dict[int, int] = defaultdict(int)
 
     def add_time(self, stage: str, seconds: float, party: str | int = SERVER) -> None:
         r"""Add ``seconds`` to ``stage`` of ``party`` in the current round."""
@@ -41,6 +43,17 @@ class Ledger:
         entry[0] += int(down)
         entry[1] += int(up)
         self._messages += 1
+
+    def add_exchange(self) -> None:
+        r"""Record one exchange (a send of the server's) in the current round."""
+        self._exchanges[self.round] += 1
+
+    def exchanges_per_round(self, rounds: int | None = None) -> list[int]:
+        r"""Exchanges in each round ``0..rounds-1`` (default: through the last round that
+        recorded anything)."""
+        if rounds is None:
+            rounds = 1 + max(self._exchanges, default=-1)
+        return [self._exchanges.get(r, 0) for r in range(rounds)]
 
     def stage_totals(self) -> dict[str, float]:
         r"""Total seconds per stage, summed over rounds and parties."""
@@ -86,15 +99,14 @@ class Ledger:
             "times": [[r, stage, party, s] for (r, stage, party), s in self._times.items()],
             "bytes": [[r, client, down, up] for (r, client), (down, up) in self._bytes.items()],
             "messages": self._messages,
+            "exchanges": [[r, n] for r, n in sorted(self._exchanges.items())],
         }
 
     def load_state_dict(self, state: dict) -> None:
         r"""Restore :meth:`state_dict` (replaces what was recorded)."""
-        if set(state) != {"round", "times", "bytes", "messages"}:
-            raise ValueError(
-                f"Ledger state has keys {sorted(state)}; expected "
-                "['bytes', 'messages', 'round', 'times']."
-            )
+        expected = ["bytes", "exchanges", "messages", "round", "times"]
+        if sorted(state) != expected:
+            raise ValueError(f"Ledger state has keys {sorted(state)}; expected {expected}.")
         self.round = int(state["round"])
         self._times = defaultdict(float)
         for r, stage, party, s in state["times"]:
@@ -103,6 +115,9 @@ class Ledger:
         for r, client, down, up in state["bytes"]:
             self._bytes[(int(r), int(client))] = [int(down), int(up)]
         self._messages = int(state["messages"])
+        self._exchanges = defaultdict(int)
+        for r, n in state["exchanges"]:
+            self._exchanges[int(r)] = int(n)
 
     def to_dict(self) -> dict:
         r"""JSON-friendly summary (totals, per client, per round)."""
@@ -114,5 +129,6 @@ class Ledger:
             "total_bytes_down": sum(v["down"] for v in per_client.values()),
             "total_bytes_up": sum(v["up"] for v in per_client.values()),
             "messages": self._messages,
+            "exchanges": sum(self._exchanges.values()),
             "rounds": self.per_round(),
         }

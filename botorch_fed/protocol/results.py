@@ -44,7 +44,9 @@ class RunResult:
         failures: Failed evaluations (client, round, step, ``x``, error).
         evaluations: All evaluations (client, round, step, ``x``, ``value`` or error).
         time_s: Wall time.
-        ledger: Stage times and bytes.
+        ledger: Stage times, bytes and exchanges.
+        exchanges_per_round: The server's exchanges (round trips to the clients) in round
+            0 (initialisation) and each round.
         config: Setup, settings and ``private_randomness``.
         versions: Library versions.
     """
@@ -72,6 +74,7 @@ class RunResult:
     privacy: dict | None = None
     iterate_values_per_round: list[float] | None = None
     average_values_per_round: list[float] | None = None
+    exchanges_per_round: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         r"""JSON-friendly dict."""
@@ -197,4 +200,5 @@ def score_run(
         privacy=functools.reduce(lambda a, b: a.merge(b), ledgers).to_dict() if ledgers else None,
         iterate_values_per_round=iterate_values,
         average_values_per_round=average_values,
+        exchanges_per_round=server.ledger.exchanges_per_round(len(best_per_round)),
     )

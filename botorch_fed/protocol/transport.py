@@ -51,6 +51,7 @@ class InProcessTransport(Transport):
         return tuple(sorted(self._clients))
 
     def send(self, messages: Mapping[int, Message]) -> dict[int, Message]:
+        self.ledger.add_exchange()
         replies = {}
         for cid in sorted(messages):
             if cid not in self._clients:
