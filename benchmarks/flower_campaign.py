@@ -110,7 +110,10 @@ def main() -> None:
     fed = launcher.up(3, state, agent_flags=FLAGS, ask_tell=(0, 1, 2), timeout=120)
     paused, stop = threading.Event(), threading.Event()
     asked: dict[int, list[str]] = {0: [], 1: [], 2: []}
-    pause_at = 3 + 2  # the initial design and round 1's points, then every party waits
+    if a.rounds < 2:
+        p.error("--rounds must be >= 2 (the operators pause before the last round)")
+    # the initial design and every round's point but the last's, then every party waits
+    pause_at = 3 + a.rounds - 1
 
     def operator(i: int) -> None:
         where = ["--party", str(i), "--state-dir", str(state)]
