@@ -89,15 +89,16 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
     if args.party_command == "suggest" and args.json:
         print(json.dumps(pending, indent=1))  # plain: scripts parse it (no colour codes)
         return 0
-    table = Table("id", "objective", "#", "round", "x")
-    table.add_column("report", no_wrap=True)  # as written, whole
+    table = Table("objective", "#", "round", "x")
+    table.add_column("id", no_wrap=True)  # what the operator reports to: never cut
+    table.add_column("report", overflow="fold")  # as written, folded
     rows = pending if args.party_command == "suggest" else party.history()
     for ask in rows:
         report = "pending" if "value" not in ask and "failed" not in ask else ask.get("value")
         if "failed" in ask:
             report = f"failed: {ask['failed']}"
         round_ = ask.get("context", {}).get("round", "")
-        cells = (ask["id"], ask["objective"], ask["sequence"], round_, ask["x"], report)
+        cells = (ask["objective"], ask["sequence"], round_, ask["x"], ask["id"], report)
         table.add_row(*(escape(str(c)) for c in cells))
     if args.party_command == "status":
         status = party.status()

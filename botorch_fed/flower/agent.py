@@ -76,6 +76,10 @@ MAX_REMEMBERED = 100_000
 r"""How many runs an agent remembers having begun (each must never start again); past
 it the agent takes no new run until its operator moves the runs journal aside
 (:class:`AgentState`)."""
+#: the clients' work, one message at a time in this process: torch's random and thread
+#: state are the process's, shared by every agent in it (one in a deployment; a test may
+#: hold several)
+_COMPUTE = threading.Lock()
 #: why a run the agent began before it restarted is over
 RESTARTED = "it began before this party's agent restarted"
 #: the exceptions a run's build raises as refusals: policy, options, key material
@@ -130,7 +134,7 @@ class PartyAgent:
         self.epsilon_spent = 0.0  # LDP epsilon of every answer, over all runs
         self._clock = clock
         self._lock = threading.Lock()  # the agent's bookkeeping
-        self._compute = threading.Lock()  # the clients' work: one message at a time
+        self._compute = _COMPUTE  # the clients' work: one message at a time
         self.state = None if state_file is None else AgentState(state_file)
         self.state_file = None if self.state is None else self.state.path
         if self.state is not None:

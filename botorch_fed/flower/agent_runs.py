@@ -135,7 +135,7 @@ def replay_round(held: Held, journal: CampaignJournal, start: int, newest: int) 
         if entry is None:
             held.stale = True
             return
-        held.round = int(entry["round"])
+        held.round = held.context["round"] = int(entry["round"])
         message = Message(entry["type"], decode_frame(entry["message"][8:])[1])
         try:
             reply = quiet(functools.partial(held.client.handle, message))

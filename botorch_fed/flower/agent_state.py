@@ -36,7 +36,7 @@ class AgentState:
     (~20 bytes) and one fsync whatever came before, and the journal is read once, when
     the agent starts. Only runs the agent began are written: a refused run, or the report
     of a run it never held, writes nothing. The journal is capped at
-    :data:`~.party.MAX_REMEMBERED` runs (about 2 MB): past that the agent refuses new runs --
+    :data:`~.agent.MAX_REMEMBERED` runs (about 2 MB): past that the agent refuses new runs --
     refusing is safe, forgetting is not -- until its operator moves the journal aside,
     a decision only the party takes (the runs in it could then be answered again by
     fresh clients) and one that leaves the epsilon spent as it is. A server fills it only

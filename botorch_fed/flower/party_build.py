@@ -46,10 +46,10 @@ def build_client(
 
     The run's parsed options are checked first, before anything of the run is
     imported or built (every client's objective): its ``--clients`` against this
-    federation's size, then the party's policy (:meth:`PartyPolicy.check_options`:
+    federation's size, then the party's policy (:meth:`~.policy.PartyPolicy.check_options`:
     algorithm, backend, seeds, epsilon, centre noise, size caps, objective and its
     domain). A refused run costs the agent, which holds its lock meanwhile,
-    milliseconds. The built run is checked again (:meth:`PartyPolicy.check`, the
+    milliseconds. The built run is checked again (:meth:`~.policy.PartyPolicy.check`, the
     client count). An ask/tell party's points carry ``context`` (the run and its round,
     which the agent keeps up to date) for its operator."""
     import torch

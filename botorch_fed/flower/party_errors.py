@@ -1,7 +1,7 @@
 r"""What a party's errors tell the server: the mark of a *public refusal*
 (:func:`refusal`, :func:`is_public_refusal`), whose full text may go to the server,
 and the text the server is told for any other error (:func:`wire_error`); the rule
-is in :mod:`.party`'s docstring.
+is in :mod:`.agent`'s docstring.
 """
 
 from __future__ import annotations

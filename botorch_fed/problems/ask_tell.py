@@ -35,6 +35,8 @@ from botorch_fed.problems.objectives import Objective, check_bounds
 
 _ID = re.compile(r"[0-9a-f]{16}")
 _ASK_FIELDS = {"id": str, "objective": str, "run": str, "sequence": int, "x": list, "check": str}
+#: what a point may also show its operator (what it was asked in)
+_ASK_EXTRAS = {"bounds": list, "minimize": bool, "context": dict, "asked": int | float}
 
 
 def _digest(*parts: object) -> str:
@@ -93,6 +95,11 @@ class Party:
         ok = isinstance(ask, dict) and all(
             isinstance(ask.get(k), t) and not isinstance(ask.get(k), bool)
             for k, t in _ASK_FIELDS.items()
+        )
+        ok = ok and all(
+            isinstance(ask[k], t) and (t is bool or not isinstance(ask[k], bool))
+            for k, t in _ASK_EXTRAS.items()
+            if k in ask
         )
         if not ok or ask is None or _digest(ask["id"], ask["x"]) != ask["check"]:
             raise ValueError(f"The pending point in {path} is unreadable or was edited.")

@@ -78,16 +78,15 @@ def check_value(option: Option, value: Any, label: str) -> Any:
 
 
 def _depth(value: object) -> int:
-    r"""How deeply ``value``'s lists and tables nest (a scalar: 0), without recursing."""
+    r"""How deeply the lists and tables inside ``value`` (a parsed document) nest: a key
+    holding a list of scalars is 1; computed without recursing."""
     deepest, stack = 0, [(value, 0)]
     while stack:
         item, depth = stack.pop()
-        children = (
-            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
-        )
-        for child in children:
-            stack.append((child, depth + 1))
-        deepest = max(deepest, depth)
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
     return deepest
 
 

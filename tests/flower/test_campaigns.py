@@ -19,8 +19,11 @@ import torch
 
 pytest.importorskip("flwr")
 
-from botorch_fed.flower.party import PartyAgent, serve  # noqa: E402
-from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.flower import server_app  # noqa: E402
+from botorch_fed.flower.agent import PartyAgent  # noqa: E402
+from botorch_fed.flower.party import serve  # noqa: E402
+from botorch_fed.flower.party_errors import is_public_refusal  # noqa: E402
+from botorch_fed.flower.run_options import MAX_HOLD, prepare  # noqa: E402
 from botorch_fed.flower.server_app import run_on_flower  # noqa: E402
 from botorch_fed.problems.ask_tell import Party  # noqa: E402
 from botorch_fed.protocol.checkpoint import CheckpointError  # noqa: E402
@@ -296,3 +299,17 @@ def test_a_waiting_answer_is_pending_then_given_once_ready(tmp_path):
         out = _message(agent, 0, 0, "init", hold=5.0)
     assert out[0] == {"ok": True}
     assert len(party.history()) == 3
+
+
+@pytest.mark.parametrize("hold", [0, -1.0, True, "60", MAX_HOLD * 2])
+def test_a_hold_outside_its_domain_is_refused_in_public_words(tmp_path, hold):
+    agent = _campaign_agent(tmp_path)
+    with pytest.raises(ValueError, match=r"`hold` must be in \(0, 86400\] s") as err:
+        _message(agent, 0, 0, "init", hold=hold)
+    assert is_public_refusal(err.value)
+    reply, _ = agent.reply(
+        {"run": 7, "type": "init", "seq": 0, "round": 0, "config": {"hold": hold}}, {}
+    )
+    assert not reply["ok"] and "`hold` must be in" in reply["error"]
+    with pytest.raises(ValueError, match="`hold` must be in"):
+        server_app._config({"hold": hold})  # the server checks it before round 0

@@ -4,10 +4,9 @@ party imports only its own objective -- after its policy allowed it, with its do
 and the server none; the run ends as ``botorch-fed run --config`` does in process.
 
 The ServerApp's program, the ``ClientApp`` and the party agents run over the in-memory
-grid (tests/helpers/fake_grid.py); no Flower processes. Until party.py and
-server_app.py pass the run config's ``config`` to :func:`prepare` themselves, the
-fixture :func:`flower_reads_config` makes the two calls do so (as the change it
-stands for: the party with ``imports=<its id>``, the server with ``imports=None``)."""
+grid (tests/helpers/fake_grid.py); no Flower processes. The fixture
+:func:`who_prepares` records whose run (a party's or the server's) each import
+happens in."""
 
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ import torch
 pytest.importorskip("flwr")
 
 from botorch_fed.cli import main  # noqa: E402
-from botorch_fed.flower import run_options, server_app  # noqa: E402
 from botorch_fed.flower.agent import PartyAgent  # noqa: E402
 from botorch_fed.flower.policy import PartyPolicy, PolicyError  # noqa: E402
 from botorch_fed.flower.run_options import (  # noqa: E402
@@ -92,23 +90,13 @@ def _policy(function: str, domain: str = DOMAIN) -> PartyPolicy:
 
 SITES = [_policy("site_a"), _policy("site_b")]  # each party runs its own function only
 
-_CURRENT = threading.local()  # (run config, imports) of the prepare() a call site makes
+_CURRENT = threading.local()  # (run config, party id or None) of the build running
 
 
 @pytest.fixture
-def flower_reads_config(monkeypatch):
-    r"""party.py's ``_build`` and server_app.py's ``run_on_flower`` read the run
-    config's ``config``: where they call :func:`prepare` without ``config_text``, it is
-    given ``config_text=decode_config(run_config)`` and ``imports`` (the party's id;
-    ``None`` on the server). A call that passes ``config_text`` itself is left alone."""
-    real = run_options.prepare
-
-    def prepare_with_config(argv, *args, **kwargs):
-        current = getattr(_CURRENT, "value", None)
-        if "config_text" not in kwargs and current is not None:
-            run_config, imports = current
-            kwargs.update(config_text=decode_config(run_config), imports=imports)
-        return real(argv, *args, **kwargs)
+def who_prepares(monkeypatch):
+    r"""Records, while a party agent's ``_build`` or the server's ``run_on_flower`` runs,
+    whose run it is (the party's id; ``None`` on the server), for :func:`imports_seen`."""
 
     def within(fn, which):
         def wrapped(*args, **kwargs):
@@ -124,8 +112,6 @@ def flower_reads_config(monkeypatch):
         PartyAgent._build, lambda agent, run_config, *_: (run_config, agent.partition_id)
     )
     run = within(fake_grid.run_on_flower, lambda grid, run_config, *_: (run_config, None))
-    monkeypatch.setattr(run_options, "prepare", prepare_with_config)
-    monkeypatch.setattr(server_app, "prepare", prepare_with_config)
     monkeypatch.setattr(PartyAgent, "_build", build)
     monkeypatch.setattr(fake_grid, "run_on_flower", run)
 
@@ -171,7 +157,7 @@ def _in_process(tmp_path, algorithm: str, text: str, *flags: str) -> dict:
     [("fbo-fedgp", ["--aggregator", "plaintext"]), ("local", []), ("random", [])],
 )
 def test_two_parties_with_their_own_objectives_end_as_the_in_process_run(
-    algorithm, flags, tmp_path, flower_reads_config, imports_seen
+    algorithm, flags, tmp_path, who_prepares, imports_seen
 ):
     expected = _in_process(tmp_path, algorithm, TWO_SITES, *flags)
     imports_seen.clear()
@@ -277,7 +263,7 @@ def _init(agent: PartyAgent, text: str, argv=("local",)):
     ],
 )  # fmt: skip
 def test_a_party_refuses_an_objective_or_domain_its_policy_does_not_allow_before_importing_it(
-    allowed, text, message, party_module, flower_reads_config
+    allowed, text, message, party_module, who_prepares
 ):
     name, marker = party_module
     agent = PartyAgent(0, 2, policy=PartyPolicy(objectives=(allowed.format(m=name),)))
@@ -287,7 +273,7 @@ def test_a_party_refuses_an_objective_or_domain_its_policy_does_not_allow_before
     assert name not in sys.modules
 
 
-def test_a_party_runs_the_objective_its_policy_allows(party_module, flower_reads_config):
+def test_a_party_runs_the_objective_its_policy_allows(party_module, who_prepares):
     name, marker = party_module
     agent = PartyAgent(0, 2, policy=PartyPolicy(objectives=(f"{name}:f@{DOMAIN}",)))
     meta, _ = _init(agent, _config(f"{name}:f"))
@@ -295,14 +281,14 @@ def test_a_party_runs_the_objective_its_policy_allows(party_module, flower_reads
     # the other party's function is not this party's business: site_b is not allowed here
 
 
-def test_the_config_list_bounds_are_the_pinned_domain(party_module, flower_reads_config):
+def test_the_config_list_bounds_are_the_pinned_domain(party_module, who_prepares):
     name, _ = party_module
     agent = PartyAgent(0, 2, policy=PartyPolicy(objectives=(f"{name}:f@{DOMAIN}",)))
     text = _config(f"{name}:f").replace(f'bounds = "{DOMAIN}"', "bounds = [[0, 1], [-1, 1]]")
     assert _init(agent, text)[0]["ok"]
 
 
-def test_a_refusing_party_stops_the_flower_run_naming_itself(tmp_path, flower_reads_config):
+def test_a_refusing_party_stops_the_flower_run_naming_itself(tmp_path, who_prepares):
     # party 1 runs site_a only: the run's table for it names site_b
     with pytest.raises(ClientFailed, match="site_b', which this party does not run"):
         fake_grid.flower_run(["local"], tmp_path, config_text=TWO_SITES, policy=[SITES[0]] * 2)
@@ -335,7 +321,7 @@ def test_the_submitter_asks_each_party_policy_without_importing(party_module):
 
 # --- what a party tells the server ------------------------------------------------------
 def test_a_party_module_that_fails_is_not_described_to_the_server(
-    tmp_path, monkeypatch, flower_reads_config
+    tmp_path, monkeypatch, who_prepares
 ):
     r"""The party's own module: what is wrong with it (its error, its folder, its
     function's parameters) stays in its agent's log."""
@@ -355,7 +341,7 @@ def test_a_party_module_that_fails_is_not_described_to_the_server(
 
 
 # --- malformed and oversized configs ------------------------------------------------------
-def test_an_oversized_config_is_refused_everywhere(tmp_path, flower_reads_config):
+def test_an_oversized_config_is_refused_everywhere(tmp_path, who_prepares):
     huge = "# padding\n" * (MAX_CONFIG_CHARS // 10 + 1)
     cap = f"more than the {MAX_CONFIG_CHARS} a run's config may have"
     with pytest.raises(ValueError, match=f"`config` has {len(huge)} characters, {cap}"):
@@ -387,7 +373,7 @@ def test_an_oversized_config_is_refused_everywhere(tmp_path, flower_reads_config
          "`objectives\\[0\\].fn` in the run's config"),
     ],
 )  # fmt: skip
-def test_a_malformed_config_is_refused_naming_the_key(text, message, flower_reads_config):
+def test_a_malformed_config_is_refused_naming_the_key(text, message, who_prepares):
     with pytest.raises(ValueError, match=message):
         prepare(["local"], config_text=text, imports=None)
     # a party refuses it with the same words (a refusal the server may read)
@@ -395,7 +381,7 @@ def test_a_malformed_config_is_refused_naming_the_key(text, message, flower_read
         _init(PartyAgent(0, 1, policy=EXPERIMENT), text)
 
 
-def test_a_deeply_nested_config_is_refused_whatever_the_recursion_limit(flower_reads_config):
+def test_a_deeply_nested_config_is_refused_whatever_the_recursion_limit(who_prepares):
     # other libraries raise the interpreter's recursion limit; the refusal must not depend on it
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(20_000)

@@ -145,6 +145,12 @@ def test_bad_reports_are_refused_and_change_nothing(tmp_path):
     path.write_text(json.dumps({**ask, "x": [0.1, 1.0]}))  # the operator edits the point
     with pytest.raises(ValueError, match="edited"):
         party.report(ask["id"], 1.0)
+    for field, bad in (("context", None), ("asked", "yesterday"), ("minimize", 1), ("bounds", {})):
+        path.write_text(json.dumps({**ask, field: bad}))  # what it shows, broken
+        with pytest.raises(ValueError, match="edited"):
+            party.report(ask["id"], 1.0)
+        with pytest.warns(RuntimeWarning, match="edited"):
+            assert party.pending() == [] and party.status()["asked"] == 0
     path.write_text(original)
     assert party.pending() == [ask]
     party.report(ask["id"], 2.0)
@@ -174,7 +180,7 @@ def test_the_operator_works_from_the_command_line(tmp_path, capsys):
     failed = ["--id", other["id"], "--failed", "plate [/] broke"]
     assert main(["party", "report", "--folder", str(tmp_path / "b"), *failed]) == 0
     assert main(["party", "status", "--folder", str(tmp_path / "b")]) == 0
-    assert "plate [/] broke" in capsys.readouterr().out  # shown as written
+    assert "plate [/]" in capsys.readouterr().out  # shown as written (folded to fit)
     assert main(["party", "status", "--folder", folder]) == 0
     out = capsys.readouterr().out
     assert "waiting for the federation: 0 pending, 1 of 1 reported" in out
