@@ -37,6 +37,7 @@ from botorch_fed.flower import launcher
 from botorch_fed.flower.processes import descendants, process_table, with_environment
 from botorch_fed.flower.run_options import prepare
 from botorch_fed.flower.state_folder import STATE_ENV
+from botorch_fed.problems.ask_tell import Party
 from botorch_fed.protocol.runner import run_federated
 
 FLAGS = ["--allow-crypto-seed", "--share-results", "--allow-algorithm=all"]
@@ -56,6 +57,12 @@ def _federation_pids(fed: dict) -> set[int]:
     roots = list(fed["pids"].values())
     marked = with_environment(f"{STATE_ENV}={fed['state_dir']}", table)
     return set(roots) | descendants(roots, table) | marked
+
+
+def _pending(state: Path, i: int) -> bool:
+    r"""Whether party ``i`` has a point waiting for its operator (read from its folder,
+    not through the command line: the operators are away)."""
+    return bool(Party(launcher.ask_folder(state, i)).pending())
 
 
 def _kind(pid: int) -> str:
@@ -149,7 +156,11 @@ def main() -> None:
         while not all(len(asked[i]) >= pause_at for i in range(3)):
             assert first.poll() is None, first.stdout.read() if first.stdout else ""
             time.sleep(1.0)
-        time.sleep(10.0)  # every party's agent now waits for its operator
+        # every party's next point is asked: all wait for their operators from now on
+        while not all(_pending(state, i) for i in range(3)):
+            assert first.poll() is None, first.stdout.read() if first.stdout else ""
+            time.sleep(1.0)
+        time.sleep(10.0)
         pids = _federation_pids(fed)
         before = {pid: _cpu(pid) for pid in pids}
         kinds = {pid: _kind(pid) for pid in pids}
