@@ -142,6 +142,8 @@ def main() -> None:
                     capture_output=True,
                     text=True,
                 )
+                if "No run is active" in done.stderr:  # its agent restarted and has not
+                    break  # rebuilt its run yet: the operator tries again later
                 assert done.returncode == 0, done.stdout + done.stderr
                 asked[i].append(ask["id"])
             time.sleep(1.0)

@@ -468,7 +468,7 @@ def test_errors_on_standard_error_are_coloured_only_if_it_is_a_terminal(capsys):
     # standard output a colour terminal, standard error a file: no escape codes there
     from rich.console import Console
 
-    from botorch_fed.cli.run import print_error
+    from botorch_fed.cli.errors import print_error
 
     print_error(Console(force_terminal=True, color_system="truecolor"), "--rounds [0] bad")
     captured = capsys.readouterr()

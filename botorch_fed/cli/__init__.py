@@ -37,19 +37,23 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from botorch_fed.cli.demo import demo_config, run_demo
-from botorch_fed.cli.flower import flower_main
-from botorch_fed.cli.parser import build_parser
-from botorch_fed.cli.run import execute_run, print_error
-from botorch_fed.runs.config import FromConfig, load_config
-from botorch_fed.runs.outputs import check_output_paths, write_json
-from botorch_fed.runs.parser import CommandParser
-from botorch_fed.runs.prepare import prepare_run
+from botorch_fed.cli.errors import print_error
+
+if TYPE_CHECKING:
+    from botorch_fed.runs.parser import CommandParser
 
 __all__ = ["build_parser", "main"]
+
+
+def build_parser() -> CommandParser:
+    r"""The whole command line's parser (:func:`botorch_fed.cli.parser.build_parser`)."""
+    from botorch_fed.cli.parser import build_parser as build
+
+    return build()
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace | int:
@@ -66,6 +70,8 @@ def _parse_with_config(parser: CommandParser, argv: list[str], args: argparse.Na
     r"""Parse again with the ``--config`` file's values as defaults; returns
     ``(args, sources, config)`` where ``sources`` maps each ``dest`` whose value came
     from the file to its key (``args`` is argparse's exit code if it refused)."""
+    from botorch_fed.runs.config import FromConfig, load_config
+
     algorithm_parser, options = parser.run_parsers[args.algorithm]
     defaults, config = load_config(args.config, args.algorithm, options)
     algorithm_parser.set_defaults(**defaults)
@@ -100,6 +106,9 @@ def _list(console: Console) -> int:
 
 def _demo(args: argparse.Namespace, console: Console) -> int:
     r"""``botorch-fed demo``."""
+    from botorch_fed.cli.demo import demo_config, run_demo
+    from botorch_fed.runs.outputs import check_output_paths, write_json
+
     try:
         check_output_paths({"out": ("--out", args.out)})
         config = demo_config(args)
@@ -123,6 +132,9 @@ def _demo(args: argparse.Namespace, console: Console) -> int:
 
 def _run(parser, argv: list[str], args: argparse.Namespace, console: Console) -> int:
     r"""``botorch-fed run <algorithm>``."""
+    from botorch_fed.cli.run import execute_run
+    from botorch_fed.runs.prepare import prepare_run
+
     sources: dict[str, str] = {}
     config = None
     try:
@@ -155,6 +167,21 @@ def _join_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _party(argv: list[str]) -> int:
+    r"""``botorch-fed party ...`` with a parser of that command only (the same as
+    :func:`build_parser`'s), so that it starts without torch or the algorithms."""
+    from botorch_fed import __version__
+    from botorch_fed.cli.party import add_party_parser, party_main
+
+    parser = argparse.ArgumentParser(prog="botorch-fed")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_party_parser(parser.add_subparsers(dest="command", required=True))
+    args = _parse(parser, argv)
+    if not isinstance(args, argparse.Namespace):
+        return args
+    return party_main(args, Console())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     r"""Entry point of the ``botorch-fed`` console script.
 
@@ -167,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         included), 130 an interrupted run.
     """
     argv = _join_negative_values(list(sys.argv[1:] if argv is None else argv))
+    if argv[:1] == ["party"]:  # an operator's command: no algorithm is loaded
+        return _party(argv)
     parser = build_parser()
     args = _parse(parser, argv)
     if not isinstance(args, argparse.Namespace):
@@ -177,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         return _demo(args, console)
     if args.command == "flower":
+        from botorch_fed.cli.flower import flower_main
+
         return flower_main(args, console)
     if args.command == "party":
         from botorch_fed.cli.party import party_main

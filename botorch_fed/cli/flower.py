@@ -259,7 +259,7 @@ def _without(argv: list[str], flags: tuple[str, ...]) -> list[str]:
 
 def flower_main(args: argparse.Namespace, console: Console) -> int:
     r"""Run ``botorch-fed flower <action>``; returns the exit code."""
-    from botorch_fed.cli.run import print_error
+    from botorch_fed.cli.errors import print_error
 
     try:
         from botorch_fed.flower import launch_errors, launcher, submission
@@ -406,7 +406,7 @@ def _refused_by_a_party(
 
 def _run(tokens: list[str], console: Console) -> int:
     r"""``flower run <algorithm> ...``."""
-    from botorch_fed.cli.run import print_error
+    from botorch_fed.cli.errors import print_error
     from botorch_fed.flower import launcher
     from botorch_fed.flower.keys import write_keyset
     from botorch_fed.flower.run_options import check_argv, prepare, split_config
@@ -531,7 +531,7 @@ def _read_record(folder: Path) -> dict:
 def _resume(run_dir: str, console: Console) -> int:
     r"""``flower resume DIR``: stop what is left of the campaign's earlier Flower runs,
     then submit it again with ``resume``: the ServerApp continues from its checkpoint."""
-    from botorch_fed.cli.run import print_error
+    from botorch_fed.cli.errors import print_error
     from botorch_fed.flower import launcher, submission
     from botorch_fed.flower.run_options import check_argv, prepare
 
@@ -557,8 +557,8 @@ def _resume(run_dir: str, console: Console) -> int:
 def _submit(state: Path, config: dict, run, console: Console, campaign: Path | None) -> int:
     r"""Submit ``config`` to the federation in ``state``, then print and write the result
     as ``botorch-fed run`` does; a campaign's record gets each Flower run id."""
+    from botorch_fed.cli.errors import print_error
     from botorch_fed.cli.report import plot_run, print_run
-    from botorch_fed.cli.run import print_error
     from botorch_fed.flower import submission
     from botorch_fed.flower.run_options import results_files
     from botorch_fed.protocol.results import RunResult

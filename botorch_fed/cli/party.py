@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from botorch_fed.cli.run import print_error
+from botorch_fed.cli.errors import print_error
 
 
 def add_party_parser(sub: argparse._SubParsersAction) -> None:
@@ -52,7 +52,7 @@ def add_party_parser(sub: argparse._SubParsersAction) -> None:
 
 def party_main(args: argparse.Namespace, console: Console) -> int:
     r"""Run ``botorch-fed party ...``; 0 on success, 2 on a refused report."""
-    from botorch_fed.problems.ask_tell import Party
+    from botorch_fed.problems.ask_folder import Party
 
     folder, flag = args.folder, f"--folder {args.folder}"
     if args.party is not None:

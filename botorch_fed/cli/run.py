@@ -10,7 +10,6 @@ and 130 (interrupted; the checkpoint, if any, is complete up to the last round).
 from __future__ import annotations
 
 import os
-import sys
 
 from rich.console import Console
 from rich.markup import escape
@@ -23,19 +22,12 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from botorch_fed.cli.errors import print_error
 from botorch_fed.cli.report import plot_run, print_run
 from botorch_fed.runs.black_box import import_path
 from botorch_fed.runs.options import rename_to_flags
 from botorch_fed.runs.outputs import write_json
 from botorch_fed.runs.prepare import PreparedRun, library_warnings_ignored
-
-
-def print_error(console: Console, message: str, title: str = "error:") -> None:
-    r"""``message`` in red after ``title``, verbatim (not read as markup), on standard
-    error (as argparse's own errors) unless ``console`` writes to a file of its own."""
-    if console.file is sys.stdout:
-        console = Console(stderr=True)  # colour as standard error allows
-    console.print(f"[bold red]{title}[/] {escape(message)}", soft_wrap=True)
 
 
 def _run_with_progress(run: PreparedRun, console: Console):

@@ -294,3 +294,28 @@ def test_a_checkpointed_ask_tell_run_resumes_to_the_uninterrupted_result(tmp_pat
     resumed, asked = campaign(3, tmp_path / "lab", resume=tmp_path / "ckpt")
     assert resumed.best_per_round == whole.best_per_round
     assert len(asked.party.history()) == SETTINGS.num_init + 3  # nothing asked twice
+
+
+def test_the_operators_commands_load_neither_torch_nor_the_algorithms(tmp_path):
+    import subprocess
+    import sys
+
+    asked, ask = _one_pending(tmp_path)
+    script = (
+        "import sys\n"
+        "from botorch_fed.cli import main\n"
+        f"code = main(['party', 'suggest', '--folder', {str(tmp_path)!r}, '--json'])\n"
+        "heavy = sorted(m for m in ('torch', 'botorch', 'botorch_fed.algorithms') "
+        "if m in sys.modules)\n"
+        "print(code, heavy, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stderr.strip().splitlines()[-1] == "0 []", done.stderr
+    assert json.loads(done.stdout) == [ask]
+    # the same command line as the whole parser's: its errors and help
+    from botorch_fed.cli import main
+
+    assert main(["party"]) == 2
+    assert main(["party", "report", "--folder", str(tmp_path), "--id", ask["id"]]) == 2
+    assert main(["party", "suggest", "--help"]) == 0
+    asked.party.report(ask["id"], 0.0)
