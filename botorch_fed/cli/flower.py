@@ -27,7 +27,6 @@ import argparse
 import functools
 import json
 import os
-import shlex
 import tempfile
 import uuid
 from pathlib import Path
@@ -35,6 +34,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from botorch_fed.cli.campaign_record import (
+    CAMPAIGN_FILE,
+    begin_campaign,
+    cli_dir,
+    read_record,
+    write_record,
+)
 from botorch_fed.flower.policy_flags import add_policy_arguments, policy_flags
 from botorch_fed.flower.run_options import (
     MAX_HOLD,
@@ -42,8 +48,6 @@ from botorch_fed.flower.run_options import (
     RESULTS_WRITTEN,
     RUN_CONFIG_DEFAULTS,
 )
-
-CAMPAIGN_FILE = "campaign.json"
 
 FLOWER_HELP = """\
 Run a federation on Flower (extra `flower`: pip install "botorch-fed[flower]").
@@ -217,16 +221,11 @@ def _ask_tell(value: str | None, clients: int) -> tuple[int, ...]:
         ) from None
 
 
-def _cli_dir(state: str | os.PathLike[str]) -> str:
-    r"""``--state-dir`` as a user types it (quoted where the shell needs it)."""
-    return shlex.quote(str(state))
-
-
 def _no_federation(state: str | os.PathLike[str], clients: int | str = "N") -> str:
     r"""What ``flower run`` says when ``state`` has no live federation."""
     return (
         f"No live federation in {state}: start one with `botorch-fed flower up --clients "
-        f"{clients} --state-dir {_cli_dir(state)}` (and the policy flags your run needs: "
+        f"{clients} --state-dir {cli_dir(state)}` (and the policy flags your run needs: "
         "`botorch-fed flower up --help`)."
     )
 
@@ -236,7 +235,7 @@ def _running(state: str | os.PathLike[str], live: list[str]) -> str:
     return (
         f"{state} already has a running federation ({', '.join(live)}): nothing to restart "
         "(a campaign whose run died continues with `botorch-fed flower resume DIR`). To start "
-        f"afresh, stop it with `botorch-fed flower down --state-dir {_cli_dir(state)}`, or "
+        f"afresh, stop it with `botorch-fed flower down --state-dir {cli_dir(state)}`, or "
         "start a second federation in another folder (`--state-dir DIR`)."
     )
 
@@ -326,7 +325,7 @@ def flower_main(args: argparse.Namespace, console: Console) -> int:
             f"{exc.state} holds a federation of which {', '.join(exc.live)} still run, "
             f"started with other flags: {'; '.join(exc.changes)}. Run `botorch-fed flower up` "
             "with the flags it was started with to restart its dead processes, or `botorch-fed "
-            f"flower down --state-dir {_cli_dir(exc.state)}` first to start afresh.",
+            f"flower down --state-dir {cli_dir(exc.state)}` first to start afresh.",
         )
         return 1
     except launch_errors.NoFederationError as exc:
@@ -444,15 +443,15 @@ def _run(tokens: list[str], console: Console) -> int:
             f"The run has {clients} clients; the federation in {own.state_dir} has "
             f"{fed['clients']} parties: pass `--clients {fed['clients']}` to the run, or "
             f"start one of {clients} parties (`botorch-fed flower down --state-dir "
-            f"{_cli_dir(own.state_dir)}`, then `botorch-fed flower up --clients {clients} "
-            f"--state-dir {_cli_dir(own.state_dir)}`)."
+            f"{cli_dir(own.state_dir)}`, then `botorch-fed flower up --clients {clients} "
+            f"--state-dir {cli_dir(own.state_dir)}`)."
         )
     refused = _refused_by_a_party(fed["processes"], argv, spec, run, config_text)
     if refused is not None:
         print_error(
             console,
             f"{refused} To allow it, start the federation again with that flag: "
-            f"`botorch-fed flower down --state-dir {_cli_dir(own.state_dir)}`, then "
+            f"`botorch-fed flower down --state-dir {cli_dir(own.state_dir)}`, then "
             "`botorch-fed flower up` with its flags and that one (`botorch-fed flower up "
             "--help`).",
             "the parties refuse this run:",
@@ -473,59 +472,8 @@ def _run(tokens: list[str], console: Console) -> int:
     }
     campaign = None
     if own.run_dir is not None:
-        campaign = _begin_campaign(Path(own.run_dir), state, config, argv)
+        campaign = begin_campaign(Path(own.run_dir), state, config, argv)
     return _submit(state, config, run, console, campaign)
-
-
-def _begin_campaign(folder: Path, state: Path, config: dict, argv: list[str]) -> Path:
-    r"""Record a new campaign in ``--run-dir`` (created): its name and run config, what
-    ``flower resume`` submits again."""
-    record = folder / CAMPAIGN_FILE
-    if record.exists():
-        raise ValueError(
-            f"--run-dir {folder} holds a campaign already: continue it with `botorch-fed "
-            f"flower resume {_cli_dir(folder)}`, or give an empty folder."
-        )
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    config["campaign"] = f"c-{uuid.uuid4().hex[:16]}"
-    data = {
-        "format": 1,
-        "state_dir": str(state),
-        "argv": argv,
-        "config": config,
-        "flower_runs": [],
-    }
-    _write_record(record, data)
-    return record
-
-
-def _write_record(path: Path, data: dict) -> None:
-    from botorch_fed.protocol.checkpoint import write_atomically
-
-    write_atomically(path, (json.dumps(data, indent=1) + "\n").encode())
-
-
-def _read_record(folder: Path) -> dict:
-    r"""The campaign recorded in ``folder`` (``ValueError`` naming it otherwise)."""
-    record = folder / CAMPAIGN_FILE
-    try:
-        data = json.loads(record.read_text())
-        ok = (
-            data.get("format") == 1
-            and isinstance(data.get("argv"), list)
-            and isinstance(data.get("config"), dict)
-            and isinstance(data["config"].get("campaign"), str)
-            and isinstance(data.get("state_dir"), str)
-            and isinstance(data.get("flower_runs"), list)
-        )
-    except (OSError, ValueError, AttributeError):
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"{folder} is not a campaign's folder ({CAMPAIGN_FILE} is missing or unreadable): "
-            "give the folder `botorch-fed flower run --run-dir` wrote."
-        )
-    return data
 
 
 def _resume(run_dir: str, console: Console) -> int:
@@ -536,7 +484,7 @@ def _resume(run_dir: str, console: Console) -> int:
     from botorch_fed.flower.run_options import check_argv, prepare
 
     folder = Path(run_dir)
-    data = _read_record(folder)
+    data = read_record(folder)
     text = data["config"].get("config") or None  # the campaign's --config text
     run = prepare(check_argv(list(data["argv"])), outputs=True, config_text=text, imports=None)
     fed = launcher.status(data["state_dir"])
@@ -544,7 +492,7 @@ def _resume(run_dir: str, console: Console) -> int:
         print_error(
             console,
             f"No live federation in {data['state_dir']}: restart it with `botorch-fed flower up "
-            f"--state-dir {_cli_dir(data['state_dir'])}` (with the flags it was started with; "
+            f"--state-dir {cli_dir(data['state_dir'])}` (with the flags it was started with; "
             "it restarts the processes that died), then resume.",
         )
         return 1
@@ -575,7 +523,7 @@ def _submit(state: Path, config: dict, run, console: Console, campaign: Path | N
         if started is not None and campaign is not None:
             data = json.loads(campaign.read_text())
             data["flower_runs"].append(int(started.group(1)))
-            _write_record(campaign, data)
+            write_record(campaign, data)
         if not line.startswith(RESULTS_WRITTEN):
             console.print(line, markup=False)
 
@@ -585,7 +533,7 @@ def _submit(state: Path, config: dict, run, console: Console, campaign: Path | N
         error.unlink()
         results.unlink(missing_ok=True)
         if campaign is not None and "nothing to resume" not in text:
-            resume = f"botorch-fed flower resume {_cli_dir(campaign.parent)}"
+            resume = f"botorch-fed flower resume {cli_dir(campaign.parent)}"
             text += f" (continue the campaign with `{resume}`)"
         print_error(console, text, "the run failed:")
         return 1
@@ -594,7 +542,7 @@ def _submit(state: Path, config: dict, run, console: Console, campaign: Path | N
         if campaign is not None:
             text += (
                 " If a process died, restart it (`botorch-fed flower up` with its flags), then "
-                f"continue the campaign: `botorch-fed flower resume {_cli_dir(campaign.parent)}`."
+                f"continue the campaign: `botorch-fed flower resume {cli_dir(campaign.parent)}`."
             )
         print_error(console, text, "the run failed:")
         return 1
