@@ -76,14 +76,12 @@ MAX_REMEMBERED = 100_000
 r"""How many runs an agent remembers having begun (each must never start again); past
 it the agent takes no new run until its operator moves the runs journal aside
 (:class:`AgentState`)."""
-#: the clients' work, one message at a time in this process: torch's random and thread
-#: state are the process's, shared by every agent in it (one in a deployment; a test may
-#: hold several)
+#: the clients' work, one message at a time per process (torch's state is the process's,
+#: shared by every agent in it: one in a deployment, several in a test)
 _COMPUTE = threading.Lock()
 #: why a run the agent began before it restarted is over
 RESTARTED = "it began before this party's agent restarted"
-#: the exceptions a run's build raises as refusals: policy, options, key material
-_BUILD_REFUSALS = (PolicyError, ValueError)
+_BUILD_REFUSALS = (PolicyError, ValueError)  # a build's refusals: policy, options, keys
 
 
 class PartyAgent:
