@@ -59,6 +59,29 @@ def _federation_pids(fed: dict) -> set[int]:
     return set(roots) | descendants(roots, table) | marked
 
 
+def _waiting_cpu(fed: dict, seconds: float, every: float = 0.5):
+    r"""CPU seconds each process of the federation spends over ``seconds``, sampled every
+    ``every`` s: a process already running counts from its first sample, one that starts
+    in the window from zero (the ``flwr-clientapp`` of a message asked again), one that
+    ends up to its last sample (it loses at most ``every`` s). Returns ``(spent, kinds,
+    window)``: CPU seconds and kind per pid, and the window's length."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    kinds: dict[int, str] = {}
+    start = time.monotonic()
+    while True:
+        for pid in _federation_pids(fed):
+            used = _cpu(pid)
+            if pid not in first:
+                first[pid] = used if time.monotonic() - start < every else 0.0
+                kinds[pid] = _kind(pid)
+            last[pid] = max(used, last.get(pid, 0.0))
+        waited = time.monotonic() - start
+        if waited >= seconds:
+            return {pid: last[pid] - first[pid] for pid in first}, kinds, waited
+        time.sleep(every)
+
+
 def _pending(state: Path, i: int) -> bool:
     r"""Whether party ``i`` has a point waiting for its operator (read from its folder,
     not through the command line: the operators are away)."""
@@ -163,13 +186,7 @@ def main() -> None:
             assert first.poll() is None, first.stdout.read() if first.stdout else ""
             time.sleep(1.0)
         time.sleep(10.0)
-        pids = _federation_pids(fed)
-        before = {pid: _cpu(pid) for pid in pids}
-        kinds = {pid: _kind(pid) for pid in pids}
-        w0 = time.monotonic()
-        time.sleep(a.idle)
-        waited = time.monotonic() - w0
-        spent = {pid: _cpu(pid) - before[pid] for pid in pids if pid in before}
+        spent, kinds, waited = _waiting_cpu(fed, a.idle)
         cpu = sum(spent.values())
         by_kind: dict[str, float] = {}
         for pid, seconds in spent.items():
