@@ -176,7 +176,13 @@ def _party(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="botorch-fed")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_party_parser(parser.add_subparsers(dest="command", required=True))
-    args = _parse(parser, argv)
+    joined: list[str] = []  # `--value -1e3`, `--failed -broken`: values, not options
+    for token in argv:
+        if joined[-1:] in (["--value"], ["--failed"]) and token.startswith("-"):
+            joined[-1] = f"{joined[-1]}={token}"
+        else:
+            joined.append(token)
+    args = _parse(parser, joined)
     if not isinstance(args, argparse.Namespace):
         return args
     return party_main(args, Console())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 
 from rich.console import Console
 from rich.markup import escape
@@ -41,17 +42,18 @@ def add_party_parser(sub: argparse._SubParsersAction) -> None:
             metavar="DIR",
             help="that federation's state folder (default: `flower up`'s)",
         )
-        if name == "suggest":
+        if name in ("suggest", "status"):
             c.add_argument("--json", action="store_true", help="print JSON")
         if name == "report":
             c.add_argument("--id", required=True, help="the point's id (from suggest)")
             given = c.add_mutually_exclusive_group(required=True)
-            given.add_argument("--value", type=float, help="the measured value")
+            given.add_argument("--value", help="the measured value (negative: --value=-1.5)")
             given.add_argument("--failed", metavar="REASON", help="the measurement failed")
 
 
 def party_main(args: argparse.Namespace, console: Console) -> int:
-    r"""Run ``botorch-fed party ...``; 0 on success, 2 on a refused report."""
+    r"""Run ``botorch-fed party ...``; 0 on success, 1 if a file of the folder is damaged,
+    2 on a refused report or a missing folder."""
     from botorch_fed.problems.ask_folder import Party
 
     folder, flag = args.folder, f"--folder {args.folder}"
@@ -73,46 +75,100 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
         )
         return 2
     if args.party_command == "report":
-        try:
-            if args.failed is not None:
-                party.report_failure(args.id, args.failed)
-            else:
-                if not math.isfinite(args.value):
-                    raise ValueError(f"`--value`={args.value} must be finite.")
-                party.report(args.id, args.value)
-        except ValueError as exc:
-            print_error(console, str(exc))
-            return 2
-        console.print(f"reported {escape(args.id)}", soft_wrap=True)
-        return 0
-    pending = party.pending()
-    if args.party_command == "suggest" and args.json:
-        print(json.dumps(pending, indent=1))  # plain: scripts parse it (no colour codes)
-        return 0
-    table = Table("objective", "#", "round", "x")
-    table.add_column("id", no_wrap=True)  # what the operator reports to: never cut
-    table.add_column("report", overflow="fold")  # as written, folded
-    rows = pending if args.party_command == "suggest" else party.history()
-    for ask in rows:
-        report = "pending" if "value" not in ask and "failed" not in ask else ask.get("value")
-        if "failed" in ask:
-            report = f"failed: {ask['failed']}"
-        round_ = ask.get("context", {}).get("round", "")
-        cells = (ask["objective"], ask["sequence"], round_, ask["x"], ask["id"], report)
-        table.add_row(*(escape(str(c)) for c in cells))
+        return _report(party, args, console)
+    status = party.status()
+    if args.json:
+        out = status if args.party_command == "status" else party.pending()
+        print(json.dumps(out, indent=1))  # plain: scripts parse it (no colour codes)
+        return 1 if status["damaged"] else 0
+    for name in status["damaged"]:
+        print_error(
+            console,
+            f"{party.folder / name} is damaged (unreadable or edited). A pending point's "
+            "file is written again by the run that asked it within seconds; a damaged "
+            "report counts as a failed measurement.",
+            "warning:",
+        )
     if args.party_command == "status":
-        status = party.status()
         context = status["context"]
         where = f" ({', '.join(f'{k} {v}' for k, v in context.items())})" if context else ""
+        abandoned = f", {status['abandoned']} abandoned" if status["abandoned"] else ""
         console.print(
-            f"{status['state']}: {status['pending']} pending, {status['reported']} of "
-            f"{status['asked']} reported{where}",
+            _printable(
+                f"{status['state']}: {status['pending']} pending, {status['reported']} of "
+                f"{status['asked']} reported{abandoned}{where}"
+            ),
             soft_wrap=True,
             markup=False,
         )
-    for ask in pending[:1] if args.party_command == "suggest" else ():
+    rows = party.pending() if args.party_command == "suggest" else party.history()
+    if not rows:
+        console.print(
+            f"nothing pending ({status['state']})"
+            if args.party_command == "suggest"
+            else "no point asked yet",
+            markup=False,
+        )
+        return 1 if status["damaged"] else 0
+    for ask in rows[:1] if args.party_command == "suggest" else ():
         if "bounds" in ask:  # the domain and direction the run asks in
             better = "smaller" if ask.get("minimize") else "larger"
-            console.print(f"domain {ask['bounds']}; {better} is better", markup=False)
+            inputs = ", ".join(
+                f"x{i + 1} in [{lo:g}, {hi:g}]" for i, (lo, hi) in enumerate(ask["bounds"])
+            )
+            console.print(f"domain: {inputs}; {better} is better", markup=False, soft_wrap=True)
+    table = Table("objective", "#", "round")
+    table.add_column("x", overflow="fold")  # what to measure: folded, never cut
+    table.add_column("id", no_wrap=True)  # what the operator reports to: never cut
+    table.add_column("report", overflow="fold")  # as written, folded
+    for ask in rows:
+        report = ask.get("state", "pending")
+        if "value" in ask:
+            report = f"{ask['value']!r}"
+        elif "failed" in ask:
+            report = f"failed: {ask['failed']}"
+        round_ = ask.get("context", {}).get("round", "")
+        cells = (ask["objective"], ask["sequence"], round_, ask["x"], ask["id"], report)
+        table.add_row(*(escape(_printable(str(c))) for c in cells))
     console.print(table)
+    return 1 if status["damaged"] else 0
+
+
+def _report(party, args: argparse.Namespace, console: Console) -> int:
+    r"""``party report``: the value (or failure) recorded, echoed; 2 if refused."""
+    point_id = args.id.lower()  # as `suggest` shows it
+    try:
+        if args.failed is not None:
+            if not args.failed.strip():
+                raise ValueError("--failed needs a reason (what went wrong).")
+            party.report_failure(point_id, args.failed)
+        else:
+            value = _number(args.value)
+            party.report(point_id, value)
+    except ValueError as exc:
+        print_error(console, _printable(str(exc)))
+        return 2
+    told = party.answer(point_id)
+    console.print(_printable(f"reported {told} at point {point_id}"), markup=False, soft_wrap=True)
     return 0
+
+
+#: a decimal number as an operator types it (no digit separators, ASCII digits)
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def _number(text: str) -> float:
+    r"""``--value`` as a finite float; ValueError naming it otherwise."""
+    if not _NUMBER.fullmatch(text.strip()):
+        if text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            raise ValueError(f"--value {text!r:.40} must be finite (report a failure instead).")
+        raise ValueError(f"--value {text!r:.40} is not a number (e.g. 12.5, -3, 1.2e-3).")
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"--value {text!r:.40} must be finite (report a failure instead).")
+    return value
+
+
+def _printable(text: str) -> str:
+    r"""``text`` with control characters (terminal escapes) shown as ``?``."""
+    return "".join(c if c.isprintable() or c in "\n" else "?" for c in text)

@@ -11,13 +11,14 @@ import os
 import re
 import socket
 import tempfile
-import warnings
 from pathlib import Path
 
 _ID = re.compile(r"[0-9a-f]{16}")
 _ASK_FIELDS = {"id": str, "objective": str, "run": str, "sequence": int, "x": list, "check": str}
 #: what a point may also show its operator (what it was asked in)
 _ASK_EXTRAS = {"bounds": list, "minimize": bool, "context": dict, "asked": int | float}
+#: the longest failure reason a report keeps (characters)
+MAX_REASON = 1000
 
 
 def point_digest(*parts: object) -> str:
@@ -38,6 +39,65 @@ def write_once(path: Path, content: dict) -> None:
         os.unlink(tmp)
 
 
+def ask_check(ask: dict) -> str:
+    r"""The digest that tells an intact pending point from an edited one: over its id
+    and point, and the domain and direction it shows where it has them."""
+    if "bounds" in ask:
+        return point_digest(ask["id"], ask["x"], ask["bounds"], ask.get("minimize"))
+    return point_digest(ask["id"], ask["x"])
+
+
+def load_ask(path: Path) -> dict:
+    r"""The pending point in ``path``, or ``ValueError`` if it is unreadable or was
+    edited (its fields' types, or its point, domain or direction against its check)."""
+    try:
+        ask = json.loads(path.read_text())
+    except (OSError, ValueError):
+        ask = None
+    ok = isinstance(ask, dict) and all(
+        isinstance(ask.get(k), t) and not isinstance(ask.get(k), bool)
+        for k, t in _ASK_FIELDS.items()
+    )
+    ok = ok and all(
+        isinstance(ask[k], t) and (t is bool or not isinstance(ask[k], bool))
+        for k, t in _ASK_EXTRAS.items()
+        if k in ask
+    )
+    if not ok or ask is None or ask_check(ask) != ask["check"]:
+        raise ValueError(f"The pending point in {path} is unreadable or was edited.")
+    if path.name != f"{ask['id']}.ask.json":
+        raise ValueError(f"The pending point in {path} is unreadable or was edited.")
+    return ask
+
+
+def load_report(path: Path) -> dict | None:
+    r"""The report in ``path`` (``{"value": v}`` or ``{"failed": reason}``), ``None`` if
+    there is none yet, or ``ValueError`` if it is unreadable or was edited."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        text = ""
+    try:
+        report = json.loads(text)
+    except ValueError:
+        report = None
+    value = report.get("value") if isinstance(report, dict) else None
+    reason = report.get("failed") if isinstance(report, dict) else None
+    if isinstance(report, dict) and len(report) == 1:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:  # an integer of hundreds of digits
+                number = math.inf
+            if math.isfinite(number):
+                return {"value": number}
+        if isinstance(reason, str) and reason.strip() and len(reason) <= MAX_REASON:
+            return {"failed": reason}
+    raise ValueError(f"The report in {path} is unreadable or was edited.")
+
+
 def _alive(marker: dict) -> bool:
     r"""Whether the process that wrote an activity marker still runs (another host's:
     assumed so)."""
@@ -55,6 +115,11 @@ def _alive(marker: dict) -> bool:
 class Party:
     r"""The operator's side of an ask/tell party: the pending points and the reports.
 
+    A point is *pending* while the run that asked it still runs (its objective's marker
+    names a live process) and nobody reported on it; a point of a run whose process ended
+    without its report is *abandoned* (a campaign's restarted agent asks it again under
+    the same id, and it is pending again).
+
     Args:
         folder: The party's ask/tell folder (shared with its :class:`AskTellObjective`).
     """
@@ -64,67 +129,89 @@ class Party:
 
     def _ask_path(self, point_id: object) -> Path:
         if not (isinstance(point_id, str) and _ID.fullmatch(point_id)):
-            raise ValueError(f"`id`={point_id!r:.40} is not a point id (16 hex digits).")
+            raise ValueError(
+                f"`id`={point_id!r:.40} is not a point id (16 lower-case hex digits, as "
+                "`party suggest` shows them)."
+            )
         return self.folder / f"{point_id}.ask.json"
 
     def _load_ask(self, path: Path) -> dict:
-        r"""The pending point in ``path``, or ``ValueError`` if it is unreadable or was
-        edited (its fields, or its point against its check digest)."""
-        try:
-            ask = json.loads(path.read_text())
-        except (OSError, ValueError):
-            ask = None
-        ok = isinstance(ask, dict) and all(
-            isinstance(ask.get(k), t) and not isinstance(ask.get(k), bool)
-            for k, t in _ASK_FIELDS.items()
-        )
-        ok = ok and all(
-            isinstance(ask[k], t) and (t is bool or not isinstance(ask[k], bool))
-            for k, t in _ASK_EXTRAS.items()
-            if k in ask
-        )
-        if not ok or ask is None or point_digest(ask["id"], ask["x"]) != ask["check"]:
-            raise ValueError(f"The pending point in {path} is unreadable or was edited.")
-        if path.name != f"{ask['id']}.ask.json":
-            raise ValueError(f"The pending point in {path} is unreadable or was edited.")
-        return ask
+        return load_ask(path)
 
-    def _asks(self) -> list[dict]:
-        asks = []
-        for path in self.folder.glob("*.ask.json"):
+    def _scan(self) -> tuple[list[dict], list[str]]:
+        r"""Every intact point of the folder (sorted by objective, run and sequence) and
+        the names of the damaged files (points and reports)."""
+        asks, damaged = [], []
+        for path in sorted(self.folder.glob("*.ask.json")):
             try:
-                asks.append(self._load_ask(path))
-            except ValueError as exc:
-                warnings.warn(str(exc), RuntimeWarning, stacklevel=3)
-        return sorted(asks, key=lambda a: (a["objective"], a["run"], a["sequence"]))
+                asks.append(load_ask(path))
+            except ValueError:
+                damaged.append(path.name)
+        for path in sorted(self.folder.glob("*.report.json")):
+            try:
+                load_report(path)
+            except ValueError:
+                damaged.append(path.name)
+        return sorted(asks, key=lambda a: (a["objective"], a["run"], a["sequence"])), damaged
 
-    def active(self) -> bool:
-        r"""Whether an objective whose process still runs asks in this folder."""
+    def live_runs(self) -> set[tuple[str, str]]:
+        r"""``(objective, run)`` of every objective whose process still runs in this
+        folder."""
+        live = set()
         for path in self.folder.glob("active-*.json"):
             try:
                 marker = json.loads(path.read_text())
             except (OSError, ValueError):
                 continue
             if isinstance(marker, dict) and _alive(marker):
-                return True
-        return False
+                live.add((str(marker.get("objective")), str(marker.get("run"))))
+        return live
+
+    def active(self) -> bool:
+        r"""Whether an objective whose process still runs asks in this folder."""
+        return bool(self.live_runs())
+
+    def _entries(self) -> tuple[list[dict], list[str]]:
+        r"""Every point with its report, ``state`` (``pending``, ``reported``, ``failed``,
+        ``abandoned``, ``damaged report``) and the damaged files' names."""
+        asks, damaged = self._scan()
+        live = self.live_runs()
+        out = []
+        for ask in asks:
+            try:
+                answer = self.answer(ask["id"])
+            except ValueError:
+                out.append({**ask, "state": "damaged report"})
+                continue
+            if answer is None:
+                waiting = (ask["objective"], ask["run"]) in live
+                out.append({**ask, "state": "pending" if waiting else "abandoned"})
+            else:
+                out.append(
+                    {**ask, **answer, "state": "failed" if "failed" in answer else "reported"}
+                )
+        return out, damaged
 
     def status(self) -> dict:
         r"""Where the party stands: ``state`` (``"waiting for you"``: points are pending;
         ``"waiting for the federation"``: a run is active and nothing is pending; ``"no
-        run active"``), ``pending`` (how many points), ``asked`` and ``reported`` (over
-        the folder's history) and ``context`` (the newest point's run and round)."""
-        history, active = self.history(), self.active()
-        pending = sum("value" not in a and "failed" not in a for a in history)
+        run active"``), ``pending``, ``asked``, ``reported`` (failures included) and
+        ``abandoned`` counts, ``damaged`` (the names of damaged files: a point's is
+        written again by the run that asked it) and ``context`` (the newest point's run
+        and round)."""
+        entries, damaged = self._entries()
+        count = {k: sum(e["state"] == k for e in entries) for k in ("pending", "abandoned")}
         state = "no run active"
-        if active:
-            state = "waiting for you" if pending else "waiting for the federation"
-        newest = max(history, key=lambda a: a.get("asked", 0.0), default={})
+        if self.active():
+            state = "waiting for you" if count["pending"] else "waiting for the federation"
+        newest = max(entries, key=lambda a: a.get("asked", 0.0), default={})
         return {
             "state": state,
-            "pending": pending,
-            "asked": len(history),
-            "reported": len(history) - pending,
+            "pending": count["pending"],
+            "asked": len(entries),
+            "reported": sum(e["state"] in ("reported", "failed") for e in entries),
+            "abandoned": count["abandoned"],
+            "damaged": damaged,
             "context": newest.get("context", {}),
         }
 
@@ -133,24 +220,29 @@ class Party:
         ``x`` (in the objective's own domain), ``check``, the domain (``bounds``, one
         ``[lower, upper]`` per input), ``minimize``, ``asked`` (a Unix time) and
         ``context`` (e.g. the run and round it was asked in)."""
-        return [a for a in self._asks() if self.answer(a["id"]) is None]
+        entries, _ = self._entries()
+        return [
+            {k: v for k, v in e.items() if k != "state"} for e in entries if e["state"] == "pending"
+        ]
 
     def history(self) -> list[dict]:
-        r"""Every point asked, with its report (``value`` or ``failed``) if made."""
-        return [{**a, **(self.answer(a["id"]) or {})} for a in self._asks()]
+        r"""Every point asked, with its report (``value`` or ``failed``) if made and its
+        ``state`` (``pending``, ``reported``, ``failed``, ``abandoned``, ``damaged
+        report``)."""
+        return self._entries()[0]
 
     def answer(self, point_id: str) -> dict | None:
         r"""The report on ``point_id`` (``{"value": v}`` or ``{"failed": reason}``), or
-        ``None`` while it is pending."""
-        path = self._ask_path(point_id).with_name(f"{point_id}.report.json")
-        return json.loads(path.read_text()) if path.exists() else None
+        ``None`` while there is none; ``ValueError`` if its file was damaged."""
+        return load_report(self._ask_path(point_id).with_name(f"{point_id}.report.json"))
 
     def report(self, point_id: str, value: float) -> None:
         r"""Report the measurement at ``point_id``.
 
         Raises:
-            ValueError: No run is active, ``point_id`` is unknown or already reported,
-                the pending point's file was edited, or ``value`` is not a finite number.
+            ValueError: No run is active, ``point_id`` is unknown, already reported or
+                of a run that ended, the pending point's file was edited, or ``value`` is
+                not a finite number.
         """
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ValueError(f"`value`={value!r:.40} must be a number.")
@@ -164,19 +256,34 @@ class Party:
 
     def report_failure(self, point_id: str, reason: str) -> None:
         r"""Report that the measurement at ``point_id`` failed (the algorithm records a
-        failed evaluation), with a ``reason``; the errors of :meth:`report`."""
+        failed evaluation), with a ``reason`` (at most :data:`MAX_REASON` characters);
+        the errors of :meth:`report`."""
         if not isinstance(reason, str) or not reason.strip():
             raise ValueError(f"`reason`={reason!r:.40} must be a non-empty string.")
+        if len(reason) > MAX_REASON:
+            raise ValueError(
+                f"`reason` has {len(reason)} characters, more than the {MAX_REASON} a report keeps."
+            )
         self._tell(point_id, {"failed": reason})
 
     def _tell(self, point_id: str, answer: dict) -> None:
         path = self._ask_path(point_id)
-        if not self.active():
+        live = self.live_runs()
+        if not live:
             raise ValueError(f"No run is active in {self.folder}: nothing to report to.")
         if not path.exists():
-            raise ValueError(f"`id`={point_id!r} is not a point of {self.folder}.")
-        self._load_ask(path)
+            raise ValueError(
+                f"`id`={point_id!r} is not a point of {self.folder} (`party suggest` lists "
+                "the pending ones)."
+            )
+        ask = load_ask(path)
+        if (ask["objective"], ask["run"]) not in live:
+            raise ValueError(
+                f"`id`={point_id!r} was asked by a run that no longer runs: nothing waits "
+                "for its report (`party suggest` lists the pending points)."
+            )
         try:
             write_once(path.with_name(f"{point_id}.report.json"), answer)
         except FileExistsError:
-            raise ValueError(f"`id`={point_id!r} was reported already.") from None
+            told = self.answer(point_id)
+            raise ValueError(f"`id`={point_id!r} was reported already ({told}).") from None

@@ -14,6 +14,7 @@ algorithms evaluate them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -22,12 +23,13 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from botorch_fed.problems.ask_folder import Party, point_digest, write_once
+from botorch_fed.problems.ask_folder import Party, ask_check, load_ask, point_digest, write_once
 from botorch_fed.problems.objectives import Objective, check_bounds
 
 __all__ = ["AskTellObjective", "Party"]
@@ -74,13 +76,28 @@ class AskTellObjective(Objective):
         if context is not None and not isinstance(context, dict):
             raise ValueError(f"`context`={context!r:.40} must be a dict or None.")
         self.context = {} if context is None else context
-        self.run = os.urandom(8).hex()  # a new run asks afresh; a resumed one loads its own
         self.sequence = 0  # points asked so far
         self.party.folder.mkdir(parents=True, exist_ok=True)
         self._marker = self.party.folder / f"active-{os.urandom(8).hex()}.json"
-        marker = {"objective": name, "pid": os.getpid(), "host": socket.gethostname()}
-        self._marker.write_text(json.dumps(marker))
         self._finalizer = weakref.finalize(self, self._marker.unlink, missing_ok=True)
+        self.run = os.urandom(8).hex()  # a new run asks afresh; a resumed one loads its own
+
+    @property
+    def run(self) -> str:
+        r"""The run's id (16 hex digits): in every point's id, and in the folder's marker
+        of this objective's process, which tells the operator's commands the points it
+        waits for."""
+        return self._run
+
+    @run.setter
+    def run(self, value: str) -> None:
+        self._run = value
+        if self._finalizer.alive:  # a closed objective marks nothing
+            marker = {"objective": self.name, "run": value, "pid": os.getpid()}
+            marker["host"] = socket.gethostname()
+            tmp = self._marker.with_name(f".{self._marker.name}.tmp")
+            tmp.write_text(json.dumps(marker))
+            os.replace(tmp, self._marker)
 
     def close(self) -> None:
         r"""End the run: this objective no longer makes its folder active."""
@@ -103,30 +120,62 @@ class AskTellObjective(Objective):
         point_id = point_digest(self.name, self.run, self.sequence)
         path = self.party._ask_path(point_id)
         ask: dict[str, object] = {"id": point_id, "objective": self.name, "run": self.run}
-        ask |= {"sequence": self.sequence, "x": point, "check": point_digest(point_id, point)}
+        ask |= {"sequence": self.sequence, "x": point}
         lower, upper = self.bounds.tolist()
         ask |= {"bounds": [list(b) for b in zip(lower, upper, strict=True)]}
         ask |= {"minimize": self.minimize, "context": dict(self.context), "asked": time.time()}
+        ask["check"] = ask_check(ask)
         try:
             write_once(path, ask)
         except FileExistsError:  # asked before a restart: its report may be in
-            asked = self.party._load_ask(path)["x"]
-            if not np.allclose(asked, point, rtol=1e-9, atol=0.0):
-                raise RuntimeError(
-                    f"The resumed run asks {point} as point #{self.sequence} of {self.name}, "
-                    f"which asked {asked} before ({path})."
-                ) from None
+            try:
+                stored = load_ask(path)
+            except ValueError:
+                stored = None  # damaged: written again below
+            if stored is not None:
+                if not np.allclose(stored["x"], point, rtol=1e-9, atol=0.0):
+                    raise RuntimeError(
+                        f"The resumed run asks {point} as point #{self.sequence} of "
+                        f"{self.name}, which asked {stored['x']} before ({path})."
+                    ) from None
+                ask = stored
         else:
             if self.on_ask is not None:
                 try:
                     self.on_ask(ask)
                 except Exception as exc:  # noqa: BLE001 - a notification is not the measurement
                     warnings.warn(f"`on_ask` failed: {exc!r}", RuntimeWarning, stacklevel=2)
-        while (answer := self.party.answer(point_id)) is None:
+        while True:
+            try:
+                answer = self.party.answer(point_id)
+            except ValueError as exc:  # its report cannot be read: a failed measurement
+                raise RuntimeError(f"the measurement's report is damaged: {exc}") from None
+            if answer is not None:
+                break
+            self._keep(path, ask)
             time.sleep(self.poll_s)
         if "failed" in answer:
             raise RuntimeError(f"the measurement failed: {answer['failed']}")
         return float(answer["value"])
+
+    @staticmethod
+    def _keep(path: Path, ask: dict) -> None:
+        r"""The pending point's file as asked: written again (the damaged one moved
+        aside, ``<id>.ask.json.damaged-<time>``) if it was removed or edited."""
+        try:
+            load_ask(path)
+            return
+        except ValueError:
+            pass
+        if path.exists():
+            path.replace(path.with_name(f"{path.name}.damaged-{time.time_ns()}"))
+        with contextlib.suppress(FileExistsError):  # the operator restored it meanwhile
+            write_once(path, ask)
+        warnings.warn(
+            f"The pending point in {path} was removed or edited; it is written again.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def state_dict(self) -> dict:
         return {"run": self.run, "sequence": self.sequence}

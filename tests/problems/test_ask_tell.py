@@ -7,11 +7,13 @@ import contextlib
 import dataclasses
 import json
 import threading
+import time
 
 import pytest
 import torch
 
 from botorch_fed.algorithms import run_federated
+from botorch_fed.problems.ask_folder import ask_check
 from botorch_fed.problems.ask_tell import AskTellObjective, Party
 from botorch_fed.problems.objectives import CallableObjective
 from botorch_fed.protocol import BOSettings, FederationSetup
@@ -131,30 +133,31 @@ def test_a_bad_value_is_refused_and_changes_nothing(tmp_path, value, match):
     asked.party.report(ask["id"], 1.5)  # ends the waiting thread
 
 
+def _asked_by_hand(folder, objective: AskTellObjective, x=(0.5, 1.0)) -> dict:
+    r"""A pending point of ``objective``'s run written as it writes one, but with nobody
+    waiting for it (so nothing writes it again when a test edits it)."""
+    ask = {"id": "0123456789abcdef", "objective": objective.name, "run": objective.run}
+    ask |= {"sequence": 1, "x": list(x), "bounds": [[-1.0, 1.0], [0.0, 2.0]], "minimize": True}
+    ask |= {"context": {}, "asked": 1.0}
+    ask["check"] = ask_check(ask)
+    (folder / f"{ask['id']}.ask.json").write_text(json.dumps(ask))
+    return ask
+
+
 def test_bad_reports_are_refused_and_change_nothing(tmp_path):
     asked, ask = _one_pending(tmp_path)
     party = asked.party
-    with pytest.raises(ValueError, match="not a point"):
+    with pytest.raises(ValueError, match="not a point of .*`party suggest` lists"):
         party.report("0123456789abcdef", 1.0)
     with pytest.raises(ValueError, match="not a point id"):
         party.report("../../etc/passwd", 1.0)
     with pytest.raises(ValueError, match="`reason`"):
         party.report_failure(ask["id"], " ")
-    path = tmp_path / f"{ask['id']}.ask.json"
-    original = path.read_text()
-    path.write_text(json.dumps({**ask, "x": [0.1, 1.0]}))  # the operator edits the point
-    with pytest.raises(ValueError, match="edited"):
-        party.report(ask["id"], 1.0)
-    for field, bad in (("context", None), ("asked", "yesterday"), ("minimize", 1), ("bounds", {})):
-        path.write_text(json.dumps({**ask, field: bad}))  # what it shows, broken
-        with pytest.raises(ValueError, match="edited"):
-            party.report(ask["id"], 1.0)
-        with pytest.warns(RuntimeWarning, match="edited"):
-            assert party.pending() == [] and party.status()["asked"] == 0
-    path.write_text(original)
+    with pytest.raises(ValueError, match="`reason` has 1001 characters"):
+        party.report_failure(ask["id"], "x" * 1001)
     assert party.pending() == [ask]
     party.report(ask["id"], 2.0)
-    with pytest.raises(ValueError, match="reported already"):
+    with pytest.raises(ValueError, match="reported already \\({'value': 2.0}\\)"):
         party.report(ask["id"], 3.0)
     assert party.answer(ask["id"]) == {"value": 2.0}
     asked.close()
@@ -162,29 +165,124 @@ def test_bad_reports_are_refused_and_change_nothing(tmp_path):
         party.report_failure(ask["id"], "late")
 
 
+@pytest.mark.parametrize(
+    "field, bad",
+    [("x", [0.1, 1.0]), ("bounds", [[5.0, 6.0], [7.0, 8.0]]), ("minimize", False),
+     ("context", None), ("asked", "yesterday"), ("bounds", {}), ("id", "f" * 16), (None, None)],
+)  # fmt: skip
+def test_an_edited_point_is_refused_shown_as_damaged_and_changes_nothing(tmp_path, field, bad):
+    from botorch_fed.cli import main
+
+    with AskTellObjective(tmp_path, BOUNDS) as live:
+        ask = _asked_by_hand(tmp_path, live)
+        path = tmp_path / f"{ask['id']}.ask.json"
+        path.write_text("{garbage" if field is None else json.dumps({**ask, field: bad}))
+        with pytest.raises(ValueError, match="unreadable or was edited"):
+            live.party.report(ask["id"], 1.0)
+        assert live.party.pending() == [] and live.party.status()["damaged"] == [path.name]
+        assert main(["party", "status", "--folder", str(tmp_path)]) == 1  # said, not hidden
+        assert not list(tmp_path.glob("*.report.json"))
+
+
+def test_a_waiting_run_writes_its_removed_or_edited_point_again(tmp_path):
+    asked = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)
+    seen: list = []
+
+    def operator() -> None:
+        while not asked.party.pending():
+            time.sleep(0.01)
+        (ask,) = asked.party.pending()
+        path = tmp_path / f"{ask['id']}.ask.json"
+        path.write_text(json.dumps({**ask, "x": [0.0, 0.0]}))  # edited
+        while not asked.party.pending():  # written again
+            time.sleep(0.01)
+        path.unlink()  # removed
+        while not asked.party.pending():
+            time.sleep(0.01)
+        seen.append(asked.party.pending())
+        asked.party.report(ask["id"], 4.0)
+
+    thread = threading.Thread(target=operator, daemon=True)
+    thread.start()
+    with pytest.warns(RuntimeWarning, match="removed or edited; it is written again"):
+        observed, _ = asked.evaluate(torch.full((1, 2), 0.5, dtype=torch.float64))
+    thread.join()
+    assert observed.item() == 4.0 and seen[0][0]["x"] == [0.0, 1.0]
+    assert len(list(tmp_path.glob("*.ask.json.damaged-*"))) == 1  # the edited file, kept
+
+
+@pytest.mark.parametrize("text", ["{garbage", "[1]", '{"value": "abc"}', '{"value": 1e999}',
+                                  '{"failed": ""}', '{"value": 1, "failed": "x"}'])  # fmt: skip
+def test_a_damaged_report_is_a_failed_measurement_and_is_shown(tmp_path, text):
+    from botorch_fed.cli import main
+
+    asked = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)
+
+    def operator() -> None:
+        while not asked.party.pending():
+            time.sleep(0.01)
+        (ask,) = asked.party.pending()
+        (tmp_path / f"{ask['id']}.report.json").write_text(text)
+
+    threading.Thread(target=operator, daemon=True).start()
+    with pytest.raises(RuntimeError, match="report is damaged"):
+        asked.evaluate(torch.full((1, 2), 0.5, dtype=torch.float64))
+    (entry,) = asked.party.history()
+    assert entry["state"] == "damaged report"
+    assert main(["party", "status", "--folder", str(tmp_path)]) == 1
+
+
+def test_a_point_of_a_run_that_ended_is_abandoned_not_pending(tmp_path):
+    old = AskTellObjective(tmp_path, BOUNDS)
+    ask = _asked_by_hand(tmp_path, old)
+    old.close()  # its process ended without the report
+    with AskTellObjective(tmp_path, BOUNDS) as new:
+        assert new.party.pending() == []
+        status = new.party.status()
+        assert status["state"] == "waiting for the federation" and status["abandoned"] == 1
+        with pytest.raises(ValueError, match="asked by a run that no longer runs"):
+            new.party.report(ask["id"], 1.0)
+        new.run = old.run  # a campaign's restarted agent: the same run, asked again
+        assert [a["id"] for a in new.party.pending()] == [ask["id"]]
+        new.party.report(ask["id"], 1.0)
+        assert new.party.answer(ask["id"]) == {"value": 1.0}
+
+
 def test_the_operator_works_from_the_command_line(tmp_path, capsys):
     from botorch_fed.cli import main
 
     asked, ask = _one_pending(tmp_path)
     folder = str(tmp_path)
+    where = ["--folder", folder, "--id", ask["id"]]
     assert main(["party", "suggest", "--folder", folder, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [ask]
-    assert main(["party", "report", "--folder", folder, "--id", ask["id"], "--value", "nan"]) == 2
-    assert "`--value`=nan must be finite" in capsys.readouterr().err
+    assert main(["party", "status", "--folder", folder, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "waiting for you"
+    for bad, said in (("nan", "must be finite"), ("1_000", "is not a number"), ("١٢", "number")):
+        assert main(["party", "report", *where, "--value", bad]) == 2
+        assert said in capsys.readouterr().err
+    assert main(["party", "report", *where, "--failed", " "]) == 2
+    assert "--failed needs a reason" in capsys.readouterr().err
     assert main(["party", "report", "--folder", folder, "--id", "nope", "--value", "1"]) == 2
-    assert main(["party", "report", "--folder", folder, "--id", ask["id"], "--value", "-1.5"]) == 0
-    assert asked.party.answer(ask["id"]) == {"value": -1.5}
-    assert main(["party", "report", "--folder", folder, "--id", ask["id"], "--failed", "x"]) == 2
+    upper = ["--folder", folder, "--id", ask["id"].upper()]  # as an operator may type it
+    assert main(["party", "report", *upper, "--value", "-1e3"]) == 0  # a negative value
+    assert f"reported {{'value': -1000.0}} at point {ask['id']}" in capsys.readouterr().out
+    assert asked.party.answer(ask["id"]) == {"value": -1000.0}
+    assert main(["party", "report", *where, "--failed", "x"]) == 2
     assert "reported already" in capsys.readouterr().err
+    assert main(["party", "suggest", "--folder", folder]) == 0
+    assert "nothing pending (waiting for the federation)" in capsys.readouterr().out
     second, other = _one_pending(tmp_path / "b")
-    failed = ["--id", other["id"], "--failed", "plate [/] broke"]
+    failed = ["--id", other["id"], "--failed", "plate [/] broke \x1b[31m"]
     assert main(["party", "report", "--folder", str(tmp_path / "b"), *failed]) == 0
+    capsys.readouterr()
     assert main(["party", "status", "--folder", str(tmp_path / "b")]) == 0
-    assert "plate [/]" in capsys.readouterr().out  # shown as written (folded to fit)
+    out = capsys.readouterr().out
+    assert "plate [/]" in out and "\x1b" not in out  # as written, terminal escapes defused
     assert main(["party", "status", "--folder", folder]) == 0
     out = capsys.readouterr().out
     assert "waiting for the federation: 0 pending, 1 of 1 reported" in out
-    assert ask["id"] in out and "-1.5" in out
+    assert ask["id"] in out and "-1000.0" in out
     assert main(["party", "status", "--folder", str(tmp_path / "missing")]) == 2
 
 
@@ -210,13 +308,15 @@ def test_the_operator_is_shown_the_domain_direction_run_and_round(tmp_path, caps
         "pending": 1,
         "asked": 1,
         "reported": 0,
+        "abandoned": 0,
+        "damaged": [],
         "context": {"run": "campaign 'demo'", "round": 3},
     }
     assert main(["party", "status", "--folder", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "waiting for you: 1 pending, 0 of 1 reported (run campaign 'demo', round 3)" in out
     assert main(["party", "suggest", "--folder", str(tmp_path)]) == 0
-    assert "domain [[-1.0, 1.0], [0.0, 2.0]]; larger is better" in capsys.readouterr().out
+    assert "domain: x1 in [-1, 1], x2 in [0, 2]; larger is better" in capsys.readouterr().out
     asked.party.report(ask["id"], 1.0)
     waiting.join()
     asked.close()
