@@ -132,8 +132,8 @@ class FlowerTransport(Transport):
         agent does not answer (stopped, restarting) is asked again after a growing pause
         (1 s doubling to 60 s). Neither counts against ``timeout``, which bounds each
         message's answer (its time to live is ``timeout + hold``). While it waits, the
-        transport pulls replies less often (every ``poll`` seconds at first, every 5 s
-        after a minute)."""
+        transport pulls replies less often (every ``poll`` seconds at first, growing with
+        the time waited to one every 5 s: after 200 s at a 0.25 s poll)."""
         from flwr.app import Message as FlowerMessage
 
         outgoing, sizes = {}, {}
