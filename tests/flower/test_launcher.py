@@ -548,6 +548,8 @@ def test_a_second_ctrl_c_does_not_cut_stopping_the_run(fake_federation, monkeypa
         if "started run" in line:
             raise KeyboardInterrupt
 
+    # Ctrl-C raises here, whatever the test process inherited (a worker may ignore it)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         submit(state, {}, stream=interrupt)
     except submission.RunInterrupted as err:
@@ -556,8 +558,10 @@ def test_a_second_ctrl_c_does_not_cut_stopping_the_run(fake_federation, monkeypa
         pytest.fail("a second Ctrl-C cut stopping the run")
     else:
         pytest.fail("submit was not interrupted")
+    finally:
+        restored = signal.signal(signal.SIGINT, previous)
     assert (bin_dir / "stopped").read_text().split() == ["42", state_folder.CONNECTION]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert restored is signal.default_int_handler  # the caller's handler, back
 
 
 def test_a_failed_stop_says_the_run_may_still_be_running(fake_federation):
