@@ -3,6 +3,7 @@ r"""Every tutorial notebook runs top to bottom in smoke mode (``SMOKE_TEST=1``).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -31,11 +32,21 @@ def _flower_marks(path: Path) -> list:
 def test_tutorial_runs_in_smoke_mode(path, monkeypatch):
     monkeypatch.setenv("SMOKE_TEST", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    # the federations a notebook starts live in temporary folders of its own
+    federations = Path(tempfile.gettempdir()).glob("*/*/federation.json")
+    before = set(federations)
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
         nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     )
-    client.execute()
+    try:
+        client.execute()
+    finally:  # a notebook that failed half-way leaves no federation running
+        if path.stem in ON_FLOWER:
+            from botorch_fed.flower.launcher import down
+
+            for record in set(Path(tempfile.gettempdir()).glob("*/*/federation.json")) - before:
+                down(record.parent)
     errors = [
         o
         for c in nb.cells
