@@ -16,6 +16,9 @@ Subcommands:
 - ``botorch-fed list``: the registered algorithms, one line each.
 - ``botorch-fed flower up | run | down | status``: the same runs on a Flower
   federation of real processes (:mod:`~botorch_fed.cli.flower`).
+- ``botorch-fed party status | suggest | report``: an ask/tell party's operator
+  (:mod:`~botorch_fed.cli.party`); parsed on its own, so it loads neither torch nor the
+  algorithms.
 - ``botorch-fed demo``: federated sparse-GP regression on simulated clients; prints
   a table of test RMSE / NLL and timings for each client's own GP, the federated
   dPITC model and an exact GP on pooled data.
@@ -27,7 +30,9 @@ results that could not be written; 130 an interrupted run.
 
 Modules: :mod:`~botorch_fed.cli.parser` (the parser), :mod:`~botorch_fed.cli.run` (a
 run with its progress bar), :mod:`~botorch_fed.cli.report` (tables, plot),
-:mod:`~botorch_fed.cli.demo`, :mod:`~botorch_fed.cli.flower`. A run's options, checks
+:mod:`~botorch_fed.cli.demo`, :mod:`~botorch_fed.cli.flower` (with
+:mod:`~botorch_fed.cli.campaign_record`), :mod:`~botorch_fed.cli.party`,
+:mod:`~botorch_fed.cli.errors`. A run's options, checks
 and output files are described one layer down, in :mod:`botorch_fed.runs` (the Flower
 apps parse them too).
 """
