@@ -159,11 +159,11 @@ _NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
 
 def _number(text: str) -> float:
     r"""``--value`` as a finite float; ValueError naming it otherwise."""
-    if not _NUMBER.fullmatch(text.strip()):
-        if text.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
-            raise ValueError(f"--value {text!r:.40} must be finite (report a failure instead).")
+    plain = text.strip()
+    named = plain.lower().lstrip("+-") in ("nan", "inf", "infinity")  # refused below, by name
+    if not (_NUMBER.fullmatch(plain) or named):
         raise ValueError(f"--value {text!r:.40} is not a number (e.g. 12.5, -3, 1.2e-3).")
-    value = float(text)
+    value = float(plain)
     if not math.isfinite(value):
         raise ValueError(f"--value {text!r:.40} must be finite (report a failure instead).")
     return value

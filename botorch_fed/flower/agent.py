@@ -386,12 +386,8 @@ class PartyAgent:
             raise Answered(outcome[2])
         raise outcome[1]
 
-    def _held(self, key, run_config) -> Held:
-        r"""The client of run ``key`` (a Flower run id, or a campaign), built at its first
-        message (the run is then recorded as begun before its client answers anything);
-        a campaign this agent began and no longer holds (it restarted, or dropped it to
-        make room) is restored from its journal. Every error raised here is a public
-        refusal but what the build raises beyond its refusals."""
+    def _refuse_if_over(self, key) -> None:
+        r"""Refuse (publicly) a message of a run that is over for this party."""
         if key in self._over:
             raise refusal(
                 ProtocolViolationError(
@@ -399,6 +395,14 @@ class PartyAgent:
                     "a run does not start again."
                 )
             )
+
+    def _held(self, key, run_config) -> Held:
+        r"""The client of run ``key`` (a Flower run id, or a campaign), built at its first
+        message (the run is then recorded as begun before its client answers anything);
+        a campaign this agent began and no longer holds (it restarted, or dropped it to
+        make room) is restored from its journal. Every error raised here is a public
+        refusal but what the build raises beyond its refusals."""
+        self._refuse_if_over(key)
         held = self._runs.get(key)
         if held is not None:
             if held.journal is not None and held.journal.options != options_digest(run_config):
@@ -518,13 +522,7 @@ class PartyAgent:
                 except ValueError as exc:
                     raise refusal(exc) from None
                 return {"ok": True}, report
-        if key in self._over:
-            raise refusal(
-                ProtocolViolationError(
-                    f"Run {describe_run(key)} is over for this party ({self._over[key]}); "
-                    "a run does not start again."
-                )
-            )
+        self._refuse_if_over(key)
         held = self._runs.get(key)
         if held is None and isinstance(key, tuple):  # a campaign this agent restarted in
             journal = self._journal_of(key[1], run_config)

@@ -74,6 +74,16 @@ def check_name(value: object, key: str = "campaign") -> str:
     return value
 
 
+def role_key_of(manifest: dict) -> bytes | None:
+    r"""The 32-byte role key a campaign's manifest (a party's journal or the server's
+    checkpoint) holds in hex as ``role_key``; ``None`` if it holds none that is one."""
+    try:
+        key = bytes.fromhex(manifest["role_key"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return key if len(key) == 32 else None
+
+
 class CampaignJournal:
     r"""One party's journal of one campaign, in ``folder`` (created ``0700``).
 
@@ -146,11 +156,8 @@ class CampaignJournal:
                 f"Campaign {self.name!r} began on this party with other options; a campaign "
                 "resumes only with the options it began with."
             )
-        try:
-            key = bytes.fromhex(manifest["role_key"])
-        except (KeyError, TypeError, ValueError):
-            key = b""
-        if len(key) != 32:
+        key = role_key_of(manifest)
+        if key is None:
             raise ValueError(f"Campaign {self.name!r}: this party's journal is unreadable.")
         self.role_key = key
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from botorch_fed.flower.campaign import check_name
+from botorch_fed.flower.campaign import check_name, role_key_of
 from botorch_fed.flower.run_options import _inside
 from botorch_fed.protocol.checkpoint import (
     MANIFEST,
@@ -99,11 +99,8 @@ class Campaign:
                 "resumes only with the options it began with."
             )
         elapsed = manifest.get("time_s")
-        try:
-            key = bytes.fromhex(manifest["role_key"])
-        except (KeyError, TypeError, ValueError):
-            key = b""
-        if len(key) != 32:
+        key = role_key_of(manifest)
+        if key is None:
             raise CheckpointError(f"Campaign {self.name!r}: `role_key` is not a 32-byte key.")
         if isinstance(elapsed, bool) or not isinstance(elapsed, int | float) or elapsed < 0:
             raise CheckpointError(f"Campaign {self.name!r}: `time_s` {elapsed!r} is not >= 0.")

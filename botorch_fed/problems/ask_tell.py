@@ -162,11 +162,9 @@ class AskTellObjective(Objective):
     def _keep(path: Path, ask: dict) -> None:
         r"""The pending point's file as asked: written again (the damaged one moved
         aside, ``<id>.ask.json.damaged-<time>``) if it was removed or edited."""
-        try:
+        with contextlib.suppress(ValueError):  # intact: nothing to do
             load_ask(path)
             return
-        except ValueError:
-            pass
         if path.exists():
             path.replace(path.with_name(f"{path.name}.damaged-{time.time_ns()}"))
         with contextlib.suppress(FileExistsError):  # the operator restored it meanwhile
