@@ -35,12 +35,17 @@ from botorch_fed.models.exact_mll import exact_mll_closure
 from botorch_fed.models.feature_gp import FeatureSpaceGP
 from botorch_fed.models.federated_standardize import (
     CENTRED_MOMENTS_LENGTH,
+    MOMENTS_AROUND_LENGTH,
     OUTCOME_MOMENTS_LENGTH,
     center_from_moments,
     centred_moments,
+    moments_around,
+    outcome_count,
     outcome_moments,
     outcome_statistics,
+    standardize_around,
     standardize_from_moments,
+    statistics_around,
 )
 from botorch_fed.models.local_summary import compute_local_summary
 from botorch_fed.models.marginals import (
@@ -74,6 +79,7 @@ __all__ = [
     "bures_wasserstein_barycenter",
     "CENTRED_MOMENTS_LENGTH",
     "OUTCOME_MOMENTS_LENGTH",
+    "MOMENTS_AROUND_LENGTH",
     "ExactGPRefitter",
     "check_exact_gp_state",
     "exact_gp_state",
@@ -87,6 +93,8 @@ __all__ = [
     "PITCHyperparameters",
     "center_from_moments",
     "centred_moments",
+    "moments_around",
+    "outcome_count",
     "outcome_moments",
     "outcome_statistics",
     "pitc_loss_and_adjoint",
@@ -95,6 +103,8 @@ __all__ = [
     "default_jitter",
     "pitc_log_marginal_likelihood",
     "standardize_from_moments",
+    "standardize_around",
+    "statistics_around",
     "support_cholesky",
     "FeatureSpaceGP",
     "NystromEmbedding",

@@ -92,8 +92,10 @@ GRID_EXP = 1126
 _COUNT_LIMBS, _SUM_LIMBS, _SQUARES_LIMBS = 5, 184, 364
 _FIRST_LAYOUT = (_COUNT_LIMBS, _SUM_LIMBS)
 _SECOND_LAYOUT = (_SUM_LIMBS, _SQUARES_LIMBS)
+_AROUND_LAYOUT = (_COUNT_LIMBS, _SUM_LIMBS, _SQUARES_LIMBS)
 OUTCOME_MOMENTS_LENGTH = sum(_FIRST_LAYOUT)
 CENTRED_MOMENTS_LENGTH = sum(_SECOND_LAYOUT)
+MOMENTS_AROUND_LENGTH = sum(_AROUND_LAYOUT)
 _MAX_COUNT = 2**53
 _FLOAT_MAX = 1.7976931348623157e308
 
@@ -231,20 +233,49 @@ def centred_moments(train_Y: Tensor, center: float) -> np.ndarray:
         A float64 array of :data:`CENTRED_MOMENTS_LENGTH` integers in
         ``[-2048, 2048]``, to be summed across clients.
     """
+    _, s1c, s2c = _centred_sums(train_Y, center)
+    return _encode((round_significant(s1c), round_significant(s2c)), _SECOND_LAYOUT)
+
+
+def moments_around(train_Y: Tensor, center: float) -> np.ndarray:
+    r"""A client's one-pass vector: ``[n, sum (y - c), sum (y - c)^2]`` around a centre
+    ``c`` every client agreed on beforehand (FBO-FedGP: the mean of the last federated
+    standardisation), rounded as :func:`centred_moments` rounds (``n`` exact).
+
+    One secure sum instead of two (:func:`outcome_moments`, then :func:`centred_moments`),
+    as accurate as the two passes when ``c`` is within a few standard deviations of the
+    new mean (the error term ``delta`` of the module docstring is ``|mean - c|``).
+
+    Args:
+        train_Y: ``n x 1`` local outcomes.
+        center: The agreed centre ``c``, a finite float.
+
+    Returns:
+        A float64 array of :data:`MOMENTS_AROUND_LENGTH` integers in ``[-2048, 2048]``.
+    """
+    n, s1c, s2c = _centred_sums(train_Y, center)
+    return _encode((n, round_significant(s1c), round_significant(s2c)), _AROUND_LAYOUT)
+
+
+def _centred_sums(train_Y: Tensor, center: float) -> tuple[int, int, int]:
+    r"""Exact ``(n, sum (y - c) 2^1126, sum (y - c)^2 2^2252)`` of checked outcomes."""
     y = _check_outcomes(train_Y)
+    c = _check_center(center)
+    n, s1, s2 = _exact_sums(y)
+    ci = _grid_int(c)
+    return n, s1 - n * ci, s2 - 2 * ci * s1 + n * ci * ci
+
+
+def _check_center(center: object) -> float:
     if isinstance(center, Tensor):
         center = center.item() if center.numel() == 1 else center
     try:
-        c = float(center)
+        c = float(center)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         c = math.nan
     if not math.isfinite(c):
         raise ValueError(f"`center` must be a finite number, got {center!r}.")
-    n, s1, s2 = _exact_sums(y)
-    ci = _grid_int(c)
-    s1c = s1 - n * ci  # exact: sum (y - c) 2^1126
-    s2c = s2 - 2 * ci * s1 + n * ci * ci  # exact: sum (y - c)^2 2^2252
-    return _encode((round_significant(s1c), round_significant(s2c)), _SECOND_LAYOUT)
+    return c
 
 
 def _decode(
@@ -289,6 +320,20 @@ def _decode(
         out.append(_from_limbs(digits[start : start + k]))
         start += k
     return out
+
+
+def outcome_count(total: np.ndarray | Tensor) -> int | None:
+    r"""The count ``n`` a sum of :func:`outcome_moments` or :func:`moments_around` vectors
+    reports (their first limbs), or ``None`` where those limbs are not integer sums."""
+    values = np.asarray(
+        total.detach().cpu().numpy() if isinstance(total, Tensor) else total, dtype=np.float64
+    ).reshape(-1)[:_COUNT_LIMBS]
+    if values.size < _COUNT_LIMBS or not np.isfinite(values).all():
+        return None
+    digits = np.round(values)
+    if np.abs(values - digits).max() > 0.25 or np.abs(digits).max() >= 2.0**53:
+        return None
+    return _from_limbs(digits)
 
 
 def center_from_moments(
@@ -351,6 +396,35 @@ def outcome_statistics(
     s1c, s2c = _decode(
         second_sum, _SECOND_LAYOUT, "second_sum", "centred_moments", max_contributors
     )
+    return (n, *_statistics(n, _grid_int(mu), s1c, s2c, "second_sum"))
+
+
+def statistics_around(
+    total: np.ndarray | Tensor, center: float, max_contributors: int | None = None
+) -> tuple[int, float, float]:
+    r"""Count, mean and sample standard deviation from one pass around ``center``.
+
+    Args:
+        total: The sum over clients of :func:`moments_around` at ``center``.
+        center: The centre every client used.
+        max_contributors: If given, reject limb sums no sum of this many clients'
+            vectors can have.
+
+    Returns:
+        ``(n, mean, std)`` as :func:`outcome_statistics`.
+
+    Raises:
+        ValueError: As :func:`outcome_statistics`, naming ``total``.
+    """
+    c = _check_center(center)
+    n, s1c, s2c = _decode(total, _AROUND_LAYOUT, "total", "moments_around", max_contributors)
+    if n < 1:
+        raise ValueError(f"`total` reports n={n} observations; need at least 1.")
+    return (n, *_statistics(n, _grid_int(c), s1c, s2c, "total"))
+
+
+def _statistics(n: int, ci: int, s1c: int, s2c: int, name: str) -> tuple[float, float]:
+    r"""Mean and standard deviation from the exact centred sums around ``ci 2^-1126``."""
     # Each client's sums are rounded by <= 2^-40 relative, so n s2c - s1c^2 is within
     # 2^-38 n s2c (+ second order) of the exact n sum (y - mu)^2 - (sum (y - mu))^2
     # (|s1c_i| <= sqrt(n_i s2c_i) and Cauchy-Schwarz). Below 2^-37 n s2c it cannot be
@@ -359,12 +433,12 @@ def outcome_statistics(
     floor = (n * s2c) >> 37
     if s2c < 0 or numerator < -floor:
         raise ValueError(
-            "`second_sum` is inconsistent (sum (y - mu)^2 < 0 or (sum (y - mu))^2 > n sum "
-            "(y - mu)^2 beyond rounding): the sum is corrupted or not centred at the "
-            "centre of `first_sum`."
+            f"`{name}` is inconsistent (sum (y - c)^2 < 0 or (sum (y - c))^2 > n sum "
+            "(y - c)^2 beyond rounding): the sum is corrupted or not centred at the "
+            "agreed centre."
         )
     try:
-        mean = (n * _grid_int(mu) + s1c) / (n << GRID_EXP)  # int / int: correctly rounded
+        mean = (n * ci + s1c) / (n << GRID_EXP)  # int / int: correctly rounded
         if n == 1:
             std = math.nan
         elif numerator <= floor:
@@ -375,7 +449,7 @@ def outcome_statistics(
         raise ValueError(
             "The mean or standard deviation described by the moments overflows float64."
         ) from None
-    return n, mean, std
+    return mean, std
 
 
 def _sqrt_ratio(num: int, den: int, exp: int) -> float:
@@ -417,6 +491,27 @@ def standardize_from_moments(
     Returns:
         The transform; apply it with ``Y_tf, _ = transform(Y)``.
     """
+    _check_transform_options(dtype, min_stdv)
+    n, mean, std = outcome_statistics(first_sum, second_sum, max_contributors)
+    return _transform(n, mean, std, dtype, device, min_stdv)
+
+
+def standardize_around(
+    total: np.ndarray | Tensor,
+    center: float,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+    min_stdv: float = 1e-8,
+    max_contributors: int | None = None,
+) -> Standardize:
+    r"""A trained, eval-mode ``Standardize(m=1)`` from one pass around ``center``
+    (:func:`moments_around`); otherwise as :func:`standardize_from_moments`."""
+    _check_transform_options(dtype, min_stdv)
+    n, mean, std = statistics_around(total, center, max_contributors)
+    return _transform(n, mean, std, dtype, device, min_stdv)
+
+
+def _check_transform_options(dtype: torch.dtype, min_stdv: float) -> None:
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"`dtype` must be a floating torch dtype, got {dtype!r}.")
     try:
@@ -425,7 +520,11 @@ def standardize_from_moments(
         ok = False
     if not ok:
         raise ValueError(f"`min_stdv` must be a finite number >= 0, got {min_stdv!r}.")
-    n, mean, std = outcome_statistics(first_sum, second_sum, max_contributors)
+
+
+def _transform(
+    n: int, mean: float, std: float, dtype: torch.dtype, device, min_stdv: float
+) -> Standardize:
     if n == 1:
         std = 1.0
     if max(abs(mean), std) > torch.finfo(dtype).max:

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from botorch_fed.protocol.bundle import BUNDLE, bundled_reply, unbundle
 from botorch_fed.protocol.checkpoint import CheckpointError, check_tensor, expect_keys
 from botorch_fed.protocol.declarations import ProtocolViolation, Refused, handler_table, handles
 from botorch_fed.protocol.messages import TIME_PREFIX, Message
@@ -73,7 +74,14 @@ class FederatedClient:
         self._torch_rng = torch.Generator().manual_seed(int(seed)).get_state()
 
     def handle(self, message: Message) -> Message:
-        r"""Answer one message (the transport calls this)."""
+        r"""Answer one message (the transport calls this); a bundle's parts in order, each
+        as if it came alone (:mod:`~botorch_fed.protocol.bundle`)."""
+        if message.type == BUNDLE:
+            try:
+                parts = unbundle(message)
+            except ValueError as exc:
+                raise self.violation(f"a malformed bundle: {exc}", BUNDLE) from None
+            return bundled_reply([self.handle(part) for part in parts])
         entry = self.HANDLERS.get(message.type)
         if entry is None:
             raise ProtocolViolation(

@@ -8,6 +8,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from botorch_fed.protocol.bundle import MAX_PARTS, bundle, reply_parts
 from botorch_fed.protocol.checkpoint import expect_keys
 from botorch_fed.protocol.declarations import Declared, ProtocolViolation, Refused
 from botorch_fed.protocol.ledger import Ledger
@@ -38,6 +39,8 @@ class FederatedServer:
     def __init__(self, transport: Transport, secagg=None) -> None:
         self.transport = transport
         self.secagg = secagg
+        self._carry: dict[int, list[tuple[Message, str | None]]] = {}  # (:meth:`carry`)
+        self._kept: dict[str, dict[int, Message]] = {}  # replies to carried messages kept
 
     @property
     def ledger(self) -> Ledger:
@@ -64,14 +67,18 @@ class FederatedServer:
         if start_round is None:
             start_round = self.ledger.round = 0
             self.initialize()
+            self.flush()
             after(0)
         for t in range(start_round + 1, self.settings.num_rounds + 1):  # type: ignore[attr-defined]
             self.ledger.round = t
             self.run_round(t)
+            self.flush()
             after(t)
 
     def state_dict(self) -> dict:
         r"""The server's state between rounds (subclasses add theirs): its ledger."""
+        if self._carry:
+            raise ProtocolViolation("Server: cannot checkpoint with messages still to send.")
         return {"ledger": self.ledger.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
@@ -101,13 +108,73 @@ class FederatedServer:
         r"""Send one message (declared, or a type and ``payload``) to ``clients`` (default
         all); return the replies."""
         ids = self.client_ids if clients is None else tuple(clients)
-        return self.transport.send(dict.fromkeys(ids, as_message(type, payload)))
+        return self.send(dict.fromkeys(ids, as_message(type, payload)))
 
     def send(self, messages: Mapping[int, Message | Declared]) -> dict[int, Message]:
-        r"""Send individual messages (declared or :class:`Message`); return the replies."""
-        return self.transport.send(
-            {cid: m if isinstance(m, Message) else as_message(m) for cid, m in messages.items()}
+        r"""Send individual messages (declared or :class:`Message`) in one exchange, each
+        after what :meth:`carry` queued for its client (bundled); return the replies to
+        ``messages`` (a client that dropped out is absent).
+
+        Raises:
+            ProtocolViolation: A client's reply to a bundle is not one of its parts'
+                replies (naming the client).
+        """
+        outgoing = {
+            cid: m if isinstance(m, Message) else as_message(m) for cid, m in messages.items()
+        }
+        carried, self._carry = self._carry, {}
+        keep = {cid: [label for _, label in queued] for cid, queued in carried.items()}
+        parts = {
+            cid: [m for m, _ in carried.get(cid, [])] + ([outgoing[cid]] if cid in outgoing else [])
+            for cid in sorted(set(outgoing) | set(carried))
+        }
+        if not parts:
+            return {}
+        replies = self.transport.send(
+            {cid: p[0] if len(p) == 1 else bundle(p) for cid, p in parts.items()}
         )
+        answers = {}
+        for cid, reply in replies.items():
+            if len(parts[cid]) > 1:
+                try:
+                    got = reply_parts(reply)
+                except ValueError as exc:
+                    raise ProtocolViolation(f"Server: client {cid}'s reply: {exc}") from None
+                if [r.type for r in got] != [m.type for m in parts[cid]]:
+                    raise ProtocolViolation(
+                        f"Server: client {cid} answered a bundle of {len(parts[cid])} "
+                        f"messages with {len(got)} replies of other types."
+                    )
+                for label, answer in zip(keep.get(cid, []), got, strict=False):
+                    if label is not None:
+                        self._kept.setdefault(label, {})[cid] = answer
+                reply = got[-1]
+            elif cid not in outgoing and (label := keep[cid][0]) is not None:
+                self._kept.setdefault(label, {})[cid] = reply
+            if cid in outgoing:
+                answers[cid] = reply
+        return answers
+
+    def carry(self, messages: Mapping[int, Message | Declared], keep: str | None = None) -> None:
+        r"""Queue messages the server need not wait for: each goes to its client with the
+        server's next :meth:`send`, bundled before that send's message (a client the send
+        does not address gets them alone, in the same exchange). With ``keep``, their
+        replies are kept for :meth:`carried_replies` (``keep``)."""
+        for cid, message in messages.items():
+            message = message if isinstance(message, Message) else as_message(message)
+            if len(self._carry.get(cid, ())) >= MAX_PARTS - 1:  # a bundle holds no more
+                self.flush()
+            self._carry.setdefault(cid, []).append((message, keep))
+
+    def carried_replies(self, keep: str) -> dict[int, Message]:
+        r"""The replies to the messages carried with ``keep`` (once, after the send that
+        took them; a client that dropped out is absent)."""
+        return self._kept.pop(keep, {})
+
+    def flush(self) -> None:
+        r"""Send what :meth:`carry` queued, if anything (every round ends with none)."""
+        if self._carry:
+            self.send({})
 
     def secure_sum(
         self,

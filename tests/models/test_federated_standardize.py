@@ -449,3 +449,99 @@ def test_standardize_from_moments_rejects_bad_inputs():
     # Tensor sums are accepted
     tf = fs.standardize_from_moments(torch.as_tensor(good_first), torch.as_tensor(good_second))
     torch.testing.assert_close(tf.means, fs.standardize_from_moments(good_first, good_second).means)
+
+
+# --- one pass around an agreed centre ------------------------------------------------
+def _one_pass(Y: torch.Tensor, center: float, num_clients: int = 10, aggregate=sum):
+    return aggregate([fs.moments_around(y, center) for y in Y.tensor_split(num_clients)])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("case", list(CASES))
+def test_one_pass_around_a_near_centre_is_as_accurate_as_two_passes(case, dtype):
+    # the centre FBO-FedGP agrees on: the last round's mean, here off by a tenth of a
+    # standard deviation (a round adds a few points to tens)
+    Y = CASES[case]()
+    mean, std = _reference(Y)
+    center = mean + 0.1 * std if math.isfinite(mean + 0.1 * std) else mean
+    total = _one_pass(Y, center)
+    assert total.shape == (fs.MOMENTS_AROUND_LENGTH,)
+    assert np.abs(total).max() <= 10 * fs.MAX_LIMB and np.array_equal(total, np.round(total))
+    if dtype == torch.float32 and mean > torch.finfo(dtype).max:
+        with pytest.raises(ValueError, match="overflows torch.float32"):
+            fs.standardize_around(total, center, dtype=dtype)
+        return
+    tf = fs.standardize_around(total, center, dtype=dtype, min_stdv=0.0)
+    _assert_accurate(tf, mean, std, dtype)
+    assert fs.outcome_count(total) == len(Y)
+
+
+def test_one_pass_matches_the_two_passes_at_the_two_passes_centre():
+    Y = CASES["branin-like 50 + 40 N"]()
+    first, second = _two_passes(Y)
+    n, center = fs.center_from_moments(first)
+    assert fs.statistics_around(_one_pass(Y, center), center) == fs.outcome_statistics(
+        first, second
+    )
+    assert fs.outcome_count(first) == n == 40
+
+
+def test_one_pass_far_from_the_mean_loses_the_spread_but_not_the_mean():
+    # why the first round takes two passes: around 0, the rounded sum of squares of
+    # 1e8 + N(0, 1) says nothing about a spread of 1 (the check refuses it or it is off)
+    Y = CASES["offset 1e8, spread 1"]()
+    mean, std = _reference(Y)
+    total = _one_pass(Y, 0.0)
+    try:
+        _, got_mean, got_std = fs.statistics_around(total, 0.0)
+    except ValueError as exc:
+        assert "inconsistent" in str(exc)
+    else:
+        assert abs(got_std - std) > 0.01 * std
+        assert abs(got_mean - mean) <= 2.0**-38 * abs(mean)
+
+
+def test_one_pass_sums_are_rounded_and_do_not_reveal_new_outcomes_exactly():
+    g = torch.Generator().manual_seed(4)
+    old = [50 + 40 * torch.randn(5, 1, generator=g, dtype=torch.float64) for _ in range(3)]
+    new = [
+        torch.cat([y, 50 + 40 * torch.randn(1, 1, generator=g, dtype=torch.float64)]) for y in old
+    ]
+    center = 49.0
+    decoded = [
+        fs._decode(
+            sum(fs.moments_around(y, center) for y in data), fs._AROUND_LAYOUT, "t", "t", None
+        )
+        for data in (old, new)
+    ]
+    added = torch.cat([y[-1:] for y in new])
+    k, exact_s1, exact_s2 = fs._centred_sums(added, center)
+    (n0, a0, q0), (n1, a1, q1) = decoded
+    assert n1 - n0 == k == 3
+    assert a1 - a0 != exact_s1 and q1 - q0 != exact_s2
+    assert abs((a1 - a0) - exact_s1) << 30 < abs(exact_s1)
+
+
+def test_one_pass_rejects_bad_inputs():
+    Y = _normal(6, 0)
+    for center in (math.nan, math.inf, "x", None):
+        with pytest.raises(ValueError, match="`center` must be a finite number"):
+            fs.moments_around(Y, center)
+        with pytest.raises(ValueError, match="`center` must be a finite number"):
+            fs.statistics_around(fs.moments_around(Y, 0.0), center)
+    with pytest.raises(BotorchTensorDimensionError):
+        fs.moments_around(Y.reshape(-1), 0.0)
+    total = fs.moments_around(Y, 0.0)
+    for bad, match in (
+        (total[:-1], "shape"),
+        (np.where(np.arange(total.size) == 7, np.nan, total), "NaN"),
+        (total + 0.5, "integer"),
+        (np.zeros_like(total), "n=0"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            fs.standardize_around(bad, 0.0)
+    with pytest.raises(ValueError, match="contributors"):
+        fs.statistics_around(total * 0 + 3000, 0.0, max_contributors=1)
+    assert fs.outcome_count(np.zeros(fs.MOMENTS_AROUND_LENGTH)) == 0
+    assert fs.outcome_count(np.full(3, 1.0)) is None
+    assert fs.outcome_count(total + 0.5) is None
