@@ -65,6 +65,7 @@ from botorch_fed.flower.party_build import build_client, from_objective_import, 
 from botorch_fed.flower.party_errors import _private, refusal, wire_error
 from botorch_fed.flower.policy import PartyPolicy, PolicyError
 from botorch_fed.flower.records import decode_frame, encode_frame
+from botorch_fed.protocol.bundle import BUNDLE, MAX_PARTS
 from botorch_fed.protocol.declarations import ProtocolViolation as ProtocolViolationError
 from botorch_fed.protocol.messages import TIME_PREFIX, Message
 
@@ -257,7 +258,10 @@ class PartyAgent:
                             "what it answered but cannot go on with the campaign."
                         )
                     )
-                spent = self._check_total_epsilon(held.client)
+                # a bundle may hold an LDP release per part: the cap must allow them all
+                parts = payload.get("parts") if type_ == BUNDLE else 1
+                answers = parts if isinstance(parts, int) and 1 <= parts <= MAX_PARTS else 1
+                spent = self._check_total_epsilon(held.client, answers)
                 seq, round_ = position if position is not None else (held.next_seq, 0)
                 job = held.job = Job(seq, round_, digest)
                 if held.journal is not None:
@@ -573,19 +577,21 @@ class PartyAgent:
         if not isinstance(oldest, tuple):  # a campaign resumes from its journal
             self._over[oldest] = f"dropped after {idle:.0f} s idle to make room for a new run"
 
-    def _check_total_epsilon(self, client):
-        r"""Refuse a message whose LDP release would take this party's total epsilon
-        over its policy's ``max_total_epsilon``; return a function giving the epsilon
-        the client released since (``None`` for a client that releases nothing)."""
+    def _check_total_epsilon(self, client, answers: int = 1):
+        r"""Refuse a message whose LDP releases (``answers``: a bundle's parts, each may
+        release one) could take this party's total epsilon over its policy's
+        ``max_total_epsilon``; return a function giving the epsilon the client released
+        since (``None`` for a client that releases nothing)."""
         mechanism = getattr(client, "mechanism", None)
         ledger = getattr(client, "privacy_ledger", None)
         if mechanism is None or ledger is None:
             return None
         cap = self.policy.max_total_epsilon
-        if self.epsilon_spent + float(mechanism.epsilon) > cap * (1 + 1e-12):
+        if self.epsilon_spent + answers * float(mechanism.epsilon) > cap * (1 + 1e-12):
+            what = "Another answer" if answers == 1 else f"{answers} more answers"
             raise refusal(
                 PolicyError(
-                    f"Another answer at epsilon = {float(mechanism.epsilon):g} would take this "
+                    f"{what} at epsilon = {float(mechanism.epsilon):g} would take this "
                     "party past the epsilon it spends over all its runs "
                     "(--max-total-epsilon)."
                 )

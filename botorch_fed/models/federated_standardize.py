@@ -242,9 +242,14 @@ def moments_around(train_Y: Tensor, center: float) -> np.ndarray:
     ``c`` every client agreed on beforehand (FBO-FedGP: the mean of the last federated
     standardisation), rounded as :func:`centred_moments` rounds (``n`` exact).
 
-    One secure sum instead of two (:func:`outcome_moments`, then :func:`centred_moments`),
-    as accurate as the two passes when ``c`` is within a few standard deviations of the
-    new mean (the error term ``delta`` of the module docstring is ``|mean - c|``).
+    One secure sum instead of two (:func:`outcome_moments`, then :func:`centred_moments`).
+    The standard deviation is within ``~2^-38 (1 + (delta / std)^2)`` relative of the
+    exact one, ``delta = |mean - c|`` (the module docstring's error term): as accurate as
+    the two passes (``delta ~ 2^-40 |mean|``) for ``delta <~ std``, ``~1.4e-9`` at ``delta
+    = 100 std``, useless far beyond. Around the last round's mean, ``delta <= std
+    sqrt(k / n)`` when ``k`` outcomes join ``n`` (the new outcomes widen the spread at
+    least as much as they move the mean), so the one pass is as good as two there; the
+    first standardisation has no such centre and takes two passes.
 
     Args:
         train_Y: ``n x 1`` local outcomes.
@@ -323,17 +328,22 @@ def _decode(
 
 
 def outcome_count(total: np.ndarray | Tensor) -> int | None:
-    r"""The count ``n`` a sum of :func:`outcome_moments` or :func:`moments_around` vectors
-    reports (their first limbs), or ``None`` where those limbs are not integer sums."""
+    r"""The count ``n >= 0`` a sum of :func:`outcome_moments` or :func:`moments_around`
+    vectors reports (their first limbs), or ``None`` where ``total`` is no such sum (its
+    length, or count limbs that are not integer sums of a count ``>= 0``)."""
     values = np.asarray(
         total.detach().cpu().numpy() if isinstance(total, Tensor) else total, dtype=np.float64
-    ).reshape(-1)[:_COUNT_LIMBS]
-    if values.size < _COUNT_LIMBS or not np.isfinite(values).all():
+    )
+    if values.shape not in ((OUTCOME_MOMENTS_LENGTH,), (MOMENTS_AROUND_LENGTH,)):
+        return None
+    values = values[:_COUNT_LIMBS]
+    if not np.isfinite(values).all():
         return None
     digits = np.round(values)
     if np.abs(values - digits).max() > 0.25 or np.abs(digits).max() >= 2.0**53:
         return None
-    return _from_limbs(digits)
+    n = _from_limbs(digits)
+    return n if n >= 0 else None
 
 
 def center_from_moments(
@@ -396,7 +406,7 @@ def outcome_statistics(
     s1c, s2c = _decode(
         second_sum, _SECOND_LAYOUT, "second_sum", "centred_moments", max_contributors
     )
-    return (n, *_statistics(n, _grid_int(mu), s1c, s2c, "second_sum"))
+    return (n, *_statistics(n, _grid_int(mu), s1c, s2c, "second_sum", "the centre of `first_sum`"))
 
 
 def statistics_around(
@@ -420,10 +430,10 @@ def statistics_around(
     n, s1c, s2c = _decode(total, _AROUND_LAYOUT, "total", "moments_around", max_contributors)
     if n < 1:
         raise ValueError(f"`total` reports n={n} observations; need at least 1.")
-    return (n, *_statistics(n, _grid_int(c), s1c, s2c, "total"))
+    return (n, *_statistics(n, _grid_int(c), s1c, s2c, "total", "`center`"))
 
 
-def _statistics(n: int, ci: int, s1c: int, s2c: int, name: str) -> tuple[float, float]:
+def _statistics(n: int, ci: int, s1c: int, s2c: int, name: str, centre: str) -> tuple[float, float]:
     r"""Mean and standard deviation from the exact centred sums around ``ci 2^-1126``."""
     # Each client's sums are rounded by <= 2^-40 relative, so n s2c - s1c^2 is within
     # 2^-38 n s2c (+ second order) of the exact n sum (y - mu)^2 - (sum (y - mu))^2
@@ -433,9 +443,9 @@ def _statistics(n: int, ci: int, s1c: int, s2c: int, name: str) -> tuple[float, 
     floor = (n * s2c) >> 37
     if s2c < 0 or numerator < -floor:
         raise ValueError(
-            f"`{name}` is inconsistent (sum (y - c)^2 < 0 or (sum (y - c))^2 > n sum "
-            "(y - c)^2 beyond rounding): the sum is corrupted or not centred at the "
-            "agreed centre."
+            f"`{name}` is inconsistent (sum (y - mu)^2 < 0 or (sum (y - mu))^2 > n sum "
+            "(y - mu)^2 beyond rounding): the sum is corrupted or not centred at "
+            f"{centre}."
         )
     try:
         mean = (n * ci + s1c) / (n << GRID_EXP)  # int / int: correctly rounded

@@ -223,6 +223,38 @@ class PITCFitClient:
         self._packed = self._summary().pack()
         return self._packed.detach().cpu().double().numpy()
 
+    def summary_and_jacobian(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        r"""The packed summary at ``theta`` and its Jacobian ``d(packed)/d theta``.
+
+        Summed over clients, both give every party the loss and its gradient at
+        ``theta`` (``J' adjoint``) and a first-order model of the summed summary near it,
+        in one secure sum instead of a summary sum followed by a product sum.
+
+        Args:
+            theta: The raw hyperparameter vector (``num_hyperparameters``).
+
+        Returns:
+            ``(packed, jacobian)``: float64 arrays ``L`` and ``L x num_hyperparameters``
+            (``L = SparseSummary.packed_length(m)``).
+        """
+        self._hyper.set_theta(theta)
+        packed = self._summary().pack()
+        params = list(self._hyper.parameters.values())
+        eye = torch.eye(packed.numel(), dtype=packed.dtype, device=packed.device)
+        # every row's vector-Jacobian product at once (one batched backward pass)
+        grads = torch.autograd.grad(
+            packed, params, grad_outputs=eye, is_grads_batched=True, allow_unused=True
+        )
+        rows = packed.numel()
+        columns = [
+            torch.zeros(rows, p.numel(), dtype=torch.float64)
+            if g is None
+            else g.detach().reshape(rows, -1).cpu().double()
+            for p, g in zip(params, grads, strict=True)
+        ]
+        self._packed = None
+        return packed.detach().cpu().double().numpy(), torch.cat(columns, dim=1).numpy()
+
     def vjp(self, adjoint: np.ndarray) -> np.ndarray:
         r"""Round 2: ``adjoint' d(packed summary)/d theta`` at the last ``theta``.
 

@@ -5,7 +5,9 @@ secure sum's closing steps -- with that message (:meth:`FederatedServer.send
 <botorch_fed.protocol.server.FederatedServer.send>`), so each costs no round trip of its own.
 
 On the wire a bundle is a flat payload like any other: ``parts`` (their count),
-``type/<i>`` (part ``i``'s type) and ``<i>/<key>`` (its fields)."""
+``type/<i>`` (part ``i``'s type) and ``<i>/<key>`` (its fields). A part the client refuses
+raises as it would alone; what the parts before it did stays done (as it would had they
+come alone), their replies are not sent."""
 
 from __future__ import annotations
 
@@ -85,6 +87,6 @@ def reply_parts(reply: Message) -> list[Message]:
 
 
 def _index(text: str, count: int, key: str) -> int:
-    if not text.isascii() or not text.isdigit() or int(text) >= count or text != str(int(text)):
+    if text not in {str(i) for i in range(count)}:  # "01", "\u0661", "+1": no part
         raise ValueError(f"`{key:.60}` names no part of a bundle of {count}.")
     return int(text)

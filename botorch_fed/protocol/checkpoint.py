@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-FORMAT = 2
+FORMAT = 3
 MANIFEST = "checkpoint.json"
 LOCK = ".checkpoint.lock"
 _PARTY = re.compile(r"^(server|client-\d+)$")

@@ -129,6 +129,158 @@ class SteppedMinimizer:
             self._thread = None
 
 
+_MODEL_WALL = 1e10  # the model's value where it is no summary (moderate: L-BFGS-B's tests)
+
+
+class SummaryTrustRegion:
+    r"""A federated fit in few evaluations: a trust region on the linearised summary.
+
+    Each evaluation sums the clients' summaries *and* their Jacobians at one ``theta``
+    (:meth:`PITCFitClient.summary_and_jacobian
+    <botorch_fed.models.PITCFitClient.summary_and_jacobian>`). The loss depends on
+    ``theta`` through the summed summary ``S`` (and the prior), so ``S(theta) ~ S_k +
+    J_k (theta - theta_k)`` gives a model of the loss that keeps its whole nonlinearity
+    in ``S`` (log-determinants, solves) -- a Gauss-Newton-like model, far better than a
+    quadratic one -- which the coordinator minimises locally, without further sums,
+    within a box of half-width ``radius`` in log space for the positive entries
+    (lengthscales and noise move by factors) and in plain units for the others, inside
+    ``bounds``. The model's step is evaluated; the best point so far is kept, and the
+    radius doubles after a step the model predicted well that reached the box's edge
+    and shrinks to 30% after one it predicted badly (classic trust-region rules).
+
+    Driven from outside like :class:`SteppedMinimizer`: :meth:`start` gives the first
+    point (``x0``), :meth:`feed` takes the summed summary and Jacobian there and gives the
+    next, or ``None`` when done (``result``: the best point evaluated).
+
+    Args:
+        x0: Starting point (inside ``bounds``).
+        bounds: ``n x 2`` finite box (entries with a positive lower bound move in log
+            space).
+        maxiter: Steps after the first evaluation (evaluations: ``maxiter + 1`` at most).
+        loss: ``(summed summary, theta) -> (loss, adjoint, prior_grad, failure)``
+            (:func:`fit_loss` with the fit's modules).
+        radius: The box's first half-width (log units: 0.5 lets a lengthscale move by
+            ``e^0.5 ~ 1.65x``).
+    """
+
+    def __init__(
+        self,
+        x0: np.ndarray,
+        bounds: np.ndarray,
+        maxiter: int,
+        loss: Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray, np.ndarray, object]],
+        radius: float = 0.5,
+    ) -> None:
+        self._bounds = np.asarray(bounds, dtype=np.float64)
+        if self._bounds.ndim != 2 or self._bounds.shape[1] != 2:
+            raise ValueError(f"`bounds` must be n x 2, got shape {self._bounds.shape}.")
+        if not np.isfinite(self._bounds).all() or (self._bounds[:, 0] >= self._bounds[:, 1]).any():
+            raise ValueError("`bounds` must be finite with lower < upper.")
+        x0 = np.asarray(x0, dtype=np.float64)
+        if x0.shape != (len(self._bounds),) or not np.isfinite(x0).all():
+            raise ValueError(f"`x0` must be a finite vector of length {len(self._bounds)}.")
+        if isinstance(maxiter, bool) or not isinstance(maxiter, int) or maxiter < 0:
+            raise ValueError(f"`maxiter` must be an int >= 0, got {maxiter!r}.")
+        if not (isinstance(radius, float | int) and math.isfinite(radius) and radius > 0):
+            raise ValueError(f"`radius` must be a finite number > 0, got {radius!r}.")
+        self._x0 = np.clip(x0, self._bounds[:, 0], self._bounds[:, 1])
+        self._log = self._bounds[:, 0] > 0
+        self._loss, self._maxiter, self._radius = loss, maxiter, float(radius)
+        self._pending: np.ndarray | None = None
+        self._best: tuple[float, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._predicted: float | None = None  # the model's decrease for the pending step
+        self._at_edge = False
+        self.result: OptimizeResult | None = None
+        self.num_evaluations = 0
+
+    def _to_phi(self, theta: np.ndarray) -> np.ndarray:
+        return np.where(self._log, np.log(np.where(self._log, theta, 1.0)), theta)
+
+    def _to_theta(self, phi: np.ndarray) -> np.ndarray:
+        theta = np.where(self._log, np.exp(np.where(self._log, phi, 0.0)), phi)
+        return np.clip(theta, self._bounds[:, 0], self._bounds[:, 1])
+
+    def start(self) -> np.ndarray:
+        r"""The first point to evaluate (``x0``, clipped into ``bounds``)."""
+        if self._pending is not None or self.result is not None:
+            raise RuntimeError("The minimisation has already started.")
+        self._pending = self._x0.copy()
+        return self._pending.copy()
+
+    def feed(self, summary: np.ndarray, jacobian: np.ndarray) -> np.ndarray | None:
+        r"""The summed summary and Jacobian at the last point in; the next point out
+        (``None``: done, see ``result``).
+
+        Raises:
+            RuntimeError: No point is pending.
+            ValueError: ``jacobian`` is not ``len(summary) x n``, or either is not finite.
+        """
+        if self._pending is None:
+            raise RuntimeError("`feed` called while no point is pending.")
+        summary = np.asarray(summary, dtype=np.float64)
+        jacobian = np.asarray(jacobian, dtype=np.float64)
+        if jacobian.shape != (summary.size, len(self._bounds)):
+            raise ValueError(
+                f"`jacobian` must be {summary.size} x {len(self._bounds)}, got {jacobian.shape}."
+            )
+        if not (np.isfinite(summary).all() and np.isfinite(jacobian).all()):
+            raise ValueError("The summed summary or Jacobian is not finite.")
+        theta, self._pending = self._pending, None
+        self.num_evaluations += 1
+        value = float(self._loss(summary, theta)[0])
+        best = self._best
+        if best is not None and self._predicted is not None:
+            rho = (best[0] - value) / self._predicted if self._predicted > 0 else -1.0
+            if rho > 0.75 and self._at_edge:
+                self._radius *= 2.0
+            elif rho < 0.25:
+                self._radius *= 0.3
+        if best is None or value < best[0]:
+            self._best = best = (value, theta, summary, jacobian)
+        if self.num_evaluations > self._maxiter:
+            return self._finish("evaluation budget reached")
+        step = self._step(*best)
+        if step is None:
+            return self._finish("converged")
+        self._pending = step
+        return step.copy()
+
+    def _step(self, value: float, theta, summary, jacobian) -> np.ndarray | None:
+        r"""The minimiser of the linearised model in the box around ``theta``."""
+        phi0, r = self._to_phi(theta), self._radius
+        lo = np.maximum(self._to_phi(self._bounds[:, 0]), phi0 - r)
+        hi = np.minimum(self._to_phi(self._bounds[:, 1]), phi0 + r)
+
+        def model(phi: np.ndarray) -> tuple[float, np.ndarray]:
+            point = self._to_theta(phi)
+            loss, adjoint, prior_grad, failure = self._loss(
+                summary + jacobian @ (point - theta), point
+            )
+            if failure is not None:  # beyond where the model is a summary: back away
+                return _MODEL_WALL, np.zeros_like(phi)
+            scale = np.where(self._log, point, 1.0)  # d theta / d phi
+            return float(loss), (jacobian.T @ adjoint + prior_grad) * scale
+
+        found = minimize(
+            model, phi0, jac=True, method="L-BFGS-B", bounds=list(zip(lo, hi, strict=True))
+        )
+        if not found.fun < value - 1e-12 * max(1.0, abs(value)):
+            return None  # the model promises nothing: the best point is the result
+        self._predicted = value - float(found.fun)
+        self._at_edge = bool(np.any(np.isclose(np.abs(found.x - phi0), r, rtol=1e-3)))
+        step = self._to_theta(found.x)
+        return None if np.array_equal(step, theta) else step
+
+    def _finish(self, message: str) -> None:
+        assert self._best is not None
+        value, theta = self._best[:2]
+        self.result = OptimizeResult(
+            x=theta.copy(), fun=value, success=message == "converged", message=message,
+            nfev=self.num_evaluations,
+        )  # fmt: skip
+        return None
+
+
 class _Stop(Exception):
     r"""Ends the worker: ``maxfun`` evaluations are spent, or :meth:`~SteppedMinimizer.close`."""
 

@@ -342,6 +342,7 @@ def _restore(server, clients, states: dict[str, dict]) -> None:
         keys = ("round", "state", "secagg_material")
         expect_keys(name, entry, (*keys, "torch_rng") if name == "server" else keys)
     server.load_state_dict(states["server"]["state"])
+    server.forget_commitments()  # the clients' roles are fresh (OS randomness): none held
     for cid, client in clients.items():
         client.load_state_dict(states[f"client-{cid}"]["state"])
     size = torch.get_rng_state().numel()

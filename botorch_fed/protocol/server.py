@@ -9,7 +9,7 @@ from typing import TypeVar
 import numpy as np
 
 from botorch_fed.protocol.bundle import MAX_PARTS, bundle, reply_parts
-from botorch_fed.protocol.checkpoint import expect_keys
+from botorch_fed.protocol.checkpoint import CheckpointError, expect_keys
 from botorch_fed.protocol.declarations import Declared, ProtocolViolation, Refused
 from botorch_fed.protocol.ledger import Ledger
 from botorch_fed.protocol.messages import TIME_PREFIX, Message
@@ -41,6 +41,7 @@ class FederatedServer:
         self.secagg = secagg
         self._carry: dict[int, list[tuple[Message, str | None]]] = {}  # (:meth:`carry`)
         self._kept: dict[str, dict[int, Message]] = {}  # replies to carried messages kept
+        self._lost = False  # an exchange with carried messages failed
 
     @property
     def ledger(self) -> Ledger:
@@ -76,15 +77,43 @@ class FederatedServer:
             after(t)
 
     def state_dict(self) -> dict:
-        r"""The server's state between rounds (subclasses add theirs): its ledger."""
-        if self._carry:
-            raise ProtocolViolation("Server: cannot checkpoint with messages still to send.")
-        return {"ledger": self.ledger.state_dict()}
+        r"""The server's state between rounds (subclasses add theirs): its ledger and the
+        nonces the clients committed to for their next secure sums (``ckks``: a resumed
+        server opens the sessions it opened before, which parties that kept their
+        commitments answer as before; see :meth:`forget_commitments`)."""
+        if self._carry or self._kept or self._lost:
+            raise ProtocolViolation(
+                "Server: cannot checkpoint with messages still to send, replies unread or "
+                "carried messages lost with a failed exchange."
+            )
+        held = {} if self.secagg is None else self.secagg.committed_nonces()
+        return {
+            "ledger": self.ledger.state_dict(),
+            "commitments": {int(c): nonce.hex() for c, nonce in sorted(held.items())},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         r"""Restore :meth:`state_dict` (subclasses restore theirs)."""
-        expect_keys("Server", state, ("ledger",))
+        expect_keys("Server", state, ("ledger", "commitments"))
+        held = state["commitments"]
+        try:
+            commitments = {int(c): bytes.fromhex(n) for c, n in held.items()}
+        except (AttributeError, TypeError, ValueError):
+            raise CheckpointError(
+                f"Server: `commitments` must map client ids to hex nonces, got {held!r:.80}."
+            ) from None
         self.ledger.load_state_dict(state["ledger"])
+        if self.secagg is not None:
+            self.secagg.restore_committed_nonces(commitments)
+        elif commitments:
+            raise CheckpointError("Server: committed nonces, but no secure-aggregation backend.")
+
+    def forget_commitments(self) -> None:
+        r"""Drop the clients' committed nonces: clients rebuilt with fresh secure-aggregation
+        roles hold none (a commitment restored into a fresh role would let a server replay
+        a session it ran after the checkpoint), so the next sums start with a nonce round."""
+        if self.secagg is not None:
+            self.secagg.restore_committed_nonces({})
 
     def decode_reply(
         self, declaration: type[_R], cid: int, what: str, payload: Mapping, party: object = None
@@ -122,7 +151,7 @@ class FederatedServer:
         outgoing = {
             cid: m if isinstance(m, Message) else as_message(m) for cid, m in messages.items()
         }
-        carried, self._carry = self._carry, {}
+        carried = self._carry
         keep = {cid: [label for _, label in queued] for cid, queued in carried.items()}
         parts = {
             cid: [m for m, _ in carried.get(cid, [])] + ([outgoing[cid]] if cid in outgoing else [])
@@ -130,9 +159,14 @@ class FederatedServer:
         }
         if not parts:
             return {}
-        replies = self.transport.send(
-            {cid: p[0] if len(p) == 1 else bundle(p) for cid, p in parts.items()}
-        )
+        self._carry = {}  # sent, or lost with an exchange that failed (which ends the round)
+        try:
+            replies = self.transport.send(
+                {cid: p[0] if len(p) == 1 else bundle(p) for cid, p in parts.items()}
+            )
+        except BaseException:
+            self._lost = bool(carried)  # clients may hold some parts: no checkpoint of it
+            raise
         answers = {}
         for cid, reply in replies.items():
             if len(parts[cid]) > 1:
@@ -145,7 +179,7 @@ class FederatedServer:
                         f"Server: client {cid} answered a bundle of {len(parts[cid])} "
                         f"messages with {len(got)} replies of other types."
                     )
-                for label, answer in zip(keep.get(cid, []), got, strict=False):
+                for label, answer in zip(keep.get(cid, []), got[: len(keep.get(cid, []))]):
                     if label is not None:
                         self._kept.setdefault(label, {})[cid] = answer
                 reply = got[-1]
@@ -160,6 +194,12 @@ class FederatedServer:
         server's next :meth:`send`, bundled before that send's message (a client the send
         does not address gets them alone, in the same exchange). With ``keep``, their
         replies are kept for :meth:`carried_replies` (``keep``)."""
+        if keep is not None:
+            queued = any(label == keep for q in self._carry.values() for _, label in q)
+            if queued or keep in self._kept:
+                raise ProtocolViolation(
+                    f"Server: replies kept as {keep!r} are still to be sent or read."
+                )
         for cid, message in messages.items():
             message = message if isinstance(message, Message) else as_message(message)
             if len(self._carry.get(cid, ())) >= MAX_PARTS - 1:  # a bundle holds no more
@@ -211,17 +251,20 @@ class FederatedServer:
         with self.ledger.timer("secure_aggregation"):
             out = self.secagg.start(ids, encoding.encoded_length(length) if encoding else length)
         while isinstance(out, dict):
-            replies = self.send(
-                {cid: Message(SECAGG, {"data": data, **extra}) for cid, data in out.items()}
-            )
+            steps = {cid: Message(SECAGG, {"data": data, **extra}) for cid, data in out.items()}
+            if self.secagg.last_round_unanswered():  # it goes with the next message
+                self.carry(steps)
+                self.secagg.finish_unanswered()
+                out = None
+                break
+            replies = self.send(steps)
             extra = {}
             with self.ledger.timer("secure_aggregation"):
                 out = self.secagg.step({cid: r.payload["data"] for cid, r in replies.items()})
         result = out if isinstance(out, np.ndarray) else None
         if result is not None and encoding is not None:
             result = encoding.decode(result)
-        if share:
-            self.broadcast(
-                SUM_RESULT, {} if result is None else {"sum": result}, self.secagg.contributors
-            )
+        if share:  # with the next message too: the server needs no reply
+            message = Message(SUM_RESULT, {} if result is None else {"sum": result})
+            self.carry(dict.fromkeys(self.secagg.contributors, message))
         return result

@@ -20,12 +20,13 @@ from botorch_fed.secure.ckks_keys import ClientKeyMaterial, import_tenseal
 from botorch_fed.secure.client_role import ClientRole
 from botorch_fed.secure.crypto import hkdf, label
 from botorch_fed.secure.errors import (
+    InputError,
     KeyMismatchError,
     ProtocolError,
     TamperedMessageError,
     TooFewClientsError,
 )
-from botorch_fed.secure.wire import PayloadReader, PayloadWriter
+from botorch_fed.secure.wire import Frame, PayloadReader, PayloadWriter
 
 if TYPE_CHECKING:
     from botorch_fed.secure.ckks import CKKSBackend
@@ -55,6 +56,8 @@ class _CKKSClient(ClientRole):
         declare the same); it narrows the decryptor's tolerance, hence what an offset
         added to the aggregate can hide in. ``None``: ``max_abs_supported``."""
         self._session_bound = backend.max_abs_supported(2)
+        self._committed: bytes | None = None  # the nonce of this client's next session
+        self._offered: bytes | None = None  # the commitment the opening in progress used up
 
     def federation_secret(self) -> bytes:
         """HKDF-SHA256 of the group key (every client holds it, the server does not)
@@ -62,15 +65,64 @@ class _CKKSClient(ClientRole):
         federation, independent of the canaries derived from the same key."""
         return hkdf(self._group_key, label("ckks/federation-secret", self._key_id))
 
+    def committed_nonce(self) -> bytes | None:
+        """The nonce this client committed to for its next session (sent with its last
+        ciphertexts), or None."""
+        return self._committed
+
+    def restore_committed_nonce(self, nonce: bytes | None) -> None:
+        """Restore :meth:`committed_nonce` (a restarted client of the same session)."""
+        if nonce is not None and (not isinstance(nonce, bytes) or len(nonce) != _NONCE):
+            raise InputError(f"a committed nonce must be {_NONCE} bytes or None")
+        self._committed = nonce
+
+    def saved_state(self) -> dict:
+        """Adds the committed nonce (hex, or None)."""
+        committed = self._committed
+        return {
+            **super().saved_state(),
+            "committed": None if committed is None else committed.hex(),
+        }
+
+    def restore_state(self, state: dict) -> None:
+        super().restore_state(state)
+        committed = state.get("committed") if isinstance(state, dict) else None
+        try:
+            self.restore_committed_nonce(None if committed is None else bytes.fromhex(committed))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"not a saved client-role state ({exc})") from None
+
+    def _start_session(self, frame: Frame, x: np.ndarray | None) -> bytes:
+        self._committed, committed = None, self._committed  # used up by any opening
+        self._offered = committed
+        return super()._start_session(frame, x)
+
     def _begin(self, reader: PayloadReader, x: np.ndarray | None) -> bytes:
         key_id = reader.raw(16)
+        committed = reader.u32()
+        # every opening used the commitment up, whatever it asks (fail closed)
+        own, self._offered = self._offered, None
+        nonces = {}
+        if committed:
+            ids = reader.ids()
+            nonces = {cid: reader.raw(_NONCE) for cid in ids}
+            if ids != self.client_ids:
+                raise TamperedMessageError(
+                    f"the committed nonces are of clients {list(ids)}, the session's are "
+                    f"{list(self.client_ids)}"
+                )
         reader.done()
         if key_id != self._key_id:
             raise KeyMismatchError(
                 f"session uses CKKS key {key_id.hex()}, this client holds key "
                 f"{self._key_id.hex()} (wrong key material or wrong federation)"
             )
-        # the input is checked now, before anything is sent, and encrypted next round
+        if committed and (own is None or nonces[self.client_id] != own):
+            raise TamperedMessageError(
+                "the server replaced the nonce this client committed to for this session "
+                "(a reused or foreign session, or one it never committed to); refusing"
+            )
+        # the input is checked now, before anything is sent
         self._session_bound = self.backend.max_abs_supported(self.n_clients)
         if self.input_bound is not None:
             self._session_bound = min(self._session_bound, float(self.input_bound))
@@ -83,10 +135,19 @@ class _CKKSClient(ClientRole):
                 "tolerance, or the sum would wrap around"
             ),
         )
-        self._nonce = self._rand.bytes(_NONCE)
         self._binding: bytes | None = None
         self._bound: tuple[int, ...] = ()
-        return self._nonce
+        if not committed:  # a nonce now, the ciphertexts next round
+            self._nonce = self._rand.bytes(_NONCE)
+            return self._nonce + self._commit()
+        ciphertexts = self._encrypt_bound(nonces)
+        self._round = 1  # the decryption comes as round 2, as in an uncommitted session
+        return self._commit() + ciphertexts
+
+    def _commit(self) -> bytes:
+        """Draw the nonce of this client's next session (sent now, used then)."""
+        self._committed = self._rand.bytes(_NONCE)
+        return self._committed
 
     def _handle(self, round: int, reader: PayloadReader, x: np.ndarray | None) -> bytes:
         if round == 1:
@@ -123,12 +184,16 @@ class _CKKSClient(ClientRole):
                 "the server replaced this client's session nonce (a reused or foreign "
                 "session); refusing to encrypt"
             )
+        return self._encrypt_bound(nonces)
+
+    def _encrypt_bound(self, nonces: dict[int, bytes]) -> bytes:
+        """The ciphertexts of the checked input, bound to ``nonces`` (every client's)."""
         arr = self._input
         # the declared input bound enters the binding: contributors that declared
         # different bounds derive different canaries and the sum fails the guard check
         bound = np.array([self._session_bound], dtype="<f8").tobytes()
         self._binding = _binding(self.session_id or b"", nonces, self._transcript + bound)
-        self._bound = ids
+        self._bound = tuple(nonces)
         params = self.backend.params
         d = params.data_slots
         n_chunks = self.backend.n_chunks(self.length)

@@ -47,13 +47,45 @@ class _CKKSServer(ServerRole):
         self._ts = ts
         self._key_id = material.key_id
         self._decryptors = material.decryptors
+        self._commitments: dict[int, bytes] = {}  # each client's nonce for its next session
+        self._committed = False  # whether the session in progress opened with them
+
+    def committed_nonces(self) -> dict[int, bytes]:
+        """``{client: nonce}`` the clients committed to for their next session."""
+        return dict(self._commitments)
+
+    def restore_committed_nonces(self, commitments: dict[int, bytes]) -> None:
+        """Restore :meth:`commitments` (a resumed server)."""
+        for cid, nonce in commitments.items():
+            if not isinstance(nonce, bytes) or len(nonce) != _NONCE:
+                raise ConfigurationError(f"client {cid}'s committed nonce must be {_NONCE} bytes")
+        self._commitments = dict(commitments)
+
+    def last_round_unanswered(self) -> bool:
+        """The decryption round: its replies are empty acknowledgements."""
+        return self._session is not None and not self.finished and self.round == 2
 
     def _begin(self) -> dict[int, bytes]:
-        return dict.fromkeys(self.client_ids, self._key_id)
+        # with every client's committed nonce the session binds them at once and the
+        # clients encrypt in round 0; otherwise a round of nonces first. Either way the
+        # commitments are used up (the clients' are too).
+        held = [self._commitments.pop(cid, None) for cid in self.client_ids]
+        self._committed = all(nonce is not None for nonce in held)
+        writer = PayloadWriter().raw(self._key_id).u32(int(self._committed))
+        if self._committed:
+            writer.ids(self.client_ids)
+            for nonce in held:
+                assert nonce is not None
+                writer.raw(nonce)
+        return dict.fromkeys(self.client_ids, writer.getvalue())
 
     def _handle(
         self, round: int, payloads: dict[int, bytes]
     ) -> dict[int, bytes] | np.ndarray | None:
+        if round == 0 and self._committed:
+            out = self._aggregate(payloads, committed=True)
+            self._round = 1  # the decryption is round 2, as in an uncommitted session
+            return out
         if round == 0:
             return self._route_nonces(payloads)
         if round == 1:
@@ -68,17 +100,21 @@ class _CKKSServer(ServerRole):
             with error_context(cid, None, None):
                 reader = PayloadReader(payloads[cid])
                 writer.raw(reader.raw(_NONCE))
+                commitment = reader.raw(_NONCE)
                 reader.done()
+            self._commitments[cid] = commitment
         broadcast = writer.getvalue()
         return dict.fromkeys(ids, broadcast)
 
-    def _aggregate(self, payloads: dict[int, bytes]) -> dict[int, bytes]:
+    def _aggregate(self, payloads: dict[int, bytes], committed: bool = False) -> dict[int, bytes]:
         ids = self._require(payloads, self.backend.min_clients, "submitted ciphertexts")
         n_chunks = self.backend.n_chunks(self.length)
         acc: list = [None] * n_chunks
         for cid in ids:
             reader = PayloadReader(payloads[cid])
             with error_context(cid, None, None):
+                if committed:  # the nonce of its next session comes first
+                    self._commitments[cid] = reader.raw(_NONCE)
                 if reader.u32() != n_chunks:
                     raise TamperedMessageError(f"expected {n_chunks} ciphertexts")
                 blobs = [reader.blob() for _ in range(n_chunks)]

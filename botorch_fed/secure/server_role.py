@@ -95,6 +95,29 @@ class ServerRole(ABC):
         """The clients whose inputs are in the sum (known once finished)."""
         return self._contributors
 
+    def committed_nonces(self) -> dict[int, bytes]:
+        """``{client: nonce}`` the clients committed to for their next session, where the
+        backend has such commitments (``ckks``), to save with the server's state."""
+        return {}
+
+    def restore_committed_nonces(self, commitments: dict[int, bytes]) -> None:
+        """Restore :meth:`commitments` (a resumed server); ``{}`` only, here."""
+        if commitments:
+            raise ProtocolError(f"backend {self.backend.name!r} takes no committed nonces")
+
+    def last_round_unanswered(self) -> bool:
+        """Whether the messages :meth:`step` just returned are the session's last and
+        their replies hold nothing for the server (it may :meth:`finish_unanswered`)."""
+        return False
+
+    def finish_unanswered(self) -> None:
+        """End the session without the replies of its last round (see
+        :meth:`last_round_unanswered`): the clients hold the sum once they answer it."""
+        if not self.last_round_unanswered():
+            raise ProtocolError("the session's last round is not one whose replies are empty")
+        self._finished = True
+        self._awaiting = frozenset()
+
     def start(self, client_ids: Iterable[int], length: int) -> dict[int, bytes]:
         """Start a new session.
 

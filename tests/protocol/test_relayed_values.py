@@ -316,21 +316,20 @@ def test_the_transcript_survives_a_checkpoint():
 
 
 # --- a whole run -------------------------------------------------------------------
-def _equivocating_broadcast(self, type, payload=None, clients=None):
-    r"""``FBOFedGPServer.broadcast`` that sends client 0 another support than the others
-    (any relayed value would do)."""
-    ids = self.client_ids if clients is None else tuple(clients)
-    message = server_module.as_message(type, payload)  # declared, or a type and a payload
-    type, payload = message.type, dict(message.payload)
-    if type == "support":
-        moved = np.clip(np.asarray(payload["support"]) + 0.01, 0.0, 1.0)
-        return self.send(
-            {
-                cid: Message(type, {**payload, "support": moved} if cid == 0 else payload)
-                for cid in ids
-            }
-        )
-    return self.send(dict.fromkeys(ids, Message(type, payload)))
+_HONEST_CARRY = server_module.FederatedServer.carry
+
+
+def _equivocating_carry(self, messages, keep=None):
+    r"""``FederatedServer.carry`` that sends client 0 another support than the others (any
+    relayed value would do; FBO-FedGP's support goes with the server's next message)."""
+    told = {}
+    for cid, message in messages.items():
+        message = server_module.as_message(message) if not isinstance(message, Message) else message
+        if message.type == "support" and cid == 0:
+            moved = np.clip(np.asarray(message.payload["support"]) + 0.01, 0.0, 1.0)
+            message = Message(message.type, {**message.payload, "support": moved})
+        told[cid] = message
+    return _HONEST_CARRY(self, told, keep)
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -344,7 +343,7 @@ def test_an_fbo_fedgp_run_stops_when_the_server_equivocates(name, monkeypatch):
     )  # fmt: skip
     honest = run_federated("fbo-fedgp", dataclasses.replace(setup), config)
     assert len(honest.best_per_round) == 2  # with an honest server the run completes
-    monkeypatch.setattr(FBOFedGPServer, "broadcast", _equivocating_broadcast)
+    monkeypatch.setattr(FBOFedGPServer, "carry", _equivocating_carry)
     refused = "told the two clients different values|transcripts differ"
     with pytest.raises(TamperedMessageError, match=refused):
         run_federated("fbo-fedgp", setup, config)
@@ -433,22 +432,19 @@ def test_an_abandoned_opening_does_not_launder_an_equivocation(name):
     assert leaked is None, f"{name}: {leaked} is client 0's vector {clients[0].value}"
 
 
-def _laundering_broadcast(self, type, payload=None, clients=None):
-    r"""``FBOFedGPServer.broadcast`` that sends client 0 another support, then opens a
-    secure session (the round-0 frames of a ``moments`` sum) and abandons it."""
-    ids = self.client_ids if clients is None else tuple(clients)
-    message = server_module.as_message(type, payload)  # declared, or a type and a payload
-    type, payload = message.type, dict(message.payload)
-    if type != "support":
-        return self.send(dict.fromkeys(ids, Message(type, payload)))
-    moved = np.clip(np.asarray(payload["support"]) + 0.01, 0.0, 1.0)
-    replies = self.send(
-        {cid: Message(type, {**payload, "support": moved} if cid == 0 else payload) for cid in ids}
-    )
+def _laundering_carry(self, messages, keep=None):
+    r"""``FederatedServer.carry`` that sends client 0 another support, delivers it, then
+    opens a secure session (the round-0 frames of a ``moments`` sum) and abandons it."""
+    kinds = {server_module.as_message(m).type if not isinstance(m, Message) else m.type
+             for m in messages.values()}  # fmt: skip
+    _equivocating_carry(self, messages, keep)
+    if "support" not in kinds:
+        return
+    self.flush()
+    ids = self.client_ids
     frames = self.secagg.start(ids, OUTCOME_MOMENTS_LENGTH)
     opening = {"request": "moments", "wide": 0, "round": int(self.ledger.round)}
     self.send({cid: Message(SECAGG, {"data": d, **opening}) for cid, d in frames.items()})
-    return replies
 
 
 @pytest.mark.usefixtures("quiet_single_thread")
@@ -461,7 +457,7 @@ def test_an_fbo_fedgp_run_with_a_laundering_opening_stops(name, monkeypatch):
         num_init=4, support_size=6, num_restarts=2, raw_samples=16, maxiter=20,
         mixing="global", num_rounds=1,
     )  # fmt: skip
-    monkeypatch.setattr(FBOFedGPServer, "broadcast", _laundering_broadcast)
+    monkeypatch.setattr(FBOFedGPServer, "carry", _laundering_carry)
     with pytest.raises((SecureAggregationError, ProtocolViolation)):
         run_federated("fbo-fedgp", setup, config)
 

@@ -31,6 +31,7 @@ from botorch_fed.algorithms import (
     get_algorithm,
 )
 from botorch_fed.problems.objectives import CallableObjective, EvaluationError
+from botorch_fed.protocol.bundle import BUNDLE
 from botorch_fed.protocol import FederationSetup, Message, ProtocolViolation
 from botorch_fed.protocol.checkpoint import CheckpointError
 from botorch_fed.protocol.round_budget import ROUND_STATE
@@ -90,14 +91,17 @@ def _federation(algorithm: str, num_rounds: int = T):
 
 
 def _record(clients: dict, counter: dict) -> dict[int, list[tuple[Message, int]]]:
-    r"""Record every message each client handles, with the evaluations it caused."""
+    r"""Record every message each client handles, with the evaluations it caused (a
+    bundle's parts, each of which the client handles through ``handle`` again)."""
     log = {cid: [] for cid in clients}
     for cid, client in clients.items():
 
         def handle(message, cid=cid, inner=client.handle):
             before = counter["n"]
             reply = inner(message)
-            log[cid].append((Message(message.type, dict(message.payload)), counter["n"] - before))
+            if message.type != BUNDLE:
+                entry = (Message(message.type, dict(message.payload)), counter["n"] - before)
+                log[cid].append(entry)
             return reply
 
         client.handle = handle

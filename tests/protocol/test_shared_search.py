@@ -191,6 +191,7 @@ def _victim_at_a_global_step(aggregator: str = "plaintext"):
     server.standardize_outcomes()
     server.refresh_hyperparameters(1)
     server.secure_sum("summary", SparseSummary.packed_length(len(server.support)))
+    server.flush()  # the summary's result goes alone: a refused step would leave it queued
     victim = server.client_ids[0]
     return server, victim, clients[victim]
 

@@ -15,6 +15,16 @@ another input, which no aggregation protocol can tell from an honest one (input
 poisoning is out of scope, docs/security.md): there the sum may differ, but nothing
 may raise anything other than a named error. The roles are created once per backend
 and reused: after an error they start the next session (fail closed, then recover).
+
+``ckks`` sessions are three-round (the server forgets the clients' commitments first),
+committed (the clients encrypt in round 0; the decryption is round 2), committed,
+three-round, and so on; wire and insider mutations alternate, their order flipping
+every four sessions, so each kind of mutation in each kind of session is followed by
+a committed session. A mutation may reach the next session through a commitment (the
+nonce a client sends for its next session): before a committed session whose
+commitments do not match, an unmutated session shows what the last mutation left
+behind, which must again be a named error or the right sum, and an honest three-round
+session then makes new ones.
 """
 
 from __future__ import annotations
@@ -30,8 +40,10 @@ from tests.helpers.secure_sum_bounds import sum_bound
 IDS = [0, 1, 2, 3]
 LENGTH = 3
 MUTATIONS = 2000
-# the round in which each backend's client reply carries its input
+# the round in which each backend's client reply carries its input (ckks: a three-round
+# session; a committed one encrypts in round 0)
 INPUT_ROUND = {"plaintext": 0, "masking": 2, "ckks": 1}
+COMMITTED_ROUNDS = (0, 2)  # a committed ckks session has no round 1
 # the right sum: plaintext and masking within the bound their roundings give
 # (tests/helpers/secure_sum_bounds.py); CKKS (scale 2^40 here) within its encryption noise,
 # measured <= 1e-9 (not rounding: a statistical bound)
@@ -64,8 +76,8 @@ def _session(server, clients, inputs, wire):
     """One session; ``wire(direction, round, cid, frame) -> frame``. Returns the
     server's result, or raises the first error."""
     messages = server.start(IDS, LENGTH)
-    rnd = 0
     while True:
+        rnd = server.round  # that of the messages (a committed ckks session skips 1)
         replies = {}
         for cid, msg in sorted(messages.items()):
             replies[cid] = clients[cid].step(wire("down", rnd, cid, msg), inputs[cid])
@@ -74,7 +86,16 @@ def _session(server, clients, inputs, wire):
         if not isinstance(out, dict):
             return out
         messages = out
-        rnd += 1
+
+
+def _in_step(server, clients) -> bool:
+    """Whether the server holds exactly the nonce every client committed to (the next
+    session is committed, and no client refuses its opening)."""
+    held = server.committed_nonces()
+    return all(
+        clients[c].committed_nonce() is not None and held.get(c) == clients[c].committed_nonce()
+        for c in IDS
+    )
 
 
 @pytest.mark.parametrize("name", ["plaintext", "masking", "ckks"])
@@ -85,7 +106,6 @@ def test_every_mutation_ends_in_a_named_error_or_the_right_sum(name, monkeypatch
     expected = plain_sum(inputs)
     tol = CKKS_NOISE if name == "ckks" else sum_bound(name, inputs)
     rng = np.random.default_rng(["plaintext", "masking", "ckks"].index(name))
-    rounds = len(backend.rounds)
     real_seal = server_role.seal_frame
     target: dict = {}
 
@@ -112,15 +132,47 @@ def test_every_mutation_ends_in_a_named_error_or_the_right_sum(name, monkeypatch
             return _mutate(frame, rng)
         return frame
 
+    def right(sums) -> bool:
+        return bool(sums) and all(np.all(np.abs(s - expected) <= tol) for s in sums)
+
+    def unmutated(previous: dict) -> None:
+        """Before a committed session whose commitments do not match: what the last
+        mutation (``previous``) left behind ends in a named error or the right sum;
+        then an honest three-round session makes new commitments."""
+        assert previous.get("hit"), f"commitments out of step without a mutation: {previous}"
+        target.update(kind=None, hit=False)
+        try:
+            out = _session(server, clients, inputs, wire)
+        except SecureAggregationError:
+            outcomes["carried error"] += 1
+        else:
+            sums = [s for s in [out, *(clients[c].result for c in IDS)] if s is not None]
+            assert right(sums), f"after {previous}: a wrong sum {sums} went unnoticed"
+            outcomes["carried sum"] += 1
+        if not _in_step(server, clients):
+            server.restore_committed_nonces({})
+            _session(server, clients, inputs, wire)
+            assert right([clients[c].result for c in IDS])
+        assert _in_step(server, clients)
+
     monkeypatch.setattr(server_role, "seal_frame", seal)
     monkeypatch.setattr(client_role, "seal_frame", seal)
     outcomes = {"error": 0, "sum": 0, "other input": 0, "missed": 0}
+    outcomes.update({"carried error": 0, "carried sum": 0, "committed": 0, "three-round": 0})
     for i in range(MUTATIONS):
+        committed = name == "ckks" and i % 4 in (1, 2)
+        if committed:
+            if not _in_step(server, clients):
+                unmutated(dict(target))
+            assert set(server.committed_nonces()) == set(IDS)
+        elif name == "ckks":  # the three-round session: forget the commitments
+            server.restore_committed_nonces({})
+        rounds = COMMITTED_ROUNDS if committed else range(len(backend.rounds))
         target.clear()
         target.update(
-            kind="wire" if i % 2 else "insider",
+            kind="wire" if (i + i // 4) % 2 else "insider",
             up=bool(rng.integers(2)),
-            round=int(rng.integers(rounds)),
+            round=int(rounds[int(rng.integers(len(rounds)))]),
             cid=IDS[int(rng.integers(len(IDS)))],
             hit=False,
         )
@@ -129,17 +181,18 @@ def test_every_mutation_ends_in_a_named_error_or_the_right_sum(name, monkeypatch
         except SecureAggregationError:
             assert target["hit"], f"mutation {i}: an error without a mutation"
             outcomes["error"] += 1
+            outcomes["committed" if committed else "three-round"] += 1
             continue
         if not target["hit"]:  # that client was not addressed in that round
             outcomes["missed"] += 1
             continue
+        outcomes["committed" if committed else "three-round"] += 1
         sums = [out] if out is not None else [clients[c].result for c in IDS]
         sums = [s for s in sums if s is not None]
         assert sums, f"mutation {i} ({target}): no party holds a sum"
-        own_input = (
-            target["kind"] == "insider" and target["up"] and (target["round"] == INPUT_ROUND[name])
-        )
-        if all(np.all(np.abs(s - expected) <= tol) for s in sums):
+        input_round = 0 if committed else INPUT_ROUND[name]
+        own_input = target["kind"] == "insider" and target["up"] and target["round"] == input_round
+        if right(sums):
             outcomes["sum"] += 1
         elif own_input:  # another input from that client: not detectable, not a crash
             assert all(s.shape == expected.shape and np.isfinite(s).all() for s in sums)
@@ -149,3 +202,6 @@ def test_every_mutation_ends_in_a_named_error_or_the_right_sum(name, monkeypatch
     # the mutations reached the protocol: almost all of them were caught
     assert outcomes["missed"] < MUTATIONS // 4, outcomes
     assert outcomes["error"] > MUTATIONS // 2, outcomes
+    if name == "ckks":  # both kinds of session were fuzzed, and mutated commitments met
+        assert min(outcomes["committed"], outcomes["three-round"]) > MUTATIONS // 3, outcomes
+        assert outcomes["carried error"] > 0, outcomes

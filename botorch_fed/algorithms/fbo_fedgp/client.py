@@ -32,7 +32,10 @@ from botorch_fed.models import (
     center_from_moments,
     centred_moments,
     compute_local_summary,
+    moments_around,
+    outcome_count,
     outcome_moments,
+    standardize_around,
     standardize_from_moments,
 )
 from botorch_fed.models.federated_standardize import MAX_LIMB as MOMENT_MAX_LIMB
@@ -120,7 +123,7 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
             first = check_tensor(owner, "first_moments", first, (None,)).numpy().copy()
         if not isinstance(modules, list) or len(modules) != len(self.modules):
             raise CheckpointError(f"{owner}: `modules` must be {len(self.modules)} state dicts.")
-        tf = None if own["standardize"] is None else Standardize(m=1, min_stdv=1e-8)
+        tf = None if own["standardize"] is None else Standardize(m=1, min_stdv=1e-8).double()
         try:
             for module, module_state in zip(self.modules, modules, strict=True):
                 module.load_state_dict(module_state)
@@ -298,7 +301,8 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
         return self.avoid_failures(X[rank].reshape(1, self.dim).clamp(0.0, 1.0))
 
     # --- secure sums --------------------------------------------------------------------
-    _MOMENTS = ("moments", "centred_moments")  # exact small-integer limbs <= MAX_LIMB already
+    # exact small-integer limbs <= MAX_LIMB already
+    _MOMENTS = ("moments", "centred_moments", "moments_around")
 
     def sum_encoding(self, request: str) -> int:
         return 0 if request in self._MOMENTS else 64  # others: in limbs below 2^64
@@ -317,6 +321,20 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
         if self._moments_center is None:
             raise self.violation("centred moments before the first pass", "centred_moments")
         return centred_moments(self.Y, self._moments_center)
+
+    @contributes("moments_around")
+    def vector_moments_around(self) -> np.ndarray:
+        r"""One pass around the mean of the last federated standardisation (every client
+        holds the same: each accepted the same sum, which the next session binds)."""
+        self._admit_sum("moments_around")
+        if self.standardize is None:
+            raise self.violation(
+                "moments around the last standardisation's mean, but there was none",
+                "moments_around",
+            )
+        self._first_moments = None
+        self._moments_center = center = float(self.standardize.means.reshape(-1)[0])
+        return moments_around(self.Y, center)
 
     @contributes("hyper")
     def vector_hyper(self) -> np.ndarray:
@@ -340,6 +358,12 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
             Y = self._transformed_Y()
             return compute_local_summary(self.X, Y, self.support, *self.modules).to_numpy()
 
+    @staticmethod
+    def _identity_standardize() -> Standardize:
+        tf = Standardize(m=1, min_stdv=1e-8).to(torch.float64)
+        tf._is_trained = torch.tensor(True)
+        return tf.eval()
+
     def _forged_sum(self, request: str, exc: ValueError) -> float:
         r"""A forged moments sum: refused where the server holds the sums; under ``ckks``
         (a refusal would be a bit of it) logged, going on with centre 0 / identity."""
@@ -350,6 +374,20 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
         return 0.0
 
     def sum_received(self, request: str | None, total: np.ndarray) -> dict | None:
+        # no client holds an outcome yet (every evaluation failed): nothing to standardise
+        if request in ("moments", "moments_around") and len(self.Y) == 0:
+            if outcome_count(total) == 0:
+                first = total.copy() if request == "moments" else None
+                self._first_moments, self._moments_center = (
+                    first,
+                    0.0 if first is not None else None,
+                )
+                return None
+        first = self._first_moments
+        if request == "centred_moments" and len(self.Y) == 0 and first is not None:
+            if outcome_count(first) == 0:
+                self._first_moments = self._moments_center = None
+                return None
         if request == "moments":  # pass 1: the count and the centre of pass 2
             self._first_moments = self._moments_center = None
             try:
@@ -372,10 +410,25 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
                 )
             except ValueError as exc:
                 self._forged_sum(request, exc)
-                tf = Standardize(m=1, min_stdv=1e-8).to(torch.float64)  # the identity
-                tf._is_trained = torch.tensor(True)
-                self.standardize = tf.eval()
+                self.standardize = self._identity_standardize()
             # summaries of the old outcomes: a product still due for one is refused
+            self._fit_client, self._fit_theta = None, None
+        elif request == "moments_around":
+            center, self._moments_center = self._moments_center, None
+            assert center is not None  # set when this client contributed
+            try:
+                count = outcome_count(total)
+                if count is not None and count < len(self.Y):
+                    raise ValueError(
+                        f"the sum reports n={count} outcomes, fewer than this client's own "
+                        f"{len(self.Y)}"
+                    )
+                self.standardize = standardize_around(
+                    total, center, max_contributors=self.sum_contributors
+                )
+            except ValueError as exc:
+                self._forged_sum(request, exc)
+                self.standardize = self._identity_standardize()
             self._fit_client, self._fit_theta = None, None
         elif request == "pitc_summary" and self._fit_theta is not None:
             self._fit_sum = total.copy()  # what this iterate's product derives from

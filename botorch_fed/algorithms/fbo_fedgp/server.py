@@ -23,6 +23,7 @@ from botorch_fed.algorithms.fbo_fedgp.settings import FBOFedGPSettings, global_m
 from botorch_fed.inducing import global_support, random_support
 from botorch_fed.models import (
     CENTRED_MOMENTS_LENGTH,
+    MOMENTS_AROUND_LENGTH,
     OUTCOME_MOMENTS_LENGTH,
     PITCHyperparameters,
     SparseSummary,
@@ -51,6 +52,7 @@ class FBOFedGPServer(FederatedServer):
         self.dim, self.seed, self.support_size = dim, int(seed), config.support_size
         self.support: Tensor | None = None
         self._hyper_round: int | None = None
+        self._standardized = False  # whether the clients hold a federated standardisation
         self.hyper = PITCHyperparameters(*global_modules(dim))  # structure only (and priors)
 
     def state_dict(self) -> dict:
@@ -60,13 +62,14 @@ class FBOFedGPServer(FederatedServer):
             support=None if self.support is None else self.support.clone(),
             support_size=self.support_size,
             hyper_round=self._hyper_round,
+            standardized=self._standardized,
             theta=torch.from_numpy(np.array(self.hyper.get_theta(), dtype=np.float64)),
         )
         return state
 
     def load_state_dict(self, state: dict) -> None:
         own, rest = split_state(
-            "Server", state, ("support", "support_size", "hyper_round", "theta")
+            "Server", state, ("support", "support_size", "hyper_round", "standardized", "theta")
         )
         super().load_state_dict(rest)
         support = own["support"]
@@ -75,6 +78,7 @@ class FBOFedGPServer(FederatedServer):
         theta = check_tensor("Server", "theta", own["theta"], (self.hyper.size,))
         self.support, self.support_size = support, int(own["support_size"])
         self._hyper_round = None if own["hyper_round"] is None else int(own["hyper_round"])
+        self._standardized = bool(own["standardized"])
         self.hyper.set_theta(theta.numpy().copy())
 
     def select_support(self, t: int) -> None:
@@ -93,7 +97,7 @@ class FBOFedGPServer(FederatedServer):
                 support = random_support(bounds, self.support_size, seed=self.seed + t)
         # rounding may leave a k-means centre a few ulps outside the cube (refused)
         self.support = support = support.clamp(0.0, 1.0)
-        self.broadcast(Support(support=support.numpy()))
+        self.carry(dict.fromkeys(self.client_ids, Support(support=support.numpy())))
 
     def refresh_hyperparameters(self, t: int) -> None:
         if self.config.hyperparameters == "average":
@@ -124,16 +128,20 @@ class FBOFedGPServer(FederatedServer):
             self.secure_sum("pitc_vjp", self.hyper.size)
             reply = self.send({c: HyperFeed()})[c].payload
         self.hyper.set_theta(np.asarray(reply["theta"]))
-        self.broadcast(ApplyTheta(theta=reply["theta"]))
+        self.carry(dict.fromkeys(self.client_ids, ApplyTheta(theta=reply["theta"])))
 
     def standardize_outcomes(self) -> None:
-        r"""Two secure sums of the outcome moments (exact small-integer limbs: no wide
-        encoding), then every client holds the ``Standardize`` of all outcomes pooled."""
-        self.secure_sum("moments", OUTCOME_MOMENTS_LENGTH, wide=0)
-        self.secure_sum("centred_moments", CENTRED_MOMENTS_LENGTH, wide=0)
+        r"""Secure sums of the outcome moments (exact small-integer limbs: no wide
+        encoding), then every client holds the ``Standardize`` of all outcomes pooled:
+        one pass around the last standardisation's mean, two passes the first time."""
+        if self._standardized:
+            self.secure_sum("moments_around", MOMENTS_AROUND_LENGTH, wide=0)
+        else:
+            self.secure_sum("moments", OUTCOME_MOMENTS_LENGTH, wide=0)
+            self.secure_sum("centred_moments", CENTRED_MOMENTS_LENGTH, wide=0)
 
     def global_round(self, t: int, clients: list[int]) -> None:
-        self.standardize_outcomes()
+        r"""The global part of round ``t`` (its outcome moments summed already)."""
         every = self.config.hyper_every
         assert every is not None  # resolved() sets it
         if self._hyper_round is None or t - self._hyper_round >= every:
@@ -155,7 +163,13 @@ class FBOFedGPServer(FederatedServer):
         if cfg.support_every and t > 1 and (t - 1) % cfg.support_every == 0:
             self.support_size += cfg.support_growth
             self.select_support(t)
-        replies = self.broadcast(Round(t=t))
+        # the round's message travels with the opening of the moments' sum, which the
+        # global step needs: a round without one (mixing "sample") has summed them for
+        # nothing, but no round waits for the answers to `Round` alone
+        self.carry(dict.fromkeys(self.client_ids, Round(t=t)), keep="round")
+        self.standardize_outcomes()
+        replies = self.carried_replies("round")
         global_clients = sorted(c for c, r in replies.items() if r.payload["global"])
-        if global_clients:
+        if global_clients:  # some client holds data: the clients hold a standardisation
+            self._standardized = True
             self.global_round(t, global_clients)

@@ -26,6 +26,7 @@ from botorch_fed.problems.heterogeneity import initial_design
 from botorch_fed.problems.objectives import CallableObjective
 from botorch_fed.protocol import BOSettings, FederationSetup, Message, ProtocolViolation
 from botorch_fed.protocol.messages import TIME_PREFIX
+from tests.helpers.bundles import reply_parts_of
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
@@ -80,7 +81,9 @@ def test_server_never_receives_raw_data_or_plaintext_summaries(aggregator):
         ),
     )
     server.run()
-    assert any(r.type == "secagg" for _, r, _ in received)
+    # a secure sum's replies may come bundled with other replies (and the round's)
+    assert any(p.type == "secagg" for _, r, _ in received for p in reply_parts_of(r))
+    assert any(r.type == "bundle" for _, r, _ in received)  # bundles are searched too
     checked = found = 0
     for cid, reply, pending in received:
         client = clients[cid]
@@ -283,34 +286,50 @@ def test_huge_objective_values_survive_the_secure_sums():
 def test_outcome_standardisation_is_accurate_through_the_secure_sums(aggregator):
     # Large offsets with small spreads cancel in one-pass float moments (old: std 1
     # instead of 1e-3 for 1e5 + 1e-3 N) and |y| ~ 1e12 exceeded the old moments' range:
-    # the two rounded, centred passes give the pooled data's mean and std to ~1e-11.
+    # the two rounded, centred passes give the pooled data's mean and std to ~1e-11;
+    # so does the one pass of a later round around the last standardisation's mean,
+    # once each client adds outcomes of the same distribution.
     server, clients, _ = build_federation(
-        "fbo-fedgp", _setup(aggregator=aggregator), _config(num_rounds=7)
+        "fbo-fedgp", _setup(aggregator=aggregator), _config(num_rounds=14)
     )
     g = torch.Generator().manual_seed(0)
-    for t, (offset, spread) in enumerate(
-        (
-            (1e8, 1.0),
-            (1e5, 1e-3),
-            (-1e12, 1.0),
-            (1e12, 1.0),
-            (0.0, 1e-6),
-            (1.0, 1e-7),
-            (50.0, 40.0),
-        ),
-        start=1,
+    sums = []
+    secure_sum = server.secure_sum
+
+    def spy(request, *args, **kwargs):
+        sums.append(request)
+        return secure_sum(request, *args, **kwargs)
+
+    server.secure_sum = spy
+    t = 0
+    for offset, spread in (
+        (1e8, 1.0),
+        (1e5, 1e-3),
+        (-1e12, 1.0),
+        (1e12, 1.0),
+        (0.0, 1e-6),
+        (1.0, 1e-7),
+        (50.0, 40.0),
     ):
-        server.broadcast("round", {"t": t})  # the outcome moments are summed once a round
-        for c, n in zip(clients.values(), (4, 1, 6), strict=True):
-            c.Y = offset + spread * torch.randn(n, 1, generator=g, dtype=torch.float64)
-        server.standardize_outcomes()
-        y = torch.cat([c.Y for c in clients.values()]).reshape(-1).tolist()
-        mean, std = statistics.mean(y), statistics.stdev(y)
-        for c in clients.values():
-            assert abs(c.standardize.means.item() - mean) <= 2.0**-37 * std + math.ulp(mean)
-            assert abs(c.standardize.stdvs.item() - std) <= 2.0**-37 * std
-            assert c.standardize.means.item() == clients[0].standardize.means.item()
-            assert c.standardize.stdvs.item() == clients[0].standardize.stdvs.item()
+        for passes in (2, 1):  # new data (the first standardisation), then more of it
+            t += 1
+            server.ledger.round = t
+            server.broadcast("round", {"t": t})  # the outcome moments are summed once a round
+            for c, n in zip(clients.values(), (4, 1, 6), strict=True):
+                new = offset + spread * torch.randn(n, 1, generator=g, dtype=torch.float64)
+                c.Y = new if passes == 2 else torch.cat([c.Y, new])
+            server._standardized = passes == 1  # what a global round leaves (run_round)
+            del sums[:]
+            server.standardize_outcomes()
+            server.flush()  # the sum's closing steps and its result travel with the next send
+            assert sums == (["moments", "centred_moments"] if passes == 2 else ["moments_around"])
+            y = torch.cat([c.Y for c in clients.values()]).reshape(-1).tolist()
+            mean, std = statistics.mean(y), statistics.stdev(y)
+            for c in clients.values():
+                assert abs(c.standardize.means.item() - mean) <= 2.0**-37 * std + math.ulp(mean)
+                assert abs(c.standardize.stdvs.item() - std) <= 2.0**-37 * std
+                assert c.standardize.means.item() == clients[0].standardize.means.item()
+                assert c.standardize.stdvs.item() == clients[0].standardize.stdvs.item()
 
 
 def _significant_bits(value: int) -> int:
@@ -323,12 +342,15 @@ def test_consecutive_rounds_do_not_reveal_the_new_outcomes_exact_moments():
     # each client adds one point; with exact moments the difference of consecutive
     # sums would be the exact count, sum and sum of squares of the 3 new outcomes, and
     # integer factoring would list the few float64 triples consistent with them.
-    # Every sum is rounded by its client to 40 significant bits.
+    # Every sum is rounded by its client to 40 significant bits: the two passes of the
+    # first round and the one pass (around the last standardisation's mean) of later ones.
+    passes = ("moments", "centred_moments", "moments_around")
     contributed = []
 
     def record(cid, reply):
         c = clients[cid]
-        if reply.type == "secagg" and c._request in ("moments", "centred_moments"):
+        parts = reply_parts_of(reply)  # an opening's reply may come bundled with `round`'s
+        if any(p.type == "secagg" for p in parts) and c._request in passes:
             contributed.append((c._request, c._pending.copy()))
 
     server, clients, _ = build_federation(
@@ -337,35 +359,53 @@ def test_consecutive_rounds_do_not_reveal_the_new_outcomes_exact_moments():
         _config(num_rounds=3, mixing="expected"),
         on_receive=record,
     )
-    seen, counts = [], []
+    seen, counts, centres = [], [], []
     secure_sum = server.secure_sum
 
     def spy(request, *args, **kwargs):
-        if request == "moments":
+        if request in ("moments", "moments_around"):
             counts.append([len(c.Y) for c in clients.values()])
+        if request == "moments_around":  # the centre every client uses: its last mean
+            centres.append({float(c.standardize.means) for c in clients.values()})
         out = secure_sum(request, *args, **kwargs)
-        if request in ("moments", "centred_moments"):
-            seen.append(out)
+        if request in passes:
+            seen.append((request, out))
         return out
 
     server.secure_sum = spy
     server.run()
-    assert len(seen) == 6 and len(counts) == 3  # two passes in each of 3 global rounds
+    # two passes in the first of 3 global rounds, one in each later one
+    assert [r for r, _ in seen] == [*passes, "moments_around"]
+    assert len(counts) == 3 and len(centres) == 2
     # every value a client contributed (except n) has at most 40 significant bits
-    layouts = {"moments": fs._FIRST_LAYOUT, "centred_moments": fs._SECOND_LAYOUT}
+    layouts = {
+        "moments": fs._FIRST_LAYOUT,
+        "centred_moments": fs._SECOND_LAYOUT,
+        "moments_around": fs._AROUND_LAYOUT,
+    }
+    assert {r for r, _ in contributed} == set(passes)
     for request, vector in contributed:
         values = fs._decode(vector, layouts[request], "v", "v", max_contributors=1)
-        if request == "moments":
+        if request != "centred_moments":
             values = values[1:]
         assert all(_significant_bits(v) <= 40 for v in values)
-    # the server's reconstruction of the uncentred sums of each round
+    # the server's reconstruction of the uncentred sums of each round: (n, the sums of
+    # y it can form, sum of y^2); a one pass's centre is the last round's mean, which
+    # the server derives from the sums too
     totals = []
-    for first, second in zip(seen[::2], seen[1::2], strict=True):
-        n, center = fs.center_from_moments(first)
-        s1 = fs._decode(first, fs._FIRST_LAYOUT, "f", "f", None)[1]
-        s1c, s2c = fs._decode(second, fs._SECOND_LAYOUT, "s", "s", None)
-        ci = fs._grid_int(center)
-        totals.append((n, s1, s1c + n * ci, s2c + 2 * ci * s1c + n * ci * ci))
+    (_, first), (_, second) = seen[:2]
+    n, center = fs.center_from_moments(first)
+    s1 = fs._decode(first, fs._FIRST_LAYOUT, "f", "f", None)[1]
+    s1c, s2c = fs._decode(second, fs._SECOND_LAYOUT, "s", "s", None)
+    ci = fs._grid_int(center)
+    totals.append((n, (s1, s1c + n * ci), s2c + 2 * ci * s1c + n * ci * ci))
+    mean = fs.outcome_statistics(first, second)[1]
+    for (_, around), held in zip(seen[2:], centres, strict=True):
+        assert held == {mean}  # the server knows the centre of the one pass
+        n, s1c, s2c = fs._decode(around, fs._AROUND_LAYOUT, "a", "a", None)
+        ci = fs._grid_int(mean)
+        totals.append((n, (s1c + n * ci,), s2c + 2 * ci * s1c + n * ci * ci))
+        mean = fs.statistics_around(around, mean)[1]
     for t in (1, 2):
         new = np.concatenate(
             [
@@ -374,27 +414,39 @@ def test_consecutive_rounds_do_not_reveal_the_new_outcomes_exact_moments():
             ]
         )
         k, exact_s1, exact_s2 = fs._exact_sums(new)
-        (n0, a0, b0, q0), (n1, a1, b1, q1) = totals[t - 1], totals[t]
+        (n0, a0, q0), (n1, a1, q1) = totals[t - 1], totals[t]
         assert n1 - n0 == k == 3
-        assert a1 - a0 != exact_s1 and b1 - b0 != exact_s1 and q1 - q0 != exact_s2
+        assert all(x1 - x0 != exact_s1 for x0 in a0 for x1 in a1) and q1 - q0 != exact_s2
         # ... while the statistics are as accurate as promised
-        assert abs((b1 - b0) - exact_s1) << 30 < abs(exact_s1)
+        assert abs((a1[-1] - a0[-1]) - exact_s1) << 30 < abs(exact_s1)
 
 
 # --- results from a malicious server ----------------------------------------------------
 def _pending_moments(aggregator, request="moments"):
     r"""A federation whose clients contributed to a ``request`` sum and wait for its
-    result (the server has not shared it)."""
+    result (the server has not shared it; the session's closing steps are delivered).
+    ``moments_around`` is round 2's, after round 1's two-pass standardisation."""
+    around = request == "moments_around"
     server, clients, _ = build_federation(
-        "fbo-fedgp", _setup(aggregator=aggregator), _config(num_rounds=1)
+        "fbo-fedgp", _setup(aggregator=aggregator), _config(num_rounds=2 if around else 1)
     )
     server.broadcast("init")
     server.ledger.round = 1
     server.broadcast("round", {"t": 1})
+    if around:
+        server.standardize_outcomes()
+        server.ledger.round = 2
+        server.broadcast("round", {"t": 2})  # with round 1's results
+        assert all(c.standardize is not None for c in clients.values())
     if request == "centred_moments":
         server.secure_sum("moments", OUTCOME_MOMENTS_LENGTH, wide=0)
-    length = fs.OUTCOME_MOMENTS_LENGTH if request == "moments" else fs.CENTRED_MOMENTS_LENGTH
+    length = {
+        "moments": fs.OUTCOME_MOMENTS_LENGTH,
+        "centred_moments": fs.CENTRED_MOMENTS_LENGTH,
+        "moments_around": fs.MOMENTS_AROUND_LENGTH,
+    }[request]
     honest = server.secure_sum(request, length, wide=0, share=False)
+    server.flush()  # ckks: the decryption step goes with the server's next message
     return server, clients, honest
 
 
@@ -410,6 +462,7 @@ def test_result_without_a_pending_session_is_rejected():
         _result(server, 0, {"sum": np.arange(5.0)})
     server.broadcast("round", {"t": 1})
     server.standardize_outcomes()
+    server.flush()  # the results go with the server's next message
     assert clients[0].round == 1
     # a replay of a result that was accepted before
     honest = clients[0].last_sum.copy()
@@ -427,7 +480,10 @@ def test_forged_moments_are_rejected(aggregator):
     def second(s1c, s2c):
         return fs._encode((s1c, s2c), fs._SECOND_LAYOUT)
 
-    L1, L2 = fs.OUTCOME_MOMENTS_LENGTH, fs.CENTRED_MOMENTS_LENGTH
+    def around(n, s1c, s2c):
+        return fs._encode((n, s1c, s2c), fs._AROUND_LAYOUT)
+
+    L1, L2, L3 = fs.OUTCOME_MOMENTS_LENGTH, fs.CENTRED_MOMENTS_LENGTH, fs.MOMENTS_AROUND_LENGTH
     forged = {
         "moments": {
             "non-integer limbs": (lambda h: h + 0.3, r"does not decode .*integer limbs"),
@@ -456,6 +512,24 @@ def test_forged_moments_are_rejected(aggregator):
                 r"does not decode .*inconsistent",
             ),
         },
+        "moments_around": {  # the one pass of later rounds
+            "non-integer limbs": (lambda h: h + 0.3, r"does not decode .*integer limbs"),
+            "NaN": (lambda h: np.where(np.arange(L3) == 7, np.nan, h), r"does not decode .*NaN"),
+            "wrong length": (lambda h: h[:-1], rf"shape \({L3 - 1},\).* length {L3}"),
+            "oversized limb": (
+                lambda h: h + np.eye(L3)[9] * 7000.0,
+                r"does not decode .*more than 3 contributors",
+            ),
+            "n = 0": (lambda h: around(0, 0, 0), r"does not decode .*n=0"),
+            "negative sum of squares": (
+                lambda h: around(12, 0, -1),
+                r"does not decode .*inconsistent",
+            ),
+            "centred sum too large": (
+                lambda h: around(12, 1 << 1200, 1 << 2300),
+                r"does not decode .*inconsistent",
+            ),
+        },
     }
     for request, cases in forged.items():
         server, clients, honest = _pending_moments(aggregator, request)
@@ -468,8 +542,9 @@ def test_forged_moments_are_rejected(aggregator):
                 c.__dict__.update(pending[cid])
             with pytest.raises(ProtocolViolation) as info:
                 _result(server, 0, {"sum": forge(honest)})
+            t = 2 if request == "moments_around" else 1
             assert re.search(
-                rf"^Client 0, request '{request}', round 1: .*{message}", str(info.value)
+                rf"^Client 0, request '{request}', round {t}: .*{message}", str(info.value)
             ), (name, str(info.value))
             assert clients[0].last_sum is None and clients[0]._pending is None
         # the honest sum is accepted
@@ -537,17 +612,21 @@ def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregato
         seen, exempt = [], {"centers": [], "theta": [], "tag": []}
 
         def record(cid, reply):
-            items = []
-            for key, value in sorted(reply.payload.items()):
-                if key.startswith(TIME_PREFIX) or (reply.type == "secagg" and key == "data"):
-                    continue
-                if (reply.type, key) in disclosed:
-                    exempt[key].append(np.asarray(value).copy())
-                    value = f"<{key}: disclosed>"
-                if isinstance(value, np.ndarray):
-                    value = (value.dtype.str, value.shape, value.tobytes())
-                items.append((key, repr(value) if not isinstance(value, tuple) else value))
-            seen.append((cid, reply.type, tuple(items)))
+            # a bundle's reply part by part (its parts' timings are the bundle's own)
+            parts = reply_parts_of(reply)
+            for part in parts:
+                items = []
+                for key, value in sorted(part.payload.items()):
+                    if key.startswith(TIME_PREFIX) or (part.type == "secagg" and key == "data"):
+                        continue
+                    if (part.type, key) in disclosed:
+                        exempt[key].append(np.asarray(value).copy())
+                        value = f"<{key}: disclosed>"
+                    if isinstance(value, np.ndarray):
+                        value = (value.dtype.str, value.shape, value.tobytes())
+                    items.append((key, repr(value) if not isinstance(value, tuple) else value))
+                seen.append((cid, part.type, tuple(items)))
+            seen.append((cid, reply.type, len(parts)))  # how the parts were bundled
 
         server, clients, _ = build_federation(
             "fbo-fedgp",
@@ -836,16 +915,17 @@ def _steered_probe(failing_client: int, victim: int) -> bool:
     fake = compute_local_summary(
         P, torch.tensor([[10.0]], dtype=torch.float64), P, *modules
     ).to_numpy()
-    honest_broadcast = server.broadcast
+    honest_carry = server.carry  # the sum's result goes with the server's next message
 
-    def forged(type, payload=None, clients=None):
-        return honest_broadcast(
-            type, {"sum": fake} if type == "secagg_result" else payload, clients
+    def forged(messages, keep=None):
+        swap = Message("secagg_result", {"sum": fake})
+        return honest_carry(
+            {c: swap if m.type == "secagg_result" else m for c, m in messages.items()}, keep
         )
 
-    server.broadcast = forged
+    server.carry = forged
     server.secure_sum("summary", SparseSummary.packed_length(1))
-    server.broadcast = honest_broadcast
+    server.carry = honest_carry
     server.send({victim: Message("global_step", {"t": 1, "rank": 0, "count": 1})})
     schedule = MixingSchedule(c=0.5)
     clean = torch.Generator().manual_seed(_client_seed(victim))
@@ -883,8 +963,9 @@ def _coins(fail_near_optimum: bool) -> list[list[bool]]:
     coins: list[list[bool]] = [[] for _ in range(M)]
 
     def on_receive(cid, reply):
-        if reply.type == "round":
-            coins[cid].append(bool(reply.payload["global"]))
+        for part in reply_parts_of(reply):  # `round` travels bundled with a sum's opening
+            if part.type == "round":
+                coins[cid].append(bool(part.payload["global"]))
 
     server, clients, _ = build_federation(
         "fbo-fedgp",
@@ -895,6 +976,7 @@ def _coins(fail_near_optimum: bool) -> list[list[bool]]:
     server.run()
     if fail_near_optimum:  # the scenario is as intended: client 1's evaluations failed
         assert len(clients[1].failures) >= 1
+    assert all(len(c) == 10 for c in coins)  # every round's coin seen (not vacuous)
     return coins
 
 

@@ -40,6 +40,7 @@ from botorch_fed.protocol.checkpoint import load_checkpoint
 from botorch_fed.protocol.messages import Message
 from botorch_fed.protocol.shared_search import SharedSearchMemo
 from botorch_fed.secure import ConfigurationError, available_backends, get_backend
+from tests.helpers.bundles import parts
 from tests.helpers.federation_runs import Killed, backend_params, comparable, kill_after
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
@@ -73,11 +74,14 @@ def _mount_replay(server, clients, setup: FederationSetup):
     (``BOClient``: "seed, which is public"), no data and no secure-aggregation role,
     hence no federation secret -- it derives the seed exactly as a client without a
     secret does. The shadow is fed the sums the server obtains (it forwards them to the
-    clients under ``plaintext`` and ``masking``) and the support the server chose; at
-    each ``global_step`` the attacker runs the shadow's step with the ``t``, ``rank``
-    and ``count`` it sends. Under ``ckks`` the server obtains no sum; the attacker is
-    then handed the victim's own model (more than the server holds) to test the seed
-    alone.
+    clients under ``plaintext`` and ``masking``; a one-pass ``moments_around`` sum is
+    around the mean of the last standardisation, which the attacker holds too) and the
+    support the server chose; at each ``global_step`` (alone or a part of a bundle) the
+    attacker runs the shadow's step with the ``t``, ``rank`` and ``count`` it sends. It
+    does so once the exchange is over: the summed summary the step uses travels in the
+    same bundle, and the step changes none of what the model is built from. Under
+    ``ckks`` the server obtains no sum; the attacker is then handed the victim's own
+    model (more than the server holds) to test the seed alone.
 
     The attacker also runs each search under a control seed (the replay's + 1): a
     point that both runs give bit for bit (a corner of the cube, say) does not depend
@@ -108,14 +112,19 @@ def _mount_replay(server, clients, setup: FederationSetup):
         total = honest_sum(request, *args, **kwargs)
         if total is not None:  # what the server holds (plaintext, masking)
             for shadow in shadows.values():
+                if request == "moments_around":  # the centre every client sums around
+                    shadow._moments_center = float(shadow.standardize.means.reshape(-1)[0])
                 shadow.last_sum = total.copy()
                 shadow.sum_received(request, total.copy())
         return total
 
     def replaying_send(messages):
-        for cid, message in messages.items():
-            if message.type != "global_step":
-                continue
+        replies = honest_send(messages)
+        steps = [
+            (cid, m) for cid, b in messages.items() for m in parts(b) if m.type == "global_step"
+        ]
+        for cid, message in steps:
+            actual[(cid, message.payload["t"])] = clients[cid].X[-1].clone()
             shadow, victim = shadows[cid], clients[cid]
             shadow.support = server.support.clone()
             if setup.aggregator == "ckks":  # the server holds no sum: an oracle
@@ -140,10 +149,6 @@ def _mount_replay(server, clients, setup: FederationSetup):
                 shadow._global_round = t
                 shadow.handle(message)
                 out[(cid, t)] = shadow.X[-1].clone()
-        replies = honest_send(messages)
-        for cid, message in messages.items():
-            if message.type == "global_step":
-                actual[(cid, message.payload["t"])] = clients[cid].X[-1].clone()
         return replies
 
     server.secure_sum, server.transport.send = recording_sum, replaying_send
@@ -270,9 +275,10 @@ def test_masking_summary_sum_reveals_every_global_point_whatever_the_seed():
     honest_send = server.transport.send
 
     def recording_send(messages):
-        for cid, msg in messages.items():
-            if msg.type == "global_step" and msg.payload["t"] == 1:
-                ranks[cid] = msg.payload["rank"]
+        for cid, message in messages.items():
+            for msg in parts(message):
+                if msg.type == "global_step" and msg.payload["t"] == 1:
+                    ranks[cid] = msg.payload["rank"]
         return honest_send(messages)
 
     server.secure_sum, server.transport.send = recording_sum, recording_send
@@ -494,7 +500,9 @@ def test_the_servers_message_carries_no_seed_and_a_client_refuses_one():
     sent, honest_send = [], server.transport.send
 
     def recording(messages):
-        sent.extend(m.payload for m in messages.values() if m.type == "global_step")
+        sent.extend(
+            m.payload for b in messages.values() for m in parts(b) if m.type == "global_step"
+        )
         return honest_send(messages)
 
     server.transport.send = recording

@@ -62,6 +62,13 @@ def _round(server, t):
     server.broadcast("round", {"t": t})
 
 
+def _standardize(server):
+    r"""The round's outcome moments summed, their results delivered (the server carries
+    a sum's closing steps with its next message: ``flush`` sends them now)."""
+    server.standardize_outcomes()
+    server.flush()
+
+
 def _support_on(server, point):
     server.support = point
     server.broadcast("support", {"support": point.numpy()})
@@ -103,7 +110,7 @@ def test_a_theta_outside_the_domain_is_refused_before_any_private_computation(th
     server, clients = _federation(aggregator="ckks", hyperparameters="federated")
     _round(server, 1)
     summaries = _counting(monkeypatch, PITCFitClient, "summary")
-    server.standardize_outcomes()
+    _standardize(server)
     with pytest.raises(ProtocolViolation, match="outside the declared domain|must be an array"):
         server.secure_sum("pitc_summary", _length(server), {"theta": theta})
     with pytest.raises(ProtocolViolation, match="outside the declared domain"):
@@ -130,7 +137,7 @@ def test_the_server_cannot_choose_a_sums_encoding(request_, wide):
     server, _ = _federation(aggregator="ckks")
     _round(server, 1)
     if request_ == "summary":
-        server.standardize_outcomes()
+        _standardize(server)
     with pytest.raises(ProtocolViolation, match=r"`wide`=.*this client sends"):
         server.secure_sum(request_, 4 if request_ == "summary" else 189, wide=wide)
 
@@ -145,7 +152,7 @@ def test_honest_vectors_at_every_corner_of_the_domain_fit_the_encoding_far_below
     server, clients = _federation(hyperparameters="federated")
     victim = clients[1]
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     forged = Standardize(m=1)
     forged.eval()
     forged.means = torch.zeros(1, 1, dtype=torch.float64)
@@ -182,12 +189,13 @@ def test_whether_a_client_answers_does_not_depend_on_its_outcomes(name):
         victim = clients[1]
         victim.Y[0] = victim.Y[0] + outlier
         _round(server, 1)
-        server.standardize_outcomes()
+        _standardize(server)
         _support_on(server, victim.X[:1].clone())
         reply = server.send({0: Message("hyper_start")})[0].payload
         args = {"theta": reply["theta"], "tag": reply["tag"], "index": reply["index"]}
         fit = server.secure_sum("pitc_summary", _length(server), args)
         total = server.secure_sum("summary", _length(server))
+        server.flush()  # the results (and, under ckks, the decryption) go to every client
         answered.append((fit, total, all(c.last_sum is not None for c in clients.values())))
     assert answered == [(None, None, True), (None, None, True)]
 
@@ -197,7 +205,7 @@ def test_a_forged_standardisation_is_clamped_not_refused():
     server, clients = _federation()
     victim = clients[0]
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     victim.standardize.stdvs.fill_(1e-8)
     victim.standardize._stdvs_sq.fill_(1e-16)
     victim.standardize.means.fill_(float(victim.Y.mean()) + 1.0)
@@ -225,7 +233,7 @@ def test_honest_standardised_outcomes_never_reach_the_bound():
 def test_the_coordinator_refuses_a_theta_that_is_not_its_pending_iterate():
     server, clients = _federation(hyperparameters="federated")
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     reply = server.send({0: Message("hyper_start")})[0].payload
     other = reply["theta"].copy()
     other[-1] += 0.5  # inside the domain, but not the coordinator's
@@ -239,7 +247,7 @@ def test_a_support_between_a_fit_summary_and_its_product_is_refused():
     # in between: one moments sum per round)
     server, clients = _federation(hyperparameters="federated")
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     honest = server.secure_sum
 
     def meddling(request, *args, **kwargs):
@@ -255,7 +263,7 @@ def test_a_support_between_a_fit_summary_and_its_product_is_refused():
 def test_the_server_stops_a_coordinator_that_never_finishes(monkeypatch):
     server, clients = _federation(hyperparameters="federated", federated_maxiter=2)
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     coordinator = clients[0]
     start = type(coordinator).on_hyper_start
 
@@ -283,7 +291,7 @@ def test_clients_refuse_fit_evaluations_beyond_the_budget(monkeypatch):
     # server relays them without its own cap: every other client stops at the budget
     server, clients = _federation(hyperparameters="federated", federated_maxiter=1)
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     coordinator = type(clients[0])
     monkeypatch.setattr(
         coordinator, "on_hyper_feed", lambda self, p: self._hyper_reply(self._pending_theta + 1e-3)
@@ -303,7 +311,7 @@ def test_a_fit_needs_the_coordinators_iterate_and_the_coordinator():
     # without the coordinator is refused by every client
     server, clients = _federation(hyperparameters="federated", num_clients=4)
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     theta = clients[1].theta_domain.mean(axis=1)
     with pytest.raises(ProtocolViolation, match="Client 0.*handed out no iterate"):
         server.secure_sum("pitc_summary", _length(server), {"theta": theta})
@@ -317,8 +325,9 @@ def test_a_fit_needs_the_coordinators_iterate_and_the_coordinator():
 def test_a_refresh_comes_only_when_due_and_applies_only_an_iterate():
     server, clients = _federation(hyperparameters="federated", hyper_every=5)
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     server.refresh_hyperparameters(1)  # an honest fit
+    server.flush()  # its `apply_theta`, carried
     theta = PITCHyperparameters(*clients[1].modules).get_theta()
     with pytest.raises(ProtocolViolation, match="the last was in round 1"):
         server.send({0: Message("hyper_start")})
@@ -332,10 +341,11 @@ def test_a_refresh_comes_only_when_due_and_applies_only_an_iterate():
 def test_apply_theta_must_be_one_of_the_fits_iterates():
     server, clients = _federation(hyperparameters="federated")
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     theta = _pending_iterate(server)
     # the clients summarise at the iterate; the server then asks one to adopt another
     server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+    server.flush()  # the sum's result, carried
     with pytest.raises(ProtocolViolation, match="none of the fit's iterates"):
         server.send({1: Message("apply_theta", {"theta": theta + 0.125})})
     server.send({1: Message("apply_theta", {"theta": theta})})
@@ -345,7 +355,7 @@ def test_apply_theta_must_be_one_of_the_fits_iterates():
 def test_averaged_hyperparameters_are_clamped_into_the_domain():
     server, clients = _federation(hyperparameters="average")
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     client = clients[1]
     size = PITCHyperparameters(*client.modules).size
     client._admit_sum("hyper")
@@ -397,21 +407,57 @@ def test_a_forged_moments_sum_is_refused_only_where_the_server_holds_the_sums(
     monkeypatch.setattr(fbo, "center_from_moments", forged)
     if refused:
         with pytest.raises(ProtocolViolation, match="limb sum beyond"):
-            server.standardize_outcomes()
+            _standardize(server)
         return
     with caplog.at_level(logging.WARNING, logger="botorch_fed.algorithms.fbo_fedgp.client"):
-        server.standardize_outcomes()
+        _standardize(server)
         server.secure_sum("summary", _length(server))
+        server.flush()
     assert all(c.last_sum is not None for c in clients.values())
     assert all(c.standardize is not None for c in clients.values())
     assert sum("forged moments sum" in r.getMessage() for r in caplog.records) == M
+
+
+@pytest.mark.parametrize("name", [*backend_params("ckks"), "masking"])
+def test_a_forged_one_pass_moments_sum_is_refused_only_where_the_server_holds_the_sums(
+    name, monkeypatch, caplog
+):
+    # after the first global round the moments are summed in one pass around the last
+    # standardisation's mean (`moments_around`): a forged sum is treated as in two passes
+    import botorch_fed.algorithms.fbo_fedgp.client as fbo
+
+    refused = name == "masking"
+    server, clients = _federation(aggregator=name)
+    server.ledger.round = 1
+    server.run_round(1)  # every client global (p_1 = 0): the clients hold a standardisation
+    server.flush()
+    _round(server, 2)
+
+    def forged(total, center, max_contributors=None):  # what an offset sum decodes to
+        raise ValueError("`total` has a limb sum beyond what 3 contributors produce")
+
+    monkeypatch.setattr(fbo, "standardize_around", forged)
+    monkeypatch.setattr(fbo, "center_from_moments", lambda *a, **k: pytest.fail("two passes"))
+    if refused:
+        with pytest.raises(ProtocolViolation, match="'moments_around'.*limb sum beyond"):
+            _standardize(server)
+        return
+    with caplog.at_level(logging.WARNING, logger="botorch_fed.algorithms.fbo_fedgp.client"):
+        _standardize(server)
+        server.secure_sum("summary", _length(server))
+        server.flush()
+    assert all(c.last_sum is not None for c in clients.values())
+    for c in clients.values():  # going on with the identity
+        assert float(c.standardize.means) == 0.0 and float(c.standardize.stdvs) == 1.0
+    logged = [r.getMessage() for r in caplog.records if "forged moments sum" in r.getMessage()]
+    assert len(logged) == M and all("'moments_around'" in m for m in logged)
 
 
 @pytest.mark.parametrize("name", backend_params("ckks"))
 def test_an_offset_limb_sum_under_ckks_is_clamped_not_refused(name, monkeypatch, caplog):
     server, clients = _federation(aggregator=name)
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     victim = clients[0]
     step = victim.secagg.step
 
@@ -426,6 +472,7 @@ def test_an_offset_limb_sum_under_ckks_is_clamped_not_refused(name, monkeypatch,
     monkeypatch.setattr(victim.secagg, "step", offset_step)
     with caplog.at_level(logging.WARNING, logger="botorch_fed.protocol.client"):
         server.secure_sum("summary", _length(server))
+        server.flush()  # the decryption step (where the offset sum is opened), carried
     assert victim.last_sum is not None
     assert any("clamped" in r.getMessage() for r in caplog.records)
 
@@ -437,8 +484,9 @@ def test_a_summary_sum_no_honest_clients_produce_gives_a_local_step_not_a_refusa
     # the server a bit of a sum it never sees
     server, clients = _federation(aggregator=name)
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     server.secure_sum("summary", _length(server))
+    server.flush()
     victim = clients[0]
     m = len(server.support)
     summary = SparseSummary.from_numpy(victim.last_sum, m)
@@ -458,7 +506,7 @@ def test_a_fit_evaluation_needs_the_coordinators_tag_on_its_iterate(name):
     # the coordinator's tag (keyed by the federation secret the server lacks) instead
     server, clients = _federation(aggregator=name, hyperparameters="federated", num_clients=4)
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     reply = server.send({0: Message("hyper_start")})[0].payload
     chosen = reply["theta"].copy()
     chosen[-1] += 0.5  # inside the domain, but the server's
@@ -473,6 +521,7 @@ def test_a_fit_evaluation_needs_the_coordinators_tag_on_its_iterate(name):
     # the coordinator's own iterate with its tag is summed by everyone -- once
     honest = {"theta": reply["theta"], "tag": reply["tag"], "index": reply["index"]}
     server.secure_sum("pitc_summary", _length(server), honest)
+    server.flush()
     assert all(c.last_sum is not None for c in clients.values())
     # summed again over other clients (to difference one client's summary out): refused
     with pytest.raises(ProtocolViolation, match="Client 1.*evaluated once, in order"):
@@ -484,7 +533,7 @@ def test_the_coordinator_feeds_only_the_product_sum_of_its_iterate():
     # the coordinator take that sum for its gradient (and send back the next iterate)
     server, clients = _federation(hyperparameters="federated")
     _round(server, 1)
-    server.standardize_outcomes()
+    _standardize(server)
     theta = _pending_iterate(server)
     server.secure_sum("pitc_summary", _length(server), {"theta": theta})
     server.secure_sum("pitc_vjp", PITCHyperparameters(*clients[0].modules).size)
