@@ -238,10 +238,12 @@ class SummaryTrustRegion:
         if best is None or value < best[0]:
             self._best = best = (value, theta, summary, jacobian)
         if self.num_evaluations > self._maxiter:
-            return self._finish("evaluation budget reached")
+            self._finish("evaluation budget reached")
+            return None
         step = self._step(*best)
         if step is None:
-            return self._finish("converged")
+            self._finish("converged")
+            return None
         self._pending = step
         return step.copy()
 
@@ -278,7 +280,6 @@ class SummaryTrustRegion:
             x=theta.copy(), fun=value, success=message == "converged", message=message,
             nfev=self.num_evaluations,
         )  # fmt: skip
-        return None
 
 
 class _Stop(Exception):

@@ -179,7 +179,8 @@ class FederatedServer:
                         f"Server: client {cid} answered a bundle of {len(parts[cid])} "
                         f"messages with {len(got)} replies of other types."
                     )
-                for label, answer in zip(keep.get(cid, []), got[: len(keep.get(cid, []))]):
+                labels = keep.get(cid, [])
+                for label, answer in zip(labels, got[: len(labels)], strict=True):
                     if label is not None:
                         self._kept.setdefault(label, {})[cid] = answer
                 reply = got[-1]

@@ -31,8 +31,8 @@ from botorch_fed.algorithms import (
     get_algorithm,
 )
 from botorch_fed.problems.objectives import CallableObjective, EvaluationError
-from botorch_fed.protocol.bundle import BUNDLE
 from botorch_fed.protocol import FederationSetup, Message, ProtocolViolation
+from botorch_fed.protocol.bundle import BUNDLE
 from botorch_fed.protocol.checkpoint import CheckpointError
 from botorch_fed.protocol.round_budget import ROUND_STATE
 

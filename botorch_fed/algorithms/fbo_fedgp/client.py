@@ -411,11 +411,11 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
             except ValueError as exc:
                 self._forged_sum(request, exc)
                 self.standardize = self._identity_standardize()
-            # summaries of the old outcomes: a product still due for one is refused
+            # summaries of the old outcomes: a feed still due for one is refused
             self._fit_client, self._fit_theta = None, None
         elif request == "moments_around":
-            center, self._moments_center = self._moments_center, None
-            assert center is not None  # set when this client contributed
+            around, self._moments_center = self._moments_center, None
+            assert around is not None  # set when this client contributed
             try:
                 count = outcome_count(total)
                 if count is not None and count < len(self.Y):
@@ -424,16 +424,16 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
                         f"{len(self.Y)}"
                     )
                 self.standardize = standardize_around(
-                    total, center, max_contributors=self.sum_contributors
+                    total, around, max_contributors=self.sum_contributors
                 )
             except ValueError as exc:
                 self._forged_sum(request, exc)
                 self.standardize = self._identity_standardize()
             self._fit_client, self._fit_theta = None, None
         elif request == "pitc_summary" and self._fit_theta is not None:
-            self._fit_sum = total.copy()  # what this iterate's product derives from
-        elif request == "pitc_vjp" and self._vjp_for_pending:
-            self._fed = total.copy()  # what the coordinator's next feed uses, nothing else
+            theta, pending, self._fit_theta = self._fit_theta, self._pending_theta, None
+            if pending is not None and np.array_equal(theta, pending):
+                self._fed = total.copy()  # what the coordinator's next feed uses, nothing else
         elif request == "hyper":  # never refused for its value: clamped into the domain
             with np.errstate(divide="ignore", invalid="ignore"):
                 values = clamp_to_domain(total[:-1] / total[-1], self.theta_domain)

@@ -19,8 +19,6 @@ _RANGES = {  # lengthscales (unit cube), noise variance (standardised): BoTorch'
     "mean_module.raw_constant": MEAN_RANGE,
 }
 
-FIT_EVALUATIONS_PER_ITERATION = 2  # a fit evaluates at most 2 * federated_maxiter times
-
 
 def theta_domain(hyper) -> np.ndarray:
     r"""The ``size x 2`` box ``[lower, upper]`` of ``theta`` a client computes on: each

@@ -1,26 +1,24 @@
 r"""FBO-FedGP's federated hyperparameter fit over secure sums (paper 000;
 :mod:`botorch_fed.protocol.federated_fit`) and what a client checks of it (docs/security.md):
-the coordinator tags its L-BFGS-B iterates under the federation secret; each is summarised
-once, in order, within ``2 * federated_maxiter`` in a round due a refresh; the result is one."""
+each evaluation is one secure sum of the clients' summaries and their Jacobians at an
+iterate of the coordinator's trust region (:class:`SummaryTrustRegion`), which it tags under
+the federation secret; each iterate is summarised once, in order, at most
+``federated_maxiter + 1`` times in a round due a refresh; the result is one of them."""
 
 from __future__ import annotations
 
 import logging
+from copy import deepcopy
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from botorch_fed.algorithms.fbo_fedgp.domain import FIT_EVALUATIONS_PER_ITERATION, clamp_to_domain
-from botorch_fed.algorithms.fbo_fedgp.messages import (
-    ApplyTheta,
-    HyperFeed,
-    HyperStart,
-    PITCSummaryArgs,
-)
+from botorch_fed.algorithms.fbo_fedgp.domain import clamp_to_domain
+from botorch_fed.algorithms.fbo_fedgp.messages import ApplyTheta, HyperFeed, PITCSummaryArgs
 from botorch_fed.algorithms.fbo_fedgp.seeds import _check_count, _encode_count
 from botorch_fed.models import PITCFitClient, PITCHyperparameters, SparseSummary
 from botorch_fed.protocol.declarations import ProtocolViolation, contributes, handles
-from botorch_fed.protocol.federated_fit import SteppedMinimizer, fit_loss
+from botorch_fed.protocol.federated_fit import SummaryTrustRegion, fit_loss
 from botorch_fed.protocol.secure_sum import SecureSumStep
 from botorch_fed.secure.crypto import hkdf, mac_tag, mac_verify
 
@@ -51,20 +49,16 @@ class FederatedFitClient(_Base):
     _t: int | None = None  # the round the server announced last (checked)
     _sums: dict[str, int]  # secure sums of each request in round _t
     _fit_client: PITCFitClient | None = None  # derived from the data, support, standardisation
-    _minimizer: SteppedMinimizer | None = None  # the coordinator's
+    _minimizer: SummaryTrustRegion | None = None  # the coordinator's
     _fit_theta: np.ndarray | None = None  # the theta of the summary session open
-    _fit_sum: np.ndarray | None = None  # its summed summaries (for the product)
     _fit_index = -1  # the last evaluation index of the round's fit computed at
-    _fit_loss = 0.0
-    _fit_prior_grad: np.ndarray | None = None
     _fit_round: int | None = None  # the round of the fit in progress
     _fit_thetas: tuple[np.ndarray, ...] = ()  # the iterates of the fit in progress
     _last_fit_round: int | None = None  # the round of the last refresh
     _pending_theta: np.ndarray | None = None  # the coordinator's iterate
-    _fed: np.ndarray | None = None  # the summed product at the pending iterate
+    _fed: np.ndarray | None = None  # the coordinator: the summed summary and Jacobian there
     _handed_out = 0  # the coordinator: iterates handed out in the round's fit
     _pending_evaluated = False  # the coordinator: its iterate's summary is done
-    _vjp_for_pending = False  # the product session open is at the pending iterate
 
     if TYPE_CHECKING:
 
@@ -92,18 +86,16 @@ class FederatedFitClient(_Base):
         return {}
 
     def _fit_budget(self) -> int:
-        return FIT_EVALUATIONS_PER_ITERATION * self.config.federated_maxiter
+        return self.config.federated_maxiter + 1
 
     def _admit_sum(self, request: str) -> None:
         r"""Refuse a secure sum the round does not have: each sum once per round, a
         fit's sums only in a round due a refresh and at most :meth:`_fit_budget` times."""
         if self._t is None:
             raise self.violation("a secure sum before any round", request)
-        self._fed, self._vjp_for_pending = None, False  # a new session: no stale product
-        if request != "pitc_vjp":  # the product belongs to the summary session before it
-            self._fit_theta = self._fit_sum = None
+        self._fed, self._fit_theta = None, None  # a new session: no stale sum to feed
         count = self._sums[request] = self._sums.get(request, 0) + 1
-        fit = request in ("pitc_summary", "pitc_vjp")
+        fit = request == "pitc_summary"
         limit = self._fit_budget() if fit else 1
         if count > limit:
             raise self.violation(
@@ -141,9 +133,14 @@ class FederatedFitClient(_Base):
     def vector_pitc_summary(
         self, theta: np.ndarray, tag: bytes = b"", index: int = -1
     ) -> np.ndarray:
-        index, pending = self._check_iterate_tag(theta, tag, index), self._pending_theta
+        start = index == 0  # the fit's first point: see _check_start
+        if start:
+            self._check_start(theta, tag)
+        else:
+            index = self._check_iterate_tag(theta, tag, index)
+        pending = self._pending_theta
         for broken, why in (  # the coordinator's checks: the server may not query elsewhere
-            (self.client_id == COORDINATOR and pending is None,
+            (self.client_id == COORDINATOR and pending is None and not start,
              "a fit evaluation, but the coordinator's fit handed out no iterate"),
             (pending is not None and not np.array_equal(theta, pending),
              "`theta` is not the fit's pending iterate"),
@@ -155,6 +152,8 @@ class FederatedFitClient(_Base):
             if broken:
                 raise self.violation(why, "pitc_summary")
         self._admit_sum("pitc_summary")
+        if start and self.client_id == COORDINATOR:
+            self._start_minimizer(theta)
         if self.federation_secret() is not None:  # each tagged evaluation once, in order
             self._fit_index = index
         if self._pending_theta is not None:  # the coordinator: one summary per iterate
@@ -162,46 +161,21 @@ class FederatedFitClient(_Base):
         self._fit_thetas, self._fit_theta = (*self._fit_thetas, theta.copy()), theta
         assert self.support is not None  # checked above
         if len(self.X) == 0:
-            return np.zeros(SparseSummary.packed_length(len(self.support)))
+            size = PITCHyperparameters(*self.modules).size
+            return np.zeros(SparseSummary.packed_length(len(self.support)) * (1 + size))
         with self.timed("summary"):
             if self._fit_client is None:
                 Y = self._transformed_Y()
                 self._fit_client = PITCFitClient(self.X, Y, self.support, *self.modules)
-            return self._fit_client.summary(theta)
-
-    @contributes("pitc_vjp")
-    def vector_pitc_vjp(self) -> np.ndarray:
-        # each client derives the loss and adjoint from the summed summaries (none are sent)
-        if self._fit_theta is None or self._fit_sum is None:
-            raise self.violation(
-                "a product without the summary sum at its iterate just before", "pitc_vjp"
-            )
-        self._admit_sum("pitc_vjp")
-        theta, self._fit_theta = self._fit_theta, None  # one VJP per summary
-        assert self.support is not None  # the summary needed it
-        with self.timed("hyperparameters"):
-            hyper = PITCHyperparameters(*self.modules)
-            hyper.set_theta(theta)
-            loss, adjoint, prior_grad, failure = fit_loss(self._fit_sum, len(self.support), hyper)
-            if failure is not None:  # only a forged sum can cause this
-                msg = "Client %s, round %s: the fit's summed summaries give no finite loss (%s); "
-                _LOG.warning(msg + "a zero product", self.client_id, self._t, failure)
-            self._fit_loss, self._fit_prior_grad = loss, prior_grad
-        self._vjp_for_pending = self._pending_theta is not None and np.array_equal(
-            theta, self._pending_theta
-        )
-        if len(self.X) == 0:
-            return np.zeros(hyper.size)
-        assert self._fit_client is not None  # the summary's (a new support clears both)
-        with self.timed("summary"):
-            return self._fit_client.vjp(adjoint)
+            packed, jacobian = self._fit_client.summary_and_jacobian(theta)
+            return np.concatenate([packed, jacobian.reshape(-1)])
 
     def on_secagg(self, message: SecureSumStep) -> dict:
         r"""A fit's sessions must include the coordinator, which checks that ``theta`` is
         its pending iterate (bound into the session: every contributor got it)."""
         reply, request = super().on_secagg(message), message.request
         session = [int(c) for c in getattr(self.secagg, "client_ids", ()) or ()]
-        if request in ("pitc_summary", "pitc_vjp") and COORDINATOR not in session:
+        if request == "pitc_summary" and COORDINATOR not in session:
             self._pending = self._request = None  # nothing of it leaves this client
             raise self.violation(
                 f"a fit's secure sum over clients {session}, without the coordinator {COORDINATOR}",
@@ -209,34 +183,49 @@ class FederatedFitClient(_Base):
             )
         return reply
 
-    @handles(HyperStart)
-    def on_hyper_start(self, message: HyperStart) -> dict:
-        r"""The coordinator starts the round's fit: L-BFGS-B in the declared domain from
-        the current hyperparameters clamped into it, within the fit's budget."""
-        if self._minimizer is not None:  # an earlier fit was abandoned mid-protocol
-            self._minimizer.close()
-            self._minimizer = None
+    def _check_start(self, theta: np.ndarray, tag: bytes) -> None:
+        r"""The first evaluation of a fit (index 0, untagged) is at this client's current
+        hyperparameters clamped into the domain: every client holds the same (the last
+        applied fit's), so the server chooses nothing, and the coordinator starts there."""
         if self.config.hyperparameters != "federated" or self._t is None:
-            raise self.violation("a federated fit outside a federated refresh", "hyper_start")
-        if self._fit_round == self._t and self._fit_thetas:
-            raise self.violation("a second fit in one round", "hyper_start")
-        self._start_fit("hyper_start")
+            raise self.violation("a federated fit outside a federated refresh", "pitc_summary")
+        if self._fit_round == self._t:
+            raise self.violation("a second fit in one round", "pitc_summary")
         x0 = clamp_to_domain(PITCHyperparameters(*self.modules).get_theta(), self.theta_domain)
-        self._minimizer = SteppedMinimizer(
-            x0, self.theta_domain, self.config.federated_maxiter, maxfun=self._fit_budget()
+        if tag or not np.array_equal(theta, x0):
+            raise self.violation(
+                "a fit's first evaluation (index 0) must be at the current hyperparameters, "
+                "untagged",
+                "pitc_summary",
+            )
+
+    def _start_minimizer(self, x0: np.ndarray) -> None:
+        r"""The coordinator's trust region from ``x0``, within the fit's budget; its first
+        point is ``x0``, summed now."""
+        hyper = PITCHyperparameters(*deepcopy(self.modules))  # the loss's; not the model's
+        assert self.support is not None  # checked before
+        support = len(self.support)
+
+        def loss(summary: np.ndarray, theta: np.ndarray):
+            hyper.set_theta(theta)
+            return fit_loss(summary, support, hyper)
+
+        self._minimizer = SummaryTrustRegion(
+            x0, self.theta_domain, self.config.federated_maxiter, loss
         )
-        return self._hyper_reply(self._minimizer.start())
+        self._pending_theta = self._minimizer.start()
 
     @handles(HyperFeed)
     def on_hyper_feed(self, message: HyperFeed) -> dict:
         if self._minimizer is None:
             raise ProtocolViolation(f"Client {self.client_id} is not running a fit.")
-        if self._fed is None:  # the product sum of the pending iterate, nothing since
-            raise self.violation(
-                "a feed before the pending iterate's summary and product", "hyper_feed"
-            )
-        grad, self._fed = self._fed + self._fit_prior_grad, None
-        return self._hyper_reply(self._minimizer.feed(self._fit_loss, grad))
+        if self._fed is None:  # the summed summary of the pending iterate, nothing since
+            raise self.violation("a feed before the pending iterate's summary", "hyper_feed")
+        total, self._fed = self._fed, None
+        assert self.support is not None  # the summary needed it
+        length = SparseSummary.packed_length(len(self.support))
+        jacobian = total[length:].reshape(length, -1)
+        return self._hyper_reply(self._minimizer.feed(total[:length], jacobian))
 
     def _hyper_reply(self, theta: np.ndarray | None) -> dict:
         if theta is None:  # the minimisation has finished
@@ -264,8 +253,8 @@ class FederatedFitClient(_Base):
         return hkdf(secret, self._ITERATE_LABEL), message
 
     def _check_iterate_tag(self, theta: np.ndarray, tag: bytes, index: int) -> int:
-        r"""Refuse an iterate the coordinator did not tag in this round, or one at or
-        before the last this client computed at; returns ``index``."""
+        r"""Refuse an iterate after the first the coordinator did not tag in this round,
+        or one at or before the last this client computed at; returns ``index``."""
         mac = self._iterate_mac(theta, index)
         if mac is None:
             return -1

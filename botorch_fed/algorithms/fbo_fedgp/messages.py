@@ -48,14 +48,10 @@ class ApplyTheta(Declared):
     theta: Annotated[np.ndarray, THETA]
 
 
-@declare("hyper_start")
-class HyperStart(Declared):
-    r"""To the coordinator: start the round's federated fit (replies with an iterate)."""
-
-
 @declare("hyper_feed")
 class HyperFeed(Declared):
-    r"""To the coordinator: feed the product sum at the pending iterate (replies as above)."""
+    r"""To the coordinator: feed the summed summary and Jacobian at the pending iterate
+    (replies with the next iterate, tagged, or ``done`` and the fit's result)."""
 
 
 @declare("global_step")
@@ -69,8 +65,9 @@ class GlobalStep(Declared):
 
 @declare("pitc_summary")
 class PITCSummaryArgs(Declared):
-    r"""Of a ``pitc_summary`` sum: the fit's iterate, the coordinator's tag and index."""
+    r"""Of a ``pitc_summary`` sum: the fit's iterate, the coordinator's tag and index (0:
+    the fit's untagged start, the current hyperparameters)."""
 
     theta: Annotated[np.ndarray, THETA]
     tag: Annotated[bytes | None, Blob(MAC_SIZE, optional=True)]
-    index: Annotated[int | None, Int(1, "_fit_budget", optional=True)]
+    index: Annotated[int | None, Int(0, "_fit_budget", optional=True)]

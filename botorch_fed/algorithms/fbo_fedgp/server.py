@@ -7,14 +7,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from botorch_fed.algorithms.fbo_fedgp.domain import FIT_EVALUATIONS_PER_ITERATION
+from botorch_fed.algorithms.fbo_fedgp.domain import clamp_to_domain, theta_domain
 from botorch_fed.algorithms.fbo_fedgp.fit import COORDINATOR
 from botorch_fed.algorithms.fbo_fedgp.messages import (
     ApplyTheta,
     Centers,
     GlobalStep,
     HyperFeed,
-    HyperStart,
     PITCSummaryArgs,
     Round,
     Support,
@@ -107,26 +106,30 @@ class FBOFedGPServer(FederatedServer):
         self._hyper_round = t
 
     def _fit_federated(self) -> None:
-        r"""Relay the coordinator's fit: per iterate, secure sums of summaries, then products."""
+        r"""Relay the coordinator's fit: per iterate, one secure sum of the clients'
+        summaries and Jacobians there (:class:`~botorch_fed.protocol.federated_fit.
+        SummaryTrustRegion`), then the coordinator's next iterate."""
         c = COORDINATOR
         if c not in self.client_ids:
             raise ProtocolViolation(f"Server: a federated fit needs its coordinator, client {c}.")
         assert self.support is not None  # selected in initialize()
-        length = SparseSummary.packed_length(len(self.support))
-        budget = FIT_EVALUATIONS_PER_ITERATION * self.config.federated_maxiter
-        reply = self.send({c: HyperStart()})[c].payload
-        evaluations = 0
-        while not reply["done"]:
+        length = SparseSummary.packed_length(len(self.support)) * (1 + self.hyper.size)
+        budget = self.config.federated_maxiter + 1
+        # the first point is the current hyperparameters (clamped), which the clients check
+        start = clamp_to_domain(self.hyper.get_theta(), theta_domain(self.hyper))
+        args, evaluations = PITCSummaryArgs(start, b"", 0), 0
+        while True:
             evaluations += 1
             if evaluations > budget:  # the coordinator is another party: not trusted
                 raise ProtocolViolation(
                     f"Server: the coordinator (client {c}) asked for more than {budget} "
                     f"evaluations in one fit (`federated_maxiter`={self.config.federated_maxiter})."
                 )
-            args = PITCSummaryArgs(reply["theta"], reply.get("tag", b""), reply.get("index"))
             self.secure_sum("pitc_summary", length, args.payload())
-            self.secure_sum("pitc_vjp", self.hyper.size)
             reply = self.send({c: HyperFeed()})[c].payload
+            if reply["done"]:
+                break
+            args = PITCSummaryArgs(reply["theta"], reply.get("tag", b""), reply.get("index"))
         self.hyper.set_theta(np.asarray(reply["theta"]))
         self.carry(dict.fromkeys(self.client_ids, ApplyTheta(theta=reply["theta"])))
 

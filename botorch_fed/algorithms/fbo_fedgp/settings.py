@@ -77,7 +77,9 @@ class FBOFedGPSettings(BOSettings):
             iterates reach the server in clear); ``None``: the preset's.
         hyper_every: Refresh the global hyperparameters every ``K`` rounds; ``None``:
             the preset's.
-        federated_maxiter: L-BFGS-B iterations of a ``"federated"`` refresh.
+        federated_maxiter: Trust-region steps of a ``"federated"`` refresh after its
+            first evaluation (:class:`~botorch_fed.protocol.federated_fit.
+            SummaryTrustRegion`; each evaluation is one secure sum).
         global_batch: Clients of one round's global step: ``"independent"`` (Alg. 2:
             each maximises its own acquisition; with ``"pitc"`` they usually evaluate the
             same point), ``"distinct"`` (distinct optima of one seeded search on the
@@ -99,7 +101,7 @@ class FBOFedGPSettings(BOSettings):
     global_model: Annotated[str | None, Choice(GLOBAL_MODELS, optional=True)] = None
     hyperparameters: Annotated[str | None, Choice(HYPERPARAMETERS, optional=True)] = None
     hyper_every: Annotated[int | None, Int(1, optional=True)] = None
-    federated_maxiter: Annotated[int, Int(1)] = 30
+    federated_maxiter: Annotated[int, Int(1)] = 3
     global_batch: Annotated[str | None, Choice(GLOBAL_BATCHES, optional=True)] = None
 
     def resolved(self) -> FBOFedGPSettings:
