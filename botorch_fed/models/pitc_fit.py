@@ -135,6 +135,60 @@ class PITCHyperparameters:
         return vector
 
 
+def _flat(grads, params, like: Tensor) -> Tensor:
+    return torch.cat(
+        [
+            like.new_zeros(p.numel()) if g is None else g.reshape(-1)
+            for p, g in zip(params, grads, strict=True)
+        ]
+    )
+
+
+def _jacobian_by_columns(packed: Tensor, params: list) -> Tensor:
+    r"""``d packed / d params`` (``L x P``): ``J' u`` for a symbolic ``u`` (linear in it),
+    then one backward pass per column (the derivative of ``(J' u)_i`` in ``u`` is column
+    ``i``): about three vector-Jacobian products per parameter, whatever ``L``."""
+    u = torch.zeros_like(packed, requires_grad=True)
+    grads = torch.autograd.grad(
+        packed, params, grad_outputs=u, create_graph=True, allow_unused=True
+    )
+    product = _flat(grads, params, packed)
+    columns = []
+    for i in range(product.numel()):
+        column = None
+        if product[i].requires_grad:  # else the summary does not depend on it
+            (column,) = torch.autograd.grad(product[i], u, retain_graph=True, allow_unused=True)
+        columns.append(torch.zeros_like(packed) if column is None else column)
+    return torch.stack(columns, dim=1).detach()
+
+
+def _jacobian_by_rows(packed: Tensor, params: list, chunk: int = 128) -> Tensor:
+    r"""``d packed / d params`` by batched vector-Jacobian products of ``chunk`` rows at a
+    time (for graphs without a double backward; ``L`` backward passes in all)."""
+    rows = []
+    eye = torch.eye(packed.numel(), dtype=packed.dtype, device=packed.device)
+    for start in range(0, packed.numel(), chunk):
+        grads = torch.autograd.grad(
+            packed,
+            params,
+            grad_outputs=eye[start : start + chunk],
+            is_grads_batched=True,
+            retain_graph=True,
+            allow_unused=True,
+        )
+        count = min(chunk, packed.numel() - start)
+        rows.append(
+            torch.cat(
+                [
+                    packed.new_zeros(count, p.numel()) if g is None else g.reshape(count, -1)
+                    for p, g in zip(params, grads, strict=True)
+                ],
+                dim=1,
+            )
+        )
+    return torch.cat(rows, dim=0).detach()
+
+
 class PITCFitClient:
     r"""Client side of the federated hyperparameter fit (holds the private data).
 
@@ -240,20 +294,12 @@ class PITCFitClient:
         self._hyper.set_theta(theta)
         packed = self._summary().pack()
         params = list(self._hyper.parameters.values())
-        eye = torch.eye(packed.numel(), dtype=packed.dtype, device=packed.device)
-        # every row's vector-Jacobian product at once (one batched backward pass)
-        grads = torch.autograd.grad(
-            packed, params, grad_outputs=eye, is_grads_batched=True, allow_unused=True
-        )
-        rows = packed.numel()
-        columns = [
-            torch.zeros(rows, p.numel(), dtype=torch.float64)
-            if g is None
-            else g.detach().reshape(rows, -1).cpu().double()
-            for p, g in zip(params, grads, strict=True)
-        ]
+        try:
+            jacobian = _jacobian_by_columns(packed, params)
+        except NotImplementedError:  # an op without a double backward (cdist: Matern)
+            jacobian = _jacobian_by_rows(packed, params)
         self._packed = None
-        return packed.detach().cpu().double().numpy(), torch.cat(columns, dim=1).numpy()
+        return packed.detach().cpu().double().numpy(), jacobian.cpu().double().numpy()
 
     def vjp(self, adjoint: np.ndarray) -> np.ndarray:
         r"""Round 2: ``adjoint' d(packed summary)/d theta`` at the last ``theta``.

@@ -167,3 +167,80 @@ def test_fit_bad_inputs():
     hyper = PITCHyperparameters(k, lik, mean)
     with pytest.raises(ValueError, match="length"):
         pitc_loss_and_adjoint(np.zeros(5), len(support), hyper)
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "matern"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_summed_jacobians_give_the_dense_gradient_and_match_every_product(dtype, kernel):
+    # one sum of summaries and Jacobians carries what the summary sum and the product
+    # sum carried: J' adjoint is the gradient, against the dense reference of the test above
+    clients, support, k, lik, mean = _fit_setup(dtype, seed=2, kernel=kernel)
+    fit_clients = [PITCFitClient(X, Y, support, k, lik, mean) for X, Y in clients]
+    hyper = PITCHyperparameters(k, lik, mean)
+    theta = hyper.get_theta() + np.linspace(-0.2, 0.3, hyper.size)
+    parts = [c.summary_and_jacobian(theta) for c in fit_clients]
+    packed, jacobian = sum(p[0] for p in parts), sum(p[1] for p in parts)
+    length = SparseSummary.packed_length(len(support))
+    assert packed.shape == (length,) and jacobian.shape == (length, hyper.size)
+    assert np.array_equal(packed, sum(c.summary(theta) for c in fit_clients))
+    hyper.set_theta(theta)
+    loss, adjoint, prior_grad = pitc_loss_and_adjoint(packed, len(support), hyper)
+    grad = prior_grad + jacobian.T @ adjoint
+    n = sum(len(X) for X, _ in clients)
+    ll = dense_pitc_log_likelihood(clients, support, k, lik, mean, default_jitter(dtype))
+    dense_loss = -(ll + hyper.log_prior()) / n
+    dense_grad = hyper.flat_grad(torch.autograd.grad(dense_loss, list(hyper.parameters.values())))
+    cond_C, _, grad_scales = _loss_terms(clients, support, k, lik, mean, n)
+    assert_close(
+        torch.from_numpy(grad),
+        torch.from_numpy(dense_grad),
+        dtype=dtype,
+        factor=n * cond_C,
+        scale=grad_scales.max(),
+    )
+    # every client's Jacobian is its products: J' a == vjp(a) for any a (two backward
+    # passes through the same graph, in the data's dtype, in different orders: the
+    # support's Cholesky conditions both, then a sum over L rows)
+    rng = np.random.default_rng(0)
+    for c, (_, J) in zip(fit_clients, parts, strict=True):
+        a = rng.normal(size=length)
+        c.summary(theta)
+        v = c.vjp(a)
+        assert_close(
+            torch.from_numpy(J.T @ a),
+            torch.from_numpy(v),
+            dtype=dtype,
+            factor=length * cond_C,
+            scale=np.abs(J).max() * np.abs(a).max(),
+        )
+
+
+def test_the_jacobian_is_the_summarys_derivative():
+    # central differences of the summary itself (float64): O(h^2) + rounding / h
+    clients, support, k, lik, mean = _fit_setup(torch.float64, seed=3)
+    c = PITCFitClient(*clients[0], support, k, lik, mean)
+    theta = PITCHyperparameters(k, lik, mean).get_theta() + 0.1
+    packed, J = c.summary_and_jacobian(theta)
+    h = 1e-5
+    for i in range(len(theta)):
+        e = np.zeros_like(theta)
+        e[i] = h * max(1.0, abs(theta[i]))
+        fd = (c.summary(theta + e) - c.summary(theta - e)) / (2 * e[i])
+        scale = np.abs(packed).max() + np.abs(J[:, i]).max()
+        assert np.abs(fd - J[:, i]).max() <= 1e-6 * scale, i
+
+
+def test_both_ways_of_forming_the_jacobian_agree():
+    # by columns (double backward; RBF) and by rows (batched products; the fallback for
+    # kernels without a double backward, e.g. Matern's cdist): the same derivatives
+    from botorch_fed.models.pitc_fit import _jacobian_by_columns, _jacobian_by_rows
+
+    clients, support, k, lik, mean = _fit_setup(torch.float64, seed=5)
+    c = PITCFitClient(*clients[0], support, k, lik, mean)
+    c.set_theta(PITCHyperparameters(k, lik, mean).get_theta() + 0.05)
+    packed = c._summary().pack()
+    params = list(c._hyper.parameters.values())
+    by_columns = _jacobian_by_columns(packed, params)
+    by_rows = _jacobian_by_rows(packed, params, chunk=7)  # several chunks, a partial last
+    scale = by_rows.abs().max().item()
+    assert torch.allclose(by_columns, by_rows, rtol=0, atol=1e-12 * scale * packed.numel())

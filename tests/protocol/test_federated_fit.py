@@ -41,6 +41,7 @@ from botorch_fed.protocol.federated_fit import (
     ADJOINT_LIMIT,
     FAILED_LOSS,
     SteppedMinimizer,
+    SummaryTrustRegion,
     fit_federated_pitc,
     fit_local_average,
     fit_loss,
@@ -373,3 +374,103 @@ def test_standardize_outcomes_runs_the_two_passes(aggregate):
     ref = standardize_from_moments(first, second, min_stdv=0)
     tf = standardize_outcomes(parts, aggregate, min_stdv=0)
     assert (tf.means, tf.stdvs) == (ref.means, ref.stdvs)
+
+
+# --- SummaryTrustRegion --------------------------------------------------------------
+def _linear_problem(bounds):
+    r"""A summary linear in theta, ``S = M theta + c``, and the loss ``|S - s*|^2 / 2``:
+    the linearised model is exact, so the trust region's step is the model's minimiser."""
+    rng = np.random.default_rng(0)
+    M, c = rng.normal(size=(7, 3)), rng.normal(size=7)
+    target = M @ np.array([0.7, 2.0, 1.3]) + c  # optimum inside every box below
+
+    def loss(S, theta):
+        r = S - target
+        return 0.5 * float(r @ r), r, np.zeros(3), None
+
+    return M, c, loss
+
+
+@pytest.mark.parametrize("log_space", [False, True])
+def test_the_trust_region_solves_an_exactly_linear_summary_in_two_evaluations(log_space):
+    lower = 0.01 if log_space else -5.0
+    bounds = np.array([[lower, 5.0]] * 3)
+    M, c, loss = _linear_problem(bounds)
+    tr = SummaryTrustRegion(np.array([1.0, 1.0, 1.0]), bounds, maxiter=5, loss=loss, radius=8.0)
+    theta, seen = tr.start(), []
+    while theta is not None:
+        seen.append(theta)
+        theta = tr.feed(M @ theta + c, M)
+    assert len(seen) == 2 == tr.num_evaluations and tr.result.message == "converged"
+    assert np.allclose(tr.result.x, [0.7, 2.0, 1.3], atol=1e-5)
+    assert tr.result.fun == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_trust_region_never_steps_beyond_its_radius_or_the_bounds():
+    bounds = np.array([[0.01, 5.0], [-5.0, 5.0], [-5.0, 5.0]])
+    M, c, loss = _linear_problem(bounds)
+    radius = 0.2
+    tr = SummaryTrustRegion(np.array([4.0, -4.0, 4.5]), bounds, maxiter=3, loss=loss, radius=radius)
+    theta = tr.start()
+    previous = theta
+    theta = tr.feed(M @ theta + c, M)
+    # log space for the positive entry, plain units for the others
+    assert abs(np.log(theta[0]) - np.log(previous[0])) <= radius * (1 + 1e-9)
+    assert np.abs(theta[1:] - previous[1:]).max() <= radius * (1 + 1e-9)
+    assert (theta >= bounds[:, 0]).all() and (theta <= bounds[:, 1]).all()
+
+
+def test_the_trust_region_keeps_the_best_point_and_stops_at_its_budget():
+    clients, support, k, lik, mean = _fit_setup(seed=4)
+    fit_clients = [PITCFitClient(X, Y, support, k, lik, mean) for X, Y in clients]
+    hyper = PITCHyperparameters(k, lik, mean)
+
+    def loss(S, theta):
+        hyper.set_theta(theta)
+        return fit_loss(S, len(support), hyper)
+
+    bounds = np.array([[0.025, 1e4]] * (hyper.size - 1) + [[-10.0, 10.0]])
+    x0 = np.clip(hyper.get_theta(), bounds[:, 0], bounds[:, 1])
+    tr = SummaryTrustRegion(x0, bounds, maxiter=3, loss=loss)
+    theta, values = tr.start(), []
+    while theta is not None:
+        parts = [c.summary_and_jacobian(theta) for c in fit_clients]
+        S, J = sum(p[0] for p in parts), sum(p[1] for p in parts)
+        values.append((loss(S, theta)[0], theta))
+        theta = tr.feed(S, J)
+    assert 2 <= tr.num_evaluations == len(values) <= 4
+    best = min(values, key=lambda v: v[0])
+    assert tr.result.fun == best[0] and np.array_equal(tr.result.x, best[1])
+    assert tr.result.fun < values[0][0]  # the fit improved on its start
+    # and the value is the loss at that point, recomputed from the sums
+    exact = sum(c.summary(tr.result.x) for c in fit_clients)
+    assert loss(exact, tr.result.x)[0] == pytest.approx(tr.result.fun, rel=1e-12)
+
+
+def test_the_trust_region_refuses_bad_input():
+    bounds = np.array([[0.1, 2.0], [-1.0, 1.0]])
+    loss = lambda S, t: (0.0, np.zeros(len(S)), np.zeros(2), None)  # noqa: E731
+    for kwargs, match in (
+        ({"bounds": np.zeros(3)}, "`bounds` must be n x 2"),
+        ({"bounds": np.array([[1.0, 0.0], [0.0, 1.0]])}, "lower < upper"),
+        ({"bounds": np.array([[0.0, np.inf], [0.0, 1.0]])}, "finite"),
+        ({"x0": np.zeros(3)}, "`x0`"),
+        ({"x0": np.array([np.nan, 0.0])}, "`x0`"),
+        ({"maxiter": -1}, "`maxiter`"),
+        ({"maxiter": 1.5}, "`maxiter`"),
+        ({"radius": 0.0}, "`radius`"),
+        ({"radius": np.inf}, "`radius`"),
+    ):
+        args = {"x0": np.array([1.0, 0.0]), "bounds": bounds, "maxiter": 2, "loss": loss}
+        with pytest.raises(ValueError, match=match):
+            SummaryTrustRegion(**{**args, **kwargs})
+    tr = SummaryTrustRegion(np.array([1.0, 0.0]), bounds, 2, loss)
+    with pytest.raises(RuntimeError, match="no point is pending"):
+        tr.feed(np.zeros(3), np.zeros((3, 2)))
+    tr.start()
+    with pytest.raises(RuntimeError, match="already started"):
+        tr.start()
+    with pytest.raises(ValueError, match="`jacobian` must be 3 x 2"):
+        tr.feed(np.zeros(3), np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="not finite"):
+        tr.feed(np.array([0.0, np.nan, 0.0]), np.zeros((3, 2)))

@@ -187,8 +187,8 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
     @handles(Support)
     def on_support(self, message: Support) -> dict:
         self.support = torch.as_tensor(message.support)
-        # summaries on the old support: a product still due for one is refused
-        self._fit_client, self._fit_theta = None, None
+        # summaries on the old support: a feed still due for one is refused
+        self._fit_client, self._fit_theta, self._fed = None, None, None
         return {}
 
     @handles(Round)

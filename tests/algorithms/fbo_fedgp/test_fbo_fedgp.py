@@ -604,9 +604,9 @@ def test_replies_outside_secure_sums_do_not_depend_on_private_outcomes(aggregato
     # from its outcomes) and, with federated hyperparameters (the default preset), the
     # coordinator's L-BFGS iterates, a function of the aggregate. The support is
     # re-selected in round 3, so both exceptions are exercised and checked to be real.
-    disclosed = {("centers", "centers"), ("hyper_start", "theta"), ("hyper_feed", "theta")}
+    disclosed = {("centers", "centers"), ("hyper_feed", "theta")}
     # the coordinator's tag of an iterate is a keyed hash of the (disclosed) iterate
-    disclosed |= {("hyper_start", "tag"), ("hyper_feed", "tag")}
+    disclosed |= {("hyper_feed", "tag")}
 
     def observe(perturb: bool):
         seen, exempt = [], {"centers": [], "theta": [], "tag": []}

@@ -19,16 +19,12 @@ import torch
 from botorch.models.transforms.outcome import Standardize
 
 from botorch_fed.algorithms import FBOFedGPSettings, build_federation
-from botorch_fed.algorithms.fbo_fedgp.domain import (
-    FIT_EVALUATIONS_PER_ITERATION,
-    MEAN_RANGE,
-    clamp_to_domain,
-    outcome_bound,
-)
+from botorch_fed.algorithms.fbo_fedgp.domain import MEAN_RANGE, clamp_to_domain, outcome_bound
 from botorch_fed.models import PITCHyperparameters, SparseSummary, compute_local_summary
 from botorch_fed.protocol import FederatedClient, FederationSetup, Message, ProtocolViolation
 from botorch_fed.protocol.declarations import contributes
 from botorch_fed.secure import get_backend
+from botorch_fed.secure.crypto import MAC_SIZE
 from tests.helpers.federation_runs import backend_params
 from tests.helpers.secure_roles import make_roles
 
@@ -76,6 +72,41 @@ def _support_on(server, point):
 
 def _length(server):
     return SparseSummary.packed_length(len(server.support))
+
+
+def _fit_length(server):
+    r"""A ``pitc_summary`` vector: the packed summary, then its Jacobian."""
+    return _length(server) * (1 + server.hyper.size)
+
+
+def _x0(client):
+    r"""Where a fit starts: the client's current hyperparameters, clamped into the domain."""
+    theta = PITCHyperparameters(*client.modules).get_theta()
+    return clamp_to_domain(theta, client.theta_domain)
+
+
+def _start(server, federation, **kwargs):
+    r"""A fit's first evaluation (index 0, untagged, at the current hyperparameters)."""
+    args = {"theta": _x0(federation[1]), "tag": b"", "index": 0}
+    return server.secure_sum("pitc_summary", _fit_length(server), args, **kwargs)
+
+
+def _feed(server):
+    r"""The coordinator fed the last sum (carried with the feed): its next iterate."""
+    return server.send({0: Message("hyper_feed")})[0].payload
+
+
+def _iterate_args(reply):
+    return {"theta": reply["theta"], "tag": reply["tag"], "index": reply["index"]}
+
+
+def _endless(monkeypatch, coordinator):
+    r"""A malicious coordinator (another party): one more iterate after every feed."""
+    monkeypatch.setattr(
+        type(coordinator),
+        "on_hyper_feed",
+        lambda self, message: self._hyper_reply(self._pending_theta + 1e-3),
+    )
 
 
 def _counting(monkeypatch, cls, name):
@@ -191,9 +222,7 @@ def test_whether_a_client_answers_does_not_depend_on_its_outcomes(name):
         _round(server, 1)
         _standardize(server)
         _support_on(server, victim.X[:1].clone())
-        reply = server.send({0: Message("hyper_start")})[0].payload
-        args = {"theta": reply["theta"], "tag": reply["tag"], "index": reply["index"]}
-        fit = server.secure_sum("pitc_summary", _length(server), args)
+        fit = _start(server, clients)
         total = server.secure_sum("summary", _length(server))
         server.flush()  # the results (and, under ckks, the decryption) go to every client
         answered.append((fit, total, all(c.last_sum is not None for c in clients.values())))
@@ -230,121 +259,174 @@ def test_honest_standardised_outcomes_never_reach_the_bound():
 
 
 # --- the federated fit (F7) ---------------------------------------------------------------
+@pytest.mark.parametrize("name", ["plaintext", "masking"])
+def test_a_fits_first_evaluation_elsewhere_or_tagged_is_refused_before_any_private_computation(
+    name, monkeypatch
+):
+    # index 0 is the one untagged evaluation: were it free, a server would choose any
+    # theta (e.g. the review's attack within the domain) and, under plaintext, read the
+    # summed summary there; every client checks it is its current hyperparameters
+    from botorch_fed.models import PITCFitClient
+
+    server, clients = _federation(aggregator=name, hyperparameters="federated", num_clients=4)
+    _round(server, 1)
+    _standardize(server)
+    computed = _counting(monkeypatch, PITCFitClient, "summary_and_jacobian")
+    x0 = _x0(clients[1])
+    chosen = x0.copy()
+    chosen[-1] += 0.5  # inside the domain, but the server's
+    others = {"clients": (1, 2, 3)} if name == "masking" else {}  # the coordinator dropped
+    for args, session in (
+        ({"theta": chosen, "tag": b"", "index": 0}, {}),
+        ({"theta": chosen, "tag": b"", "index": 0}, others),
+        ({"theta": x0, "tag": bytes(MAC_SIZE), "index": 0}, {}),
+        ({"theta": x0, "tag": bytes(MAC_SIZE), "index": 0}, others),
+    ):
+        first = 0 if not session else 1
+        with pytest.raises(
+            ProtocolViolation, match=f"Client {first}.*index 0.*current hyperparameters"
+        ):
+            server.secure_sum("pitc_summary", _fit_length(server), args, **session)
+    assert computed == []
+    assert all(c._minimizer is None for c in clients.values())
+    _start(server, clients)  # the honest start is summed
+    server.flush()
+    assert len(computed) == 4 and all(c.last_sum is not None for c in clients.values())
+
+
+def test_a_second_start_in_one_round_is_refused_before_any_private_computation(monkeypatch):
+    # a second index-0 start would restart the fit (and the budget's count of its
+    # iterates) at will; every client refuses it, the coordinator or not
+    from botorch_fed.models import PITCFitClient
+
+    server, clients = _federation(hyperparameters="federated", num_clients=4)
+    _round(server, 1)
+    _standardize(server)
+    _start(server, clients)
+    computed = _counting(monkeypatch, PITCFitClient, "summary_and_jacobian")
+    with pytest.raises(ProtocolViolation, match="Client 1.*a second fit in one round"):
+        _start(server, clients, clients=(1, 2, 3), share=False)
+    _feed(server)
+    for session in ({"clients": (1, 2, 3), "share": False}, {}):
+        with pytest.raises(ProtocolViolation, match="a second fit in one round"):
+            _start(server, clients, **session)
+    assert computed == []
+
+
+@pytest.mark.parametrize("feed", [False, True], ids=["start", "iterate"])
+def test_without_a_federation_secret_the_coordinator_accepts_only_its_pending_iterate(feed):
+    # plaintext: no tags, so the coordinator's check is all there is between the server
+    # and a summed summary at a theta of its choosing
+    server, clients = _federation(hyperparameters="federated")
+    assert clients[0].federation_secret() is None
+    _round(server, 1)
+    _standardize(server)
+    _start(server, clients)
+    pending = _feed(server)["theta"] if feed else _x0(clients[0])
+    other = pending.copy()
+    other[-1] += 0.5  # inside the domain, but not the coordinator's
+    for index in (1, 2, None):  # None: no index
+        args = {"theta": other, "tag": b"", **({} if index is None else {"index": index})}
+        with pytest.raises(ProtocolViolation, match="Client 0.*not the fit's pending iterate"):
+            server.secure_sum("pitc_summary", _fit_length(server), args)
+    if feed:  # the pending iterate itself is summed
+        args = {"theta": pending, "tag": b"", "index": 1}
+        assert server.secure_sum("pitc_summary", _fit_length(server), args) is not None
+
+
 def test_the_coordinator_refuses_a_theta_that_is_not_its_pending_iterate():
     server, clients = _federation(hyperparameters="federated")
     _round(server, 1)
     _standardize(server)
-    reply = server.send({0: Message("hyper_start")})[0].payload
+    _start(server, clients)
+    reply = _feed(server)
     other = reply["theta"].copy()
     other[-1] += 0.5  # inside the domain, but not the coordinator's
     with pytest.raises(ProtocolViolation, match="Client 0.*not the fit's pending iterate"):
-        server.secure_sum("pitc_summary", _length(server), {"theta": other})
+        args = {**_iterate_args(reply), "theta": other}
+        server.secure_sum("pitc_summary", _fit_length(server), args)
 
 
-def test_a_support_between_a_fit_summary_and_its_product_is_refused():
-    # a product of a summary the client no longer holds (a new support came in between)
-    # is refused by name, before anything is computed (new outcome moments cannot come
-    # in between: one moments sum per round)
+@pytest.mark.parametrize("size", [4, 3], ids=["same size", "smaller"])
+def test_a_support_between_a_fit_summary_and_its_feed_is_refused(size):
+    # the sum was of summaries on the old support: a feed of it is refused by name
+    # (new outcome moments cannot come in between: one moments sum per round)
     server, clients = _federation(hyperparameters="federated")
     _round(server, 1)
     _standardize(server)
-    honest = server.secure_sum
-
-    def meddling(request, *args, **kwargs):
-        if request == "pitc_vjp":
-            server.broadcast("support", {"support": server.support.numpy()})
-        return honest(request, *args, **kwargs)
-
-    server.secure_sum = meddling
-    with pytest.raises(ProtocolViolation, match="a product without the summary sum"):
-        server.refresh_hyperparameters(1)
+    _start(server, clients)
+    _support_on(server, server.support[:size].clone())  # carries the sum's result
+    with pytest.raises(ProtocolViolation, match="a feed before the pending iterate's summary"):
+        _feed(server)
 
 
 def test_the_server_stops_a_coordinator_that_never_finishes(monkeypatch):
     server, clients = _federation(hyperparameters="federated", federated_maxiter=2)
     _round(server, 1)
     _standardize(server)
-    coordinator = clients[0]
-    start = type(coordinator).on_hyper_start
-
-    def endless_start(self, payload):
-        reply = start(self, payload)
-        self._minimizer.close()
-        self._minimizer = None
-        return reply
-
-    def endless_feed(self, payload):  # a malicious coordinator: always one more iterate
-        return self._hyper_reply(self._pending_theta + 1e-3)
-
-    monkeypatch.setattr(type(coordinator), "on_hyper_start", endless_start)
-    monkeypatch.setattr(type(coordinator), "on_hyper_feed", endless_feed)
-    with pytest.raises(ProtocolViolation, match="more than 4 evaluations in one fit"):
+    _endless(monkeypatch, clients[0])
+    with pytest.raises(ProtocolViolation, match="more than 3 evaluations in one fit"):
         server.refresh_hyperparameters(1)
-
-
-def _pending_iterate(server):
-    return server.send({0: Message("hyper_start")})[0].payload["theta"]
 
 
 def test_clients_refuse_fit_evaluations_beyond_the_budget(monkeypatch):
     # a malicious coordinator (another party) hands out iterates without end; the
-    # server relays them without its own cap: every other client stops at the budget
+    # server relays them without its own cap: every client stops at the budget
     server, clients = _federation(hyperparameters="federated", federated_maxiter=1)
     _round(server, 1)
     _standardize(server)
-    coordinator = type(clients[0])
-    monkeypatch.setattr(
-        coordinator, "on_hyper_feed", lambda self, p: self._hyper_reply(self._pending_theta + 1e-3)
-    )
-    reply = server.send({0: Message("hyper_start")})[0].payload
-    size = PITCHyperparameters(*clients[0].modules).size
-    for _ in range(FIT_EVALUATIONS_PER_ITERATION):
-        server.secure_sum("pitc_summary", _length(server), {"theta": reply["theta"]})
-        server.secure_sum("pitc_vjp", size)
-        reply = server.send({0: Message("hyper_feed")})[0].payload
+    _endless(monkeypatch, clients[0])
+    _start(server, clients)
+    reply = _feed(server)
+    for _ in range(clients[1]._fit_budget() - 1):  # federated_maxiter iterates after x0
+        server.secure_sum("pitc_summary", _fit_length(server), _iterate_args(reply))
+        reply = _feed(server)
+    assert reply["index"] == 2 and not reply["done"]
     with pytest.raises(ProtocolViolation, match="3 'pitc_summary' sums in round 1"):
-        server.secure_sum("pitc_summary", _length(server), {"theta": reply["theta"]})
+        server.secure_sum("pitc_summary", _fit_length(server), _iterate_args(reply))
 
 
 def test_a_fit_needs_the_coordinators_iterate_and_the_coordinator():
-    # without `hyper_start` the coordinator has no iterate and refuses; a session
-    # without the coordinator is refused by every client
+    # without a start the coordinator has no iterate and refuses; a session without the
+    # coordinator is refused by every client
     server, clients = _federation(hyperparameters="federated", num_clients=4)
     _round(server, 1)
     _standardize(server)
     theta = clients[1].theta_domain.mean(axis=1)
-    with pytest.raises(ProtocolViolation, match="Client 0.*handed out no iterate"):
-        server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+    for index in (1, None):  # None: no index
+        args = {"theta": theta, "tag": b"", **({} if index is None else {"index": index})}
+        with pytest.raises(ProtocolViolation, match="Client 0.*handed out no iterate"):
+            server.secure_sum("pitc_summary", _fit_length(server), args)
     _round(server, 2)
     with pytest.raises(ProtocolViolation, match="without the coordinator 0"):
-        server.secure_sum(
-            "pitc_summary", _length(server), {"theta": theta}, clients=(1, 2, 3), share=False
-        )
+        _start(server, clients, clients=(1, 2, 3), share=False)
 
 
 def test_a_refresh_comes_only_when_due_and_applies_only_an_iterate():
-    server, clients = _federation(hyperparameters="federated", hyper_every=5)
+    server, clients = _federation(hyperparameters="federated", hyper_every=5, num_clients=4)
     _round(server, 1)
     _standardize(server)
     server.refresh_hyperparameters(1)  # an honest fit
     server.flush()  # its `apply_theta`, carried
     theta = PITCHyperparameters(*clients[1].modules).get_theta()
-    with pytest.raises(ProtocolViolation, match="the last was in round 1"):
-        server.send({0: Message("hyper_start")})
     _round(server, 2)
-    with pytest.raises(ProtocolViolation, match="the last was in round 1"):
-        server.send({0: Message("hyper_start")})
+    for session in ({"clients": (1, 2, 3), "share": False}, {}):
+        with pytest.raises(ProtocolViolation, match="the last was in round 1"):
+            _start(server, clients, **session)
     with pytest.raises(ProtocolViolation, match="no fit ran in this round"):
         server.broadcast("apply_theta", {"theta": theta})
+    assert clients[0]._minimizer is None
 
 
 def test_apply_theta_must_be_one_of_the_fits_iterates():
     server, clients = _federation(hyperparameters="federated")
     _round(server, 1)
     _standardize(server)
-    theta = _pending_iterate(server)
+    _start(server, clients)
+    reply = _feed(server)
+    theta = reply["theta"]
     # the clients summarise at the iterate; the server then asks one to adopt another
-    server.secure_sum("pitc_summary", _length(server), {"theta": theta})
+    server.secure_sum("pitc_summary", _fit_length(server), _iterate_args(reply))
     server.flush()  # the sum's result, carried
     with pytest.raises(ProtocolViolation, match="none of the fit's iterates"):
         server.send({1: Message("apply_theta", {"theta": theta + 0.125})})
@@ -507,39 +589,53 @@ def test_a_fit_evaluation_needs_the_coordinators_tag_on_its_iterate(name):
     server, clients = _federation(aggregator=name, hyperparameters="federated", num_clients=4)
     _round(server, 1)
     _standardize(server)
-    reply = server.send({0: Message("hyper_start")})[0].payload
+    _start(server, clients)
+    reply = _feed(server)
+    assert reply["index"] == 1 and len(reply["tag"]) == MAC_SIZE
     chosen = reply["theta"].copy()
     chosen[-1] += 0.5  # inside the domain, but the server's
-    for tag, index in ((reply["tag"], reply["index"]), (reply["tag"], 2), (b"", 1)):
+    for theta, tag, index in (
+        (chosen, reply["tag"], reply["index"]),
+        (chosen, reply["tag"], 2),
+        (chosen, b"", 1),
+        (reply["theta"], b"", 1),  # the coordinator's iterate, untagged
+        (reply["theta"], reply["tag"], 2),  # its tag, on another index
+    ):
         with pytest.raises(ProtocolViolation, match="Client 1.*tag does not verify"):
             server.secure_sum(
                 "pitc_summary",
-                _length(server),
-                {"theta": chosen, "tag": tag, "index": index},
+                _fit_length(server),
+                {"theta": theta, "tag": tag, "index": index},
                 clients=(1, 2, 3),
             )
     # the coordinator's own iterate with its tag is summed by everyone -- once
-    honest = {"theta": reply["theta"], "tag": reply["tag"], "index": reply["index"]}
-    server.secure_sum("pitc_summary", _length(server), honest)
+    honest = _iterate_args(reply)
+    server.secure_sum("pitc_summary", _fit_length(server), honest)
     server.flush()
     assert all(c.last_sum is not None for c in clients.values())
     # summed again over other clients (to difference one client's summary out): refused
     with pytest.raises(ProtocolViolation, match="Client 1.*evaluated once, in order"):
-        server.secure_sum("pitc_summary", _length(server), honest, clients=(1, 2, 3))
+        server.secure_sum("pitc_summary", _fit_length(server), honest, clients=(1, 2, 3))
 
 
-def test_the_coordinator_feeds_only_the_product_sum_of_its_iterate():
-    # a server that opens another session between the product and the feed would have
-    # the coordinator take that sum for its gradient (and send back the next iterate)
+def test_the_coordinator_feeds_only_the_sum_of_its_iterate():
+    # a server that opens another session between a fit's sum and the feed would have
+    # the coordinator take that sum for its summary (and send back the next iterate);
+    # a second feed of one sum would have it step twice on one evaluation
     server, clients = _federation(hyperparameters="federated")
     _round(server, 1)
     _standardize(server)
-    theta = _pending_iterate(server)
-    server.secure_sum("pitc_summary", _length(server), {"theta": theta})
-    server.secure_sum("pitc_vjp", PITCHyperparameters(*clients[0].modules).size)
+    _start(server, clients)
     server.secure_sum("summary", _length(server))
     with pytest.raises(ProtocolViolation, match="a feed before the pending iterate"):
-        server.send({0: Message("hyper_feed")})
+        _feed(server)
+    server, clients = _federation(hyperparameters="federated")
+    _round(server, 1)
+    _standardize(server)
+    _start(server, clients)
+    _feed(server)
+    with pytest.raises(ProtocolViolation, match="a feed before the pending iterate"):
+        _feed(server)
 
 
 def test_the_support_and_k_are_the_settings_not_the_servers():
