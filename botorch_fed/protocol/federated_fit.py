@@ -211,9 +211,13 @@ class SummaryTrustRegion:
         r"""The summed summary and Jacobian at the last point in; the next point out
         (``None``: done, see ``result``).
 
+        A sum that is not finite, or gives no loss (only a forged one can), is a failed
+        evaluation: never the best point, and the model is not built on it (a refusal
+        would be a bit of a sum that under ``ckks`` the server must not learn).
+
         Raises:
             RuntimeError: No point is pending.
-            ValueError: ``jacobian`` is not ``len(summary) x n``, or either is not finite.
+            ValueError: ``jacobian`` is not ``len(summary) x n``.
         """
         if self._pending is None:
             raise RuntimeError("`feed` called while no point is pending.")
@@ -223,11 +227,15 @@ class SummaryTrustRegion:
             raise ValueError(
                 f"`jacobian` must be {summary.size} x {len(self._bounds)}, got {jacobian.shape}."
             )
-        if not (np.isfinite(summary).all() and np.isfinite(jacobian).all()):
-            raise ValueError("The summed summary or Jacobian is not finite.")
         theta, self._pending = self._pending, None
         self.num_evaluations += 1
-        value = float(self._loss(summary, theta)[0])
+        value = FAILED_LOSS
+        if np.isfinite(summary).all() and np.isfinite(jacobian).all():
+            value = min(float(self._loss(summary, theta)[0]), FAILED_LOSS)
+        if self._best is None and value >= FAILED_LOSS:  # nothing to build a model on
+            self._best = (value, theta, summary, jacobian)
+            self._finish("the first evaluation gives no loss")
+            return None
         best = self._best
         if best is not None and self._predicted is not None:
             rho = (best[0] - value) / self._predicted if self._predicted > 0 else -1.0

@@ -32,7 +32,24 @@ from botorch_fed.secure.wire import (
 if TYPE_CHECKING:
     from botorch_fed.secure.base import SecureAggregationBackend
 
-__all__ = ["ClientRole"]
+__all__ = ["ClientRole", "opening_client_ids"]
+
+
+def opening_client_ids(msg: bytes) -> tuple[int, ...]:
+    """The client list a session's opening frame (round 0) announces, read without joining
+    it (the protocol above may refuse a session by its clients before any input is read).
+
+    Raises:
+        SecureAggregationError: Not a well-formed opening frame (naming what is wrong).
+    """
+    frame = parse_frame(msg)
+    if frame.round != 0:
+        raise ProtocolError(f"not an opening frame: round {frame.round}")
+    reader = PayloadReader(frame.verify(None))
+    reader.raw(32)  # the server's key
+    reader.u32()  # the number of clients
+    reader.u32()  # the length
+    return reader.ids()
 
 
 def _checked_transcript(transcript: object) -> bytes:

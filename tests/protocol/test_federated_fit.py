@@ -472,5 +472,21 @@ def test_the_trust_region_refuses_bad_input():
         tr.start()
     with pytest.raises(ValueError, match="`jacobian` must be 3 x 2"):
         tr.feed(np.zeros(3), np.zeros((2, 3)))
-    with pytest.raises(ValueError, match="not finite"):
-        tr.feed(np.array([0.0, np.nan, 0.0]), np.zeros((3, 2)))
+    # a sum without a loss (forged) ends a fit at its start rather than raising
+    assert tr.feed(np.array([0.0, np.nan, 0.0]), np.zeros((3, 2))) is None
+    assert tr.result.message == "the first evaluation gives no loss"
+    assert np.array_equal(tr.result.x, [1.0, 0.0])
+
+
+def test_a_failed_evaluation_after_the_start_is_never_the_result():
+    bounds = np.array([[-5.0, 5.0]] * 3)
+    M, c, loss = _linear_problem(bounds)
+    tr = SummaryTrustRegion(np.array([1.0, 1.0, 1.0]), bounds, maxiter=3, loss=loss, radius=0.1)
+    start = tr.start()
+    step = tr.feed(M @ start + c, M)
+    step = tr.feed(np.full(7, np.nan), M)  # the step's sum is forged: not finite
+    assert step is not None  # a shorter step from the start
+    assert np.abs(step - start).max() <= 0.1 * 0.3 * (1 + 1e-9)
+    while step is not None:
+        step = tr.feed(M @ step + c, M)
+    assert tr.result.fun < loss(M @ start + c, start)[0]

@@ -20,7 +20,9 @@ from botorch_fed.models import PITCFitClient, PITCHyperparameters, SparseSummary
 from botorch_fed.protocol.declarations import ProtocolViolation, contributes, handles
 from botorch_fed.protocol.federated_fit import SummaryTrustRegion, fit_loss
 from botorch_fed.protocol.secure_sum import SecureSumStep
+from botorch_fed.secure.client_role import opening_client_ids
 from botorch_fed.secure.crypto import hkdf, mac_tag, mac_verify
+from botorch_fed.secure.errors import SecureAggregationError
 
 if TYPE_CHECKING:
     from botorch.models.transforms.outcome import Standardize
@@ -55,6 +57,7 @@ class FederatedFitClient(_Base):
     _fit_round: int | None = None  # the round of the fit in progress
     _fit_thetas: tuple[np.ndarray, ...] = ()  # the iterates of the fit in progress
     _last_fit_round: int | None = None  # the round of the last refresh
+    _cohort: tuple[int, tuple[int, ...]] | None = None  # (round, its secure sums' clients)
     _pending_theta: np.ndarray | None = None  # the coordinator's iterate
     _fed: np.ndarray | None = None  # the coordinator: the summed summary and Jacobian there
     _handed_out = 0  # the coordinator: iterates handed out in the round's fit
@@ -94,6 +97,12 @@ class FederatedFitClient(_Base):
         if self._t is None:
             raise self.violation("a secure sum before any round", request)
         self._fed, self._fit_theta = None, None  # a new session: no stale sum to feed
+        passes = {"moments_around"}, {"moments", "centred_moments"}
+        for mine, other in (passes, passes[::-1]):
+            if request in mine and other & set(self._sums):
+                raise self.violation(
+                    "the outcome moments in one pass and in two in the same round", request
+                )
         count = self._sums[request] = self._sums.get(request, 0) + 1
         fit = request == "pitc_summary"
         limit = self._fit_budget() if fit else 1
@@ -171,8 +180,14 @@ class FederatedFitClient(_Base):
             return np.concatenate([packed, jacobian.reshape(-1)])
 
     def on_secagg(self, message: SecureSumStep) -> dict:
-        r"""A fit's sessions must include the coordinator, which checks that ``theta`` is
-        its pending iterate (bound into the session: every contributor got it)."""
+        r"""Every secure sum of a round is over the round's first session's clients (a
+        server summing one quantity -- a fit iterate's summary and the model's summary
+        at the applied iterate, or the moments in one and in two passes -- over two
+        client sets would difference a client out). A fit's sessions must include the
+        coordinator, which checks that ``theta`` is its pending iterate (bound into the
+        session: every contributor got it)."""
+        if message.request is not None:
+            self._check_cohort(message)
         reply, request = super().on_secagg(message), message.request
         session = [int(c) for c in getattr(self.secagg, "client_ids", ()) or ()]
         if request == "pitc_summary" and COORDINATOR not in session:
@@ -214,6 +229,22 @@ class FederatedFitClient(_Base):
             x0, self.theta_domain, self.config.federated_maxiter, loss
         )
         self._pending_theta = self._minimizer.start()
+
+    def _check_cohort(self, message: SecureSumStep) -> None:
+        try:
+            ids = opening_client_ids(message.data)
+        except SecureAggregationError:
+            return  # the session's own checks name what is wrong with the frame
+        if self._t is None:
+            return  # refused by the request's own check (no sum before a round)
+        cohort = self._cohort
+        if cohort is not None and cohort[0] == self._t and cohort[1] != ids:
+            raise self.violation(
+                f"a secure sum over clients {list(ids)} in round {self._t}, whose sums are "
+                f"over clients {list(cohort[1])}: one set of clients per round",
+                message.request,
+            )
+        self._cohort = (self._t, ids)
 
     @handles(HyperFeed)
     def on_hyper_feed(self, message: HyperFeed) -> dict:

@@ -652,3 +652,49 @@ def test_the_support_and_k_are_the_settings_not_the_servers():
         with pytest.raises(ProtocolViolation, match="`k`="):
             server.broadcast("centers", {"k": k})
     server.broadcast("centers", {"k": 4})  # centers_per_client
+
+
+# --- one set of clients per round ------------------------------------------------------
+@pytest.mark.parametrize("name", backend_params("plaintext", "masking"))
+def test_a_round_sums_over_one_set_of_clients(name):
+    # the summary at the applied iterate over fewer clients than the fit's sum there
+    # would difference the left-out client's whole summary out of the two totals
+    server, clients = _federation(
+        name, num_clients=4, hyperparameters="federated", federated_maxiter=1
+    )
+    _round(server, 1)
+    _standardize(server)
+    total = _start(server, clients)  # over every client
+    server.flush()
+    reply = _feed(server)
+    x0 = _x0(clients[1])
+    if not reply["done"]:  # finish the fit at the start point
+        server.carry(dict.fromkeys(clients, Message("apply_theta", {"theta": x0})))
+    else:
+        server.carry(dict.fromkeys(clients, Message("apply_theta", {"theta": reply["theta"]})))
+    server.flush()
+    computed = {cid: 0 for cid in clients}
+    for cid, client in clients.items():
+        inner = client.vector_summary
+
+        def counting(inner=inner, cid=cid):
+            computed[cid] += 1
+            return inner()
+
+        client.vector_summary = counting
+    subset = [c for c in clients if c != max(clients)]
+    with pytest.raises(ProtocolViolation, match="one set of clients per round"):
+        server.secure_sum("summary", _length(server), clients=subset)
+    assert computed == {cid: 0 for cid in clients}  # refused before any summary
+    assert total is None or np.isfinite(total).all()
+
+
+def test_the_outcome_moments_are_summed_in_one_pass_or_two_not_both():
+    server, clients = _federation("plaintext")
+    _round(server, 1)
+    _standardize(server)  # two passes
+    server._standardized = True  # as after a global round
+    _round(server, 2)
+    _standardize(server)  # one pass
+    with pytest.raises(ProtocolViolation, match="in one pass and in two"):
+        server.secure_sum("moments", 189, wide=0)
