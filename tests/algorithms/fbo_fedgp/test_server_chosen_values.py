@@ -200,6 +200,9 @@ def test_honest_vectors_at_every_corner_of_the_domain_fit_the_encoding_far_below
     ]
     peak = max(float(np.abs(fit.summary(theta)).max()) for theta in corners)
     assert peak < 2.0**64 * 1e-6
+    # and the Jacobian that travels with it (the same sum)
+    slopes = max(float(np.abs(fit.summary_and_jacobian(theta)[1]).max()) for theta in corners)
+    assert np.isfinite(slopes) and slopes < 2.0**64 * 1e-6
     # what the bound on the outcomes prevents: unclamped, the same corner overflows
     z = forged(victim.Y)[0]
     assert float(z.abs().max()) > 1e13 > outcome_bound(M, NUM_INIT, NUM_ROUNDS)
