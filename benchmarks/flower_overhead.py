@@ -62,7 +62,13 @@ CASES = {
     ],  # fmt: skip
     # the default: a federated hyperparameter fit in round 1 (then every 5 rounds)
     "fbo-fedgp-ckks-default": [
-        "fbo-fedgp", "--problem", "branin", "--num-init", "3", "--aggregator", "ckks",
+        "fbo-fedgp",
+        "--problem",
+        "branin",
+        "--num-init",
+        "3",
+        "--aggregator",
+        "ckks",
     ],  # fmt: skip
 }
 ROUND_LINE = re.compile(r"round (\d+)/\d+ done \((\d+(?:\.\d+)?) s\)")

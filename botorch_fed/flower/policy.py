@@ -52,7 +52,7 @@ SIZE_CAPS: dict[str, int] = {
     "settings.num_restarts": 1_000,  # optimize_acqf's restarts
     "settings.maxiter": 10_000,  # L-BFGS-B iterations of the acquisition
     "settings.fit_maxiter": 10_000,  # L-BFGS-B iterations of a local GP fit
-    "settings.federated_maxiter": 10_000,  # FBO-FedGP: iterations of a federated fit
+    "settings.federated_maxiter": 10_000,  # FBO-FedGP: trust-region steps of a federated fit
     "settings.ts_candidates": 100_000,  # discrete Thompson sampling's candidates
     "settings.num_fantasies": 1_024,  # knowledge gradient's fantasies
     "settings.num_mv_samples": 1_024,  # Co-ES: max-value samples
@@ -496,7 +496,8 @@ COST_CAPS: tuple[tuple[str, str, float], ...] = (
     ("--ts-candidates x --dim", "candidates", 1e7),
     # the acquisition's restarts: num_restarts L-BFGS-B runs of maxiter iterations
     ("--num-restarts x --maxiter", "restarts", 1e6),
-    # FBO-FedGP's federated fit: a support_size^3 solve per evaluation, 2 x maxiter each
+    # FBO-FedGP's federated fit: per evaluation (maxiter + 1 at most) about 3 products
+    # per hyperparameter with a support_size^3 solve each, and the coordinator's local step
     ("--support-size^3 x --federated-maxiter", "fit_support", 1e11),
     # FBO-FedGP's summaries: ~support_size^2 / 2 limb-encoded entries a round
     ("--support-size^2 x --num-rounds", "summaries", 1e9),

@@ -2,10 +2,10 @@ r"""The client's side of the federated PITC hyperparameter fit, and its loss.
 
 :class:`PITCHyperparameters` maps the kernel, likelihood and mean to one raw vector
 ``theta``; :class:`PITCFitClient` holds a client's data and returns its packed summary
-at ``theta``, the vector-Jacobian product of that summary with an adjoint, or its own
-exact-GP fit; :func:`pitc_loss_and_adjoint` is the loss ``-(log p(y) + log prior) / n``
-at summed summaries and its adjoint. The fit itself, which sums over clients, is
-:mod:`botorch_fed.protocol.federated_fit`.
+at ``theta``, that summary's Jacobian, the vector-Jacobian product of that summary with an
+adjoint, or its own exact-GP fit; :func:`pitc_loss_and_adjoint` is the loss
+``-(log p(y) + log prior) / n`` at summed summaries and its adjoint. The fit itself,
+which sums over clients, is :mod:`botorch_fed.protocol.federated_fit`.
 """
 
 from __future__ import annotations
@@ -166,17 +166,18 @@ def _jacobian_by_rows(packed: Tensor, params: list, chunk: int = 128) -> Tensor:
     r"""``d packed / d params`` by batched vector-Jacobian products of ``chunk`` rows at a
     time (for graphs without a double backward; ``L`` backward passes in all)."""
     rows = []
-    eye = torch.eye(packed.numel(), dtype=packed.dtype, device=packed.device)
     for start in range(0, packed.numel(), chunk):
+        count = min(chunk, packed.numel() - start)
+        onehot = packed.new_zeros(count, packed.numel())  # rows start.. of the identity
+        onehot[torch.arange(count), torch.arange(start, start + count)] = 1.0
         grads = torch.autograd.grad(
             packed,
             params,
-            grad_outputs=eye[start : start + chunk],
+            grad_outputs=onehot,
             is_grads_batched=True,
             retain_graph=True,
             allow_unused=True,
         )
-        count = min(chunk, packed.numel() - start)
         rows.append(
             torch.cat(
                 [
@@ -193,8 +194,9 @@ class PITCFitClient:
     r"""Client side of the federated hyperparameter fit (holds the private data).
 
     The client keeps its data and its own copy of the shared modules; it only ever
-    returns packed summaries, vector-Jacobian products and (for the averaging
-    strategy) its locally fitted hyperparameter values.
+    returns packed summaries, their Jacobians (``L x P``: more than a vector-Jacobian
+    product reveals, see docs/security.md), vector-Jacobian products and (for the
+    averaging strategy) its locally fitted hyperparameter values.
 
     Args:
         train_X: ``n x d`` private inputs.
@@ -292,11 +294,12 @@ class PITCFitClient:
             (``L = SparseSummary.packed_length(m)``).
         """
         self._hyper.set_theta(theta)
-        packed = self._summary().pack()
+        with torch.enable_grad():  # also under a caller's no_grad
+            packed = self._summary().pack()
         params = list(self._hyper.parameters.values())
         try:
             jacobian = _jacobian_by_columns(packed, params)
-        except NotImplementedError:  # an op without a double backward (cdist: Matern)
+        except (NotImplementedError, RuntimeError):  # no double backward (Matern's cdist)
             jacobian = _jacobian_by_rows(packed, params)
         self._packed = None
         return packed.detach().cpu().double().numpy(), jacobian.cpu().double().numpy()

@@ -1,11 +1,14 @@
-r"""The federated hyperparameter fit of the dPITC sparse GP (paper 000): each evaluation of
-``-(log p(y) + log prior(theta)) / n`` sums the clients' summaries at ``theta``, then their
-products with the loss's adjoint (:func:`fit_loss`); L-BFGS-B (:class:`SteppedMinimizer`)
-picks the next ``theta`` (FBO-FedGP: over secure sums; :func:`fit_federated_pitc`: in-process)."""
+r"""The federated hyperparameter fit of the dPITC sparse GP (paper 000), minimising
+``-(log p(y) + log prior(theta)) / n`` from sums over the clients: :func:`fit_federated_pitc`
+(in process) sums the summaries at ``theta``, then their products with the loss's adjoint
+(:func:`fit_loss`), and L-BFGS-B (:class:`SteppedMinimizer`) picks the next ``theta``;
+FBO-FedGP, over secure sums, sums summaries and their Jacobians in one sum per evaluation
+and takes a few steps of :class:`SummaryTrustRegion` instead (fewer round trips)."""
 
 from __future__ import annotations
 
 import math
+import numbers
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -140,20 +143,22 @@ class SummaryTrustRegion:
     <botorch_fed.models.PITCFitClient.summary_and_jacobian>`). The loss depends on
     ``theta`` through the summed summary ``S`` (and the prior), so ``S(theta) ~ S_k +
     J_k (theta - theta_k)`` gives a model of the loss that keeps its whole nonlinearity
-    in ``S`` (log-determinants, solves) -- a Gauss-Newton-like model, far better than a
-    quadratic one -- which the coordinator minimises locally, without further sums,
+    in ``S`` (log-determinants, solves), as Gauss-Newton keeps a least-squares loss's,
+    which the coordinator minimises locally, without further sums,
     within a box of half-width ``radius`` in log space for the positive entries
     (lengthscales and noise move by factors) and in plain units for the others, inside
     ``bounds``. The model's step is evaluated; the best point so far is kept, and the
     radius doubles after a step the model predicted well that reached the box's edge
-    and shrinks to 30% after one it predicted badly (classic trust-region rules).
+    and shrinks to 30% after one it predicted badly (the classic rules: Nocedal & Wright,
+    *Numerical Optimization*, 2nd ed., ch. 4). The model is linear in ``theta``, where the
+    summaries are evaluated; the box is in log space.
 
     Driven from outside like :class:`SteppedMinimizer`: :meth:`start` gives the first
     point (``x0``), :meth:`feed` takes the summed summary and Jacobian there and gives the
     next, or ``None`` when done (``result``: the best point evaluated).
 
     Args:
-        x0: Starting point (inside ``bounds``).
+        x0: Starting point (clipped into ``bounds``).
         bounds: ``n x 2`` finite box (entries with a positive lower bound move in log
             space).
         maxiter: Steps after the first evaluation (evaluations: ``maxiter + 1`` at most).
@@ -181,7 +186,8 @@ class SummaryTrustRegion:
             raise ValueError(f"`x0` must be a finite vector of length {len(self._bounds)}.")
         if isinstance(maxiter, bool) or not isinstance(maxiter, int) or maxiter < 0:
             raise ValueError(f"`maxiter` must be an int >= 0, got {maxiter!r}.")
-        if not (isinstance(radius, float | int) and math.isfinite(radius) and radius > 0):
+        real = isinstance(radius, numbers.Real) and not isinstance(radius, bool | np.bool_)
+        if not (real and math.isfinite(radius) and radius > 0):
             raise ValueError(f"`radius` must be a finite number > 0, got {radius!r}.")
         self._x0 = np.clip(x0, self._bounds[:, 0], self._bounds[:, 1])
         self._log = self._bounds[:, 0] > 0
@@ -199,6 +205,9 @@ class SummaryTrustRegion:
     def _to_theta(self, phi: np.ndarray) -> np.ndarray:
         theta = np.where(self._log, np.exp(np.where(self._log, phi, 0.0)), phi)
         return np.clip(theta, self._bounds[:, 0], self._bounds[:, 1])
+
+    def close(self) -> None:
+        r"""Nothing to end (no worker thread, unlike :class:`SteppedMinimizer`)."""
 
     def start(self) -> np.ndarray:
         r"""The first point to evaluate (``x0``, clipped into ``bounds``)."""
@@ -272,7 +281,12 @@ class SummaryTrustRegion:
             return float(loss), (jacobian.T @ adjoint + prior_grad) * scale
 
         found = minimize(
-            model, phi0, jac=True, method="L-BFGS-B", bounds=list(zip(lo, hi, strict=True))
+            model,
+            phi0,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=list(zip(lo, hi, strict=True)),
+            options={"maxiter": 200, "maxfun": 400},  # the coordinator's latency: bounded
         )
         if not found.fun < value - 1e-12 * max(1.0, abs(value)):
             return None  # the model promises nothing: the best point is the result
@@ -377,6 +391,10 @@ def fit_federated_pitc(
 ) -> FederatedFitResult:
     r"""Exact federated type-II ML (MAP) of the PITC model in one process: the modules
     (in place, as ``fit_gpytorch_mll``) and the clients end at the fitted values.
+
+    L-BFGS-B to convergence (two sums per evaluation): the reference fit. FBO-FedGP's
+    refreshes take a few :class:`SummaryTrustRegion` steps instead (one sum each, fewer
+    round trips), which need not end at the same point.
 
     Args:
         clients: The clients (each holds its own data).

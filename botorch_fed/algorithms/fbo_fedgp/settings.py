@@ -73,8 +73,9 @@ class FBOFedGPSettings(BOSettings):
             ``"pic"`` (the client's PIC model: the same summaries plus its own data
             exactly); ``None``: the preset's.
         hyperparameters: ``"average"`` (of the clients' local fits, one secure sum) or
-            ``"federated"`` (PITC type-II ML, two secure sums per L-BFGS-B step; the
-            iterates reach the server in clear); ``None``: the preset's.
+            ``"federated"`` (PITC type-II ML, one secure sum of summaries and Jacobians
+            per trust-region step; the iterates reach the server in clear); ``None``:
+            the preset's.
         hyper_every: Refresh the global hyperparameters every ``K`` rounds; ``None``:
             the preset's.
         federated_maxiter: Trust-region steps of a ``"federated"`` refresh after its
