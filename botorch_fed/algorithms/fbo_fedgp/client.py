@@ -325,7 +325,9 @@ class FBOFedGPClient(FederatedFitClient, BOClient):
     @contributes("moments_around")
     def vector_moments_around(self) -> np.ndarray:
         r"""One pass around the mean of the last federated standardisation (every client
-        holds the same: each accepted the same sum, which the next session binds)."""
+        holds the same: each accepted the same sum, which the next session binds under
+        ``ckks`` and ``masking``, so clients told different sums get no sum; ``plaintext``
+        binds nothing, and a client that missed the last sum would centre elsewhere)."""
         self._admit_sum("moments_around")
         if self.standardize is None:
             raise self.violation(

@@ -31,6 +31,7 @@ from botorch_fed.problems.heterogeneity import initial_design
 from botorch_fed.protocol import FederationSetup, ProtocolViolation
 from botorch_fed.protocol.declarations import Refused
 from botorch_fed.protocol.messages import Message
+from tests.helpers.bundles import parts, reply_parts_of
 
 pytestmark = pytest.mark.usefixtures("quiet_single_thread")
 
@@ -244,14 +245,17 @@ def test_two_rounds_of_secure_sums_reveal_outcomes_with_a_small_support():
         "barycenter-qkg",
         setup,
         settings,
-        on_receive=lambda c, r: r.type == "posterior" and posteriors.append(dict(r.payload)),
+        on_receive=lambda c, r: posteriors.extend(
+            dict(p.payload) for p in reply_parts_of(r) if p.type == "posterior"
+        ),
     )
     send, secure_sum = server.transport.send, server.secure_sum
 
     def spy_send(messages):
-        for cid, m in messages.items():
-            if m.type == "evaluate":
-                assigned[cid].append(m.payload["x"])
+        for cid, message in messages.items():
+            for m in parts(message):  # a bundle's parts too
+                if m.type == "evaluate":
+                    assigned[cid].append(m.payload["x"])
         return send(messages)
 
     def spy_sum(*args, **kwargs):

@@ -36,6 +36,7 @@ from botorch_fed.problems.objectives import CallableObjective
 from botorch_fed.protocol import BOSettings, FederationSetup, ProtocolViolation
 from botorch_fed.protocol.checkpoint import load_checkpoint
 from botorch_fed.protocol.messages import Message
+from tests.helpers.bundles import parts, reply_parts_of
 from tests.helpers.federation_runs import Killed, comparable, kill_after
 from tests.helpers.tolerances import assert_within, gp_posterior_error_factors
 from tests.helpers.toy_models import kernel_rounding
@@ -102,9 +103,10 @@ def _leaks(values: torch.Tensor, replies: list) -> list:
 def _instrumented(algorithm: str, setup: FederationSetup, settings):
     replies: list = []
 
-    def on_receive(cid, reply):
-        for key, value in reply.payload.items():
-            replies.append((cid, reply.type, key, value))
+    def on_receive(cid, reply):  # a bundle's replies part by part
+        for part in reply_parts_of(reply):
+            for key, value in part.payload.items():
+                replies.append((cid, part.type, key, value))
 
     server, clients, objectives = build_federation(
         algorithm, setup, settings, on_receive=on_receive
@@ -113,7 +115,8 @@ def _instrumented(algorithm: str, setup: FederationSetup, settings):
     original = server.transport.send
 
     def send(messages):
-        sent.extend((cid, m.type, dict(m.payload)) for cid, m in messages.items())
+        for cid, m in messages.items():
+            sent.extend((cid, part.type, dict(part.payload)) for part in parts(m))
         return original(messages)
 
     server.transport.send = send

@@ -96,6 +96,14 @@ def _feed(server):
     return server.send({0: Message("hyper_feed")})[0].payload
 
 
+def _as_first_session(clients):
+    r"""Forget which clients the round's sums were over, as if the next session were the
+    round's first: the checks below each stand alone (the one-set-of-clients rule, which
+    would refuse a subset first, has its own test)."""
+    for client in clients.values():
+        client._cohort = None
+
+
 def _iterate_args(reply):
     return {"theta": reply["theta"], "tag": reply["tag"], "index": reply["index"]}
 
@@ -286,12 +294,14 @@ def test_a_fits_first_evaluation_elsewhere_or_tagged_is_refused_before_any_priva
         ({"theta": x0, "tag": bytes(MAC_SIZE), "index": 0}, others),
     ):
         first = 0 if not session else 1
+        _as_first_session(clients)
         with pytest.raises(
             ProtocolViolation, match=f"Client {first}.*index 0.*current hyperparameters"
         ):
             server.secure_sum("pitc_summary", _fit_length(server), args, **session)
     assert computed == []
     assert all(c._minimizer is None for c in clients.values())
+    _as_first_session(clients)
     _start(server, clients)  # the honest start is summed
     server.flush()
     assert len(computed) == 4 and all(c.last_sum is not None for c in clients.values())
@@ -307,10 +317,12 @@ def test_a_second_start_in_one_round_is_refused_before_any_private_computation(m
     _standardize(server)
     _start(server, clients)
     computed = _counting(monkeypatch, PITCFitClient, "summary_and_jacobian")
+    _as_first_session(clients)
     with pytest.raises(ProtocolViolation, match="Client 1.*a second fit in one round"):
         _start(server, clients, clients=(1, 2, 3), share=False)
     _feed(server)
     for session in ({"clients": (1, 2, 3), "share": False}, {}):
+        _as_first_session(clients)
         with pytest.raises(ProtocolViolation, match="a second fit in one round"):
             _start(server, clients, **session)
     assert computed == []
@@ -604,6 +616,7 @@ def test_a_fit_evaluation_needs_the_coordinators_tag_on_its_iterate(name):
         (reply["theta"], b"", 1),  # the coordinator's iterate, untagged
         (reply["theta"], reply["tag"], 2),  # its tag, on another index
     ):
+        _as_first_session(clients)
         with pytest.raises(ProtocolViolation, match="Client 1.*tag does not verify"):
             server.secure_sum(
                 "pitc_summary",
@@ -613,10 +626,12 @@ def test_a_fit_evaluation_needs_the_coordinators_tag_on_its_iterate(name):
             )
     # the coordinator's own iterate with its tag is summed by everyone -- once
     honest = _iterate_args(reply)
+    _as_first_session(clients)
     server.secure_sum("pitc_summary", _fit_length(server), honest)
     server.flush()
     assert all(c.last_sum is not None for c in clients.values())
     # summed again over other clients (to difference one client's summary out): refused
+    _as_first_session(clients)
     with pytest.raises(ProtocolViolation, match="Client 1.*evaluated once, in order"):
         server.secure_sum("pitc_summary", _fit_length(server), honest, clients=(1, 2, 3))
 
