@@ -329,6 +329,28 @@ def test_an_ldp_user_spends_its_budget_once(how):
     assert agent.epsilon_spent == (1.0 if how == "report" else 3.0)
 
 
+def test_a_bundle_of_ldp_queries_is_charged_every_part_before_it_runs():
+    # one message holding several releases must fit the party's cap as a whole: else a
+    # bundle of 16 queries would spend 16 epsilon on a check for one
+    from botorch_fed.protocol.bundle import bundle
+
+    argv = _ldp_argv()[:-2] + ["--user-budget", "10"]
+    argv[argv.index("--num-rounds") + 1] = "9"  # client 0's turns: rounds 1, 4 and 7
+    run = prepare(argv)
+    box = build_context(get_algorithm(run.algorithm), run.setup, run.settings).objectives[0]
+    queries = [
+        Message("query", {"x": box.candidates[37 + k].numpy(), "t": 1 + 3 * k}) for k in range(3)
+    ]
+    agent = PartyAgent(0, 3, policy=PartyPolicy(max_total_epsilon=2.0))
+    many = bundle(queries)
+    with pytest.raises(PolicyError, match="3 more answers .*--max-total-epsilon"):
+        _send(agent, 1, argv, many.type, many.payload)
+    assert agent.epsilon_spent == 0.0  # nothing ran
+    two = bundle(queries[:2])
+    _send(agent, 1, argv, two.type, two.payload)  # 2 of 2
+    assert agent.epsilon_spent == 2.0
+
+
 def test_the_runs_that_ended_and_the_epsilon_spent_outlive_the_agent(tmp_path):
     state = tmp_path / "party-0.json"
     argv = _ldp_argv()
