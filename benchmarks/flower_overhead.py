@@ -46,30 +46,13 @@ from botorch_fed.protocol.transport import InProcessTransport  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 CLIENTS = 3
 COMMON = ["--clients", str(CLIENTS), "--seed", "0", "--crypto-seed", "1"]
+_FBO_CKKS = ["fbo-fedgp", "--problem", "branin", "--num-init", "3", "--aggregator", "ckks"]
 CASES = {
     "local": ["local", "--problem", "branin", "--num-init", "3"],
     "co-kg": ["co-kg", "--problem", "branin", "--num-init", "3", "--points-per-dim", "6"],
-    "fbo-fedgp-ckks": [
-        "fbo-fedgp",
-        "--problem",
-        "branin",
-        "--num-init",
-        "3",
-        "--aggregator",
-        "ckks",
-        "--hyperparameters",
-        "average",
-    ],  # fmt: skip
+    "fbo-fedgp-ckks": [*_FBO_CKKS, "--hyperparameters", "average"],
     # the default: a federated hyperparameter fit in round 1 (then every 5 rounds)
-    "fbo-fedgp-ckks-default": [
-        "fbo-fedgp",
-        "--problem",
-        "branin",
-        "--num-init",
-        "3",
-        "--aggregator",
-        "ckks",
-    ],  # fmt: skip
+    "fbo-fedgp-ckks-default": _FBO_CKKS,
 }
 ROUND_LINE = re.compile(r"round (\d+)/\d+ done \((\d+(?:\.\d+)?) s\)")
 

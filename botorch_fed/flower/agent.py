@@ -55,6 +55,7 @@ from botorch_fed.flower.agent_runs import (
     hold_of,
     options_digest,
     position_of,
+    releases,
     replay_round,
     report_of,
     saved_state,
@@ -65,7 +66,6 @@ from botorch_fed.flower.party_build import build_client, from_objective_import, 
 from botorch_fed.flower.party_errors import _private, refusal, wire_error
 from botorch_fed.flower.policy import PartyPolicy, PolicyError
 from botorch_fed.flower.records import decode_frame, encode_frame
-from botorch_fed.protocol.bundle import BUNDLE, MAX_PARTS
 from botorch_fed.protocol.declarations import ProtocolViolation as ProtocolViolationError
 from botorch_fed.protocol.messages import TIME_PREFIX, Message
 
@@ -258,10 +258,7 @@ class PartyAgent:
                             "what it answered but cannot go on with the campaign."
                         )
                     )
-                # a bundle may hold an LDP release per part: the cap must allow them all
-                parts = payload.get("parts") if type_ == BUNDLE else 1
-                answers = parts if isinstance(parts, int) and 1 <= parts <= MAX_PARTS else 1
-                spent = self._check_total_epsilon(held.client, answers)
+                spent = self._check_total_epsilon(held.client, releases(type_, payload))
                 seq, round_ = position if position is not None else (held.next_seq, 0)
                 job = held.job = Job(seq, round_, digest)
                 if held.journal is not None:
@@ -578,10 +575,9 @@ class PartyAgent:
             self._over[oldest] = f"dropped after {idle:.0f} s idle to make room for a new run"
 
     def _check_total_epsilon(self, client, answers: int = 1):
-        r"""Refuse a message whose LDP releases (``answers``: a bundle's parts, each may
-        release one) could take this party's total epsilon over its policy's
-        ``max_total_epsilon``; return a function giving the epsilon the client released
-        since (``None`` for a client that releases nothing)."""
+        r"""Refuse a message whose ``answers`` LDP releases could take this party's total
+        epsilon over ``max_total_epsilon``; return a function giving the epsilon the
+        client released since (``None`` for a client that releases nothing)."""
         mechanism = getattr(client, "mechanism", None)
         ledger = getattr(client, "privacy_ledger", None)
         if mechanism is None or ledger is None:

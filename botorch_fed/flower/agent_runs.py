@@ -19,6 +19,7 @@ from botorch_fed.flower.party_build import quiet
 from botorch_fed.flower.party_errors import refusal
 from botorch_fed.flower.records import decode_frame, encode_frame
 from botorch_fed.flower.run_options import run_hold
+from botorch_fed.protocol.bundle import BUNDLE, MAX_PARTS
 from botorch_fed.protocol.messages import TIME_PREFIX, Message
 from botorch_fed.protocol.secure_sum import SECAGG
 
@@ -69,6 +70,13 @@ def load_saved_state(client, saved: dict) -> None:
     client.load_state_dict(saved["client"])
     if saved["role"]:
         client.secagg.restore_state(json.loads(saved["role"]))
+
+
+def releases(type_: str, payload: dict) -> int:
+    r"""How many answers a message may release (a bundle: one per part), which the
+    party's epsilon cap must allow before it runs (a malformed count: 1, and refused)."""
+    parts = payload.get("parts") if type_ == BUNDLE else 1
+    return parts if isinstance(parts, int) and 1 <= parts <= MAX_PARTS else 1
 
 
 def timeless(payload: dict, fresh: frozenset[str] = frozenset()) -> bytes:
