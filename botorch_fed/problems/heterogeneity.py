@@ -1,17 +1,22 @@
 r"""Built-in test functions as client objectives, with the FBO-FedGP paper's
 heterogeneity: per-client shifts, initial designs from different regions, and the
-observation noises of [LDP-BO] (paper 002, Sec. 5.1).
+observation noises of [LDP-BO] (paper 002, Sec. 5.1); and the per-client rotations of
+the federated-BO literature's heterogeneity levels (GUIDE-FBO, 2026: a rotation
+``R = expm(A)``, ``A`` antisymmetric with entries scaled by ``r``, with a shift of up
+to ``z`` of the domain; homogeneous ``(z, r) = (0, 0)``, mild ``(0.05, 0.1)``, severe
+``(0.3, 1.0)``).
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import torch
 from botorch.test_functions.synthetic import SyntheticTestFunction
 from botorch.utils.sampling import draw_sobol_samples
-from botorch.utils.transforms import unnormalize
+from botorch.utils.transforms import normalize, unnormalize
 from torch import Tensor
 
 from botorch_fed.problems.objectives import Objective, check_candidates, check_unit
@@ -22,16 +27,21 @@ NOISE_SEED_OFFSET = 1_000_003  #: client i's noise seed: ``seed * 7919 + i`` plu
 
 
 class ClientObjective(Objective):
-    r"""One client's view of a built-in test function: ``f(x - shift)`` (clipped).
+    r"""One client's view of a built-in test function: ``f(T(u))`` at unit-cube ``u``,
+    ``T(u) = clip(c + R (u - c) - shift)`` with ``c`` the cube's centre (the unit cube
+    mapped onto the function's bounds): a rotation about the centre, then a shift.
 
-    A shifted client keeps the function's candidates; its ``optimal_value`` and
-    ``reward_bound`` are then exact over them (unknown without candidates).
+    A transformed client's ``optimal_value`` is the function's where one of its known
+    optimisers has a preimage in the cube (then ``min f o T = f*`` exactly; else
+    unknown: the clipping may have cut it away); a client with candidates keeps them,
+    and its ``optimal_value`` and ``reward_bound`` are exact over them.
 
     Args:
         function: A BoTorch synthetic test function (``negate=False``), possibly noisy.
         shift: ``d`` per-coordinate shift as a fraction of the domain width.
         noise: Observation noise added to the value (``function`` must then have no
             ``noise_std``; CEC-2005 F4/F17's fitness noise still applies first).
+        rotation: ``d x d`` orthogonal matrix ``R`` (``None``: the identity).
     """
 
     minimize = True
@@ -41,6 +51,7 @@ class ClientObjective(Objective):
         function: SyntheticTestFunction,
         shift: Tensor | None = None,
         noise: ObservationNoise | None = None,
+        rotation: Tensor | None = None,
     ) -> None:
         if getattr(function, "negate", False):
             raise ValueError("`function` must use the minimisation convention (negate=False).")
@@ -61,14 +72,17 @@ class ClientObjective(Objective):
         if shift.shape != (self.dim,):
             raise ValueError(f"`shift` must have shape ({self.dim},), got {tuple(shift.shape)}.")
         self.shift = shift.to(torch.float64)
+        self.rotation = None if rotation is None else check_rotation(rotation, self.dim)
         optimum = getattr(function, "_optimal_value", None)
-        shifted = bool((self.shift != 0).any())  # its optimum may be clipped away: unknown
-        self.optimal_value = None if optimum is None or shifted else float(optimum)
+        moved = bool((self.shift != 0).any()) or self.rotation is not None
+        self.optimal_value = None if optimum is None else float(optimum)
+        if moved and optimum is not None and not self._optimum_reachable(function):
+            self.optimal_value = None  # the clipping may have cut the optimum away
         candidates = getattr(function, "candidates", None)
         if candidates is not None:
             self.candidates = check_candidates(candidates, self.bounds, name="function.candidates")
         reward_bound = getattr(function, "reward_bound", None)
-        if not shifted:
+        if not moved:
             self.reward_bound = None if reward_bound is None else float(reward_bound)
         elif self.candidates is not None:  # exact on the finite domain
             values = self.value(self.candidates)
@@ -83,9 +97,24 @@ class ClientObjective(Objective):
             elif not noise_std:
                 self.noise_bound = 0.0
 
+    def _optimum_reachable(self, function: SyntheticTestFunction) -> bool:
+        r"""Whether a known optimiser ``u*`` has its preimage ``c + R' (u* + shift - c)``
+        in the unit cube (then ``T`` maps a point of the cube onto it, unclipped)."""
+        optimizers = getattr(function, "optimizers", None)
+        if optimizers is None:
+            return False
+        U = normalize(optimizers.to(torch.float64).reshape(-1, self.dim), self.bounds)
+        pre = U + self.shift - 0.5
+        if self.rotation is not None:
+            pre = pre @ self.rotation  # rows: R' v = (v' R)'
+        pre = pre + 0.5
+        return bool(((pre >= 0) & (pre <= 1)).all(dim=-1).any())
+
     def to_domain(self, X: Tensor) -> Tensor:
-        Z = check_unit(X, self.dim, batch=True)
-        return unnormalize((Z.to(torch.float64) - self.shift).clamp(0.0, 1.0), self.bounds)
+        Z = check_unit(X, self.dim, batch=True).to(torch.float64)
+        if self.rotation is not None:  # rows: R (u - c) = ((u - c)' R')'
+            Z = 0.5 + (Z - 0.5) @ self.rotation.to(Z).transpose(-1, -2)
+        return unnormalize((Z - self.shift.to(Z)).clamp(0.0, 1.0), self.bounds)
 
     def value(self, X: Tensor) -> Tensor:
         r"""Noise-free function values (minimisation convention) at unit-cube ``X``."""
@@ -150,6 +179,34 @@ def client_shifts(num_clients: int, dim: int, magnitude: float, seed: int) -> li
     return list(magnitude * raw)
 
 
+def check_rotation(rotation: Tensor, dim: int) -> Tensor:
+    r"""``rotation`` as float64 if it is a ``dim x dim`` orthogonal matrix (to
+    ``1e-10``), else ``ValueError``."""
+    if not isinstance(rotation, Tensor) or rotation.shape != (dim, dim):
+        shape = tuple(rotation.shape) if isinstance(rotation, Tensor) else type(rotation).__name__
+        raise ValueError(f"`rotation` must be a {dim} x {dim} tensor, got {shape}.")
+    R = rotation.detach().to(device="cpu", dtype=torch.float64)
+    if not bool(torch.isfinite(R).all()):
+        raise ValueError("`rotation` has non-finite entries.")
+    error = float((R @ R.T - torch.eye(dim, dtype=torch.float64)).abs().max())
+    if error > 1e-10:
+        raise ValueError(f"`rotation` must be orthogonal: |R R' - I| = {error:.3g} > 1e-10.")
+    return R
+
+
+def client_rotations(num_clients: int, dim: int, scale: float, seed: int) -> list[Tensor | None]:
+    r"""Seeded per-client rotations ``R = expm(A)``, ``A`` antisymmetric with
+    ``A_jk = scale g_jk`` (``j < k``, ``g`` standard normal); ``None`` for ``scale = 0``."""
+    if not math.isfinite(scale) or scale < 0:
+        raise ValueError(f"`rotation`={scale!r} must be a finite number >= 0.")
+    if scale == 0:
+        return [None] * num_clients
+    g = torch.Generator().manual_seed(seed)
+    G = torch.randn(num_clients, dim, dim, generator=g, dtype=torch.float64).triu(1)
+    A = scale * (G - G.transpose(-1, -2))
+    return list(torch.linalg.matrix_exp(A))
+
+
 def benchmark_objectives(
     problem: str,
     num_clients: int,
@@ -158,6 +215,7 @@ def benchmark_objectives(
     noise: str | None = None,
     noise_std: float | None = None,
     shift: float = 0.0,
+    rotation: float = 0.0,
 ) -> list[ClientObjective]:
     r"""A benchmark federation's objectives: seeded, shifted, noisy copies of a built-in
     test function, one per client (what ``FederationSetup(problem=...)`` runs on; the
@@ -176,6 +234,8 @@ def benchmark_objectives(
             noise-free Gaussian, scale 1 for the others).
         shift: Maximal per-client shift per coordinate, a fraction of the domain width
             in ``[0, 1)`` (0: one shared objective).
+        rotation: Scale ``r`` of the per-client rotations about the domain's centre
+            (:func:`client_rotations`; 0: none).
 
     Returns:
         ``M`` objectives over the function's bounds.
@@ -200,4 +260,8 @@ def benchmark_objectives(
     if kind not in ("gaussian", "none"):
         noises = [ObservationNoise(kind, scale=scale, seed=s + NOISE_SEED_OFFSET) for s in seeds]
     shifts = client_shifts(num_clients, functions[0].dim, shift, seed=seed + 17)
-    return [ClientObjective(*fsn) for fsn in zip(functions, shifts, noises, strict=True)]
+    rotations = client_rotations(num_clients, functions[0].dim, rotation, seed=seed + 29)
+    return [
+        ClientObjective(f, s, n, r)
+        for f, s, n, r in zip(functions, shifts, noises, rotations, strict=True)
+    ]

@@ -138,6 +138,8 @@ def score_run(
     r"""The :class:`RunResult` of a finished run, from the clients' ``history``."""
     first, histories = objectives[0], [(cid, c.history) for cid, c in sorted(clients.items())]
     minimize, optimum = first.minimize, first.optimal_value
+    if any(o.optimal_value != optimum for o in objectives):  # clients' own optima differ
+        optimum = None
     evaluations = [{"client": cid, **h} for cid, history in histories for h in history]
     steps = dict(collections.Counter(e["step"] for e in evaluations))
     best = _best((h for _, history in histories for h in history), minimize)

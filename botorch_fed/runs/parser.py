@@ -71,7 +71,11 @@ def _algorithm_parser(
         "problem's own (ldp-synthetic: uniform, s = 1; others: gaussian --noise-std)",
         nullable=True, metavar="KIND")
     add(g, "shift", float, fed.shift,
-        "per-client shift of --problem (fraction of the domain; 0: one shared function)")
+        "per-client shift of --problem: up to this fraction of the domain per coordinate (0: "
+        "one shared function)")
+    add(g, "rotation", float, fed.rotation, "per-client rotation of --problem about the domain's "
+        "centre: expm(A), A antisymmetric with entries this times standard normals (0: none; "
+        "the literature's mild heterogeneity: --shift 0.05 --rotation 0.1, severe: 0.3 and 1)")
     add(g, "objective", str, None, "your own black box, shared by all clients: a function of an "
         "n x d tensor returning n values, imported from package.module (the current directory "
         "is on the path)", metavar="MODULE:FUNCTION")

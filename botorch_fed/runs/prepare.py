@@ -32,7 +32,9 @@ LIBRARY_MODULES = (
     r"sklearn|ot|tenseal)(\.|$)"
 )
 # FederationSetup field -> the option's dest (_SAME: the option of the same name)
-_SAME = "dim seed crypto_seed init_regions region_width noise_std noise shift threads".split()
+_SAME = (
+    "dim seed crypto_seed init_regions region_width noise_std noise shift rotation threads".split()
+)
 SETUP_DESTS = {n: n for n in ("problem", "aggregator", *_SAME)}
 SETUP_DESTS.update(num_clients="clients", evaluation_errors="fail_on_error")
 

@@ -44,10 +44,11 @@ def _check(ctx) -> None:
         if not hasattr(function, "evaluate_contexts"):
             continue
         shifted = bool((getattr(obj, "shift", torch.zeros(1)) != 0).any())
+        shifted = shifted or getattr(obj, "rotation", None) is not None
         if shifted or getattr(function, "noise_std", None) is not None or obj.noise_bound != 0.0:
             raise ValueError(
-                f"{obj.name}'s workers evaluate their own data rows (contexts): `shift` and "
-                "`noise_std`/`noise` do not apply to it."
+                f"{obj.name}'s workers evaluate their own data rows (contexts): `shift`, "
+                "`rotation` and `noise_std`/`noise` do not apply to it."
             )
     optimizers = getattr(_function(objective), "optimizers", None)
     if optimizers is not None:
