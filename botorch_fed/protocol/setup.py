@@ -32,8 +32,8 @@ def simulation_crypto_seed(seed: int) -> int:
 class FederationSetup:
     r"""The federation an algorithm runs in: the clients' black boxes and the deployment
     (size, seed, aggregator, private randomness, failure policy). A benchmark federation is
-    named by ``problem`` with ``dim``, ``noise``, ``noise_std``, ``shift`` and ``rotation``, a shorthand
-    for ``objectives=benchmark_objectives(problem, ...)``
+    named by ``problem`` with ``dim``, ``noise``, ``noise_std``, ``shift`` and ``rotation``,
+    a shorthand for ``objectives=benchmark_objectives(problem, ...)``
     (:func:`~botorch_fed.problems.heterogeneity.benchmark_objectives`).
 
     Attributes:

@@ -15,8 +15,8 @@ from botorch_fed.problems.heterogeneity import (
     benchmark_objectives,
     client_rotations,
 )
-from botorch_fed.test_functions import get_test_function
 from botorch_fed.protocol.setup import FederationSetup
+from botorch_fed.test_functions import get_test_function
 
 
 @pytest.mark.parametrize(
