@@ -109,3 +109,58 @@ def plot_convergence(
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_comparison(summary: dict, records: dict[str, dict[int, dict]], path: str | Path) -> None:
+    r"""A comparison (:func:`~botorch_fed.runs.compare.compare_algorithms`): the final
+    scores per algorithm, one point per seed over a box plot, and, where the runs score
+    the federation per round, the median score per round with its interquartile band.
+
+    Args:
+        summary: The comparison's summary (``summary.json``).
+        records: ``records[algorithm][seed]``: the runs' records.
+        path: Output PNG file.
+    """
+    import numpy as np
+
+    plt = _pyplot()
+    algorithms = list(summary["algorithms"])
+    finals = [[v for v in summary["scores"][a].values() if v is not None] for a in algorithms]
+    curves = {
+        a: [r["score_per_round"] for r in records[a].values() if r.get("score_per_round")]
+        for a in algorithms
+    }
+    with_curves = all(curves[a] and len(curves[a]) == len(records[a]) for a in algorithms)
+    fig, axes = plt.subplots(1, 2 if with_curves else 1, figsize=(11 if with_curves else 6, 4))
+    axes = list(np.atleast_1d(axes))
+    positive = all(v > 0 for vals in finals for v in vals)
+    metric = summary["metric"] if isinstance(summary["metric"], str) else "score"
+    if with_curves:
+        ax = axes.pop(0)
+        for a in algorithms:
+            rows = [[np.nan if v is None else v for v in c] for c in curves[a]]
+            length = min(len(r) for r in rows)
+            Y = np.array([r[:length] for r in rows], dtype=float)
+            mid = np.nanmedian(Y, axis=0)
+            lo, hi = np.nanpercentile(Y, 25, axis=0), np.nanpercentile(Y, 75, axis=0)
+            ax.plot(range(length), mid, label=a)
+            ax.fill_between(range(length), lo, hi, alpha=0.2)
+        ax.set_xlabel("round t (0: initial designs)")
+        ax.set_ylabel(f"{metric} (median, IQR)")
+        if positive and np.all(np.array([v for c in curves.values() for r in c for v in r
+                                         if v is not None]) > 0):  # fmt: skip
+            ax.set_yscale("log")
+        ax.legend()
+    ax = axes[0]
+    ax.boxplot(finals, showfliers=False)
+    ax.set_xticks(range(1, len(algorithms) + 1), algorithms, rotation=20)
+    rng = np.random.default_rng(0)  # jitter only
+    for i, vals in enumerate(finals, start=1):
+        ax.scatter(i + rng.uniform(-0.12, 0.12, len(vals)), vals, s=12, alpha=0.7, zorder=3)
+    ax.set_ylabel(f"final {metric}")
+    if positive:
+        ax.set_yscale("log")
+    ax.set_title(f"{len(summary['seeds'])} seeds; lower is better")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

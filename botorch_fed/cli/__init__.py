@@ -13,6 +13,9 @@ Subcommands:
   from the field names, help from the ``Attributes:`` section of its docstring,
   choices from the fields' ``Choice`` domains), so ``botorch-fed run local
   --help`` lists only what ``local`` takes.
+- ``botorch-fed compare ALG [ALG ...] --seeds N --jobs J --out DIR [run options]``:
+  several algorithms on the same federation and seeds, with a table and paired
+  statistics (:mod:`~botorch_fed.cli.compare`).
 - ``botorch-fed list``: the registered algorithms, one line each.
 - ``botorch-fed flower up | run | down | status``: the same runs on a Flower
   federation of real processes (:mod:`~botorch_fed.cli.flower`).
@@ -208,6 +211,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["party"]:  # an operator's command: no algorithm is loaded
         return _party(argv)
     parser = build_parser()
+    if argv[:1] == ["compare"]:  # its run options are parsed per algorithm
+        from botorch_fed.cli.compare import compare_main
+
+        try:
+            args, rest = parser.parse_known_args(argv)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        return compare_main(parser, args, rest, Console())
     args = _parse(parser, argv)
     if not isinstance(args, argparse.Namespace):
         return args
