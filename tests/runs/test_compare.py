@@ -1,0 +1,236 @@
+r"""``compare_algorithms`` and ``botorch-fed compare``: the same federation and seeds for
+every algorithm, scores against each run's own result, statistics against scipy and a
+hand-written Holm correction, resumption, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import wilcoxon
+
+from botorch_fed.algorithms import run_federated
+from botorch_fed.cli import main
+from botorch_fed.problems.objectives import CallableObjective
+from botorch_fed.protocol import BOSettings, FederationSetup
+from botorch_fed.runs import compare as compare_module
+from botorch_fed.runs.compare import compare_algorithms, summarize
+
+TINY = BOSettings(num_init=2, num_rounds=1)
+
+
+@pytest.fixture(autouse=True)
+def wide_console(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+def _holm(pvalues):
+    r"""Holm's step-down adjustment, written out."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * pvalues[i]))
+        out[i] = running
+    return out
+
+
+def test_summary_statistics_match_an_independent_computation():
+    rng = np.random.default_rng(0)
+    seeds = list(range(8))
+    base = rng.lognormal(size=8)
+    scores = {"a": base, "b": base * rng.lognormal(0.5, 0.3, 8), "c": base * rng.lognormal(0, 1, 8)}
+    scores["c"][3] = base[3]  # a tie
+    records = {
+        a: {
+            s: {"score": float(v[s]), "worst_client": float(2 * v[s]), "metric": "x"} for s in seeds
+        }
+        for a, v in scores.items()
+    }
+    summary = summarize(["a", "b", "c"], seeds, records)
+    ps = []
+    for name, v in scores.items():
+        st = summary["algorithms"][name]
+        assert st["mean"] == pytest.approx(v.mean(), rel=1e-12)
+        assert st["se"] == pytest.approx(v.std(ddof=1) / math.sqrt(8), rel=1e-12)
+        assert st["median"] == pytest.approx(np.median(v), rel=1e-12)
+        assert st["worst_client_mean"] == pytest.approx(2 * v.mean(), rel=1e-12)
+        if name == "a":
+            assert "p" not in st
+            continue
+        assert (st["wins"], st["losses"], st["ties"]) == (
+            int((v < base).sum()),
+            int((v > base).sum()),
+            int((v == base).sum()),
+        )
+        p = wilcoxon(v, base).pvalue
+        assert st["p"] == pytest.approx(p, rel=1e-12)
+        ps.append(p)
+    for name, adjusted in zip(["b", "c"], _holm(ps), strict=True):
+        assert summary["algorithms"][name]["p_holm"] == pytest.approx(adjusted, rel=1e-12)
+    assert summary["scores"]["b"] == {str(s): float(scores["b"][s]) for s in seeds}
+    # equal scores everywhere: p = 1, no test of zero differences
+    same = summarize(["a", "a2"], seeds, {"a": records["a"], "a2": records["a"]})
+    assert same["algorithms"]["a2"]["p"] == 1.0 and same["algorithms"]["a2"]["ties"] == 8
+
+
+def test_every_algorithm_runs_the_same_federation_and_seeds(tmp_path):
+    setup = FederationSetup(problem="branin", num_clients=2, seed=3)
+    comparison = compare_algorithms(
+        {"random": TINY, "local": TINY}, setup, seeds=2, out=tmp_path / "c"
+    )
+    assert comparison.seeds == [3, 4]
+    for seed in (3, 4):
+        records = {a: comparison.records[a][seed] for a in ("random", "local")}
+        # the same initial designs: the same best value before the first round
+        assert records["random"]["score_per_round"][0] == records["local"]["score_per_round"][0]
+        for algorithm, rec in records.items():
+            own = run_federated(
+                algorithm, FederationSetup(problem="branin", num_clients=2, seed=seed), TINY
+            )
+            assert rec["metric"] == "federation regret"
+            assert rec["score"] == abs(own.best_value - own.optimal_value)
+            assert rec["score_per_round"] == own.regret_per_round
+            worst = max(abs(v - own.optimal_value) for v in own.best_per_client.values())
+            assert rec["worst_client"] == worst
+    stored = json.loads((tmp_path / "c" / "summary.json").read_text())
+    assert stored["scores"] == {
+        a: {str(s): comparison.records[a][s]["score"] for s in (3, 4)} for a in ("random", "local")
+    }
+    assert (tmp_path / "c" / "summary.md").read_text().count("| random |") == 1
+    assert (tmp_path / "c" / "summary.png").stat().st_size > 0
+
+
+def test_a_heterogeneous_federation_scores_each_client_on_its_own_function():
+    setup = FederationSetup(problem="hartmann", num_clients=3, seed=0, shift=0.05, rotation=0.1)
+    rec = compare_algorithms(["random"], setup, seeds=1).records["random"][0]
+    assert rec["metric"] == "mean client regret"
+    optima = [o.optimal_value for o in setup.make_objectives()]
+    regrets = [abs(rec["client_best"][str(c)] - optima[c]) for c in range(3)]
+    assert rec["score"] == pytest.approx(float(np.mean(regrets)), rel=1e-15)
+    assert rec["worst_client"] == max(regrets)
+    assert rec["score_per_round"] is None
+
+
+def test_an_unknown_optimum_scores_the_best_value_lower_is_better():
+    def f(X):
+        return -(X - 0.3).pow(2).sum(-1)
+
+    bounds = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
+    own = CallableObjective(f, bounds, minimize=False)
+    setup = FederationSetup(objectives=own, num_clients=2, seed=1)
+    rec = compare_algorithms(["random"], setup, seeds=1).records["random"][1]
+    assert rec["metric"] == "best value" and rec["optimal_value"] is None
+    assert rec["score"] == -rec["best_value"]  # maximised: negated
+
+
+def test_a_comparison_continues_from_its_stored_runs(tmp_path, monkeypatch):
+    setup = FederationSetup(problem="branin", num_clients=2, seed=0)
+    first = compare_algorithms({"random": TINY}, setup, seeds=2, out=tmp_path)
+    calls = []
+    real = compare_module.run_record
+
+    def counted(algorithm, setup, settings):
+        calls.append((algorithm, setup.seed))
+        return real(algorithm, setup, settings)
+
+    monkeypatch.setattr(compare_module, "run_record", counted)
+    again = compare_algorithms({"random": TINY}, setup, seeds=2, out=tmp_path)
+    assert calls == [] and again.summary == first.summary
+    more = compare_algorithms({"random": TINY, "local": TINY}, setup, seeds=3, out=tmp_path)
+    assert sorted(calls) == [("local", 0), ("local", 1), ("local", 2), ("random", 2)]
+    assert more.records["random"][0] == first.records["random"][0]
+    # an unreadable record is run again
+    (tmp_path / "runs" / "random" / "seed-1.json").write_text("{")
+    calls.clear()
+    compare_algorithms({"random": TINY}, setup, seeds=2, out=tmp_path)
+    assert calls == [("random", 1)]
+    # other settings or another problem in the same folder: refused, naming what differs
+    with pytest.raises(
+        ValueError, match=r"holds runs of random with other options \(settings.num_rounds\)"
+    ):
+        compare_algorithms({"random": BOSettings(num_init=2, num_rounds=2)}, setup, 1, out=tmp_path)
+    with pytest.raises(ValueError, match=r"setup.problem"):
+        compare_algorithms(
+            {"random": TINY}, FederationSetup(problem="levy", num_clients=2), 1, out=tmp_path
+        )
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"algorithms": []}, "distinct algorithms"),
+        ({"algorithms": ["local", "local"]}, "distinct algorithms"),
+        ({"algorithms": ["lcoal"]}, "Unknown algorithm 'lcoal'"),
+        ({"seeds": 0}, r"`seeds`=0 must be >= 1"),
+        ({"seeds": [1, 1]}, "distinct seeds"),
+        ({"seeds": True}, "a count or a list"),
+        ({"jobs": 0}, r"`jobs`=0 must be an integer >= 1"),
+        (
+            {
+                "setup": {
+                    "local": FederationSetup(problem="branin", seed=1),
+                    "random": FederationSetup(problem="branin", seed=2),
+                }
+            },
+            "different seeds",
+        ),  # fmt: skip
+        ({"algorithms": {"local": BOSettings(num_rounds=0)}}, "num_rounds"),
+    ],
+)
+def test_bad_comparisons_are_refused_by_name(kwargs, match):
+    args = {"algorithms": ["local", "random"], "setup": FederationSetup(problem="branin")}
+    with pytest.raises(ValueError, match=match):
+        compare_algorithms(**(args | kwargs))
+
+
+def test_out_must_be_a_folder(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="is a file; give a folder"):
+        compare_algorithms(["random"], FederationSetup(problem="branin"), 1, out=tmp_path / "file")
+
+
+def test_the_command_compares_in_parallel_processes_and_writes_every_run(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    argv = ["compare", "fbo-fedgp", "random", "--problem", "branin", "--clients", "3",
+            "--rounds", "1", "--init", "3", "--support", "4", "--aggregator", "masking",
+            "--seeds", "2", "--jobs", "2", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "random does not take --support, --aggregator (ignored for it)" in text
+    assert "random against fbo-fedgp: lower on" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert set(summary["scores"]) == {"fbo-fedgp", "random"}
+    assert all(set(v) == {"0", "1"} for v in summary["scores"].values())
+    rec = json.loads((out / "runs" / "fbo-fedgp" / "seed-1.json").read_text())
+    assert rec["fingerprint"]["settings"]["support_size"] == 4
+    assert rec["fingerprint"]["setup"]["aggregator"] == "masking"
+    # the same command again runs nothing and prints the same table
+    assert main(argv) == 0
+    assert "random against fbo-fedgp: lower on" in capsys.readouterr().out
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--problme", "branin"], "--problme is not an option of `run` for any of the algorithms"),
+        (["--plot", "x.png"], "--plot: compare draws its own plot"),
+        (["--checkpoint", "d"], "--checkpoint: compare keeps every finished run"),
+        (["--rounds"], "--rounds expects a value"),
+        (["branin"], "unexpected argument 'branin'"),
+        (["--rounds", "0"], "local: `--num-rounds`/`--rounds`=0 must be >= 1"),
+        (["--seeds", "0"], "--seeds 0 must be >= 1"),
+        (["--jobs", "0"], "--jobs 0 must be >= 1"),
+        (["--rotation", "-1"], "rotation"),
+    ],
+)
+def test_bad_compare_arguments_exit_2_naming_the_flag(tmp_path, capsys, extra, message):
+    argv = ["compare", "local", "random", "--problem", "branin", "--out", str(tmp_path / "o")]
+    assert main(argv + extra) == 2
+    captured = capsys.readouterr()
+    assert message in captured.out + captured.err
+    assert not (tmp_path / "o" / "runs").exists()
