@@ -215,10 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from botorch_fed.cli.compare import compare_main
 
         try:
-            args, rest = parser.parse_known_args(argv)
+            known, rest = parser.parse_known_args(argv)
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-        return compare_main(parser, args, rest, Console())
+        return compare_main(parser, known, rest, Console())
     args = _parse(parser, argv)
     if not isinstance(args, argparse.Namespace):
         return args

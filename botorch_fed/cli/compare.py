@@ -11,6 +11,8 @@ arguments, 1 a run failed, 130 interrupted (the finished runs are kept in ``--ou
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import textwrap
 
 from rich.console import Console
@@ -182,11 +184,17 @@ def compare_main(parser, args: argparse.Namespace, rest: list[str], console: Con
             )
             return 1
     print_summary(comparison.summary, console)
-    console.print(
-        f"every run in {escape(args.out)}/runs; summary in {escape(args.out)}/summary.json, "
-        ".md and .png",
-        soft_wrap=True,
-    )
+    written = "summary.json, summary.md"
+    if importlib.util.find_spec("matplotlib") is not None:  # an extra
+        from botorch_fed.plotting import plot_comparison
+
+        plot = os.path.join(args.out, "summary.png")
+        try:
+            plot_comparison(comparison.summary, comparison.records, plot)
+            written += ", summary.png"
+        except (OSError, ValueError) as exc:
+            print_error(console, f"the plot could not be drawn ({exc}).")
+    console.print(f"every run in {escape(args.out)}/runs; {written} there", soft_wrap=True)
     return 0
 
 

@@ -8,7 +8,8 @@ stopped (a run is reused only when its algorithm's setup and settings are the on
 asked for). The report per algorithm: the final score's mean +- standard error and
 median, the worst client's, wins against the first algorithm and a paired two-sided
 Wilcoxon signed-rank test against it over the seeds, Holm-corrected over the
-comparisons (``summary.json``, ``summary.md``, ``summary.png``).
+comparisons (``summary.json``, ``summary.md``; ``botorch-fed compare`` draws
+``summary.png`` with :func:`~botorch_fed.plotting.plot_comparison`).
 
 The score (lower is better) is the final simple regret where every client's optimum
 is known: the federation's (``f* - best value over all clients``) when all clients
@@ -21,7 +22,6 @@ oriented so that lower is better (negated for a maximised objective).
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import multiprocessing
@@ -99,18 +99,22 @@ def run_record(algorithm: str, setup, settings) -> dict:
         if best is None:
             client_score[str(cid)] = None
         elif known:
-            client_score[str(cid)] = abs(best - optima[cid])  # type: ignore[operator]
+            client_score[str(cid)] = abs(best - optima[cid])
         else:
             client_score[str(cid)] = sign * best
     finite = [v for v in client_score.values() if v is not None]
     if shared:
         metric = "federation regret" if known else "best value"
         best = result.best_value
-        score = None if best is None else (abs(best - optima[0]) if known else sign * best)  # type: ignore[operator]
-        per_round = [
-            None if b is None else (abs(b - optima[0]) if known else sign * b)  # type: ignore[operator]
-            for b in result.best_per_round
-        ]
+        optimum = optima[0]
+
+        def scored(b: float | None) -> float | None:
+            if b is None:
+                return None
+            return abs(b - optimum) if optimum is not None else sign * b
+
+        score = scored(result.best_value)
+        per_round = [scored(b) for b in result.best_per_round]
     else:
         metric = "mean client regret" if known else "mean client best value"
         # a client without a successful evaluation has no score: the run has none either
@@ -229,9 +233,8 @@ def compare_algorithms(
             all with the same ``seed``.
         seeds: A count ``N`` (seeds ``setup.seed ... setup.seed + N - 1``) or the seeds.
         jobs: Parallel worker processes (``1``: in this process).
-        out: A folder for every run's record, ``summary.json``, ``summary.md`` and
-            ``summary.png`` (the plot where matplotlib is installed); the runs stored
-            there for the same setups and settings are not run again.
+        out: A folder for every run's record, ``summary.json`` and ``summary.md``; the
+            runs stored there for the same setups and settings are not run again.
         on_run: Hook ``(record, done, total)`` after each run (stored ones first).
 
     Returns:
@@ -244,7 +247,9 @@ def compare_algorithms(
         raise ValueError(f"`algorithms` must name distinct algorithms, got {names!r}.")
     specs = {a: get_algorithm(a) for a in names}  # unknown names: ValueError
     given = algorithms if isinstance(algorithms, Mapping) else dict.fromkeys(names)
-    settings = {a: given[a] if given[a] is not None else specs[a].settings_class() for a in names}
+    settings: dict[str, Any] = {
+        a: specs[a].settings_class() if given[a] is None else given[a] for a in names
+    }
     setups = (
         {a: setup[a] for a in names} if isinstance(setup, Mapping) else dict.fromkeys(names, setup)
     )
@@ -312,10 +317,6 @@ def compare_algorithms(
     if folder is not None:
         write_json(summary, str(folder / f"{SUMMARY}.json"))
         (folder / f"{SUMMARY}.md").write_text(comparison.markdown())
-        if importlib.util.find_spec("matplotlib") is not None:  # an extra
-            from botorch_fed.plotting import plot_comparison
-
-            plot_comparison(summary, records, str(folder / f"{SUMMARY}.png"))
     return comparison
 
 
