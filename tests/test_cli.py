@@ -435,12 +435,25 @@ def test_threads_are_restored_after_a_run():
 
 
 def test_make_demo_command_parses():
-    r"""``make demo``'s command line, and the README's (parsed, not run)."""
+    r"""``make demo``'s command line (the Makefile's, as README quotes it), and the
+    README's (parsed and checked, not run)."""
+    from pathlib import Path
+
+    from botorch_fed.cli.compare import _groups, _prepare
+
+    root = Path(__file__).resolve().parents[1]
+    recipe = root.joinpath("Makefile").read_text().split("\ndemo:", 1)[1].split("\n\n", 1)[0]
+    line = recipe.split("$(BIN)/botorch-fed ", 1)[1].replace("\\\n", " ")
+    tokens = line.split()
+    assert " ".join(tokens) in " ".join(root.joinpath("README.md").read_text().split())
     parser = build_parser()
-    args = parser.parse_args(
-        "run fbo-fedgp --problem hartmann --dim 6 --clients 5 --rounds 15 --aggregator ckks".split()
-    )
-    assert vars(args)["settings.num_rounds"] == 15 and args.aggregator == "ckks"
+    known, rest = parser.parse_known_args(tokens)
+    assert known.command == "compare" and known.algorithms == ["fbo-fedgp", "local"]
+    assert known.seeds == 6 and known.jobs == 2
+    groups = _groups(rest, {a: parser.run_parsers[a] for a in known.algorithms})
+    fbo = _prepare(parser, "fbo-fedgp", [t for _, g in groups for t in g])
+    assert fbo.settings.num_rounds == 15 and fbo.setup.aggregator == "ckks"
+    assert fbo.setup.num_clients == 5 and fbo.setup.dim == 6
     args = parser.parse_args(
         "run fbo-fedgp --problem cec2005-f1 --dim 10 --clients 10 --init 4 --rounds 50 "
         "--support 16 --aggregator ckks --schedule 0.5 --seed 0 --out results.json "
