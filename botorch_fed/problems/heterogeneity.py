@@ -33,7 +33,8 @@ class ClientObjective(Objective):
 
     A transformed client's ``optimal_value`` is the function's where one of its known
     optimisers has a preimage in the cube (then ``min f o T = f*`` exactly; else
-    unknown: the clipping may have cut it away); a client with candidates keeps them,
+    unknown: the clipping may have cut it away, and ``optimum_bound = f*`` bounds it
+    from below); a client with candidates keeps them,
     and its ``optimal_value`` and ``reward_bound`` are exact over them.
 
     Args:
@@ -76,6 +77,8 @@ class ClientObjective(Objective):
         optimum = getattr(function, "_optimal_value", None)
         moved = bool((self.shift != 0).any()) or self.rotation is not None
         self.optimal_value = None if optimum is None else float(optimum)
+        # T maps the cube into the domain: no client does better than the function
+        self.optimum_bound = self.optimal_value
         if moved and optimum is not None and not self._optimum_reachable(function):
             self.optimal_value = None  # the clipping may have cut the optimum away
         candidates = getattr(function, "candidates", None)

@@ -117,6 +117,8 @@ class Objective(ABC):
         minimize: Whether smaller values are better.
         name: A name for result tables.
         optimal_value: The known optimum (``None``: unknown, as below).
+        optimum_bound: A value no point does better than, where the optimum itself is
+            unknown (a moved test function: the function's optimum); ``None``: none known.
         candidates: A finite domain as ``n x d`` float64 unit-cube points.
         reward_bound: ``B`` with ``|f(x)| <= B``.
         noise_bound: ``R`` with ``|noise| <= R`` almost surely (``0.0``: noise-free).
@@ -128,6 +130,7 @@ class Objective(ABC):
     minimize: bool = True
     name: str = "objective"
     optimal_value: float | None = None
+    optimum_bound: float | None = None
     candidates: Tensor | None = None
     reward_bound: float | None = None
     noise_bound: float | None = None

@@ -234,3 +234,15 @@ def test_bad_compare_arguments_exit_2_naming_the_flag(tmp_path, capsys, extra, m
     captured = capsys.readouterr()
     assert message in captured.out + captured.err
     assert not (tmp_path / "o" / "runs").exists()
+
+
+def test_a_client_whose_optimum_moved_away_is_scored_against_the_functions_optimum():
+    setup = FederationSetup(problem="hartmann", num_clients=4, seed=1, shift=0.3, rotation=1.0)
+    objectives = setup.make_objectives()
+    assert objectives[1].optimal_value is None  # rotated out of the cube at this seed
+    rec = compare_algorithms(["random"], setup, seeds=1).records["random"][1]
+    assert rec["client_optimum_bound_only"] == ["1"]
+    f_star = objectives[1].optimum_bound
+    assert f_star == objectives[0].optimal_value == pytest.approx(-3.32237)
+    assert rec["client_score"]["1"] == rec["client_best"]["1"] - f_star > 0
+    assert rec["metric"] == "mean client regret"
