@@ -154,7 +154,7 @@ def _shared_objective(setup) -> bool:
     return isinstance(setup.objectives, Objective) or len(setup.objectives) == 1
 
 
-def _job(job: tuple[str, Any, Any]) -> dict:
+def _job(job: tuple[str, str, Any, Any]) -> dict:
     r"""One run in a worker process (one torch thread: the pool is the parallelism)."""
     import warnings
 
@@ -165,7 +165,8 @@ def _job(job: tuple[str, Any, Any]) -> dict:
     torch.set_num_threads(1)
     with library_warnings_ignored(), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        return run_record(*job)
+        label, algorithm, setup, settings = job
+        return {**run_record(algorithm, setup, settings), "algorithm": label}
 
 
 def _seeds(seeds: int | Sequence[int], first: int) -> list[int]:
@@ -235,7 +236,8 @@ def compare_algorithms(
 
     Args:
         algorithms: Registered algorithm names, or ``{name: settings}`` (``None``: the
-            algorithm's default settings). The first is the reference of the tests.
+            algorithm's default settings), or ``{label: (name, settings)}`` (e.g. two
+            configurations of one algorithm). The first is the reference of the tests.
         setup: The federation (:class:`~botorch_fed.protocol.setup.FederationSetup`), or
             ``{name: setup}`` (e.g. an aggregator for the algorithms that aggregate),
             all with the same ``seed``.
@@ -253,10 +255,13 @@ def compare_algorithms(
     names = list(algorithms)
     if not names or len(set(names)) != len(names):
         raise ValueError(f"`algorithms` must name distinct algorithms, got {names!r}.")
-    specs = {a: get_algorithm(a) for a in names}  # unknown names: ValueError
     given = algorithms if isinstance(algorithms, Mapping) else dict.fromkeys(names)
+    # a label's value may be (registered algorithm, settings): two configurations of one
+    registered = {a: given[a][0] if isinstance(given[a], tuple) else a for a in names}
+    specs = {a: get_algorithm(registered[a]) for a in names}  # unknown names: ValueError
+    chosen = {a: given[a][1] if isinstance(given[a], tuple) else given[a] for a in names}
     settings: dict[str, Any] = {
-        a: specs[a].settings_class() if given[a] is None else given[a] for a in names
+        a: specs[a].settings_class() if chosen[a] is None else chosen[a] for a in names
     }
     setups = (
         {a: setup[a] for a in names} if isinstance(setup, Mapping) else dict.fromkeys(names, setup)
@@ -268,9 +273,14 @@ def compare_algorithms(
         raise ValueError(f"`jobs`={jobs!r} must be an integer >= 1.")
     seed_list = _seeds(seeds, firsts.pop())
     for a in names:
+        if type(settings[a]) is not specs[a].settings_class:
+            raise ValueError(
+                f"`algorithms`[{a!r}]: {registered[a]} takes {specs[a].settings_class.__name__}, "
+                f"got {type(settings[a]).__name__}."
+            )
         settings[a].validate()
-        setups[a].validate(a)
-    fps = {a: _fingerprint(a, setups[a], settings[a]) for a in names}
+        setups[a].validate(registered[a])
+    fps = {a: _fingerprint(registered[a], setups[a], settings[a]) for a in names}
     folder = None if out is None else Path(out)
     records: dict[str, dict[int, dict]] = {a: {} for a in names}
     if folder is not None:
@@ -302,7 +312,9 @@ def compare_algorithms(
         if on_run is not None:
             on_run(rec, done, total)
 
-    jobs_ = [(a, dataclasses.replace(setups[a], seed=s), settings[a]) for a, s in todo]
+    jobs_ = [
+        (a, registered[a], dataclasses.replace(setups[a], seed=s), settings[a]) for a, s in todo
+    ]
     if jobs == 1 or len(jobs_) <= 1:
         for job in jobs_:
             store(_job(job))

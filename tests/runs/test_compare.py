@@ -12,7 +12,7 @@ import pytest
 import torch
 from scipy.stats import wilcoxon
 
-from botorch_fed.algorithms import run_federated
+from botorch_fed.algorithms import FBOFedGPSettings, run_federated
 from botorch_fed.cli import main
 from botorch_fed.problems.objectives import CallableObjective
 from botorch_fed.protocol import BOSettings, FederationSetup
@@ -178,6 +178,11 @@ def test_a_comparison_continues_from_its_stored_runs(tmp_path, monkeypatch):
             "different seeds",
         ),  # fmt: skip
         ({"algorithms": {"local": BOSettings(num_rounds=0)}}, "num_rounds"),
+        (
+            {"algorithms": {"local": FBOFedGPSettings()}},
+            "local takes BOSettings, got FBOFedGPSettings",
+        ),
+        ({"algorithms": {"x": ("lcoal", TINY)}}, "Unknown algorithm 'lcoal'"),
     ],
 )
 def test_bad_comparisons_are_refused_by_name(kwargs, match):
@@ -246,3 +251,19 @@ def test_a_client_whose_optimum_moved_away_is_scored_against_the_functions_optim
     assert f_star == objectives[0].optimal_value == pytest.approx(-3.32237)
     assert rec["client_score"]["1"] == rec["client_best"]["1"] - f_star > 0
     assert rec["metric"] == "mean client regret"
+
+
+def test_two_configurations_of_one_algorithm_compare_under_their_labels():
+    setup = FederationSetup(problem="branin", num_clients=2, seed=0)
+    longer = BOSettings(num_init=2, num_rounds=2)
+    c = compare_algorithms({"short": ("random", TINY), "long": ("random", longer)}, setup, 2)
+    assert list(c.summary["algorithms"]) == ["short", "long"]
+    for seed in (0, 1):
+        assert c.records["long"][seed]["algorithm"] == "long"
+        assert len(c.records["long"][seed]["score_per_round"]) == 3
+        assert len(c.records["short"][seed]["score_per_round"]) == 2
+        # the same seed: the same initial designs
+        assert (
+            c.records["long"][seed]["score_per_round"][0]
+            == c.records["short"][seed]["score_per_round"][0]
+        )
