@@ -1,7 +1,8 @@
 r"""A scikit-learn classification data set split across clients with quantity and label skew.
 
 The data sets (:data:`DATASETS`) ship with scikit-learn (``breast_cancer``: 569
-samples, 30 features, 2 classes; ``digits``: 1797 samples, 64 features, 10 classes).
+samples, 30 features, 2 classes; ``digits``: 1797 samples, 64 features, 10 classes;
+``wine``: 178 samples, 13 features, 3 classes).
 :func:`split_data_set` (what the tasks' ``make_*_task`` call; every draw from ``seed``):
 
 1. a stratified ``test_fraction`` of the data set is the shared held-out **test set**
@@ -29,16 +30,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DATASETS = ("breast_cancer", "digits")
+DATASETS = ("breast_cancer", "digits", "wine")
 
 
 def _load(dataset: str) -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_breast_cancer, load_digits
+    from sklearn.datasets import load_breast_cancer, load_digits, load_wine
 
     if dataset not in DATASETS:
         raise ValueError(f"`dataset`={dataset!r} must be one of {DATASETS}.")
-    loader = load_breast_cancer if dataset == "breast_cancer" else load_digits
-    X, y = loader(return_X_y=True)
+    loaders = {"breast_cancer": load_breast_cancer, "digits": load_digits, "wine": load_wine}
+    X, y = loaders[dataset](return_X_y=True)
     return X.astype(np.float64), y.astype(np.int64)
 
 

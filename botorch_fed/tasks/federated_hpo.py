@@ -20,14 +20,18 @@ Losses (all log-loss, natural log, lower is better):
 
 - :meth:`FederatedHPOTask.validation_loss` ``(i, x)``: client ``i``'s black box --
   train on its training split with hyperparameters ``x``, score on its validation
-  split;
-- :meth:`FederatedHPOTask.test_loss` ``(i, x)``: the same model scored on the shared
-  test set, each test sample of class ``k`` weighted by ``pi_i(k) / pi_test(k)``
-  (``pi_i``: the class frequencies of client ``i``'s slice, ``pi_test``: the test
-  set's). Under label skew the clients' class-conditional feature distributions are
-  the shared ones, so this is client ``i``'s expected loss on new data of its own
-  distribution, estimated from one shared test set (classes client ``i`` never holds
-  get weight 0);
+  split; with ``cv_folds=k``, the mean over ``k`` stratified folds of the client's
+  whole slice (training and validation splits together) of the loss on the fold of a
+  model trained on the others: a client with a few dozen samples then scores a
+  configuration on all of them, not on a 7-40-sample validation split that rewards
+  whatever overfits it;
+- :meth:`FederatedHPOTask.test_loss` ``(i, x)``: the client's model (trained on its
+  training split; with ``cv_folds``, on its whole slice) scored on the shared test
+  set, each test sample of class ``k`` weighted by ``pi_i(k) / pi_test(k)`` (``pi_i``:
+  the class frequencies of client ``i``'s slice, ``pi_test``: the test set's). Under
+  label skew the clients' class-conditional feature distributions are the shared ones,
+  so this is client ``i``'s expected loss on new data of its own distribution,
+  estimated from one shared test set (classes client ``i`` never holds get weight 0);
 - :meth:`FederatedHPOTask.federation_test_loss` ``(x)``: every client trains on its
   own training split with the *same* configuration ``x``; the mean of their test
   losses weighted by the clients' data sizes.
@@ -81,6 +85,8 @@ class FederatedHPOTask:
         random_state: ``random_state`` of every model.
         n_threads: OpenMP threads per evaluation (``None``: no limit).
         config: How the task was made (for result files).
+        cv_folds: ``k`` of the k-fold cross-validated black box (``None``: the
+            validation split's loss).
     """
 
     hyperparameters: tuple[Hyperparameter, ...] = HYPERPARAMETERS
@@ -96,6 +102,7 @@ class FederatedHPOTask:
         random_state: int = 0,
         n_threads: int | None = 1,
         config: dict | None = None,
+        cv_folds: int | None = None,
     ) -> None:
         self.X = X
         self.y = y
@@ -107,7 +114,15 @@ class FederatedHPOTask:
         self.max_iter = _check_int(max_iter, "max_iter", 1)
         self.random_state = _check_int(random_state, "random_state", 0)
         self.n_threads = None if n_threads is None else _check_int(n_threads, "n_threads", 1)
-        self.config = dict(config or {})
+        self.cv_folds = None if cv_folds is None else _check_int(cv_folds, "cv_folds", 2)
+        if self.cv_folds is not None:
+            for i, c in enumerate(self.clients):
+                if c.size < self.cv_folds:
+                    raise ValueError(
+                        f"`cv_folds`={self.cv_folds}: client {i} holds {c.size} samples, "
+                        "fewer than one per fold."
+                    )
+        self.config = {**(config or {}), "cv_folds": self.cv_folds}
         self.bounds = search_space_bounds(hyperparameters=self.hyperparameters)
 
     # --- the search space -------------------------------------------------------------
@@ -152,26 +167,66 @@ class FederatedHPOTask:
             raise ValueError(f"`client`={client} must be in [0, {self.num_clients}).")
         return self.clients[int(client)]
 
+    def _slice(self, client: int) -> tuple[np.ndarray, np.ndarray]:
+        r"""Client ``client``'s whole slice ``(X, y)`` (training, then validation)."""
+        data = self._client(client)
+        return np.concatenate([data.X_train, data.X_val]), data.labels
+
     def fit(self, client: int, x):
         r"""The model with hyperparameters ``x`` trained on client ``client``'s training
-        split."""
+        split (with ``cv_folds``: on its whole slice)."""
         data = self._client(client)
         model = self.make_model(x)
+        X, y = self._slice(client) if self.cv_folds else (data.X_train, data.y_train)
         with self._threads():
-            model.fit(data.X_train, data.y_train)
+            model.fit(X, y)
         return model
+
+    def folds(self, client: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        r"""The ``cv_folds`` ``(train, held-out)`` index pairs into client ``client``'s
+        slice: stratified where every class has ``cv_folds`` samples, else plain
+        k-fold; shuffled with ``random_state`` (the same folds at every evaluation)."""
+        from sklearn.model_selection import KFold, StratifiedKFold
+
+        if self.cv_folds is None:
+            raise ValueError("This task has no `cv_folds`: its black box is the validation loss.")
+        _, y = self._slice(client)
+        k = self.cv_folds
+        stratify = np.unique(y, return_counts=True)[1].min() >= k
+        splitter = (StratifiedKFold if stratify else KFold)(
+            k, shuffle=True, random_state=self.random_state
+        )
+        return list(splitter.split(np.zeros(len(y)), y))
+
+    def _proba(self, model, X: np.ndarray) -> np.ndarray:
+        r"""``predict_proba`` over all the task's classes (0 for classes the model never saw)."""
+        with self._threads():
+            proba = model.predict_proba(X)
+        out = np.zeros((len(X), len(self.classes)))
+        out[:, np.searchsorted(self.classes, model.classes_)] = proba
+        return out
 
     # --- losses -----------------------------------------------------------------------
     def validation_loss(self, client: int, x) -> float:
         r"""Client ``client``'s black box at ``x``: validation log-loss of the model
-        trained on its training split."""
+        trained on its training split, or with ``cv_folds`` the mean over the folds
+        (:meth:`folds`) of the loss on each fold of the model trained on the others."""
         from sklearn.metrics import log_loss
 
         data = self._client(client)
-        model = self.fit(client, x)
-        with self._threads():
-            proba = model.predict_proba(data.X_val)
-        return float(log_loss(data.y_val, proba, labels=model.classes_))
+        if self.cv_folds is None:
+            model = self.fit(client, x)
+            with self._threads():
+                proba = model.predict_proba(data.X_val)
+            return float(log_loss(data.y_val, proba, labels=model.classes_))
+        X, y = self._slice(client)
+        losses = []
+        for train, held in self.folds(client):
+            model = self.make_model(x)
+            with self._threads():
+                model.fit(X[train], y[train])
+            losses.append(log_loss(y[held], self._proba(model, X[held]), labels=self.classes))
+        return float(np.mean(losses))
 
     def test_weights(self, client: int) -> np.ndarray:
         r"""Weights of the shared test samples for client ``client``: ``pi_i(k) /
@@ -191,8 +246,8 @@ class FederatedHPOTask:
 
     def test_loss(self, client: int, x) -> float:
         r"""Held-out loss of configuration ``x`` for client ``client``: the model
-        trained on its training split, scored on the shared test set weighted to the
-        client's class frequencies (:meth:`score_test`)."""
+        trained on its training split (with ``cv_folds``: its whole slice), scored on the
+        shared test set weighted to the client's class frequencies (:meth:`score_test`)."""
         return self.score_test(client, self.fit(client, x))
 
     def score_test(self, client: int, model) -> float:
@@ -250,6 +305,7 @@ class FederatedHPOTask:
             "test_size": len(self.y_test),
             "client_train_sizes": [len(c.y_train) for c in self.clients],
             "client_val_sizes": [len(c.y_val) for c in self.clients],
+            "cv_folds": self.cv_folds,
             "client_class_counts": [
                 np.bincount(np.searchsorted(self.classes, c.labels), minlength=len(self.classes))
                 .astype(int)
@@ -287,6 +343,7 @@ def make_federated_hpo_task(
     random_state: int = 0,
     n_threads: int | None = 1,
     min_samples: int = 20,
+    cv_folds: int | None = None,
 ) -> FederatedHPOTask:
     r"""Load a scikit-learn data set and split it into a federated tuning task.
 
@@ -307,6 +364,8 @@ def make_federated_hpo_task(
         random_state: ``random_state`` of every model.
         n_threads: OpenMP threads per evaluation (``None``: no limit).
         min_samples: Fewest samples per client (partitions are redrawn until met).
+        cv_folds: Each client's black box is its ``cv_folds``-fold cross-validated
+            loss on its whole slice (``None``: its validation split's loss).
 
     Returns:
         The :class:`FederatedHPOTask`.
@@ -330,4 +389,5 @@ def make_federated_hpo_task(
         random_state=random_state,
         n_threads=n_threads,
         config=config,
+        cv_folds=cv_folds,
     )

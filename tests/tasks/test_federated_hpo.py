@@ -289,3 +289,83 @@ def test_run_federated_on_the_task(quiet_single_thread):
     owner = min(result.best_per_client, key=result.best_per_client.get)
     assert task.validation_loss(owner, result.best_point) == result.best_value
     assert math.isfinite(task.federation_test_loss(result.best_point))
+
+
+# --- the k-fold cross-validated black box -----------------------------------------------
+@pytest.fixture(scope="module")
+def cv_task() -> FederatedHPOTask:
+    return make_federated_hpo_task("wine", num_clients=3, label_alpha=1.0, seed=1, cv_folds=4)
+
+
+def test_cv_folds_partition_each_clients_whole_slice(cv_task):
+    for i, c in enumerate(cv_task.clients):
+        folds = cv_task.folds(i)
+        assert len(folds) == 4
+        held = np.concatenate([h for _, h in folds])
+        assert sorted(held.tolist()) == list(range(c.size))  # every sample held out once
+        for train, h in folds:
+            assert not np.intersect1d(train, h).size and len(train) + len(h) == c.size
+        assert [h.tolist() for _, h in cv_task.folds(i)] == [h.tolist() for _, h in folds]
+
+
+def test_cv_objective_is_the_mean_fold_loss_of_models_trained_on_the_other_folds(cv_task):
+    x = POINTS[1]
+    for i, c in enumerate(cv_task.clients):
+        X = np.concatenate([c.X_train, c.X_val])
+        y = np.concatenate([c.y_train, c.y_val])
+        losses = []
+        for train, held in cv_task.folds(i):
+            model = HistGradientBoostingClassifier(
+                learning_rate=10.0 ** x[0], max_leaf_nodes=int(math.floor(2.0 ** x[1] + 0.5)),
+                min_samples_leaf=int(math.floor(x[2] + 0.5)), l2_regularization=10.0 ** x[3],
+                max_features=x[4], max_iter=100, early_stopping=False, random_state=0,
+            )  # fmt: skip
+            model.fit(X[train], y[train])
+            proba = model.predict_proba(X[held])
+            # a class missing from the training folds: probability 0, clipped to eps
+            col = {k: j for j, k in enumerate(model.classes_)}
+            p = np.array([proba[r, col[k]] if k in col else 0.0 for r, k in enumerate(y[held])])
+            losses.append(float(np.mean(-np.log(np.clip(p, EPS, 1 - EPS)))))
+        expected = float(np.mean(losses))
+        bound = (reordering_factor(c.size) + 8) * EPS * expected
+        assert abs(cv_task.validation_loss(i, x) - expected) <= bound
+        # deployed on the shared test set: trained on the whole slice
+        w = cv_task.test_weights(i)
+        _, test = _direct_loss(X, y, cv_task.X_test, cv_task.y_test, x, weights=w)
+        bound = (reordering_factor(len(cv_task.y_test)) + 4) * EPS * test
+        assert abs(cv_task.test_loss(i, x) - test) <= bound
+
+
+def test_cv_folds_fall_back_to_plain_kfold_when_a_class_is_rarer_than_the_folds():
+    from sklearn.model_selection import KFold, StratifiedKFold
+
+    task = make_federated_hpo_task("wine", num_clients=3, label_alpha=1.0, seed=3, cv_folds=5)
+    rare = [
+        i
+        for i, c in enumerate(task.clients)
+        if np.unique(c.labels, return_counts=True)[1].min() < 5
+    ]
+    assert rare  # this partition has one
+    for i, c in enumerate(task.clients):
+        kind = KFold if i in rare else StratifiedKFold
+        expected = kind(5, shuffle=True, random_state=0).split(np.zeros(c.size), c.labels)
+        assert [h.tolist() for _, h in task.folds(i)] == [h.tolist() for _, h in expected]
+    assert np.isfinite(task.validation_loss(rare[0], POINTS[0]))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"cv_folds": 1}, "cv_folds"),
+        ({"cv_folds": 2.0}, "cv_folds"),
+        ({"cv_folds": 200}, r"`cv_folds`=200: client \d holds \d+ samples"),
+    ],
+)
+def test_bad_cv_folds_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_federated_hpo_task("wine", num_clients=3, **kwargs)
+
+
+def test_folds_need_a_cv_task(task):
+    with pytest.raises(ValueError, match="no `cv_folds`"):
+        task.folds(0)
