@@ -255,11 +255,12 @@ def compare_algorithms(
     names = list(algorithms)
     if not names or len(set(names)) != len(names):
         raise ValueError(f"`algorithms` must name distinct algorithms, got {names!r}.")
-    given = algorithms if isinstance(algorithms, Mapping) else dict.fromkeys(names)
+    given: dict[str, Any] = dict(algorithms) if isinstance(algorithms, Mapping) else {}
     # a label's value may be (registered algorithm, settings): two configurations of one
-    registered = {a: given[a][0] if isinstance(given[a], tuple) else a for a in names}
+    pairs = {a: v if isinstance(v := given.get(a), tuple) else (a, v) for a in names}
+    registered = {a: pairs[a][0] for a in names}
     specs = {a: get_algorithm(registered[a]) for a in names}  # unknown names: ValueError
-    chosen = {a: given[a][1] if isinstance(given[a], tuple) else given[a] for a in names}
+    chosen = {a: pairs[a][1] for a in names}
     settings: dict[str, Any] = {
         a: specs[a].settings_class() if chosen[a] is None else chosen[a] for a in names
     }
