@@ -181,6 +181,8 @@ def _jobs(args, task_args: dict) -> list[dict]:
         for algorithm, aggregator in VARIANTS:
             if algorithm not in args.algorithms:
                 continue
+            if aggregator is not None and aggregator not in args.aggregators:
+                continue
             variant = label(algorithm, aggregator)
             jobs.append(
                 {
@@ -516,6 +518,16 @@ def main(argv=None) -> int:
     parser.add_argument("--label-alpha", type=float, default=1.0)
     parser.add_argument("--quantity-alpha", type=float, default=10.0)
     parser.add_argument("--data-seed", type=int, default=0)
+    parser.add_argument(
+        "--cv-folds",
+        type=int,
+        help="each client's black box is its k-fold cross-validated loss on its whole slice "
+        "(results under federated_hpo_cv_<dataset>.*); default: its validation split's loss",
+    )
+    parser.add_argument(
+        "--aggregators", nargs="+", default=list(AGGREGATORS), choices=AGGREGATORS,
+        help="FBO-FedGP's aggregators (the three take the same decisions)",
+    )  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel (1 thread each)")
     parser.add_argument("--report", action="store_true", help="only rebuild the report")
     parser.add_argument("--conclusions", type=Path, help="markdown file for the Conclusions")
@@ -530,7 +542,7 @@ def main(argv=None) -> int:
         args.seeds, args.clients, args.init, args.rounds, args.support_size = 2, 3, 3, 2, 8
         stem = "federated_hpo_smoke"
     else:
-        stem = "federated_hpo"
+        stem = "federated_hpo" if args.cv_folds is None else f"federated_hpo_cv_{args.dataset}"
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     task_args = {
@@ -540,6 +552,8 @@ def main(argv=None) -> int:
         "label_alpha": args.label_alpha,
         "seed": args.data_seed,
     }
+    if args.cv_folds is not None:  # absent from the validation-split runs' records
+        task_args["cv_folds"] = args.cv_folds
     task = _task(tuple(sorted(task_args.items())))
     store = out / f"{stem}_runs.jsonl"
     log = out / f"{stem}_commands.txt"
