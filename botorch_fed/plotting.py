@@ -121,6 +121,8 @@ def plot_comparison(summary: dict, records: dict[str, dict[int, dict]], path: st
         records: ``records[algorithm][seed]``: the runs' records.
         path: Output PNG file.
     """
+    import warnings
+
     import numpy as np
 
     plt = _pyplot()
@@ -141,8 +143,10 @@ def plot_comparison(summary: dict, records: dict[str, dict[int, dict]], path: st
             rows = [[np.nan if v is None else v for v in c] for c in curves[a]]
             length = min(len(r) for r in rows)
             Y = np.array([r[:length] for r in rows], dtype=float)
-            mid = np.nanmedian(Y, axis=0)
-            lo, hi = np.nanpercentile(Y, 25, axis=0), np.nanpercentile(Y, 75, axis=0)
+            with warnings.catch_warnings():  # a round where no run has a value yet
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mid = np.nanmedian(Y, axis=0)
+                lo, hi = np.nanpercentile(Y, 25, axis=0), np.nanpercentile(Y, 75, axis=0)
             ax.plot(range(length), mid, label=a)
             ax.fill_between(range(length), lo, hi, alpha=0.2)
         ax.set_xlabel("round t (0: initial designs)")

@@ -11,7 +11,9 @@ arguments, 1 a run failed, 130 interrupted (the finished runs are kept in ``--ou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import io
 import os
 import textwrap
 
@@ -22,6 +24,8 @@ from rich.table import Table
 
 from botorch_fed.cli.errors import print_error
 
+# run options every algorithm must take: the initial designs and the budget
+_SHARED = {"settings.num_init", "settings.num_rounds"}
 # run options a comparison writes or continues itself
 _REFUSED = {
     "--plot": "compare draws its own plot into --out DIR",
@@ -36,6 +40,7 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "compare",
+        allow_abbrev=False,  # --seed is a run option (the first seed), not --seeds
         help="run several algorithms on the same federation and seeds, with statistics",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=textwrap.fill(
@@ -80,7 +85,10 @@ def _groups(rest: list[str], parsers: dict) -> list[tuple[str, list[str]]]:
         if flag in _REFUSED:
             raise ValueError(f"{flag}: {_REFUSED[flag]}.")
         if flag in ("--help", "-h") or flag not in actions:
-            raise ValueError(f"{flag} is not an option of `run` for any of the algorithms.")
+            raise ValueError(
+                f"{flag} is not an option of `run` for {', '.join(parsers)} (`botorch-fed run "
+                "ALG --help` lists each one's)."
+            )
         takes_value = actions[flag].nargs != 0 and "=" not in token
         if takes_value and i + 1 >= len(rest):
             raise ValueError(f"{flag} expects a value.")
@@ -90,32 +98,45 @@ def _groups(rest: list[str], parsers: dict) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _dest(parsers: dict, flag: str) -> str | None:
+    r"""The ``dest`` of ``flag`` in whichever of the run ``parsers`` knows it."""
+    for parser, _ in parsers.values():
+        action = parser._option_string_actions.get(flag)
+        if action is not None:
+            return action.dest
+    return None
+
+
 def _prepare(parser, algorithm: str, argv: list[str]):
     r"""The :class:`~botorch_fed.runs.prepare.PreparedRun` of ``run <algorithm> argv``."""
     from botorch_fed.cli import _parse, _parse_with_config
     from botorch_fed.runs.prepare import prepare_run
 
     full = ["run", algorithm, *argv]
-    args = _parse(parser, full)
+    errors = io.StringIO()  # argparse's usage of `run ALG` would drown its one-line error
+    with contextlib.redirect_stderr(errors):
+        args = _parse(parser, full)
+        sources: dict[str, str] = {}
+        config = None
+        if isinstance(args, argparse.Namespace) and args.config:
+            args, sources, config = _parse_with_config(parser, full, args)
     if not isinstance(args, argparse.Namespace):
-        raise ValueError(f"the run options of {algorithm} were refused (above).")
-    sources: dict[str, str] = {}
-    config = None
-    if args.config:
-        args, sources, config = _parse_with_config(parser, full, args)
-        if not isinstance(args, argparse.Namespace):
-            raise ValueError(f"the run options of {algorithm} were refused (above).")
+        said = [line for line in errors.getvalue().splitlines() if ": error: " in line]
+        raise ValueError(said[-1].split(": error: ", 1)[1] if said else "invalid run options.")
     return prepare_run(args, parser.run_parsers[algorithm][1], sources, config)
 
 
 def compare_main(parser, args: argparse.Namespace, rest: list[str], console: Console) -> int:
     r"""``botorch-fed compare``; returns the exit code (module docstring)."""
     from botorch_fed.runs.black_box import import_path
-    from botorch_fed.runs.compare import compare_algorithms
+    from botorch_fed.runs.compare import ComparisonRunError, compare_algorithms, plan_comparison
     from botorch_fed.runs.prepare import library_warnings_ignored
 
-    algorithms = list(dict.fromkeys(args.algorithms))
+    algorithms = list(args.algorithms)
     try:
+        twice = sorted({a for a in algorithms if algorithms.count(a) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} given more than once.")
         if args.seeds < 1:
             raise ValueError(f"--seeds {args.seeds} must be >= 1.")
         if args.jobs < 1:
@@ -127,17 +148,32 @@ def compare_main(parser, args: argparse.Namespace, rest: list[str], console: Con
             known = run_parsers[a][0]._option_string_actions
             kept = [t for flag, tokens in groups if flag in known for t in tokens]
             ignored[a] = [flag for flag, _ in groups if flag not in known]
+            shared = [f for f in ignored[a] if _dest(run_parsers, f) in _SHARED]
+            if shared:
+                raise ValueError(
+                    f"{a} does not take {', '.join(shared)}: its runs would not have the same "
+                    "initial designs and budget as the others'; compare it separately."
+                )
             try:
                 prepared[a] = _prepare(parser, a, kept)
             except (ValueError, ImportError) as exc:
                 raise ValueError(f"{a}: {exc}") from None
+        plan = plan_comparison(
+            {a: p.settings for a, p in prepared.items()},
+            {a: p.setup for a, p in prepared.items()},
+            seeds=args.seeds,
+            out=args.out,
+        )
     except (ValueError, ImportError) as exc:
-        print_error(console, str(exc))
+        print_error(console, rename_out(str(exc)))
         return 2
     for a, flags in ignored.items():
         if flags:
             console.print(f"{a} does not take {', '.join(flags)} (ignored for it)", style="dim")
     folders = list(dict.fromkeys(f for p in prepared.values() for f in p.folders))
+    reused = _stored_runs(plan)
+    if reused:
+        console.print(f"{reused} runs of this comparison are stored in {escape(args.out)}: reused")
     total = len(algorithms) * args.seeds
     with Progress(
         TextColumn("{task.description}"),
@@ -158,14 +194,7 @@ def compare_main(parser, args: argparse.Namespace, rest: list[str], console: Con
 
         try:
             with import_path(folders), library_warnings_ignored():
-                comparison = compare_algorithms(
-                    {a: p.settings for a, p in prepared.items()},
-                    {a: p.setup for a, p in prepared.items()},
-                    seeds=args.seeds,
-                    jobs=args.jobs,
-                    out=args.out,
-                    on_run=on_run,
-                )
+                comparison = compare_algorithms(plan, jobs=args.jobs, on_run=on_run)
         except KeyboardInterrupt:
             print_error(
                 console,
@@ -173,14 +202,12 @@ def compare_main(parser, args: argparse.Namespace, rest: list[str], console: Con
                 "interrupted:",
             )
             return 130
-        except ValueError as exc:  # the --out folder of another comparison
-            print_error(console, rename_out(str(exc)))
-            return 2
-        except Exception as exc:  # a run failed (its black box, a bug): the rest is kept
+        except ComparisonRunError as exc:  # its black box, a bug: the finished runs stay
+            print_error(console, f"{exc}; the finished runs are kept in {args.out}.")
+            return 1
+        except (ValueError, OSError) as exc:  # e.g. --out not writable, mixed metrics
             print_error(
-                console,
-                f"{type(exc).__name__}: {exc}; the finished runs are kept in {args.out}.",
-                "a run failed:",
+                console, rename_out(f"{type(exc).__name__}: {exc}"), "the comparison failed:"
             )
             return 1
     print_summary(comparison.summary, console)
@@ -198,16 +225,25 @@ def compare_main(parser, args: argparse.Namespace, rest: list[str], console: Con
     return 0
 
 
+def _stored_runs(plan) -> int:
+    r"""How many of the plan's runs ``out`` holds already (what will not run again)."""
+    from botorch_fed.runs.compare import stored_runs
+
+    return sum(len(v) for v in stored_runs(plan).values())
+
+
 def rename_out(message: str) -> str:
     return message.replace("`out`", "--out")
 
 
 def print_summary(summary: dict, console: Console) -> None:
     r"""The comparison's table (``summary.md``'s rows) and one line per comparison."""
+    from botorch_fed.runs.compare import min_two_sided_p
+
     ref = summary["reference"]
     metric = summary["metric"] if isinstance(summary["metric"], str) else "score"
     table = Table(title=f"final {metric} over {len(summary['seeds'])} seeds (lower is better)")
-    for col in ("algorithm", "mean", "s.e.", "median", "worst client", "wins/losses", "p (Holm)"):
+    for col in ("algorithm", "mean", "s.e.", "median", "worst client", "W/L/T", "p (Holm)"):
         table.add_column(col, justify="left" if col == "algorithm" else "right")
 
     def num(v, digits=4):
@@ -215,16 +251,32 @@ def print_summary(summary: dict, console: Console) -> None:
 
     lines = []
     for a, st in summary["algorithms"].items():
-        wins = "-" if a == ref else f"{st['wins']}/{st['losses']}"
-        row = (num(st["mean"]), num(st["se"], 2), num(st["median"]), num(st["worst_client_mean"]))
+        wins = "-" if a == ref else f"{st['wins']}/{st['losses']}/{st['ties']}"
+        se = "-" if st["se"] is None else f"{st['se']:#.2g}"
+        row = (num(st["mean"]), se, num(st["median"]), num(st["worst_client_mean"]))
         table.add_row(a, *row, wins, num(st.get("p_holm"), 3))
-        if a != ref and st["paired"]:
+        if st["scored"] < st["runs"]:
             lines.append(
-                f"{a} against {ref}: lower on {st['wins']} of {st['paired']} seeds, higher on "
-                f"{st['losses']} (paired two-sided Wilcoxon p = {num(st['p'], 3)}, Holm "
-                f"{num(st.get('p_holm'), 3)})"
+                f"{a}: {st['runs'] - st['scored']} of {st['runs']} runs have no score (a client "
+                "never evaluated successfully); they count as losses and are left out of the "
+                "mean, median and test"
+            )
+        if a != ref:
+            ran = st["wins"] + st["losses"] + st["ties"]
+            lines.append(
+                f"{a} against {ref}: lower on {st['wins']} of {ran} seeds, higher on "
+                f"{st['losses']} (paired two-sided Wilcoxon over {st['paired']} seeds: p = "
+                f"{num(st['p'], 3)}, Holm {num(st.get('p_holm'), 3)})"
             )
     console.print(table)
-    console.print("worst client: the mean over seeds of the worst client's own final regret")
+    console.print(f"W/L/T: seeds where each did better/worse than/as well as {ref}")
+    console.print(f"worst client: the mean over seeds of the worst client's own final {metric}")
+    pairs = max((st.get("paired", 0) for st in summary["algorithms"].values()), default=0)
+    if pairs and min_two_sided_p(pairs) >= 0.05:
+        console.print(
+            f"with {pairs} paired seeds a two-sided Wilcoxon test cannot reach p < 0.05 "
+            f"(its smallest p is {min_two_sided_p(pairs):.3g}): use 6 seeds or more",
+            style="yellow",
+        )
     for line in lines:
         console.print(line, soft_wrap=True)

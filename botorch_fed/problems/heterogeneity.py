@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 import torch
+from botorch.test_functions.base import ConstrainedBaseTestProblem
 from botorch.test_functions.synthetic import SyntheticTestFunction
 from botorch.utils.sampling import draw_sobol_samples
 from botorch.utils.transforms import normalize, unnormalize
@@ -34,7 +35,8 @@ class ClientObjective(Objective):
     A transformed client's ``optimal_value`` is the function's where one of its known
     optimisers has a preimage in the cube (then ``min f o T = f*`` exactly; else
     unknown: the clipping may have cut it away, and ``optimum_bound = f*`` bounds it
-    from below); a client with candidates keeps them,
+    from below, up to the rounding of the declared ``f*``; none for a moved constrained
+    function); a client with candidates keeps them,
     and its ``optimal_value`` and ``reward_bound`` are exact over them.
 
     Args:
@@ -76,10 +78,18 @@ class ClientObjective(Objective):
         self.rotation = None if rotation is None else check_rotation(rotation, self.dim)
         optimum = getattr(function, "_optimal_value", None)
         moved = bool((self.shift != 0).any()) or self.rotation is not None
+        constrained = isinstance(function, ConstrainedBaseTestProblem)
+        if moved and (getattr(function, "discrete_inds", None) or
+                      getattr(function, "categorical_inds", None)):  # fmt: skip
+            raise ValueError(
+                f"{self.name} has discrete or categorical inputs: `shift` and `rotation` would "
+                "move its points off their grid."
+            )
         self.optimal_value = None if optimum is None else float(optimum)
-        # T maps the cube into the domain: no client does better than the function
-        self.optimum_bound = self.optimal_value
-        if moved and optimum is not None and not self._optimum_reachable(function):
+        # T maps the cube into the domain: no client does better than the function's
+        # optimum (up to its rounding); a constrained function's is over its feasible set
+        self.optimum_bound = None if constrained and moved else self.optimal_value
+        if moved and optimum is not None and (constrained or not self._optimum_reachable(function)):
             self.optimal_value = None  # the clipping may have cut the optimum away
         candidates = getattr(function, "candidates", None)
         if candidates is not None:
@@ -107,6 +117,7 @@ class ClientObjective(Objective):
         if optimizers is None:
             return False
         U = normalize(optimizers.to(torch.float64).reshape(-1, self.dim), self.bounds)
+        U = U[((U >= 0) & (U <= 1)).all(dim=-1)]  # an optimiser outside the domain: unreachable
         pre = U + self.shift - 0.5
         if self.rotation is not None:
             pre = pre @ self.rotation  # rows: R' v = (v' R)'

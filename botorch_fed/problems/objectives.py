@@ -117,8 +117,9 @@ class Objective(ABC):
         minimize: Whether smaller values are better.
         name: A name for result tables.
         optimal_value: The known optimum (``None``: unknown, as below).
-        optimum_bound: A value no point does better than, where the optimum itself is
-            unknown (a moved test function: the function's optimum); ``None``: none known.
+        optimum_bound: A value no point does better than (up to the rounding of a
+            declared optimum), where the optimum itself may be unknown (a moved test
+            function: the function's optimum); ``None``: none known.
         candidates: A finite domain as ``n x d`` float64 unit-cube points.
         reward_bound: ``B`` with ``|f(x)| <= B``.
         noise_bound: ``R`` with ``|noise| <= R`` almost surely (``0.0``: noise-free).

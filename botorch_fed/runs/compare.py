@@ -25,10 +25,13 @@ lower is better (negated for a maximised objective).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import inspect
 import json
 import math
 import multiprocessing
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
@@ -39,6 +42,7 @@ import numpy as np
 from botorch_fed.runs.outputs import write_json
 
 MANIFEST = "compare.json"
+_LABEL = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 RUNS = "runs"
 SUMMARY = "summary"  # .json, .md, .png
 FORMAT = 1
@@ -66,18 +70,69 @@ class Comparison:
         r"""The summary as a markdown report (``summary.md``)."""
         return summary_markdown(self.summary)
 
+    def __repr__(self) -> str:
+        means = ", ".join(
+            f"{a}: {'-' if st['mean'] is None else format(st['mean'], '.4g')}"
+            for a, st in self.summary["algorithms"].items()
+        )
+        return f"Comparison({len(self.seeds)} seeds; mean final {self.summary['metric']}: {means})"
+
+
+def _code_digests(setup) -> list[str | None]:
+    r"""SHA-256 (16 hex digits) of the source file of each of the user's black-box
+    functions (``None`` where there is none to read): a changed function is another
+    comparison."""
+    out: list[str | None] = []
+    objectives = setup.objectives
+    given = (
+        []
+        if objectives is None
+        else objectives
+        if isinstance(objectives, list | tuple)
+        else [objectives]
+    )
+    for objective in given:
+        fn = getattr(objective, "fn", None)
+        try:
+            source = inspect.getsourcefile(fn) if fn is not None else None
+            text = Path(source).read_bytes() if source else None
+        except (TypeError, OSError):
+            text = None
+        out.append(None if text is None else hashlib.sha256(text).hexdigest()[:16])
+    return out
+
 
 def _fingerprint(algorithm: str, setup, settings) -> dict:
-    r"""What a run of ``algorithm`` depends on, besides its seed (JSON-friendly)."""
+    r"""What a run of ``algorithm`` depends on besides its seed (JSON-friendly): the
+    setup (all but the seed and the thread count), the settings, the libraries'
+    versions and the source files of the user's black boxes. Changes to botorch-fed's
+    own code within one version are not seen (a benchmark pins its commit itself)."""
+    from botorch_fed.protocol.results import library_versions
+
     described = setup.describe()
     described.pop("seed")
     described.pop("threads")  # how fast, not what
     return json.loads(
         json.dumps(
-            {"algorithm": algorithm, "setup": described, "settings": dataclasses.asdict(settings)},
+            {
+                "format": FORMAT,
+                "algorithm": algorithm,
+                "setup": described,
+                "settings": None if settings is None else dataclasses.asdict(settings),
+                "versions": library_versions(),
+                "code": _code_digests(setup),
+            },
             default=repr,
         )
     )
+
+
+def _comparable(setup) -> dict:
+    r"""A setup as every algorithm of one comparison must share it (all but the
+    aggregator, which only the algorithms that aggregate take, and the seed)."""
+    described = _fingerprint("", setup, None)["setup"]
+    described.pop("aggregator")
+    return described
 
 
 def run_record(algorithm: str, setup, settings) -> dict:
@@ -88,7 +143,9 @@ def run_record(algorithm: str, setup, settings) -> dict:
         ``worst_client``, ``best_value``, ``optimal_value``, ``client_best``,
         ``client_optimum`` (the bound ``optimum_bound`` for the clients listed in
         ``client_optimum_bound_only``), ``client_score``, ``score_per_round`` (the federation's
-        regret or best value after each round), ``time_s`` and ``fingerprint``.
+        regret or best value after each round), ``below_optimum`` (who found a value
+        better than the declared optimum: a rounded optimum, a negative regret),
+        ``time_s`` and ``fingerprint``.
     """
     from botorch_fed.algorithms import run_federated  # registers the algorithms
 
@@ -101,24 +158,31 @@ def run_record(algorithm: str, setup, settings) -> dict:
     optima = {c: v if v is not None else objectives[c].optimum_bound for c, v in exact.items()}
     known = all(v is not None for v in optima.values())
     inexact = sorted(c for c in optima if exact[c] is None and optima[c] is not None)
+    below: list[str] = []  # better than the declared optimum: a rounded or wrong f*
+
+    def regret(value: float, optimum: float, who: str) -> float:
+        r = sign * (value - optimum)
+        if r < 0:
+            below.append(who)
+        return r
+
     client_score: dict[str, float | None] = {}
     for cid, best in result.best_per_client.items():
         if best is None:
             client_score[str(cid)] = None
         elif known:
-            client_score[str(cid)] = abs(best - optima[cid])
+            client_score[str(cid)] = regret(best, optima[cid], str(cid))
         else:
             client_score[str(cid)] = sign * best
     finite = [v for v in client_score.values() if v is not None]
     if shared:
         metric = "federation regret" if known else "best value"
-        best = result.best_value
         optimum = optima[0]
 
         def scored(b: float | None) -> float | None:
             if b is None:
                 return None
-            return abs(b - optimum) if optimum is not None else sign * b
+            return sign * b if optimum is None else regret(b, optimum, "federation")
 
         score = scored(result.best_value)
         per_round = [scored(b) for b in result.best_per_round]
@@ -138,6 +202,7 @@ def run_record(algorithm: str, setup, settings) -> dict:
         "client_best": {str(c): v for c, v in result.best_per_client.items()},
         "client_optimum": {str(c): v for c, v in optima.items()},
         "client_optimum_bound_only": [str(c) for c in inexact],
+        "below_optimum": sorted(set(below)),
         "client_score": client_score,
         "score_per_round": per_round,
         "time_s": result.time_s,
@@ -154,19 +219,33 @@ def _shared_objective(setup) -> bool:
     return isinstance(setup.objectives, Objective) or len(setup.objectives) == 1
 
 
-def _job(job: tuple[str, str, Any, Any]) -> dict:
-    r"""One run in a worker process (one torch thread: the pool is the parallelism)."""
-    import warnings
+class ComparisonRunError(RuntimeError):
+    r"""A run of a comparison failed (the finished runs are kept in ``out``).
 
-    import torch
+    Attributes:
+        algorithm: The failed run's algorithm (its label).
+        seed: Its seed.
+    """
+
+    def __init__(self, algorithm: str, seed: int, cause: BaseException) -> None:
+        super().__init__(f"the run of {algorithm} at seed {seed} failed: "
+                         f"{type(cause).__name__}: {cause}")  # fmt: skip
+        self.algorithm, self.seed = algorithm, seed
+
+
+def _job(job: tuple[str, str, Any, Any]) -> dict:
+    r"""One run (in this process or a worker; ``setup.threads`` torch threads)."""
+    import warnings
 
     from botorch_fed.runs.prepare import library_warnings_ignored
 
-    torch.set_num_threads(1)
-    with library_warnings_ignored(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        label, algorithm, setup, settings = job
-        return {**run_record(algorithm, setup, settings), "algorithm": label}
+    label, algorithm, setup, settings = job
+    try:
+        with library_warnings_ignored(), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return {**run_record(algorithm, setup, settings), "algorithm": label}
+    except Exception as exc:  # named by algorithm and seed, whichever process ran it
+        raise ComparisonRunError(label, setup.seed, exc) from exc
 
 
 def _seeds(seeds: int | Sequence[int], first: int) -> list[int]:
@@ -182,16 +261,23 @@ def _seeds(seeds: int | Sequence[int], first: int) -> list[int]:
     return out
 
 
-def _check_manifest(out: Path, fingerprints: dict[str, dict]) -> None:
-    r"""Refuse an ``out`` folder holding runs of other setups or settings."""
+def _check_manifest(out: Path, fingerprints: dict[str, dict], common: dict) -> None:
+    r"""Refuse an ``out`` folder holding runs of another federation, or of an algorithm
+    with other options."""
     path = out / MANIFEST
     if not path.exists():
         return
     try:
         stored = json.loads(path.read_text())
-        old = stored["fingerprints"]
+        old, old_common = stored["fingerprints"], stored["setup"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"`out` {out}: {MANIFEST} is not a comparison's ({exc}).") from None
+    if old_common != common:
+        keys = _differences(old_common, common, "setup.")
+        raise ValueError(
+            f"`out` {out} holds a comparison on another federation ({', '.join(keys)}); give "
+            "another folder."
+        )
     for algorithm, fp in fingerprints.items():
         if algorithm in old and old[algorithm] != fp:
             keys = _differences(old[algorithm], fp)
@@ -224,32 +310,41 @@ def _load_runs(out: Path, algorithms: list[str], seeds: list[int], fps: dict) ->
     return records
 
 
-def compare_algorithms(
+@dataclasses.dataclass
+class ComparisonPlan:
+    r"""A checked comparison (:func:`plan_comparison`): what :func:`compare_algorithms`
+    runs, nothing run or written yet.
+
+    Attributes:
+        algorithms: The labels, the first being the tests' reference.
+        registered: Each label's registered algorithm.
+        settings: Each label's settings.
+        setups: Each label's setup (they differ in ``aggregator`` at most).
+        seeds: The seeds.
+        fingerprints: What each label's runs depend on besides the seed.
+        common: The setup every label shares.
+        out: The folder of the runs and the summary (``None``: nothing written).
+    """
+
+    algorithms: list[str]
+    registered: dict[str, str]
+    settings: dict[str, Any]
+    setups: dict[str, Any]
+    seeds: list[int]
+    fingerprints: dict[str, dict]
+    common: dict
+    out: Path | None
+
+
+def plan_comparison(
     algorithms: Sequence[str] | Mapping[str, Any],
     setup,
     seeds: int | Sequence[int] = 5,
-    jobs: int = 1,
     out: str | os.PathLike | None = None,
-    on_run: Callable[[dict, int, int], None] | None = None,
-) -> Comparison:
-    r"""Run every algorithm on every seed of one federation and compare them.
-
-    Args:
-        algorithms: Registered algorithm names, or ``{name: settings}`` (``None``: the
-            algorithm's default settings), or ``{label: (name, settings)}`` (e.g. two
-            configurations of one algorithm). The first is the reference of the tests.
-        setup: The federation (:class:`~botorch_fed.protocol.setup.FederationSetup`), or
-            ``{name: setup}`` (e.g. an aggregator for the algorithms that aggregate),
-            all with the same ``seed``.
-        seeds: A count ``N`` (seeds ``setup.seed ... setup.seed + N - 1``) or the seeds.
-        jobs: Parallel worker processes (``1``: in this process).
-        out: A folder for every run's record, ``summary.json`` and ``summary.md``; the
-            runs stored there for the same setups and settings are not run again.
-        on_run: Hook ``(record, done, total)`` after each run (stored ones first).
-
-    Returns:
-        The :class:`Comparison`.
-    """
+) -> ComparisonPlan:
+    r"""Check a comparison (arguments as :func:`compare_algorithms`) without running
+    or writing anything; ``ValueError`` names the argument and what is wrong, e.g. an
+    ``out`` folder that holds a comparison on another federation."""
     from botorch_fed.algorithms import get_algorithm
 
     names = list(algorithms)
@@ -258,6 +353,14 @@ def compare_algorithms(
     given: dict[str, Any] = dict(algorithms) if isinstance(algorithms, Mapping) else {}
     # a label's value may be (registered algorithm, settings): two configurations of one
     pairs = {a: v if isinstance(v := given.get(a), tuple) else (a, v) for a in names}
+    for a, pair in pairs.items():
+        if len(pair) != 2:
+            raise ValueError(f"`algorithms`[{a!r}] must be settings or (algorithm, settings).")
+        if not _LABEL.fullmatch(a):
+            raise ValueError(
+                f"`algorithms`: the label {a!r} must be letters, digits, '.', '_' or '-' (it "
+                "names a folder)."
+            )
     registered = {a: pairs[a][0] for a in names}
     specs = {a: get_algorithm(registered[a]) for a in names}  # unknown names: ValueError
     chosen = {a: pairs[a][1] for a in names}
@@ -270,8 +373,6 @@ def compare_algorithms(
     firsts = {s.seed for s in setups.values()}
     if len(firsts) != 1:
         raise ValueError(f"The setups of `setup` have different seeds {sorted(firsts)}.")
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"`jobs`={jobs!r} must be an integer >= 1.")
     seed_list = _seeds(seeds, firsts.pop())
     for a in names:
         if type(settings[a]) is not specs[a].settings_class:
@@ -281,22 +382,92 @@ def compare_algorithms(
             )
         settings[a].validate()
         setups[a].validate(registered[a])
+    for field in ("num_init", "num_rounds"):  # the same initial designs and budget
+        values = {a: getattr(settings[a], field) for a in names if hasattr(settings[a], field)}
+        if len(set(values.values())) > 1:
+            listed = ", ".join(f"{a} {v}" for a, v in values.items())
+            raise ValueError(
+                f"`{field}` differs between the algorithms ({listed}): a comparison gives "
+                "every algorithm the same initial designs and budget."
+            )
+    common = _comparable(setups[names[0]])
+    for a in names[1:]:  # one federation for all: the same problem, clients, noise, ...
+        if (other := _comparable(setups[a])) != common:
+            keys = _differences(common, other, "setup.")
+            raise ValueError(
+                f"The setups of `setup` differ between {names[0]} and {a} ({', '.join(keys)}): "
+                "a comparison runs every algorithm on one federation (only `aggregator` may "
+                "differ)."
+            )
     fps = {a: _fingerprint(registered[a], setups[a], settings[a]) for a in names}
     folder = None if out is None else Path(out)
-    records: dict[str, dict[int, dict]] = {a: {} for a in names}
     if folder is not None:
         if folder.exists() and not folder.is_dir():
             raise ValueError(f"`out` {folder} is a file; give a folder.")
-        folder.mkdir(parents=True, exist_ok=True)
-        _check_manifest(folder, fps)
-        records = _load_runs(folder, names, seed_list, fps)
-        manifest = {"format": FORMAT, "fingerprints": fps}
+        if not folder.exists() and not folder.parent.is_dir():
+            raise ValueError(f"`out` {folder}: the folder {folder.parent} does not exist.")
+        if folder.is_dir():
+            _check_manifest(folder, fps, common)
+    return ComparisonPlan(names, registered, settings, setups, seed_list, fps, common, folder)
+
+
+def stored_runs(plan: ComparisonPlan) -> dict[str, dict[int, dict]]:
+    r"""The runs of ``plan`` that its ``out`` folder holds already (not run again)."""
+    if plan.out is None or not plan.out.is_dir():
+        return {a: {} for a in plan.algorithms}
+    return _load_runs(plan.out, plan.algorithms, plan.seeds, plan.fingerprints)
+
+
+def compare_algorithms(
+    algorithms: Sequence[str] | Mapping[str, Any] | ComparisonPlan,
+    setup=None,
+    seeds: int | Sequence[int] = 5,
+    jobs: int = 1,
+    out: str | os.PathLike | None = None,
+    on_run: Callable[[dict, int, int], None] | None = None,
+) -> Comparison:
+    r"""Run every algorithm on every seed of one federation and compare them.
+
+    Args:
+        algorithms: Registered algorithm names, or ``{name: settings}`` (``None``: the
+            algorithm's default settings), or ``{label: (name, settings)}`` (e.g. two
+            configurations of one algorithm); the first is the reference of the tests.
+            Or a :class:`ComparisonPlan` (then ``setup``, ``seeds`` and ``out`` are its).
+        setup: The federation (:class:`~botorch_fed.protocol.setup.FederationSetup`), or
+            ``{name: setup}`` differing in ``aggregator`` at most (only the algorithms
+            that aggregate take one), all with the same ``seed``.
+        seeds: A count ``N`` (seeds ``setup.seed ... setup.seed + N - 1``) or the seeds.
+        jobs: Parallel worker processes (``1``: in this process).
+        out: A folder for every run's record, ``summary.json`` and ``summary.md``; the
+            runs stored there for the same setups and settings are not run again.
+        on_run: Hook ``(record, done, total)`` after each run (stored ones first).
+
+    Returns:
+        The :class:`Comparison`.
+
+    Raises:
+        ValueError: Bad arguments (before anything runs).
+        ComparisonRunError: A run failed (the finished ones are kept in ``out``).
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"`jobs`={jobs!r} must be an integer >= 1.")
+    if isinstance(algorithms, ComparisonPlan):
+        plan = algorithms
+    else:
+        plan = plan_comparison(algorithms, setup, seeds, out)
+    names, folder = plan.algorithms, plan.out
+    records: dict[str, dict[int, dict]] = {a: {} for a in names}
+    if folder is not None:
+        folder.mkdir(exist_ok=True)
+        _check_manifest(folder, plan.fingerprints, plan.common)
+        records = _load_runs(folder, names, plan.seeds, plan.fingerprints)
+        manifest = {"format": FORMAT, "setup": plan.common, "fingerprints": plan.fingerprints}
         if (folder / MANIFEST).exists():  # keep the algorithms of earlier invocations
             old = json.loads((folder / MANIFEST).read_text())["fingerprints"]
-            manifest["fingerprints"] = {**old, **fps}
+            manifest["fingerprints"] = {**old, **plan.fingerprints}
         write_json(manifest, str(folder / MANIFEST))
-    todo = [(a, s) for s in seed_list for a in names if s not in records[a]]
-    total, done = len(names) * len(seed_list), 0
+    todo = [(a, s) for s in plan.seeds for a in names if s not in records[a]]
+    total, done = len(names) * len(plan.seeds), 0
     for a in names:
         for rec in records[a].values():
             done += 1
@@ -314,31 +485,50 @@ def compare_algorithms(
             on_run(rec, done, total)
 
     jobs_ = [
-        (a, registered[a], dataclasses.replace(setups[a], seed=s), settings[a]) for a, s in todo
+        (a, plan.registered[a], dataclasses.replace(plan.setups[a], seed=s), plan.settings[a])
+        for a, s in todo
     ]
     if jobs == 1 or len(jobs_) <= 1:
         for job in jobs_:
             store(_job(job))
     else:
-        # spawn: torch's thread pools do not survive a fork
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(min(jobs, len(jobs_)), mp_context=context) as pool:
-            pending = {pool.submit(_job, job) for job in jobs_}
-            try:
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        store(future.result())
-            except BaseException:
-                for future in pending:
-                    future.cancel()
-                raise
-    summary = summarize(names, seed_list, records)
-    comparison = Comparison(names, seed_list, records, summary)
+        _run_pool(jobs_, min(jobs, len(jobs_)), store)
+    summary = summarize(names, plan.seeds, records)
+    comparison = Comparison(names, plan.seeds, records, summary)
     if folder is not None:
         write_json(summary, str(folder / f"{SUMMARY}.json"))
         (folder / f"{SUMMARY}.md").write_text(comparison.markdown())
     return comparison
+
+
+def _run_pool(jobs: list, workers: int, store: Callable[[dict], None]) -> None:
+    r"""The jobs on ``workers`` spawned processes (torch's thread pools do not survive a
+    fork), each result stored as it arrives; on a failure or an interrupt the results
+    already finished are stored too, the queued jobs cancelled and the workers stopped
+    (their runs are lost; the comparison continues from the stored ones)."""
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    pending = {pool.submit(_job, job) for job in jobs}
+    try:
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            failed = None
+            for future in finished:  # every success first, then the failure
+                if future.exception() is None:
+                    store(future.result())
+                elif failed is None:
+                    failed = future
+            if failed is not None:
+                failed.result()  # raises
+    except BaseException:
+        for future in pending:
+            if future.done() and not future.cancelled() and future.exception() is None:
+                store(future.result())
+        processes = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:  # do not wait minutes for runs that will be dropped
+            process.terminate()
+        raise
+    pool.shutdown()
 
 
 def _holm(pvalues: list[float]) -> list[float]:
@@ -348,21 +538,43 @@ def _holm(pvalues: list[float]) -> list[float]:
 
 
 def _paired_test(a: np.ndarray, b: np.ndarray) -> float:
-    r"""Two-sided Wilcoxon signed-rank p of the paired scores (1 where all are equal)."""
+    r"""Two-sided Wilcoxon signed-rank p of the paired scores: zero differences dropped
+    (Wilcoxon's convention; 1 where all are zero), exact for up to 50 differences
+    without ties among their sizes, else the normal approximation -- stated here so
+    that every SciPy version computes the same."""
     from scipy.stats import wilcoxon
 
-    if np.all(a == b):
+    d = (a - b)[a != b]
+    if len(d) == 0:
         return 1.0
-    return float(wilcoxon(a, b, alternative="two-sided").pvalue)
+    exact = len(d) <= 50 and len(np.unique(np.abs(d))) == len(d)
+    return float(wilcoxon(d, alternative="two-sided", method="exact" if exact else "approx").pvalue)
+
+
+def min_two_sided_p(pairs: int) -> float:
+    r"""The smallest p a two-sided exact Wilcoxon signed-rank test over ``pairs`` pairs
+    can give (``2^(1 - pairs)``): below 0.05 only from 6 pairs on."""
+    return 2.0 ** (1 - pairs) if pairs else 1.0
 
 
 def summarize(algorithms: list[str], seeds: list[int], records: dict[str, dict[int, dict]]) -> dict:
     r"""Statistics of the final scores (module docstring): ``algorithms`` (per algorithm:
-    ``runs``, ``mean``, ``se``, ``median``, ``worst_client_mean``, ``wins``, ``losses``,
-    ``ties`` and ``p``/``p_holm`` against the first over the seeds both scored), and
-    ``scores`` (``scores[algorithm][seed]``: every run's final score, ``None`` where a
-    run has none)."""
+    ``runs``, ``scored`` (runs with a score; a run without one -- every evaluation of
+    some client failed -- counts as a loss against a scored one), ``mean``, ``se``,
+    ``median``, ``worst_client_mean`` over the scored runs; against the first: ``wins``,
+    ``losses``, ``ties`` over the seeds both ran, ``p`` / ``p_holm`` over the seeds both
+    scored), and ``scores`` (``scores[algorithm][seed]``: every run's final score,
+    ``None`` where a run has none).
+
+    Raises:
+        ValueError: The runs were scored with different metrics (regrets and best values).
+    """
     metrics = {rec["metric"] for recs in records.values() for rec in recs.values()}
+    if len(metrics) > 1:
+        raise ValueError(
+            f"The runs were scored with different metrics ({', '.join(sorted(metrics))}): "
+            "their scores cannot be compared."
+        )
     scores = {
         a: {str(s): records[a][s]["score"] for s in seeds if s in records[a]} for a in algorithms
     }
@@ -382,16 +594,19 @@ def summarize(algorithms: list[str], seeds: list[int], records: dict[str, dict[i
             "worst_client_mean": float(worst_f.mean()) if len(worst_f) else None,
         }
         if a != ref:
-            both = [
-                s for s in scores[a] if scores[a][s] is not None and scores[ref].get(s) is not None
-            ]
+            ran = [s for s in scores[a] if s in scores[ref]]
+            both = [s for s in ran if scores[a][s] is not None and scores[ref][s] is not None]
             x = np.array([scores[a][s] for s in both], dtype=float)
             y = np.array([scores[ref][s] for s in both], dtype=float)
+            # a run without a score loses against one with a score; two without: a tie
+            only_a = sum(1 for s in ran if scores[a][s] is not None and scores[ref][s] is None)
+            only_ref = sum(1 for s in ran if scores[a][s] is None and scores[ref][s] is not None)
+            neither = sum(1 for s in ran if scores[a][s] is None and scores[ref][s] is None)
             entry.update(
                 paired=len(both),
-                wins=int((x < y).sum()),
-                losses=int((x > y).sum()),
-                ties=int((x == y).sum()),
+                wins=int((x < y).sum()) + only_a,
+                losses=int((x > y).sum()) + only_ref,
+                ties=int((x == y).sum()) + neither,
                 p=_paired_test(x, y) if len(both) else None,
             )
             if entry["p"] is not None:
@@ -402,7 +617,7 @@ def summarize(algorithms: list[str], seeds: list[int], records: dict[str, dict[i
     return {
         "format": FORMAT,
         "reference": ref,
-        "metric": metrics.pop() if len(metrics) == 1 else sorted(metrics),
+        "metric": metrics.pop() if metrics else None,
         "seeds": seeds,
         "algorithms": stats,
         "scores": scores,
@@ -416,13 +631,14 @@ def _num(v: float | None, digits: int = 4) -> str:
 def summary_markdown(summary: dict) -> str:
     r"""``summary.md``: one row per algorithm (module docstring)."""
     ref = summary["reference"]
-    metric = summary["metric"]
+    pairs = max((st.get("paired", 0) for st in summary["algorithms"].values()), default=0)
     lines = [
         f"# Comparison over {len(summary['seeds'])} seeds",
         "",
-        f"Score: final {metric if isinstance(metric, str) else ' / '.join(metric)} (lower is "
-        f"better). Wins/losses/ties and p against {ref}, paired by seed: two-sided Wilcoxon "
-        "signed-rank, Holm-corrected over the comparisons.",
+        f"Score: final {summary['metric']} (lower is better). Runs: run (scored); a run "
+        f"without a score counts as a loss. Wins/losses/ties and p against {ref}, paired by "
+        "seed: two-sided Wilcoxon signed-rank, Holm-corrected over the comparisons (with "
+        f"{pairs} pairs its smallest possible p is {min_two_sided_p(pairs):.3g}).",
         "",
         "| algorithm | runs | mean +- s.e. | median | worst client (mean) | wins/losses/ties "
         f"vs {ref} | p | p (Holm) |",
@@ -432,7 +648,7 @@ def summary_markdown(summary: dict) -> str:
         mean = f"{_num(st['mean'])} +- {_num(st['se'], 2)}"
         wlt = f"{st['wins']}/{st['losses']}/{st['ties']}" if a != ref else "-"
         lines.append(
-            f"| {a} | {st['runs']} | {mean} | {_num(st['median'])} | "
+            f"| {a} | {st['runs']} ({st['scored']}) | {mean} | {_num(st['median'])} | "
             f"{_num(st['worst_client_mean'])} | {wlt} | {_num(st.get('p'), 3)} | "
             f"{_num(st.get('p_holm'), 3)} |"
         )

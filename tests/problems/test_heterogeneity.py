@@ -181,3 +181,35 @@ def test_a_setup_refuses_a_rotation_of_the_users_own_objectives():
         FederationSetup(objectives=own, num_clients=2, rotation=0.1).make_objectives()
     with pytest.raises(ValueError, match="rotation"):
         FederationSetup(problem="branin", rotation=-1.0).validate("local")
+
+
+def test_one_reachable_optimiser_of_several_makes_the_optimum_known():
+    fn = get_test_function("branin")  # three optimisers
+    U = (fn.optimizers - fn.bounds[0]) / (fn.bounds[1] - fn.bounds[0])
+    for shift, reachable in (((0.5, -0.17), 1), ((0.5, 0.19), 0)):
+        s = torch.tensor(shift, dtype=torch.float64)
+        inside = int((((U + s) >= 0) & ((U + s) <= 1)).all(-1).sum())
+        assert inside == reachable  # the preimage of u* under a shift alone: u* + shift
+        obj = ClientObjective(fn, s)
+        assert (obj.optimal_value is not None) == bool(reachable)
+        assert obj.optimum_bound == pytest.approx(0.397887)
+
+
+def test_moved_discrete_and_constrained_functions():
+    from botorch.test_functions.synthetic import ConstrainedGramacy
+
+    with pytest.raises(ValueError, match="discrete or categorical inputs"):
+        benchmark_objectives("labs", 2, dim=4, shift=0.1)
+    constrained = ClientObjective(
+        ConstrainedGramacy(), torch.tensor([0.1, 0.0], dtype=torch.float64)
+    )
+    assert constrained.optimal_value is None and constrained.optimum_bound is None
+    assert ClientObjective(ConstrainedGramacy()).optimal_value is not None  # unmoved: as declared
+
+
+def test_an_optimiser_outside_the_domain_is_not_reachable():
+    fn = get_test_function("hartmann", dim=6)
+    fn.optimizers = fn.optimizers + 2.0  # outside the unit cube
+    # its preimage u* + shift is inside, but T clips onto the boundary, not onto u*
+    obj = ClientObjective(fn, torch.full((6,), -1.999, dtype=torch.float64))
+    assert obj.optimal_value is None

@@ -4,13 +4,13 @@ hand-written Holm correction, resumption, bad input."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
 import numpy as np
 import pytest
 import torch
-from scipy.stats import wilcoxon
 
 from botorch_fed.algorithms import FBOFedGPSettings, run_federated
 from botorch_fed.cli import main
@@ -36,6 +36,17 @@ def _holm(pvalues):
         running = max(running, min(1.0, (m - rank) * pvalues[i]))
         out[i] = running
     return out
+
+
+def _exact_wilcoxon(d):
+    r"""Two-sided exact signed-rank p by enumerating every sign pattern (zeros dropped,
+    no ties among the sizes)."""
+    d = d[d != 0]
+    ranks = np.argsort(np.argsort(np.abs(d))) + 1
+    t = ranks[d > 0].sum()
+    signs = np.array(list(itertools.product([0, 1], repeat=len(d))))
+    null = signs @ ranks
+    return min(1.0, 2 * min((null <= t).mean(), (null >= t).mean()))
 
 
 def test_summary_statistics_match_an_independent_computation():
@@ -66,7 +77,7 @@ def test_summary_statistics_match_an_independent_computation():
             int((v > base).sum()),
             int((v == base).sum()),
         )
-        p = wilcoxon(v, base).pvalue
+        p = _exact_wilcoxon(v - base)
         assert st["p"] == pytest.approx(p, rel=1e-12)
         ps.append(p)
     for name, adjusted in zip(["b", "c"], _holm(ps), strict=True):
@@ -222,7 +233,7 @@ def test_the_command_compares_in_parallel_processes_and_writes_every_run(tmp_pat
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--problme", "branin"], "--problme is not an option of `run` for any of the algorithms"),
+        (["--problme", "branin"], "--problme is not an option of `run` for local, random"),
         (["--plot", "x.png"], "--plot: compare draws its own plot"),
         (["--checkpoint", "d"], "--checkpoint: compare keeps every finished run"),
         (["--rounds"], "--rounds expects a value"),
@@ -255,15 +266,152 @@ def test_a_client_whose_optimum_moved_away_is_scored_against_the_functions_optim
 
 def test_two_configurations_of_one_algorithm_compare_under_their_labels():
     setup = FederationSetup(problem="branin", num_clients=2, seed=0)
-    longer = BOSettings(num_init=2, num_rounds=2)
-    c = compare_algorithms({"short": ("random", TINY), "long": ("random", longer)}, setup, 2)
-    assert list(c.summary["algorithms"]) == ["short", "long"]
+    ei = BOSettings(num_init=2, num_rounds=1, acquisition="ei")
+    c = compare_algorithms({"ucb": ("local", TINY), "ei": ("local", ei)}, setup, 2)
+    assert list(c.summary["algorithms"]) == ["ucb", "ei"]
     for seed in (0, 1):
-        assert c.records["long"][seed]["algorithm"] == "long"
-        assert len(c.records["long"][seed]["score_per_round"]) == 3
-        assert len(c.records["short"][seed]["score_per_round"]) == 2
-        # the same seed: the same initial designs
-        assert (
-            c.records["long"][seed]["score_per_round"][0]
-            == c.records["short"][seed]["score_per_round"][0]
+        ucb, ei_ = c.records["ucb"][seed], c.records["ei"][seed]
+        assert ei_["algorithm"] == "ei" and ei_["fingerprint"]["settings"]["acquisition"] == "ei"
+        own = run_federated(
+            "local", FederationSetup(problem="branin", num_clients=2, seed=seed), ei
         )
+        assert ei_["score_per_round"] == own.regret_per_round
+        # the same seed: the same initial designs
+        assert ucb["score_per_round"][0] == ei_["score_per_round"][0]
+
+
+def test_a_rotated_federation_scores_the_clients_own_regrets():
+    setup = FederationSetup(problem="branin", num_clients=2, seed=0, rotation=0.3)
+    rec = compare_algorithms({"random": TINY}, setup, 1).records["random"][0]
+    assert rec["metric"] == "mean client regret" and rec["score_per_round"] is None
+
+
+def test_a_regret_below_the_declared_optimum_stays_negative_and_is_flagged():
+    bounds = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+    own = CallableObjective(lambda X: X.sum(-1), bounds, name="line")
+    own.optimal_value = 1.0  # declared above the true minimum 0
+    rec = compare_algorithms({"random": TINY}, FederationSetup(objectives=own, num_clients=2), 1)
+    rec = rec.records["random"][0]
+    assert rec["metric"] == "federation regret"
+    assert rec["score"] == rec["best_value"] - 1.0 < 0
+    assert rec["below_optimum"] == ["0", "1", "federation"]
+
+
+def test_runs_are_reused_only_with_their_fingerprint_even_without_the_manifest(
+    tmp_path, monkeypatch
+):
+    setup = FederationSetup(problem="branin", num_clients=2, seed=0)
+    compare_algorithms({"random": TINY}, setup, 1, out=tmp_path)
+    (tmp_path / "compare.json").unlink()
+    calls = []
+    real = compare_module.run_record
+    monkeypatch.setattr(compare_module, "run_record", lambda *a: calls.append(a[0]) or real(*a))
+    longer = BOSettings(num_init=2, num_rounds=2)
+    compare_algorithms({"random": longer}, setup, 1, out=tmp_path)
+    assert calls == ["random"]  # the stored run had other settings: run again
+
+
+def test_several_jobs_run_in_a_process_pool(monkeypatch):
+    submitted = []
+
+    class InlinePool:  # stands for ProcessPoolExecutor: runs each job at once
+        def __init__(self, workers, mp_context):
+            assert workers == 2 and mp_context.get_start_method() == "spawn"
+
+        def submit(self, fn, job):
+            from concurrent.futures import Future
+
+            submitted.append(job[0])
+            future = Future()
+            future.set_result(fn(job))
+            return future
+
+        def shutdown(self, **kwargs):
+            pass
+
+    monkeypatch.setattr(compare_module, "ProcessPoolExecutor", InlinePool)
+    c = compare_algorithms(["random", "local"], FederationSetup(problem="branin", num_clients=2),
+                           seeds=1, jobs=2)  # fmt: skip
+    assert sorted(submitted) == ["local", "random"] and set(c.records) == {"random", "local"}
+
+
+def test_a_failing_run_names_its_algorithm_and_seed_and_the_finished_runs_stay(tmp_path):
+    calls = []
+
+    def closes_after_the_first_run(X):  # random's run: 2 clients x 3 evaluations
+        calls.append(len(X))
+        if sum(calls) > 6:
+            raise ZeroDivisionError("the lab is closed")
+        return X.sum(-1)
+
+    bounds = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
+    own = CallableObjective(closes_after_the_first_run, bounds, name="lab")
+    setup = FederationSetup(objectives=own, num_clients=2, evaluation_errors="raise")
+    with pytest.raises(
+        compare_module.ComparisonRunError, match="the run of local at seed 0 failed"
+    ):
+        compare_algorithms({"random": TINY, "local": TINY}, setup, 1, out=tmp_path)
+    assert (tmp_path / "runs" / "random" / "seed-0.json").exists()
+    assert not (tmp_path / "runs" / "local").exists()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"setup": {"local": FederationSetup(problem="branin"),
+                    "random": FederationSetup(problem="levy")}},
+         r"differ between local and random \(setup.problem\)"),
+        ({"algorithms": {"local": BOSettings(num_rounds=3), "random": BOSettings(num_rounds=4)}},
+         r"`num_rounds` differs between the algorithms \(local 3, random 4\)"),
+        ({"algorithms": {"a/b": ("local", TINY)}}, "the label 'a/b'"),
+        ({"algorithms": {"x": ("local", TINY, 1)}}, r"settings or \(algorithm, settings\)"),
+    ],
+)  # fmt: skip
+def test_a_comparison_is_one_federation_with_one_budget(kwargs, match):
+    args = {"algorithms": ["local", "random"], "setup": FederationSetup(problem="branin")}
+    with pytest.raises(ValueError, match=match):
+        compare_algorithms(**(args | kwargs))
+
+
+def test_mixed_metrics_and_unscored_runs_in_a_summary():
+    rec = {"score": 1.0, "worst_client": 1.0, "metric": "federation regret"}
+    other = {**rec, "metric": "best value"}
+    with pytest.raises(ValueError, match="different metrics"):
+        summarize(["a", "b"], [0], {"a": {0: rec}, "b": {0: other}})
+    none = {**rec, "score": None, "worst_client": None}
+    b = {0: none, 1: {**rec, "score": 0.5}, 2: none}
+    s = summarize(["a", "b"], [0, 1, 2], {"a": {0: rec, 1: rec, 2: none}, "b": b})
+    st = s["algorithms"]["b"]
+    assert (st["runs"], st["scored"], st["paired"]) == (3, 1, 1)
+    assert (st["wins"], st["losses"], st["ties"]) == (1, 1, 1)  # unscored loses; both: a tie
+    assert s["algorithms"]["a"]["mean"] == 1.0 and st["mean"] == 0.5
+
+
+def test_a_comparisons_repr_is_short():
+    c = compare_algorithms(["random"], FederationSetup(problem="branin", num_clients=2), 2)
+    assert repr(c).startswith("Comparison(2 seeds; mean final federation regret: random: ")
+    assert len(repr(c)) < 120
+
+
+def test_seed_is_the_first_seed_and_shared_budgets_must_apply_to_all(tmp_path, capsys):
+    out = tmp_path / "s"
+    argv = ["compare", "random", "--problem", "branin", "--clients", "2", "--rounds", "1",
+            "--init", "2", "--seeds", "2", "--seed", "7", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    assert sorted(p.name for p in (out / "runs" / "random").iterdir()) == [
+        "seed-7.json",
+        "seed-8.json",
+    ]
+    capsys.readouterr()
+    argv = ["compare", "fbo-fedgp", "ldp-tgp", "--problem", "branin", "--init", "3", "--out",
+            str(tmp_path / "x")]  # fmt: skip
+    assert main(argv) == 2
+    assert "ldp-tgp does not take --init" in capsys.readouterr().err
+    argv = ["compare", "fbo-fedgp", "local", "--problem", "branin", "--aggregator", "ckk",
+            "--out", str(tmp_path / "y")]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "argument --aggregator: invalid choice: 'ckk'" in err and "usage:" not in err
+    argv = ["compare", "local", "local", "--problem", "branin", "--out", str(tmp_path / "z")]
+    assert main(argv) == 2
+    assert "local given more than once" in capsys.readouterr().err
