@@ -27,6 +27,7 @@ RANKS = {
     "runs": 40,
     "plotting": 40,
     "regression_demo": 40,
+    "experiments": 35,
     "algorithms": 32,
     "protocol": 30,
     "ldp": 22,

@@ -16,6 +16,8 @@ Subcommands:
 - ``botorch-fed compare ALG [ALG ...] --seeds N --jobs J --out DIR [run options]``:
   several algorithms on the same federation and seeds, with a table and paired
   statistics (:mod:`~botorch_fed.cli.compare`).
+- ``botorch-fed grid ALG --seeds R [--device cpu|cuda] --out DIR [run options]``: many
+  seeds as one batched program (:mod:`botorch_fed.experiments`), records as ``compare``'s.
 - ``botorch-fed list``: the registered algorithms, one line each.
 - ``botorch-fed flower up | run | down | status``: the same runs on a Flower
   federation of real processes (:mod:`~botorch_fed.cli.flower`).
@@ -211,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["party"]:  # an operator's command: no algorithm is loaded
         return _party(argv)
     parser = build_parser()
-    if argv[:1] == ["compare"]:  # its run options are parsed per algorithm
+    if argv[:1] in (["compare"], ["grid"]):  # their run options are parsed per algorithm
         from botorch_fed.cli.compare import compare_main
 
         try:

@@ -69,6 +69,35 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", type=int, default=5, help="seeds per algorithm (default: 5)")
     p.add_argument("--jobs", type=int, default=1, help="parallel processes (default: 1)")
     p.add_argument("--out", required=True, metavar="DIR", help="folder of runs and summary")
+    _add_batched(p)
+    g = sub.add_parser(
+        "grid",
+        allow_abbrev=False,
+        help="run many seeds of one algorithm as one batched program (CPU or GPU)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "Run R seeds of ALG as one batched tensor program (every seed's every client one "
+            "member of a batched GP and a batched search; botorch_fed.experiments) and write "
+            "the per-seed records `compare` reads (`compare ... --batched --out DIR` reuses "
+            "them), with the same table. Batched: local, random.",
+            88,
+        ),
+        epilog="run options: those of `botorch-fed run ALG`.",
+    )
+    g.add_argument("algorithms", nargs=1, choices=available_algorithms(), metavar="ALG")
+    g.add_argument("--seeds", type=int, default=5, help="seeds (default: 5)")
+    g.add_argument("--out", required=True, metavar="DIR", help="folder of runs and summary")
+    g.add_argument("--device", default=None, help="cpu (default) or cuda")
+    g.set_defaults(jobs=1, batched=True)
+
+
+def _add_batched(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--batched",
+        action="store_true",
+        help="run each algorithm's seeds as one batched program (local, random)",
+    )
+    p.add_argument("--device", default=None, help="the batched runner's device: cpu or cuda")
 
 
 def _groups(rest: list[str], parsers: dict) -> list[tuple[str, list[str]]]:
@@ -158,14 +187,18 @@ def compare_main(parser, args: argparse.Namespace, rest: list[str], console: Con
                 prepared[a] = _prepare(parser, a, kept)
             except (ValueError, ImportError) as exc:
                 raise ValueError(f"{a}: {exc}") from None
+        if args.device is not None and not args.batched:
+            raise ValueError("--device applies to the batched runner (--batched).")
         plan = plan_comparison(
             {a: p.settings for a, p in prepared.items()},
             {a: p.setup for a, p in prepared.items()},
             seeds=args.seeds,
             out=args.out,
+            batched=args.batched,
+            device=args.device,
         )
     except (ValueError, ImportError) as exc:
-        print_error(console, rename_out(str(exc)))
+        print_error(console, rename_out(str(exc)).replace("`batched`", "--batched"))
         return 2
     for a, flags in ignored.items():
         if flags:
@@ -269,8 +302,10 @@ def print_summary(summary: dict, console: Console) -> None:
                 f"{num(st['p'], 3)}, Holm {num(st.get('p_holm'), 3)})"
             )
     console.print(table)
-    console.print(f"W/L/T: seeds where each did better/worse than/as well as {ref}")
-    console.print(f"worst client: the mean over seeds of the worst client's own final {metric}")
+    if len(summary["algorithms"]) > 1:
+        console.print(f"W/L/T: seeds where each did better/worse than/as well as {ref}")
+    own = "regret" if "regret" in metric else "best value"
+    console.print(f"worst client: the mean over seeds of the worst client's own final {own}")
     pairs = max((st.get("paired", 0) for st in summary["algorithms"].values()), default=0)
     if pairs and min_two_sided_p(pairs) >= 0.05:
         console.print(

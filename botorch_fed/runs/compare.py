@@ -102,10 +102,11 @@ def _code_digests(setup) -> list[str | None]:
     return out
 
 
-def _fingerprint(algorithm: str, setup, settings) -> dict:
+def _fingerprint(algorithm: str, setup, settings, runner: str = "protocol") -> dict:
     r"""What a run of ``algorithm`` depends on besides its seed (JSON-friendly): the
     setup (all but the seed and the thread count), the settings, the libraries'
-    versions and the source files of the user's black boxes. Changes to botorch-fed's
+    versions, the source files of the user's black boxes and the runner (``protocol``
+    or ``batched``: their optimisers' paths differ). Changes to botorch-fed's
     own code within one version are not seen (a benchmark pins its commit itself)."""
     from botorch_fed.protocol.results import library_versions
 
@@ -121,6 +122,7 @@ def _fingerprint(algorithm: str, setup, settings) -> dict:
                 "settings": None if settings is None else dataclasses.asdict(settings),
                 "versions": library_versions(),
                 "code": _code_digests(setup),
+                "runner": runner,
             },
             default=repr,
         )
@@ -150,6 +152,13 @@ def run_record(algorithm: str, setup, settings) -> dict:
     from botorch_fed.algorithms import run_federated  # registers the algorithms
 
     result = run_federated(algorithm, setup, settings)
+    return score_record(algorithm, setup, settings, result)
+
+
+def score_record(algorithm: str, setup, settings, result, runner: str = "protocol") -> dict:
+    r"""The record of a finished run (:func:`run_record`) from its result: a
+    ``RunResult`` or a batched grid's :class:`~botorch_fed.experiments.grid.GridResult`
+    (``runner="batched"``)."""
     objectives = setup.make_objectives()
     shared = _shared_objective(setup)
     sign = 1.0 if result.minimize else -1.0
@@ -206,7 +215,7 @@ def run_record(algorithm: str, setup, settings) -> dict:
         "client_score": client_score,
         "score_per_round": per_round,
         "time_s": result.time_s,
-        "fingerprint": _fingerprint(algorithm, setup, settings),
+        "fingerprint": _fingerprint(algorithm, setup, settings, runner),
     }
 
 
@@ -324,6 +333,9 @@ class ComparisonPlan:
         fingerprints: What each label's runs depend on besides the seed.
         common: The setup every label shares.
         out: The folder of the runs and the summary (``None``: nothing written).
+        batched: Run each algorithm's seeds as one batched program
+            (:func:`~botorch_fed.experiments.grid.run_grid`).
+        device: The batched runner's device (``None``: CPU).
     """
 
     algorithms: list[str]
@@ -334,6 +346,8 @@ class ComparisonPlan:
     fingerprints: dict[str, dict]
     common: dict
     out: Path | None
+    batched: bool = False
+    device: str | None = None
 
 
 def plan_comparison(
@@ -341,6 +355,8 @@ def plan_comparison(
     setup,
     seeds: int | Sequence[int] = 5,
     out: str | os.PathLike | None = None,
+    batched: bool = False,
+    device: str | None = None,
 ) -> ComparisonPlan:
     r"""Check a comparison (arguments as :func:`compare_algorithms`) without running
     or writing anything; ``ValueError`` names the argument and what is wrong, e.g. an
@@ -399,7 +415,20 @@ def plan_comparison(
                 "a comparison runs every algorithm on one federation (only `aggregator` may "
                 "differ)."
             )
-    fps = {a: _fingerprint(registered[a], setups[a], settings[a]) for a in names}
+    runners = dict.fromkeys(names, "protocol")
+    if batched:
+        from botorch_fed.experiments import GRID_ALGORITHMS
+
+        missing = [a for a in names if registered[a] not in GRID_ALGORITHMS]
+        if missing:
+            raise ValueError(
+                f"`batched`: {', '.join(missing)} has no batched runner (it runs "
+                f"{', '.join(GRID_ALGORITHMS)})."
+            )
+        runners = dict.fromkeys(names, "batched")
+    elif device is not None:
+        raise ValueError(f"`device`={device!r} applies to the batched runner (`batched=True`).")
+    fps = {a: _fingerprint(registered[a], setups[a], settings[a], runners[a]) for a in names}
     folder = None if out is None else Path(out)
     if folder is not None:
         if folder.exists() and not folder.is_dir():
@@ -408,7 +437,9 @@ def plan_comparison(
             raise ValueError(f"`out` {folder}: the folder {folder.parent} does not exist.")
         if folder.is_dir():
             _check_manifest(folder, fps, common)
-    return ComparisonPlan(names, registered, settings, setups, seed_list, fps, common, folder)
+    return ComparisonPlan(
+        names, registered, settings, setups, seed_list, fps, common, folder, batched, device
+    )
 
 
 def stored_runs(plan: ComparisonPlan) -> dict[str, dict[int, dict]]:
@@ -425,6 +456,8 @@ def compare_algorithms(
     jobs: int = 1,
     out: str | os.PathLike | None = None,
     on_run: Callable[[dict, int, int], None] | None = None,
+    batched: bool = False,
+    device: str | None = None,
 ) -> Comparison:
     r"""Run every algorithm on every seed of one federation and compare them.
 
@@ -441,6 +474,9 @@ def compare_algorithms(
         out: A folder for every run's record, ``summary.json`` and ``summary.md``; the
             runs stored there for the same setups and settings are not run again.
         on_run: Hook ``(record, done, total)`` after each run (stored ones first).
+        batched: Run each algorithm's seeds as one batched program on ``device``
+            (:func:`~botorch_fed.experiments.grid.run_grid`; ``jobs`` then unused).
+        device: The batched runner's device (``None``: CPU; ``"cuda"``).
 
     Returns:
         The :class:`Comparison`.
@@ -454,7 +490,7 @@ def compare_algorithms(
     if isinstance(algorithms, ComparisonPlan):
         plan = algorithms
     else:
-        plan = plan_comparison(algorithms, setup, seeds, out)
+        plan = plan_comparison(algorithms, setup, seeds, out, batched, device)
     names, folder = plan.algorithms, plan.out
     records: dict[str, dict[int, dict]] = {a: {} for a in names}
     if folder is not None:
@@ -484,6 +520,13 @@ def compare_algorithms(
         if on_run is not None:
             on_run(rec, done, total)
 
+    if plan.batched:  # each algorithm's missing seeds as one batched program
+        for a in names:
+            missing = [s for s in plan.seeds if s not in records[a]]
+            if missing:
+                for rec in _grid_records(a, plan, missing):
+                    store(rec)
+        todo = []
     jobs_ = [
         (a, plan.registered[a], dataclasses.replace(plan.setups[a], seed=s), plan.settings[a])
         for a, s in todo
@@ -499,6 +542,28 @@ def compare_algorithms(
         write_json(summary, str(folder / f"{SUMMARY}.json"))
         (folder / f"{SUMMARY}.md").write_text(comparison.markdown())
     return comparison
+
+
+def _grid_records(label: str, plan: ComparisonPlan, seeds: list[int]) -> list[dict]:
+    r"""The records of ``label``'s runs at ``seeds`` from one batched grid."""
+    from botorch_fed.experiments import run_grid
+    from botorch_fed.runs.prepare import library_warnings_ignored
+
+    algorithm, setup, settings = plan.registered[label], plan.setups[label], plan.settings[label]
+    try:
+        with library_warnings_ignored():
+            results = run_grid(algorithm, setup, settings, seeds=seeds, device=plan.device)
+    except Exception as exc:
+        raise ComparisonRunError(label, seeds[0], exc) from exc
+    return [
+        {
+            **score_record(
+                algorithm, dataclasses.replace(setup, seed=r.seed), settings, r, "batched"
+            ),
+            "algorithm": label,
+        }  # fmt: skip
+        for r in results
+    ]
 
 
 def _run_pool(jobs: list, workers: int, store: Callable[[dict], None]) -> None:
