@@ -1,0 +1,101 @@
+r"""Do batched grids give the protocol runner's results? The plan:
+``benchmarks/batched_grid_equivalence_plan.md`` (issue 37, item 3).
+
+Each experiment runs seeds 0-31 with ``compare_algorithms`` on both runners (records
+under ``--out``/<experiment>-{protocol,batched}, reused when run again) and tests the
+paired log10 final scores as the plan says.
+
+Usage::
+
+    python benchmarks/batched_grid_equivalence.py --jobs 2
+    python benchmarks/batched_grid_equivalence.py --smoke --out /tmp/bge
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+from run_records import cpu_model  # benchmarks/run_records.py (the script's folder)
+
+RESULTS = Path(__file__).parent / "results"
+STEM = "batched_grid_equivalence"
+MARGIN = 0.2
+EXPERIMENTS = {"hartmann6": {}, "hartmann6-mild": {"shift": 0.05, "rotation": 0.1}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=32)
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS / STEM)
+    args = parser.parse_args(argv)
+    from scipy import stats
+
+    from botorch_fed.protocol import BOSettings, FederationSetup
+    from botorch_fed.runs.compare import compare_algorithms
+
+    rounds, init = (2, 3) if args.smoke else (20, 4)
+    settings = BOSettings(num_init=init, num_rounds=rounds)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name, hetero in EXPERIMENTS.items():
+        setup = FederationSetup(problem="hartmann", dim=6, num_clients=5, seed=0, **hetero)
+        runs = {}
+        for runner in ("protocol", "batched"):
+            c = compare_algorithms({"local": settings}, setup, seeds=args.seeds, jobs=args.jobs,
+                                   out=args.out / f"{name}-{runner}",
+                                   batched=runner == "batched")  # fmt: skip
+            runs[runner] = {s: r["score"] for s, r in c.records["local"].items()}
+        seeds = sorted(runs["protocol"])
+        d = np.array([np.log10(runs["batched"][s]) - np.log10(runs["protocol"][s]) for s in seeds])
+        n = len(d)
+        half = stats.t.ppf(0.95, n - 1) * d.std(ddof=1) / np.sqrt(n)
+        lo, hi = d.mean() - half, d.mean() + half
+        p = stats.wilcoxon(d).pvalue if np.any(d != 0) else 1.0
+        rows.append({
+            "experiment": name, "seeds": n, "mean_d": float(d.mean()), "ci90": [lo, hi],
+            "equivalent": bool(-MARGIN < lo and hi < MARGIN), "wilcoxon_p": float(p),
+            "protocol_median": float(np.median(list(runs["protocol"].values()))),
+            "batched_median": float(np.median(list(runs["batched"].values()))),
+        })  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    command = "python benchmarks/batched_grid_equivalence.py " + " ".join(
+        sys.argv[1:] if argv is None else argv
+    )
+    lines = [
+        "# Batched grids against the protocol runner: equivalence (issue 37, item 3)",
+        "",
+        f"Plan: `benchmarks/batched_grid_equivalence_plan.md`. Command: `{command}` "
+        f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC); machine: {cpu_model()}, "
+        f"{platform.platform()}. Local BO, hartmann 6-D, 5 clients, {init} initial points, "
+        f"{rounds} rounds; d = log10 R_batched - log10 R_protocol paired by seed; equivalent "
+        f"if the 90% t-interval of mean d lies inside (-{MARGIN}, {MARGIN}).",
+        "",
+        "| experiment | seeds | median regret, protocol | median regret, batched | mean d | "
+        "90% interval | equivalent | Wilcoxon p |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['experiment']} | {r['seeds']} | {r['protocol_median']:.4g} | "
+            f"{r['batched_median']:.4g} | {r['mean_d']:+.3f} | [{r['ci90'][0]:+.3f}, "
+            f"{r['ci90'][1]:+.3f}] | {'yes' if r['equivalent'] else 'no'} | "
+            f"{r['wilcoxon_p']:.3g} |"
+        )
+    text = "\n".join(lines) + "\n"
+    target = RESULTS if args.out.resolve() == (RESULTS / STEM).resolve() else args.out
+    (target / f"{STEM}.md").write_text(text)
+    (target / f"{STEM}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
