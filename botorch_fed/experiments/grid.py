@@ -13,6 +13,12 @@ of every replication is one member of a batch of ``B = R M``:
   maximize_batched_ucb`) with the protocol's ``beta_t``; the decisions differ from the
   protocol runner's by the optimisers' paths (one joint L-BFGS-B stops all members
   together; the raw samples differ), not by the model;
+- ``central`` (BO on the pooled data): per round one batched GP of every replication's
+  pooled data (``R`` members, refitted every ``local_refit_every``-th round from the
+  default hyperparameters, like the central server's) and each replication's batch of
+  ``M`` points by sequential greedy ``qUpperConfidenceBound``
+  (:func:`~botorch_fed.experiments.batched_gp.maximize_batched_qucb`), point ``i`` to
+  client ``i``;
 - ``random``: each client's uniform points from its own generator, the protocol
   runner's decisions exactly.
 
@@ -34,10 +40,11 @@ from torch import Tensor
 from botorch_fed.experiments.batched_gp import (
     batched_gp_state,
     fit_batched_gp,
+    maximize_batched_qucb,
     maximize_batched_ucb,
 )
 
-GRID_ALGORITHMS = ("local", "random")  #: what :func:`run_grid` runs batched
+GRID_ALGORITHMS = ("local", "central", "random")  #: what :func:`run_grid` runs batched
 
 
 @dataclass
@@ -129,6 +136,21 @@ def run_grid(
     for t in range(1, settings.num_rounds + 1):
         if algorithm == "random":
             x = torch.cat([torch.rand(1, d, generator=g, dtype=torch.float64) for g in rngs])
+        elif algorithm == "central":
+            refit = state is None or (t - 1) % settings.local_refit_every == 0
+            Xp, Yp = _pooled(X, M, settings.num_init), _pooled(Y, M, settings.num_init)
+            model = fit_batched_gp(
+                Xp.to(device), Yp.to(device), warm_start=None if refit else state,
+                refit=refit, seed=seed_list[0] * 1_000_003 + t,
+            )  # fmt: skip
+            if refit:
+                state = batched_gp_state(model)
+            x = maximize_batched_qucb(
+                model, settings.beta_at(t, d), M, num_restarts=settings.num_restarts,
+                raw_samples=settings.raw_samples, maxiter=settings.maxiter,
+                seed=seed_list[0] * 1_000_003 + t,
+            ).reshape(-1, d)  # fmt: skip
+            x = x.detach().to(device="cpu", dtype=torch.float64).clamp(0.0, 1.0)
         else:
             refit = state is None or (t - 1) % settings.local_refit_every == 0
             model = fit_batched_gp(
@@ -186,6 +208,17 @@ def _evaluate(objectives, X: Tensor) -> tuple[Tensor, Tensor]:
         Ys.append((-observed if objective.minimize else observed).reshape(-1, 1))
         reps.append(reported.reshape(-1))
     return torch.stack(Ys), torch.stack(reps)
+
+
+def _pooled(Z: Tensor, M: int, num_init: int) -> Tensor:
+    r"""Every replication's data pooled as the central server holds them (``R x n x k``
+    from the members' ``B x n_i x k``): the initial designs client by client, then each
+    round's points in client order."""
+    R = Z.shape[0] // M
+    Z = Z.reshape(R, M, *Z.shape[1:])
+    init = Z[:, :, :num_init].reshape(R, M * num_init, -1)
+    later = Z[:, :, num_init:].transpose(1, 2).reshape(R, -1, Z.shape[-1])
+    return torch.cat([init, later], dim=1)
 
 
 def _best(reported: Tensor, M: int, minimize: bool) -> list[float]:

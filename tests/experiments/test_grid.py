@@ -184,3 +184,28 @@ def test_a_grid_on_cuda_takes_the_cpus_initial_designs():
     cpu = run_grid("local", setup, SMALL, seeds=2)
     gpu = run_grid("local", setup, SMALL, seeds=2, device="cuda")
     assert [r.best_per_round[0] for r in cpu] == [r.best_per_round[0] for r in gpu]
+
+
+def test_pooled_data_are_in_the_central_servers_order():
+    from botorch_fed.experiments.grid import _pooled
+
+    R, M, init, t = 2, 3, 2, 2
+    # member (r, i)'s j-th point carries (r, i, j)
+    Z = torch.tensor([[[r, i, j] for j in range(init + t)] for r in range(R) for i in range(M)])
+    pooled = _pooled(Z, M, init)
+    for r in range(R):
+        expected = [[r, i, j] for i in range(M) for j in range(init)]  # uploads of round 1
+        expected += [[r, i, j] for j in range(init, init + t) for i in range(M)]  # then rounds
+        assert pooled[r].tolist() == expected
+
+
+def test_a_central_grid_hands_each_client_one_point_of_its_replications_batch():
+    setup = FederationSetup(problem="branin", num_clients=2, seed=3)
+    settings = BOSettings(num_init=3, num_rounds=1, num_restarts=2, raw_samples=16)
+    grid = run_grid("central", setup, settings, seeds=2)
+    for r in grid:
+        own = run_federated(
+            "central", FederationSetup(problem="branin", num_clients=2, seed=r.seed), settings
+        )
+        assert r.best_per_round[0] == own.best_per_round[0]
+        assert len(r.best_per_round) == 2 and set(r.best_per_client) == {0, 1}
