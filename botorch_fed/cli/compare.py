@@ -95,7 +95,7 @@ def _add_batched(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--batched",
         action="store_true",
-        help="run each algorithm's seeds as one batched program (local, random)",
+        help="run each algorithm's seeds as one batched program (local, central, random)",
     )
     p.add_argument("--device", default=None, help="the batched runner's device: cpu or cuda")
 
