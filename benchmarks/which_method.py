@@ -140,6 +140,7 @@ def run_stage(stage: str, out: Path, jobs: int, seeds: int, only: list[str] | No
             continue
         t0 = time.perf_counter()
         methods = _methods(cell["methods"], cell["rounds"])
+
         def on_run(rec, n, total, name=cell["name"]):
             score = "none" if rec["score"] is None else f"{rec['score']:.4g}"
             print(
@@ -422,9 +423,38 @@ def report(out: Path, stage: str, seeds: int, meta: dict) -> str:
         lines.append(f"- C4 {level}: recommended {', '.join(c['recommended'])} ({cand})")
     text = "\n".join(lines) + "\n"
     target = RESULTS if out.resolve() == (RESULTS / STEM).resolve() else out
+    _plot(res, target / f"{STEM}.png")
     (target / f"{STEM}.md").write_text(text)
     (target / f"{STEM}.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
     return text
+
+
+def _plot(res: dict, path: Path) -> None:
+    r"""One panel per level: each method's mean log10 regret per main-grid cell (one
+    line per problem), local BO's as the reference."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    main_cells = [e for e in res["cells"].values() if e["cell"]["part"] == "main"]
+    if not main_cells:
+        return
+    fig, axes = plt.subplots(1, len(LEVELS), figsize=(5 * len(LEVELS), 4), sharey=False)
+    for ax, level in zip(axes, LEVELS, strict=True):
+        for e in (e for e in main_cells if e["cell"]["level"] == level):
+            ms = [
+                m for m in MAIN if m in e["methods"] and e["methods"][m]["mean_log10"] is not None
+            ]
+            ax.plot(ms, [e["methods"][m]["mean_log10"] for m in ms], marker="o",
+                    label=e["cell"]["problem"])  # fmt: skip
+        ax.set_title(f"{level} (shift, rotation) = {LEVELS[level]}")
+        ax.set_ylabel("mean log10 final regret (lower is better)")
+        ax.tick_params(axis="x", rotation=30)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _meta(out: Path, commands: list[str]) -> dict:
