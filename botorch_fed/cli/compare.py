@@ -37,6 +37,7 @@ _REFUSED = {
 def add_compare_parser(sub: argparse._SubParsersAction) -> None:
     r"""The ``compare`` sub-command's parser (its run options are parsed per algorithm)."""
     from botorch_fed.algorithms import available_algorithms
+    from botorch_fed.experiments import GRID_ALGORITHMS
 
     p = sub.add_parser(
         "compare",
@@ -84,7 +85,13 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
         ),
         epilog="run options: those of `botorch-fed run ALG`.",
     )
-    g.add_argument("algorithms", nargs=1, choices=available_algorithms(), metavar="ALG")
+    g.add_argument(
+        "algorithms",
+        nargs=1,
+        choices=GRID_ALGORITHMS,
+        metavar="ALG",
+        help=f"one of {', '.join(GRID_ALGORITHMS)}",
+    )
     g.add_argument("--seeds", type=int, default=5, help="seeds (default: 5)")
     g.add_argument("--out", required=True, metavar="DIR", help="folder of runs and summary")
     g.add_argument("--device", default=None, help="cpu (default) or cuda")

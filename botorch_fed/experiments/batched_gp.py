@@ -6,28 +6,30 @@ evaluated, fitted and differentiated as one tensor program. A batched experiment
 (:mod:`~botorch_fed.experiments.grid`) holds every replication's every client as one
 batch member: ``B = R M`` GPs whose data grow by one point per round together.
 
-- :func:`fit_batched_gp`: ``fit_gpytorch_mll`` on the batch (one L-BFGS-B on the sum
-  of the ``B`` marginal log-likelihoods: at the joint optimum each member is at its own,
-  but the joint stopping rule stops them together), warm-started from the last fit;
+- :func:`fit_batched_gp`: ``fit_gpytorch_mll`` on the batch (BoTorch fits a batched
+  ``SingleTaskGP`` member by member, one L-BFGS-B each, every member with its own
+  priors), warm-started from the last fit;
 - :func:`maximize_batched_ucb` (:func:`maximize_batched` for any one-point
-  acquisition): every member's acquisition maximised at once -- Sobol raw samples shared
-  by all members, each member's best ``num_restarts`` as starting points, one L-BFGS-B
-  over all starting points of all members (the sum of separable terms), then each
-  member's best; :func:`maximize_batched_qucb`: each member's ``q``-point batch by
-  sequential greedy ``qUpperConfidenceBound`` (central BO's batch).
+  acquisition): every member searched as ``optimize_acqf`` searches one -- its own
+  Sobol raw samples and Boltzmann-sampled starting points, an L-BFGS-B problem per
+  starting point -- with the problems of all members run in lockstep and every
+  acquisition evaluation one call on the whole batch; :func:`maximize_batched_qucb`:
+  each member's ``q``-point batch by sequential greedy ``qUpperConfidenceBound``
+  (central BO's batch).
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 import torch
 from botorch.acquisition import AcquisitionFunction, UpperConfidenceBound, qUpperConfidenceBound
 from botorch.fit import fit_gpytorch_mll
 from botorch.generation.gen import gen_candidates_scipy
 from botorch.models import SingleTaskGP
+from botorch.optim.initializers import initialize_q_batch
 from botorch.sampling import SobolQMCNormalSampler
 from botorch.utils.sampling import draw_sobol_samples
 from gpytorch.mlls import ExactMarginalLogLikelihood
@@ -92,20 +94,20 @@ def maximize_batched_ucb(
     model: SingleTaskGP,
     beta: float,
     *,
+    seeds: Sequence[int],
     num_restarts: int = 8,
     raw_samples: int = 256,
     maxiter: int | None = None,
-    seed: int = 0,
 ) -> tuple[Tensor, Tensor]:
-    r"""Each batch member's UCB maximiser over the unit cube.
+    r"""Each batch member's UCB maximiser over the unit cube (:func:`maximize_batched`).
 
     Args:
         model: A batched model (batch shape ``B``) on ``d`` inputs in ``[0, 1]^d``.
         beta: UCB's ``beta`` (the same for all members).
+        seeds: ``B`` seeds, each member's search's own.
         num_restarts: Starting points of L-BFGS-B per member.
-        raw_samples: Sobol points every member's starting points are chosen from.
+        raw_samples: Sobol points each member's starting points are chosen from.
         maxiter: L-BFGS-B iterations (``None``: BoTorch's default).
-        seed: Seed of the Sobol raw samples.
 
     Returns:
         ``(X, values)``: the ``B x d`` maximisers and their ``B`` UCB values.
@@ -113,10 +115,10 @@ def maximize_batched_ucb(
     return maximize_batched(
         UpperConfidenceBound(model, beta=beta),
         model,
+        seeds=seeds,
         num_restarts=num_restarts,
         raw_samples=raw_samples,
         maxiter=maxiter,
-        seed=seed,
     )
 
 
@@ -124,51 +126,84 @@ def maximize_batched(
     acqf: AcquisitionFunction,
     model: SingleTaskGP,
     *,
+    seeds: Sequence[int],
     num_restarts: int = 8,
     raw_samples: int = 256,
     maxiter: int | None = None,
-    seed: int = 0,
 ) -> tuple[Tensor, Tensor]:
     r"""Each batch member's maximiser of a one-point acquisition on a batched model
     (``acqf`` of ``num x B x 1 x d`` is ``num x B``; e.g. UCB, or ``qUpperConfidenceBound``
-    with each member's pending points ``B x k x d``).
+    with each member's pending points ``B x k x d``), each member searched on its own as
+    ``optimize_acqf`` searches: its own Sobol raw samples (seed ``s + 2``), its starting
+    points by ``initialize_q_batch`` (Boltzmann sampling under seed ``s + 2``, the best
+    raw point always in), and one L-BFGS-B problem per starting point of every member,
+    all run in lockstep by BoTorch's batched L-BFGS-B (each stops on its own), every
+    acquisition evaluation one call on the whole batch. A member's result does not
+    depend on the other members.
 
     Args:
         acqf: The acquisition on ``model``.
         model: The batched model (batch shape ``B``) on ``d`` inputs in ``[0, 1]^d``.
+        seeds: ``B`` seeds, each member's search's own.
         num_restarts: Starting points of L-BFGS-B per member.
-        raw_samples: Sobol points every member's starting points are chosen from.
+        raw_samples: Sobol points each member's starting points are chosen from.
         maxiter: L-BFGS-B iterations (``None``: BoTorch's default).
-        seed: Seed of the Sobol raw samples.
 
     Returns:
         ``(X, values)``: the ``B x d`` maximisers and their ``B`` acquisition values.
     """
     X_train = model.train_inputs[0]
     B, d = X_train.shape[0], X_train.shape[-1]
+    if len(seeds) != B:
+        raise ValueError(f"`seeds` must hold one seed per member ({B}), got {len(seeds)}.")
     if num_restarts > raw_samples:
         raise ValueError(f"`num_restarts`={num_restarts} exceeds `raw_samples`={raw_samples}.")
-    bounds = torch.stack([torch.zeros(d), torch.ones(d)]).to(X_train)
-    raw = draw_sobol_samples(bounds=bounds, n=raw_samples, q=1, seed=seed)  # raw x 1 x d
-    raw = raw.unsqueeze(1).expand(raw_samples, B, 1, d)  # every member at every raw point
+    unit = torch.stack([torch.zeros(d), torch.ones(d)]).to(X_train)
+    raw = torch.stack(
+        [draw_sobol_samples(bounds=unit, n=raw_samples, q=1, seed=int(s) + 2) for s in seeds], 1
+    )  # raw x B x 1 x d
     with torch.no_grad():
         values = acqf(raw)  # raw x B
-    top = values.topk(num_restarts, dim=0).indices  # num_restarts x B
-    X0 = raw[top, torch.arange(B, device=raw.device)]  # num_restarts x B x 1 x d
-    options = {} if maxiter is None else {"maxiter": maxiter}
-    # recorded, not shown: BoTorch forces its notes of an L-BFGS-B stop (maxiter, a line
-    # search that fails for one member: all stop there, each at its best point so far)
+    starts = []
+    for b, s in enumerate(seeds):  # each member's Boltzmann draw under its own seed
+        with torch.random.fork_rng(devices=[X_train.device] if X_train.is_cuda else []):
+            torch.manual_seed(int(s) + 2)
+            starts.append(initialize_q_batch(raw[:, b], values[:, b], n=num_restarts)[0])
+    X0 = torch.stack(starts, 1)  # num_restarts x B x 1 x d
+    flat = X0.reshape(num_restarts * B, 1, d)
+    # each (start, member) one problem; its flat index rides along as a fixed feature,
+    # since the batched L-BFGS-B evaluates only the problems still running
+    index = torch.arange(num_restarts * B, device=X0.device, dtype=X0.dtype)
+    base = flat.detach()
+
+    def each(Z: Tensor) -> Tensor:
+        rows = Z[..., 0, d].round().long()
+        X = base.index_put((rows,), Z[..., :d])
+        return acqf(X.reshape(num_restarts, B, 1, d)).reshape(-1)[rows]
+
+    options: dict[str, Any] = {} if maxiter is None else {"maxiter": maxiter}
+    # recorded, not shown: BoTorch forces its note of an L-BFGS-B stop at maxiter
     with warnings.catch_warnings(record=True):
-        X, acq = gen_candidates_scipy(
-            initial_conditions=X0,
-            acquisition_function=acqf,
-            lower_bounds=0.0,
-            upper_bounds=1.0,
-            options=options,
-        )
+        try:
+            Z, _ = gen_candidates_scipy(
+                initial_conditions=torch.cat([flat, torch.zeros_like(flat[..., :1])], -1),
+                acquisition_function=cast(AcquisitionFunction, each),  # a batched function
+                lower_bounds=0.0,
+                upper_bounds=1.0,
+                options=options,
+                fixed_features={d: index},
+                use_parallel_mode=True,
+            )
+        except NotImplementedError as exc:  # no batched L-BFGS-B: SciPy too old
+            raise RuntimeError(
+                f"The batched search needs BoTorch's batched L-BFGS-B ({exc})."
+            ) from exc
+    X = Z[..., :d].detach().reshape(num_restarts, B, 1, d)
+    with torch.no_grad():
+        acq = acqf(X)  # num_restarts x B
     best = acq.argmax(dim=0)  # B
     members = torch.arange(B, device=X.device)
-    return X[best, members, 0].detach(), acq[best, members].detach()
+    return X[best, members, 0], acq[best, members]
 
 
 def maximize_batched_qucb(
@@ -176,25 +211,26 @@ def maximize_batched_qucb(
     beta: float,
     q: int,
     *,
+    seeds: Sequence[int],
     num_restarts: int = 8,
     raw_samples: int = 256,
     maxiter: int | None = None,
-    seed: int = 0,
 ) -> Tensor:
     r"""Each member's ``q``-point batch by sequential greedy ``qUpperConfidenceBound``
     (point ``k`` maximised with the member's first ``k - 1`` pending, as
-    ``optimize_acqf(..., sequential=True)``): ``B x q x d``."""
+    ``optimize_acqf(..., sequential=True)``; one quasi-MC sampler, seeded by the first
+    member's seed): ``B x q x d``."""
     X_train = model.train_inputs[0]
     B, d = X_train.shape[0], X_train.shape[-1]
+    sampler = SobolQMCNormalSampler(sample_shape=torch.Size([512]), seed=int(seeds[0]))
     chosen = torch.empty(B, 0, d, dtype=X_train.dtype, device=X_train.device)
     for k in range(q):
-        sampler = SobolQMCNormalSampler(sample_shape=torch.Size([512]), seed=seed + k)
         acqf = qUpperConfidenceBound(model, beta=beta, sampler=sampler)
         if k:
             acqf.set_X_pending(chosen)
         x, _ = maximize_batched(
-            acqf, model, num_restarts=num_restarts, raw_samples=raw_samples,
-            maxiter=maxiter, seed=seed + k,
+            acqf, model, seeds=[int(s) + 7 * k for s in seeds], num_restarts=num_restarts,
+            raw_samples=raw_samples, maxiter=maxiter,
         )  # fmt: skip
         chosen = torch.cat([chosen, x.unsqueeze(-2)], dim=-2)
     return chosen

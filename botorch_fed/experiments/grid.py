@@ -10,9 +10,10 @@ of every replication is one member of a batch of ``B = R M``:
   data (:func:`~botorch_fed.experiments.batched_gp.fit_batched_gp`, refitted every
   ``local_refit_every``-th round, warm-started, like each client's ``ExactGPRefitter``)
   and one batched UCB search (:func:`~botorch_fed.experiments.batched_gp.
-  maximize_batched_ucb`) with the protocol's ``beta_t``; the decisions differ from the
-  protocol runner's by the optimisers' paths (one joint L-BFGS-B stops all members
-  together; the raw samples differ), not by the model;
+  maximize_batched_ucb`) with the protocol's ``beta_t`` and each client's own step seed;
+  the decisions differ from the protocol runner's by the paths of the optimisers (the
+  searches' starting points draw from another random stream; BoTorch's batched
+  L-BFGS-B), not by the model; a replication's result does not depend on the others;
 - ``central`` (BO on the pooled data): per round one batched GP of every replication's
   pooled data (``R`` members, refitted every ``local_refit_every``-th round from the
   default hyperparameters, like the central server's) and each replication's batch of
@@ -43,6 +44,7 @@ from botorch_fed.experiments.batched_gp import (
     maximize_batched_qucb,
     maximize_batched_ucb,
 )
+from botorch_fed.protocol.round_budget import round_seed
 
 GRID_ALGORITHMS = ("local", "central", "random")  #: what :func:`run_grid` runs batched
 
@@ -141,21 +143,21 @@ def run_grid(
             Xp, Yp = _pooled(X, M, settings.num_init), _pooled(Y, M, settings.num_init)
             model = fit_batched_gp(
                 Xp.to(device), Yp.to(device), warm_start=None if refit else state,
-                refit=refit, seed=seed_list[0] * 1_000_003 + t,
+                refit=refit, seed=None,
             )  # fmt: skip
             if refit:
                 state = batched_gp_state(model)
             x = maximize_batched_qucb(
                 model, settings.beta_at(t, d), M, num_restarts=settings.num_restarts,
                 raw_samples=settings.raw_samples, maxiter=settings.maxiter,
-                seed=seed_list[0] * 1_000_003 + t,
+                seeds=[round_seed(s, t) for s in seed_list],  # each server's round seed
             ).reshape(-1, d)  # fmt: skip
             x = x.detach().to(device="cpu", dtype=torch.float64).clamp(0.0, 1.0)
         else:
             refit = state is None or (t - 1) % settings.local_refit_every == 0
             model = fit_batched_gp(
                 X.to(device), Y.to(device), warm_start=state, refit=refit,
-                maxiter=settings.fit_maxiter, seed=seed_list[0] * 1_000_003 + t,
+                maxiter=settings.fit_maxiter, seed=None,
             )  # fmt: skip
             if refit:
                 state = batched_gp_state(model)
@@ -163,7 +165,7 @@ def run_grid(
             x, _ = maximize_batched_ucb(
                 model, settings.beta_at(t, d), num_restarts=restarts,
                 raw_samples=max(settings.raw_samples, 4 * restarts), maxiter=settings.maxiter,
-                seed=seed_list[0] * 1_000_003 + t,
+                seeds=[round_seed(s, t) for s in seeds_b],  # each client's step seed
             )  # fmt: skip
             x = x.detach().to(device="cpu", dtype=torch.float64).clamp(0.0, 1.0)
         y, r = _evaluate(objectives, x.unsqueeze(1))

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
+import scipy
 import torch
 
 from botorch_fed.problems.heterogeneity import ClientObjective
@@ -124,6 +125,7 @@ def library_versions() -> dict[str, str]:
         "botorch": botorch.__version__,
         "gpytorch": gpytorch.__version__,
         "numpy": np.__version__,
+        "scipy": scipy.__version__,
     }
     with contextlib.suppress(ImportError):  # an optional extra
         import tenseal

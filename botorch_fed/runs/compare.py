@@ -102,7 +102,9 @@ def _code_digests(setup) -> list[str | None]:
     return out
 
 
-def _fingerprint(algorithm: str, setup, settings, runner: str = "protocol") -> dict:
+def _fingerprint(
+    algorithm: str, setup, settings, runner: str = "protocol", device: str | None = None
+) -> dict:
     r"""What a run of ``algorithm`` depends on besides its seed (JSON-friendly): the
     setup (all but the seed and the thread count), the settings, the libraries'
     versions, the source files of the user's black boxes and the runner (``protocol``
@@ -123,10 +125,24 @@ def _fingerprint(algorithm: str, setup, settings, runner: str = "protocol") -> d
                 "versions": library_versions(),
                 "code": _code_digests(setup),
                 "runner": runner,
+                "device": device,
             },
             default=repr,
         )
     )
+
+
+def torch_device_type(device: str) -> str:
+    r"""``"cpu"`` or ``"cuda"`` of a device name (``ValueError`` for others)."""
+    import torch
+
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"`device`={device!r} is not a torch device ({exc}).") from None
+    if kind not in ("cpu", "cuda"):
+        raise ValueError(f"`device`={device!r}: the batched runner runs on cpu or cuda.")
+    return kind
 
 
 def _comparable(setup) -> dict:
@@ -155,7 +171,9 @@ def run_record(algorithm: str, setup, settings) -> dict:
     return score_record(algorithm, setup, settings, result)
 
 
-def score_record(algorithm: str, setup, settings, result, runner: str = "protocol") -> dict:
+def score_record(
+    algorithm: str, setup, settings, result, runner: str = "protocol", device: str | None = None
+) -> dict:
     r"""The record of a finished run (:func:`run_record`) from its result: a
     ``RunResult`` or a batched grid's :class:`~botorch_fed.experiments.grid.GridResult`
     (``runner="batched"``)."""
@@ -215,7 +233,13 @@ def score_record(algorithm: str, setup, settings, result, runner: str = "protoco
         "client_score": client_score,
         "score_per_round": per_round,
         "time_s": result.time_s,
-        "fingerprint": _fingerprint(algorithm, setup, settings, runner),
+        "fingerprint": _fingerprint(
+            algorithm,
+            setup,
+            settings,
+            runner,
+            None if device is None else torch_device_type(device),
+        ),
     }
 
 
@@ -236,8 +260,11 @@ class ComparisonRunError(RuntimeError):
         seed: Its seed.
     """
 
-    def __init__(self, algorithm: str, seed: int, cause: BaseException) -> None:
-        super().__init__(f"the run of {algorithm} at seed {seed} failed: "
+    def __init__(
+        self, algorithm: str, seed: int, cause: BaseException, which: str | None = None
+    ) -> None:
+        where = f"seed {seed}" if which is None else which
+        super().__init__(f"the run of {algorithm} at {where} failed: "
                          f"{type(cause).__name__}: {cause}")  # fmt: skip
         self.algorithm, self.seed = algorithm, seed
 
@@ -428,7 +455,8 @@ def plan_comparison(
         runners = dict.fromkeys(names, "batched")
     elif device is not None:
         raise ValueError(f"`device`={device!r} applies to the batched runner (`batched=True`).")
-    fps = {a: _fingerprint(registered[a], setups[a], settings[a], runners[a]) for a in names}
+    dev = None if device is None else torch_device_type(device)
+    fps = {a: _fingerprint(registered[a], setups[a], settings[a], runners[a], dev) for a in names}
     folder = None if out is None else Path(out)
     if folder is not None:
         if folder.exists() and not folder.is_dir():
@@ -553,8 +581,11 @@ def _grid_records(label: str, plan: ComparisonPlan, seeds: list[int]) -> list[di
     try:
         with library_warnings_ignored():
             results = run_grid(algorithm, setup, settings, seeds=seeds, device=plan.device)
-    except Exception as exc:
-        raise ComparisonRunError(label, seeds[0], exc) from exc
+    except Exception as exc:  # one program for all the seeds: none of them is kept
+        listed = ", ".join(map(str, seeds))
+        raise ComparisonRunError(
+            label, seeds[0], exc, f"seeds {listed} (one batched grid)"
+        ) from exc
     return [
         {
             **score_record(

@@ -60,8 +60,8 @@ def test_the_batched_fit_reaches_each_members_own_fit():
     mll_b = _mll(batched)
     for b in range(3):
         own = fit_exact_gp(X[b], Y[b], seed=0)
-        # one joint L-BFGS-B stops all members together: each at (or past) its own optimum
-        # up to the optimiser's tolerance, not above it by more than a rounding of the loss
+        # BoTorch fits a batched model member by member: each reaches its own fit's
+        # likelihood up to the optimiser's tolerance
         assert mll_b[b] >= _mll(own) - 1e-3 * abs(_mll(own))
 
 
@@ -80,16 +80,100 @@ def _mll(model):
 def test_the_batched_ucb_search_finds_each_members_maximum(dtype):
     X, Y = _data(4, 10, 1, dtype, seed=2)
     model = fit_batched_gp(X, Y, maxiter=30, seed=0)
-    x, values = maximize_batched_ucb(model, beta=2.0, num_restarts=4, raw_samples=64, seed=3)
+    x, values = maximize_batched_ucb(
+        model, beta=2.0, num_restarts=4, raw_samples=64, seeds=[3, 4, 5, 6]
+    )
     assert x.shape == (4, 1) and values.shape == (4,)
     grid = torch.linspace(0, 1, 2001, dtype=dtype).reshape(-1, 1, 1)
     ucb = UpperConfidenceBound(model, beta=2.0)
     with torch.no_grad():
-        dense = ucb(grid.unsqueeze(1))  # 2001 x 4: every member on a dense grid
+        dense = ucb(grid.unsqueeze(1).expand(-1, 4, 1, 1))  # 2001 x 4: every member
         at_x = ucb(x.unsqueeze(-2).unsqueeze(0)).squeeze(0)
     torch.testing.assert_close(at_x, values, rtol=1e-6, atol=1e-6)
     # a dense grid's best (spacing 5e-4) is not better than the search's beyond its resolution
     assert bool((values >= dense.max(dim=0).values - 1e-4).all())
+
+
+def test_the_batched_search_does_as_well_as_optimize_acqf_on_each_member():
+    from botorch.optim import optimize_acqf
+
+    X, Y = _data(6, 15, 4, torch.float64, seed=5)
+    model = fit_batched_gp(X, Y, maxiter=50, seed=0)
+    state = batched_gp_state(model)
+    x, values = maximize_batched_ucb(
+        model, beta=1.5, num_restarts=3, raw_samples=32, seeds=range(6)
+    )
+    bounds = torch.stack([torch.zeros(4), torch.ones(4)]).double()
+    for b in range(6):  # the member alone, searched by optimize_acqf with more effort
+        single = SingleTaskGP(X[b], Y[b])
+        single.load_state_dict(
+            {k: v[b] if v.dim() and v.shape[0] == 6 else v for k, v in state.items()}, strict=False
+        )
+        single.eval()
+        _, best = optimize_acqf(UpperConfidenceBound(single, beta=1.5), bounds, q=1,
+                                num_restarts=8, raw_samples=256)  # fmt: skip
+        assert float(values[b]) >= float(best) - 1e-3 * abs(float(best)) - 1e-6
+
+
+def test_a_members_search_does_not_depend_on_the_other_members():
+    X, Y = _data(3, 12, 3, torch.float64, seed=7)
+    both = maximize_batched_ucb(fit_batched_gp(X, Y, maxiter=30), 2.0, num_restarts=2,
+                                raw_samples=16, seeds=[11, 12, 13])[0]  # fmt: skip
+    alone = maximize_batched_ucb(fit_batched_gp(X[1:2], Y[1:2], maxiter=30), 2.0, num_restarts=2,
+                                 raw_samples=16, seeds=[12])[0]  # fmt: skip
+    torch.testing.assert_close(both[1:2], alone, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("algorithm", ["local", "central"])
+def test_a_replications_result_does_not_depend_on_the_grid_it_ran_in(algorithm):
+    setup = FederationSetup(problem="hartmann", dim=6, num_clients=2, seed=1)
+    settings = BOSettings(num_init=4, num_rounds=3, num_restarts=2, raw_samples=16)
+    in_pair = run_grid(algorithm, setup, settings, seeds=[1, 2])[1]
+    alone = run_grid(algorithm, setup, settings, seeds=[2])[0]
+    assert in_pair.best_per_round == pytest.approx(alone.best_per_round, rel=1e-9)
+    assert in_pair.best_per_client == pytest.approx(alone.best_per_client, rel=1e-9)
+
+
+def test_central_batches_are_distinct_points_of_sequential_greedy_qucb():
+    from botorch_fed.experiments.batched_gp import maximize_batched_qucb
+
+    X, Y = _data(2, 12, 2, torch.float64, seed=8)
+    model = fit_batched_gp(X, Y, maxiter=30)
+    batch = maximize_batched_qucb(model, 2.0, 3, num_restarts=2, raw_samples=32, seeds=[1, 2])
+    assert batch.shape == (2, 3, 2)
+    for b in range(2):  # each point chosen with the earlier ones pending: no repeats
+        assert float(torch.pdist(batch[b]).min()) > 1e-3
+
+
+def test_the_local_grid_fits_and_searches_on_the_protocols_schedule(monkeypatch):
+    from botorch_fed.experiments import grid as grid_module
+
+    calls, betas = [], []
+    real_fit, real_search = grid_module.fit_batched_gp, grid_module.maximize_batched_ucb
+
+    def fit(X, Y, **kw):
+        calls.append((X.shape[1], kw["refit"], kw["warm_start"] is not None))
+        return real_fit(X, Y, **kw)
+
+    def search(model, beta, **kw):
+        betas.append(beta)
+        return real_search(model, beta, **kw)
+
+    monkeypatch.setattr(grid_module, "fit_batched_gp", fit)
+    monkeypatch.setattr(grid_module, "maximize_batched_ucb", search)
+    settings = BOSettings(
+        num_init=3, num_rounds=5, local_refit_every=2, num_restarts=2, raw_samples=16
+    )
+    run_grid("local", FederationSetup(problem="branin", num_clients=2), settings)
+    # round t: data of init + t - 1 points; refit at t = 1, 3, 5, warm-started after the first
+    assert calls == [
+        (3, True, False),
+        (4, False, True),
+        (5, True, True),
+        (6, False, True),
+        (7, True, True),
+    ]
+    assert betas == [settings.beta_at(t, 2) for t in range(1, 6)]
 
 
 def test_random_search_grid_takes_the_protocol_runners_decisions():
