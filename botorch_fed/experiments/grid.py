@@ -87,7 +87,8 @@ def run_grid(
     Args:
         algorithm: One of :data:`GRID_ALGORITHMS`.
         setup: The federation (:class:`~botorch_fed.protocol.setup.FederationSetup`) of a
-            built-in ``problem``; its ``seed`` is replaced by each replication's.
+            built-in ``problem``; its ``seed`` is replaced by each replication's, and the
+            grid runs on its ``threads`` torch threads (restored afterwards).
         settings: ``BOSettings`` (``None``: defaults; ``acquisition="ucb"`` only).
         seeds: The replications' seeds, or a count ``R`` (seeds ``setup.seed ...``).
         device: Where the models and searches run (``None``: CPU); the objectives are
@@ -98,8 +99,6 @@ def run_grid(
         One :class:`GridResult` per seed, in order.
     """
     from botorch_fed.algorithms import get_algorithm  # registers the algorithms
-    from botorch_fed.problems.heterogeneity import ClientObjective, initial_design
-    from botorch_fed.protocol.runner import build_context
 
     if algorithm not in GRID_ALGORITHMS:
         raise ValueError(f"`algorithm`={algorithm!r}: the batched runner runs {GRID_ALGORITHMS}.")
@@ -117,6 +116,19 @@ def run_grid(
     if not seed_list or len(set(seed_list)) != len(seed_list):
         raise ValueError(f"`seeds` must be distinct, at least one; got {seeds!r}.")
     device = torch.device("cpu" if device is None else device)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(setup.threads)  # as run_federated: the setup's, restored after
+    try:
+        return _run(algorithm, spec, setup, settings, seed_list, device, on_round)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(algorithm, spec, setup, settings, seed_list, device, on_round) -> list[GridResult]:
+    r"""The body of :func:`run_grid` (arguments checked)."""
+    from botorch_fed.problems.heterogeneity import ClientObjective, initial_design
+    from botorch_fed.protocol.runner import build_context
+
     t0 = time.perf_counter()
     contexts = [
         build_context(spec, dataclasses.replace(setup, seed=s), settings) for s in seed_list
