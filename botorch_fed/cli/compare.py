@@ -278,7 +278,7 @@ def rename_out(message: str) -> str:
 
 def print_summary(summary: dict, console: Console) -> None:
     r"""The comparison's table (``summary.md``'s rows) and one line per comparison."""
-    from botorch_fed.runs.compare import min_two_sided_p
+    from botorch_fed.runs.comparison_statistics import min_two_sided_p
 
     ref = summary["reference"]
     metric = summary["metric"] if isinstance(summary["metric"], str) else "score"

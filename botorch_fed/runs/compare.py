@@ -11,24 +11,14 @@ Wilcoxon signed-rank test against it over the seeds, Holm-corrected over the
 comparisons (``summary.json``, ``summary.md``; ``botorch-fed compare`` draws
 ``summary.png`` with :func:`~botorch_fed.plotting.plot_comparison`).
 
-The score (lower is better) is the final simple regret where every client's optimum
-is known: the federation's (``f* - best value over all clients``) when all clients
-share one objective, else the mean over clients of each client's own simple regret on
-its own objective (shifted or rotated clients, per-client black boxes: does every party
-gain?). A moved client whose optimum the clipping may have cut away is scored against
-the function's optimum, a bound its values never beat (its regret is then an upper
-bound, the same for every algorithm; the records list such clients). Where an optimum
-is unknown (the user's black box) the score is the best value found, oriented so that
-lower is better (negated for a maximised objective).
+The score of a run and its fingerprint: :mod:`~botorch_fed.runs.comparison_records`;
+the statistics and the report: :mod:`~botorch_fed.runs.comparison_statistics`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import inspect
 import json
-import math
 import multiprocessing
 import os
 import re
@@ -37,16 +27,21 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from botorch_fed.runs.comparison_records import (
+    FORMAT,
+    _comparable,
+    _fingerprint,
+    run_record,
+    score_record,
+    torch_device_type,
+)
+from botorch_fed.runs.comparison_statistics import summarize, summary_markdown
 from botorch_fed.runs.outputs import write_json
 
 MANIFEST = "compare.json"
 _LABEL = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 RUNS = "runs"
 SUMMARY = "summary"  # .json, .md, .png
-FORMAT = 1
-METRICS = ("federation regret", "mean client regret", "best value", "mean client best value")
 
 
 @dataclasses.dataclass
@@ -76,180 +71,6 @@ class Comparison:
             for a, st in self.summary["algorithms"].items()
         )
         return f"Comparison({len(self.seeds)} seeds; mean final {self.summary['metric']}: {means})"
-
-
-def _code_digests(setup) -> list[str | None]:
-    r"""SHA-256 (16 hex digits) of the source file of each of the user's black-box
-    functions (``None`` where there is none to read): a changed function is another
-    comparison."""
-    out: list[str | None] = []
-    objectives = setup.objectives
-    given = (
-        []
-        if objectives is None
-        else objectives
-        if isinstance(objectives, list | tuple)
-        else [objectives]
-    )
-    for objective in given:
-        fn = getattr(objective, "fn", None)
-        try:
-            source = inspect.getsourcefile(fn) if fn is not None else None
-            text = Path(source).read_bytes() if source else None
-        except (TypeError, OSError):
-            text = None
-        out.append(None if text is None else hashlib.sha256(text).hexdigest()[:16])
-    return out
-
-
-def _fingerprint(
-    algorithm: str, setup, settings, runner: str = "protocol", device: str | None = None
-) -> dict:
-    r"""What a run of ``algorithm`` depends on besides its seed (JSON-friendly): the
-    setup (all but the seed and the thread count), the settings, the libraries'
-    versions, the source files of the user's black boxes and the runner (``protocol``
-    or ``batched``: their optimisers' paths differ). Changes to botorch-fed's
-    own code within one version are not seen (a benchmark pins its commit itself)."""
-    from botorch_fed.protocol.results import library_versions
-
-    described = setup.describe()
-    described.pop("seed")
-    described.pop("threads")  # how fast, not what
-    return json.loads(
-        json.dumps(
-            {
-                "format": FORMAT,
-                "algorithm": algorithm,
-                "setup": described,
-                "settings": None if settings is None else dataclasses.asdict(settings),
-                "versions": library_versions(),
-                "code": _code_digests(setup),
-                "runner": runner,
-                "device": device,
-            },
-            default=repr,
-        )
-    )
-
-
-def torch_device_type(device: str) -> str:
-    r"""``"cpu"`` or ``"cuda"`` of a device name (``ValueError`` for others)."""
-    import torch
-
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"`device`={device!r} is not a torch device ({exc}).") from None
-    if kind not in ("cpu", "cuda"):
-        raise ValueError(f"`device`={device!r}: the batched runner runs on cpu or cuda.")
-    return kind
-
-
-def _comparable(setup) -> dict:
-    r"""A setup as every algorithm of one comparison must share it (all but the
-    aggregator, which only the algorithms that aggregate take, and the seed)."""
-    described = _fingerprint("", setup, None)["setup"]
-    described.pop("aggregator")
-    return described
-
-
-def run_record(algorithm: str, setup, settings) -> dict:
-    r"""Run ``algorithm`` once in this process and score it (module docstring).
-
-    Returns:
-        A JSON-friendly record: ``algorithm``, ``seed``, ``metric``, ``score``,
-        ``worst_client``, ``best_value``, ``optimal_value``, ``client_best``,
-        ``client_optimum`` (the bound ``optimum_bound`` for the clients listed in
-        ``client_optimum_bound_only``), ``client_score``, ``score_per_round`` (the federation's
-        regret or best value after each round), ``below_optimum`` (who found a value
-        better than the declared optimum: a rounded optimum, a negative regret),
-        ``time_s`` and ``fingerprint``.
-    """
-    from botorch_fed.algorithms import run_federated  # registers the algorithms
-
-    result = run_federated(algorithm, setup, settings)
-    return score_record(algorithm, setup, settings, result)
-
-
-def score_record(
-    algorithm: str, setup, settings, result, runner: str = "protocol", device: str | None = None
-) -> dict:
-    r"""The record of a finished run (:func:`run_record`) from its result: a
-    ``RunResult`` or a batched grid's :class:`~botorch_fed.experiments.grid.GridResult`
-    (``runner="batched"``)."""
-    objectives = setup.make_objectives()
-    shared = _shared_objective(setup)
-    sign = 1.0 if result.minimize else -1.0
-    exact = {cid: objectives[cid].optimal_value for cid in result.best_per_client}
-    # a moved client whose optimum may be clipped away: regret against the bound (f*)
-    optima = {c: v if v is not None else objectives[c].optimum_bound for c, v in exact.items()}
-    known = all(v is not None for v in optima.values())
-    inexact = sorted(c for c in optima if exact[c] is None and optima[c] is not None)
-    below: list[str] = []  # better than the declared optimum: a rounded or wrong f*
-
-    def regret(value: float, optimum: float, who: str) -> float:
-        r = sign * (value - optimum)
-        if r < 0:
-            below.append(who)
-        return r
-
-    client_score: dict[str, float | None] = {}
-    for cid, best in result.best_per_client.items():
-        if best is None:
-            client_score[str(cid)] = None
-        elif known:
-            client_score[str(cid)] = regret(best, optima[cid], str(cid))
-        else:
-            client_score[str(cid)] = sign * best
-    finite = [v for v in client_score.values() if v is not None]
-    if shared:
-        metric = "federation regret" if known else "best value"
-        optimum = optima[0]
-
-        def scored(b: float | None) -> float | None:
-            if b is None:
-                return None
-            return sign * b if optimum is None else regret(b, optimum, "federation")
-
-        score = scored(result.best_value)
-        per_round = [scored(b) for b in result.best_per_round]
-    else:
-        metric = "mean client regret" if known else "mean client best value"
-        # a client without a successful evaluation has no score: the run has none either
-        score = float(np.mean(finite)) if len(finite) == len(client_score) else None
-        per_round = None  # the clients' own bests per round are not in the result
-    return {
-        "algorithm": algorithm,
-        "seed": setup.seed,
-        "metric": metric,
-        "score": score,
-        "worst_client": max(finite) if len(finite) == len(client_score) else None,
-        "best_value": result.best_value,
-        "optimal_value": result.optimal_value,
-        "client_best": {str(c): v for c, v in result.best_per_client.items()},
-        "client_optimum": {str(c): v for c, v in optima.items()},
-        "client_optimum_bound_only": [str(c) for c in inexact],
-        "below_optimum": sorted(set(below)),
-        "client_score": client_score,
-        "score_per_round": per_round,
-        "time_s": result.time_s,
-        "fingerprint": _fingerprint(
-            algorithm,
-            setup,
-            settings,
-            runner,
-            None if device is None else torch_device_type(device),
-        ),
-    }
-
-
-def _shared_objective(setup) -> bool:
-    r"""Whether every client optimises the same objective."""
-    from botorch_fed.problems.objectives import Objective
-
-    if setup.problem is not None:
-        return setup.shift == 0 and setup.rotation == 0
-    return isinstance(setup.objectives, Objective) or len(setup.objectives) == 1
 
 
 class ComparisonRunError(RuntimeError):
@@ -625,127 +446,3 @@ def _run_pool(jobs: list, workers: int, store: Callable[[dict], None]) -> None:
             process.terminate()
         raise
     pool.shutdown()
-
-
-def _holm(pvalues: list[float]) -> list[float]:
-    from statsmodels.stats.multitest import multipletests
-
-    return [float(p) for p in multipletests(pvalues, method="holm")[1]] if pvalues else []
-
-
-def _paired_test(a: np.ndarray, b: np.ndarray) -> float:
-    r"""Two-sided Wilcoxon signed-rank p of the paired scores: zero differences dropped
-    (Wilcoxon's convention; 1 where all are zero), exact for up to 50 differences
-    without ties among their sizes, else the normal approximation -- stated here so
-    that every SciPy version computes the same."""
-    from scipy.stats import wilcoxon
-
-    d = (a - b)[a != b]
-    if len(d) == 0:
-        return 1.0
-    exact = len(d) <= 50 and len(np.unique(np.abs(d))) == len(d)
-    return float(wilcoxon(d, alternative="two-sided", method="exact" if exact else "approx").pvalue)
-
-
-def min_two_sided_p(pairs: int) -> float:
-    r"""The smallest p a two-sided exact Wilcoxon signed-rank test over ``pairs`` pairs
-    can give (``2^(1 - pairs)``): below 0.05 only from 6 pairs on."""
-    return 2.0 ** (1 - pairs) if pairs else 1.0
-
-
-def summarize(algorithms: list[str], seeds: list[int], records: dict[str, dict[int, dict]]) -> dict:
-    r"""Statistics of the final scores (module docstring): ``algorithms`` (per algorithm:
-    ``runs``, ``scored`` (runs with a score; a run without one -- every evaluation of
-    some client failed -- counts as a loss against a scored one), ``mean``, ``se``,
-    ``median``, ``worst_client_mean`` over the scored runs; against the first: ``wins``,
-    ``losses``, ``ties`` over the seeds both ran, ``p`` / ``p_holm`` over the seeds both
-    scored), and ``scores`` (``scores[algorithm][seed]``: every run's final score,
-    ``None`` where a run has none).
-
-    Raises:
-        ValueError: The runs were scored with different metrics (regrets and best values).
-    """
-    metrics = {rec["metric"] for recs in records.values() for rec in recs.values()}
-    if len(metrics) > 1:
-        raise ValueError(
-            f"The runs were scored with different metrics ({', '.join(sorted(metrics))}): "
-            "their scores cannot be compared."
-        )
-    scores = {
-        a: {str(s): records[a][s]["score"] for s in seeds if s in records[a]} for a in algorithms
-    }
-    ref = algorithms[0]
-    stats: dict[str, dict] = {}
-    tests: list[tuple[str, float]] = []
-    for a in algorithms:
-        vals = np.array([v for v in scores[a].values() if v is not None], dtype=float)
-        worst = [records[a][s]["worst_client"] for s in seeds if s in records[a]]
-        worst_f = np.array([w for w in worst if w is not None], dtype=float)
-        entry: dict[str, Any] = {
-            "runs": len(scores[a]),
-            "scored": int(len(vals)),
-            "mean": float(vals.mean()) if len(vals) else None,
-            "se": float(vals.std(ddof=1) / math.sqrt(len(vals))) if len(vals) > 1 else None,
-            "median": float(np.median(vals)) if len(vals) else None,
-            "worst_client_mean": float(worst_f.mean()) if len(worst_f) else None,
-        }
-        if a != ref:
-            ran = [s for s in scores[a] if s in scores[ref]]
-            both = [s for s in ran if scores[a][s] is not None and scores[ref][s] is not None]
-            x = np.array([scores[a][s] for s in both], dtype=float)
-            y = np.array([scores[ref][s] for s in both], dtype=float)
-            # a run without a score loses against one with a score; two without: a tie
-            only_a = sum(1 for s in ran if scores[a][s] is not None and scores[ref][s] is None)
-            only_ref = sum(1 for s in ran if scores[a][s] is None and scores[ref][s] is not None)
-            neither = sum(1 for s in ran if scores[a][s] is None and scores[ref][s] is None)
-            entry.update(
-                paired=len(both),
-                wins=int((x < y).sum()) + only_a,
-                losses=int((x > y).sum()) + only_ref,
-                ties=int((x == y).sum()) + neither,
-                p=_paired_test(x, y) if len(both) else None,
-            )
-            if entry["p"] is not None:
-                tests.append((a, entry["p"]))
-        stats[a] = entry
-    for (a, _), adjusted in zip(tests, _holm([p for _, p in tests]), strict=True):
-        stats[a]["p_holm"] = adjusted
-    return {
-        "format": FORMAT,
-        "reference": ref,
-        "metric": metrics.pop() if metrics else None,
-        "seeds": seeds,
-        "algorithms": stats,
-        "scores": scores,
-    }
-
-
-def _num(v: float | None, digits: int = 4) -> str:
-    return "-" if v is None else f"{v:.{digits}g}"
-
-
-def summary_markdown(summary: dict) -> str:
-    r"""``summary.md``: one row per algorithm (module docstring)."""
-    ref = summary["reference"]
-    pairs = max((st.get("paired", 0) for st in summary["algorithms"].values()), default=0)
-    lines = [
-        f"# Comparison over {len(summary['seeds'])} seeds",
-        "",
-        f"Score: final {summary['metric']} (lower is better). Runs: run (scored); a run "
-        f"without a score counts as a loss. Wins/losses/ties and p against {ref}, paired by "
-        "seed: two-sided Wilcoxon signed-rank, Holm-corrected over the comparisons (with "
-        f"{pairs} pairs its smallest possible p is {min_two_sided_p(pairs):.3g}).",
-        "",
-        "| algorithm | runs | mean +- s.e. | median | worst client (mean) | wins/losses/ties "
-        f"vs {ref} | p | p (Holm) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for a, st in summary["algorithms"].items():
-        mean = f"{_num(st['mean'])} +- {_num(st['se'], 2)}"
-        wlt = f"{st['wins']}/{st['losses']}/{st['ties']}" if a != ref else "-"
-        lines.append(
-            f"| {a} | {st['runs']} ({st['scored']}) | {mean} | {_num(st['median'])} | "
-            f"{_num(st['worst_client_mean'])} | {wlt} | {_num(st.get('p'), 3)} | "
-            f"{_num(st.get('p_holm'), 3)} |"
-        )
-    return "\n".join(lines) + "\n"
