@@ -330,8 +330,8 @@ def test_several_jobs_run_in_a_process_pool(monkeypatch):
             pass
 
     monkeypatch.setattr(compare_module, "ProcessPoolExecutor", InlinePool)
-    c = compare_algorithms({"random": TINY, "local": TINY},
-                           FederationSetup(problem="branin", num_clients=2), seeds=1, jobs=2)  # fmt: skip
+    setup = FederationSetup(problem="branin", num_clients=2)
+    c = compare_algorithms({"random": TINY, "local": TINY}, setup, seeds=1, jobs=2)
     assert sorted(submitted) == ["local", "random"] and set(c.records) == {"random", "local"}
 
 
