@@ -20,6 +20,7 @@ batch member: ``B = R M`` GPs whose data grow by one point per round together.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -34,6 +35,8 @@ from botorch.sampling import SobolQMCNormalSampler
 from botorch.utils.sampling import draw_sobol_samples
 from gpytorch.mlls import ExactMarginalLogLikelihood
 from torch import Tensor
+
+from botorch_fed.acquisition._rng import isolated_seed
 
 
 def batched_gp_state(model: SingleTaskGP) -> dict[str, Tensor]:
@@ -81,10 +84,8 @@ def fit_batched_gp(
     if refit:
         mll = ExactMarginalLogLikelihood(model.likelihood, model)
         options: dict[str, Any] = {} if maxiter is None else {"options": {"maxiter": maxiter}}
-        devices = [train_X.device] if train_X.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices), warnings.catch_warnings():
-            if seed is not None:
-                torch.manual_seed(seed)
+        seeded = isolated_seed(seed) if seed is not None else contextlib.nullcontext()
+        with seeded, warnings.catch_warnings():
             warnings.simplefilter("ignore")  # BoTorch's advice on input scaling, retries
             fit_gpytorch_mll(mll, optimizer_kwargs=options)
     return model.eval()
@@ -165,10 +166,10 @@ def maximize_batched(
     with torch.no_grad():
         values = acqf(raw)  # raw x B
     starts = []
-    for b, s in enumerate(seeds):  # each member's Boltzmann draw under its own seed
-        with torch.random.fork_rng(devices=[X_train.device] if X_train.is_cuda else []):
-            torch.manual_seed(int(s) + 2)
-            starts.append(initialize_q_batch(raw[:, b], values[:, b], n=num_restarts)[0])
+    for b, s in enumerate(seeds):  # each member's Boltzmann draw under its own seed, on
+        with isolated_seed(int(s) + 2):  # the CPU's generator as optimize_acqf draws it
+            start = initialize_q_batch(raw[:, b].cpu(), values[:, b].cpu(), n=num_restarts)[0]
+        starts.append(start.to(raw))
     X0 = torch.stack(starts, 1)  # num_restarts x B x 1 x d
     flat = X0.reshape(num_restarts * B, 1, d)
     # each (start, member) one problem; its flat index rides along as a fixed feature,
@@ -182,7 +183,7 @@ def maximize_batched(
         return acqf(X.reshape(num_restarts, B, 1, d)).reshape(-1)[rows]
 
     options: dict[str, Any] = {} if maxiter is None else {"maxiter": maxiter}
-    # recorded, not shown: BoTorch forces its note of an L-BFGS-B stop at maxiter
+    # recorded, not shown: BoTorch forces its note of every L-BFGS-B stop at maxiter
     with warnings.catch_warnings(record=True):
         try:
             Z, _ = gen_candidates_scipy(
@@ -194,9 +195,10 @@ def maximize_batched(
                 fixed_features={d: index},
                 use_parallel_mode=True,
             )
-        except NotImplementedError as exc:  # no batched L-BFGS-B: SciPy too old
+        except NotImplementedError as exc:  # BoTorch runs it with SciPy 1.13-1.17 only
             raise RuntimeError(
-                f"The batched search needs BoTorch's batched L-BFGS-B ({exc})."
+                f"The batched search needs BoTorch's batched L-BFGS-B, which it runs with "
+                f"SciPy 1.13 to 1.17 ({exc})."
             ) from exc
     X = Z[..., :d].detach().reshape(num_restarts, B, 1, d)
     with torch.no_grad():
@@ -217,9 +219,12 @@ def maximize_batched_qucb(
     maxiter: int | None = None,
 ) -> Tensor:
     r"""Each member's ``q``-point batch by sequential greedy ``qUpperConfidenceBound``
-    (point ``k`` maximised with the member's first ``k - 1`` pending, as
-    ``optimize_acqf(..., sequential=True)``; one quasi-MC sampler, seeded by the first
-    member's seed): ``B x q x d``."""
+    (point ``k`` maximised with the member's first ``k - 1`` pending, each point's search
+    under the member's seed, as ``optimize_acqf(..., sequential=True)``): ``B x q x d``.
+
+    One quasi-MC sampler (seeded by the first member's seed) serves all members: its base
+    samples are shared across the batch, so a member's batch depends on the first seed of
+    the grid it runs in (the searches do not)."""
     X_train = model.train_inputs[0]
     B, d = X_train.shape[0], X_train.shape[-1]
     sampler = SobolQMCNormalSampler(sample_shape=torch.Size([512]), seed=int(seeds[0]))
@@ -229,8 +234,8 @@ def maximize_batched_qucb(
         if k:
             acqf.set_X_pending(chosen)
         x, _ = maximize_batched(
-            acqf, model, seeds=[int(s) + 7 * k for s in seeds], num_restarts=num_restarts,
-            raw_samples=raw_samples, maxiter=maxiter,
+            acqf, model, seeds=seeds, num_restarts=num_restarts, raw_samples=raw_samples,
+            maxiter=maxiter,
         )  # fmt: skip
         chosen = torch.cat([chosen, x.unsqueeze(-2)], dim=-2)
     return chosen

@@ -10,16 +10,19 @@ of every replication is one member of a batch of ``B = R M``:
   data (:func:`~botorch_fed.experiments.batched_gp.fit_batched_gp`, refitted every
   ``local_refit_every``-th round, warm-started, like each client's ``ExactGPRefitter``)
   and one batched UCB search (:func:`~botorch_fed.experiments.batched_gp.
-  maximize_batched_ucb`) with the protocol's ``beta_t`` and each client's own step seed;
-  the decisions differ from the protocol runner's by the paths of the optimisers (the
-  searches' starting points draw from another random stream; BoTorch's batched
-  L-BFGS-B), not by the model; a replication's result does not depend on the others;
+  maximize_batched_ucb`) with the protocol's ``beta_t`` and each client's own step seed:
+  on the CPU the protocol client's own search (its raw samples, starting points and
+  L-BFGS-B problems) on a model fitted to the optimiser's tolerance of the client's, so
+  the decisions part only where the fits' last digits do; a replication's result does not
+  depend on the others (up to a fit's retry from prior samples, rare, which BoTorch draws
+  for the whole batch);
 - ``central`` (BO on the pooled data): per round one batched GP of every replication's
   pooled data (``R`` members, refitted every ``local_refit_every``-th round from the
   default hyperparameters, like the central server's) and each replication's batch of
   ``M`` points by sequential greedy ``qUpperConfidenceBound``
-  (:func:`~botorch_fed.experiments.batched_gp.maximize_batched_qucb`), point ``i`` to
-  client ``i``;
+  (:func:`~botorch_fed.experiments.batched_gp.maximize_batched_qucb`: one quasi-MC
+  sampler for the grid, so a replication's batch depends on the grid's first seed),
+  point ``i`` to client ``i``;
 - ``random``: each client's uniform points from its own generator, the protocol
   runner's decisions exactly.
 
@@ -155,7 +158,7 @@ def _run(algorithm, spec, setup, settings, seed_list, device, on_round) -> list[
             Xp, Yp = _pooled(X, M, settings.num_init), _pooled(Y, M, settings.num_init)
             model = fit_batched_gp(
                 Xp.to(device), Yp.to(device), warm_start=None if refit else state,
-                refit=refit, seed=None,
+                refit=refit, seed=round_seed(seed_list[0], t),
             )  # fmt: skip
             if refit:
                 state = batched_gp_state(model)
@@ -169,7 +172,7 @@ def _run(algorithm, spec, setup, settings, seed_list, device, on_round) -> list[
             refit = state is None or (t - 1) % settings.local_refit_every == 0
             model = fit_batched_gp(
                 X.to(device), Y.to(device), warm_start=state, refit=refit,
-                maxiter=settings.fit_maxiter, seed=None,
+                maxiter=settings.fit_maxiter, seed=round_seed(seed_list[0], t),
             )  # fmt: skip
             if refit:
                 state = batched_gp_state(model)
