@@ -159,6 +159,11 @@ def _prepare(parser, algorithm: str, argv: list[str]):
     if not isinstance(args, argparse.Namespace):
         said = [line for line in errors.getvalue().splitlines() if ": error: " in line]
         raise ValueError(said[-1].split(": error: ", 1)[1] if said else "invalid run options.")
+    for dest, flag in (("out", "--out"), ("plot", "--plot"), ("checkpoint", "--checkpoint"),
+                       ("resume", "--resume")):  # fmt: skip
+        if getattr(args, dest, None):  # only a --config file can set them here
+            label = sources.get(dest, flag)
+            raise ValueError(f"{label}: compare writes its own files into --out DIR.")
     return prepare_run(args, parser.run_parsers[algorithm][1], sources, config)
 
 

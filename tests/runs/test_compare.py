@@ -415,3 +415,12 @@ def test_seed_is_the_first_seed_and_shared_budgets_must_apply_to_all(tmp_path, c
     argv = ["compare", "local", "local", "--problem", "branin", "--out", str(tmp_path / "z")]
     assert main(argv) == 2
     assert "local given more than once" in capsys.readouterr().err
+
+
+def test_a_config_files_output_keys_are_refused(tmp_path, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text('problem = "branin"\nclients = 2\nplot = "x.png"\n')
+    argv = ["compare", "random", "--config", str(config), "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "compare writes its own files into --out DIR" in err and "plot" in err
