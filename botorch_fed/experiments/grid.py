@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from botorch_fed.experiments.batched_fbo import FBOGrid
 from botorch_fed.experiments.batched_gp import (
     batched_gp_state,
     fit_batched_gp,
@@ -49,7 +50,7 @@ from botorch_fed.experiments.batched_gp import (
 )
 from botorch_fed.protocol.round_budget import round_seed
 
-GRID_ALGORITHMS = ("local", "central", "random")  #: what :func:`run_grid` runs batched
+GRID_ALGORITHMS = ("local", "central", "random", "fbo-fedgp")  #: what :func:`run_grid` runs batched
 
 
 @dataclass
@@ -133,8 +134,8 @@ def _run(algorithm, spec, setup, settings, seed_list, device, on_round) -> list[
     from botorch_fed.protocol.runner import build_context
 
     t0 = time.perf_counter()
-    contexts = [
-        build_context(spec, dataclasses.replace(setup, seed=s), settings) for s in seed_list
+    contexts = [  # private generators seeded as the protocol runner's simulation seeds them
+        build_context(spec, dataclasses.replace(setup, seed=s), settings, "seed") for s in seed_list
     ]
     objectives = [o for ctx in contexts for o in ctx.objectives]
     if not all(isinstance(o, ClientObjective) for o in objectives):
@@ -150,9 +151,14 @@ def _run(algorithm, spec, setup, settings, seed_list, device, on_round) -> list[
     best_rounds = [_best(reported, M, objectives[0].minimize)]
     rngs = [torch.Generator().manual_seed(s) for s in seeds_b]  # RandomSearchClient's
     state = None
+    if algorithm == "fbo-fedgp":
+        fbo = FBOGrid(contexts, settings, device)
+        fbo.select_support(0, X)
     for t in range(1, settings.num_rounds + 1):
         if algorithm == "random":
             x = torch.cat([torch.rand(1, d, generator=g, dtype=torch.float64) for g in rngs])
+        elif algorithm == "fbo-fedgp":
+            x = fbo.step(t, X, Y)
         elif algorithm == "central":
             refit = state is None or (t - 1) % settings.local_refit_every == 0
             Xp, Yp = _pooled(X, M, settings.num_init), _pooled(Y, M, settings.num_init)

@@ -142,8 +142,8 @@ def local_summary(
     Args:
         X: ``batch_shape x n x d`` transformed inputs.
         Y: ``batch_shape' x n x 1`` outcomes.
-        S: ``m x d`` transformed support.
-        L: ``m x m`` float64 Cholesky factor of the jittered ``K_SS``.
+        S: ``m x d`` transformed support (or ``batch_shape x m x d``, one per member).
+        L: ``(batch_shape x) m x m`` float64 Cholesky factor of the jittered ``K_SS``.
         covar_module: The shared kernel.
         likelihood: The ``GaussianLikelihood``.
         mean_module: The prior mean (``None``: zero).
@@ -157,7 +157,7 @@ def local_summary(
         noise = noise64(likelihood)  # ... x 1
     else:
         noise = _to64(train_Yvar).squeeze(-1)  # ... x n
-    S64 = S64.expand(*X64.shape[:-2], *S64.shape)
+    S64 = S64.expand(*X64.shape[:-2], *S64.shape[-2:])  # S may be batched like X
     K_Sx = evaluate64(covar_module, S64, X64)  # batch x m x n
     K_xx = evaluate64(covar_module, X64, X64)  # batch x n x n
     V = torch.linalg.solve_triangular(L, K_Sx, upper=False)  # batch x m x n

@@ -280,23 +280,11 @@ class FederatedPICGP(FederatedPITCGP):
         self, S: Tensor, L_S: Tensor, L_B: Tensor, check: bool
     ) -> tuple[Tensor, ...]:
         X_B = transform_support_inputs(self._block_X, getattr(self, "input_transform", None))
-        K_SB = evaluate64(self.covar_module, S.expand(*X_B.shape[:-2], *S.shape), X_B)
-        K_BB = evaluate64(self.covar_module, X_B, X_B)
-        Phi = torch.linalg.solve_triangular(L_S, K_SB, upper=False)  # (k) x m x n_B
-        noise = noise64(self.likelihood) * torch.ones_like(K_BB[..., 0])
-        Lam = K_BB - Phi.mT @ Phi + torch.diag_embed(noise)
-        L_Lam, info = torch.linalg.cholesky_ex(Lam)
-        if check and (info != 0).any():
-            raise InputDataError(
-                "The own block's Lam_B = K_BB - Q_BB + noise is not positive definite: the "
-                "noise variance is too small for float64 arithmetic at these "
-                "hyperparameters (or `block_X` has duplicate points and zero noise)."
-            )
-        resid = self._block_Y.squeeze(-1) - evaluate64(self.mean_module, X_B)
-        z = torch.linalg.solve_triangular(L_Lam, resid.unsqueeze(-1), upper=False).squeeze(-1)
-        G = torch.linalg.solve_triangular(L_Lam, Phi.mT, upper=False)  # n_B x m: L_Lam^-1 Phi'
-        H = torch.linalg.solve_triangular(L_B, G.mT, upper=False)  # batch x m x n_B
-        return X_B, Phi, L_Lam, z, H
+        factors = pic_block_factor(
+            S, L_S, L_B, X_B, self._block_Y, self.covar_module, self.likelihood,
+            self.mean_module, check=check,
+        )  # fmt: skip
+        return X_B, *factors
 
     # --- prediction --------------------------------------------------------------
     def _factors(self) -> tuple[Tensor, ...]:
@@ -313,26 +301,7 @@ class FederatedPICGP(FederatedPITCGP):
         r"""Latent float64 PIC mean (``batch x q``) and covariance (``batch x q x q``;
         with ``diag``, the variances, ``batch x q``) at transformed inputs ``X``, all
         treated as members of the own block, from given :meth:`_factors`."""
-        S, L_S, L_B, v, X_B, Phi, L_Lam, z, H = factors
-        X64 = X.to(torch.float64)
-        batch = X64.shape[:-2]
-        K_SU = evaluate64(self.covar_module, S.expand(*batch, *S.shape), X64)
-        # apart from K_SU: the distances of X to the block's own points must not depend
-        # on the support's (a kernel such as Matern-1/2 amplifies their rounding)
-        K_UB = evaluate64(self.covar_module, X64, X_B.expand(*batch, *X_B.shape))
-        W = torch.linalg.solve_triangular(L_S, K_SU, upper=False)  # batch x m x q
-        C = torch.linalg.solve_triangular(L_B, W, upper=False)
-        R = K_UB - W.mT @ Phi  # batch x q x n_B: the exact part the support misses
-        T = torch.linalg.solve_triangular(L_Lam, R.mT, upper=False)  # L_Lam^-1 R'
-        E = C - H @ T  # C - D
-        mean = evaluate64(self.mean_module, X64)
-        mean = mean + (E * v.unsqueeze(-1)).sum(dim=-2) + (T * z.unsqueeze(-1)).sum(dim=-2)
-        if diag:
-            prior = prior_variance64(self.covar_module, X64)
-            return mean, prior - W.pow(2).sum(-2) - T.pow(2).sum(-2) + E.pow(2).sum(-2)
-        K_UU = evaluate64(self.covar_module, X64, X64)
-        cov = K_UU - W.mT @ W - T.mT @ T + E.mT @ E
-        return mean, 0.5 * (cov + cov.mT)
+        return pic_predict(factors, self.covar_module, self.mean_module, X, diag=diag)
 
     # --- unsupported -------------------------------------------------------------
     def condition_on_observations(
@@ -407,3 +376,100 @@ def _check_block(block_X: Tensor, block_Y: Tensor, support: Tensor) -> None:
     for name, value in (("block_X", block_X), ("block_Y", block_Y)):
         if not torch.isfinite(value).all():
             raise InputDataError(f"`{name}` contains NaN or infinite values.")
+
+
+def pic_block_factor(
+    S: Tensor,
+    L_S: Tensor,
+    L_B: Tensor,
+    X_B: Tensor,
+    Y_B: Tensor,
+    covar_module: Kernel,
+    likelihood: Likelihood,
+    mean_module: Mean,
+    check: bool = True,
+) -> tuple[Tensor, ...]:
+    r"""``(Phi_B, L_Lam, z, H)`` of an own block (float64; see the module docstring).
+
+    ``Phi_B = L^-1 K_SB`` (``m x n_B``), ``L_Lam = chol(Lam_B)``, ``z = L_Lam^-1 r_B`` and
+    ``H = L_B^-1 Phi_B L_Lam^-T`` (``m x n_B``), with any batch shape that broadcasts
+    (e.g. every member of a batch its own support, block and kernel).
+
+    Args:
+        S: ``batch x m x d`` transformed support.
+        L_S: ``batch x m x m`` ``chol(K_SS)`` (jittered).
+        L_B: ``batch x m x m`` ``chol(I + A~)`` of the summed summary.
+        X_B: ``batch x n_B x d`` transformed block inputs.
+        Y_B: ``batch x n_B x 1`` block outcomes (transformed space).
+        covar_module: The kernel (batched like the inputs, or not).
+        likelihood: The ``GaussianLikelihood``.
+        mean_module: The prior mean.
+        check: Raise if ``Lam_B`` is not positive definite (reads a flag).
+
+    Raises:
+        InputDataError: If ``check`` and ``Lam_B`` is not positive definite.
+    """
+    K_SB = evaluate64(covar_module, S.expand(*X_B.shape[:-2], *S.shape[-2:]), X_B)
+    K_BB = evaluate64(covar_module, X_B, X_B)
+    Phi = torch.linalg.solve_triangular(L_S, K_SB, upper=False)  # (k) x m x n_B
+    noise = noise64(likelihood) * torch.ones_like(K_BB[..., 0])
+    Lam = K_BB - Phi.mT @ Phi + torch.diag_embed(noise)
+    L_Lam, info = torch.linalg.cholesky_ex(Lam)
+    if check and (info != 0).any():
+        raise InputDataError(
+            "The own block's Lam_B = K_BB - Q_BB + noise is not positive definite: the "
+            "noise variance is too small for float64 arithmetic at these "
+            "hyperparameters (or `block_X` has duplicate points and zero noise)."
+        )
+    resid = Y_B.to(torch.float64).squeeze(-1) - evaluate64(mean_module, X_B)
+    z = torch.linalg.solve_triangular(L_Lam, resid.unsqueeze(-1), upper=False).squeeze(-1)
+    G = torch.linalg.solve_triangular(L_Lam, Phi.mT, upper=False)  # n_B x m: L_Lam^-1 Phi'
+    H = torch.linalg.solve_triangular(L_B, G.mT, upper=False)  # batch x m x n_B
+    return Phi, L_Lam, z, H
+
+
+def pic_predict(
+    factors: tuple[Tensor, ...],
+    covar_module: Kernel,
+    mean_module: Mean,
+    X: Tensor,
+    diag: bool = False,
+) -> tuple[Tensor, Tensor]:
+    r"""Latent float64 PIC mean and covariance at transformed inputs ``X``, all treated
+    as members of the own block (the module docstring's equations).
+
+    Args:
+        factors: ``(S, L_S, L_B, v, X_B, Phi_B, L_Lam, z, H)``: the support and summary
+            factors (:func:`~botorch_fed.models.support_set.support_factor`,
+            :func:`~botorch_fed.models.sparse_summary.summary_factor`), the transformed
+            block inputs and :func:`pic_block_factor`'s, with batch shapes that broadcast
+            with ``X``'s.
+        covar_module: The kernel.
+        mean_module: The prior mean.
+        X: ``batch x q x d`` test inputs (transformed).
+        diag: Return the variances (``batch x q``) instead of the covariance.
+
+    Returns:
+        ``(mean, cov)``: ``batch x q`` and ``batch x q x q`` (or ``batch x q``).
+    """
+    S, L_S, L_B, v, X_B, Phi, L_Lam, z, H = factors
+    X64 = X.to(torch.float64)
+    batch = X64.shape[:-2]
+    K_SU = evaluate64(covar_module, S.expand(*batch, *S.shape[-2:]), X64)
+    # apart from K_SU: the distances of X to the block's own points must not depend
+    # on the support's (a kernel such as Matern-1/2 amplifies their rounding)
+    K_UB = evaluate64(covar_module, X64, X_B.expand(*batch, *X_B.shape[-2:]))
+    W = torch.linalg.solve_triangular(L_S, K_SU, upper=False)  # batch x m x q
+    C = torch.linalg.solve_triangular(L_B, W, upper=False)
+    R = K_UB - W.mT @ Phi  # batch x q x n_B: the exact part the support misses
+    T = torch.linalg.solve_triangular(L_Lam, R.mT, upper=False)  # L_Lam^-1 R'
+    E = C - H @ T  # C - D
+    mean = evaluate64(mean_module, X64)
+    mean = mean + (E * v.unsqueeze(-1)).sum(dim=-2) + (T * z.unsqueeze(-1)).sum(dim=-2)
+    if diag:
+        prior = prior_variance64(covar_module, X64)
+        return mean, prior - W.pow(2).sum(-2) - T.pow(2).sum(-2) + E.pow(2).sum(-2)
+    K_UU = evaluate64(covar_module, X64, X64)
+    cov = K_UU - W.mT @ W - T.mT @ T + E.mT @ E
+    return mean, 0.5 * (cov + cov.mT)
+
