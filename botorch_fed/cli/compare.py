@@ -80,7 +80,7 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
             "Run R seeds of ALG as one batched tensor program (every seed's every client one "
             "member of a batched GP and a batched search; botorch_fed.experiments) and write "
             "the per-seed records `compare` reads (`compare ... --batched --out DIR` reuses "
-            "them), with the same table. Batched: local, central, random.",
+            "them), with the same table. Batched: local, central, random, fbo-fedgp (default).",
             88,
         ),
         epilog="run options: those of `botorch-fed run ALG`.",
@@ -102,7 +102,8 @@ def _add_batched(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--batched",
         action="store_true",
-        help="run each algorithm's seeds as one batched program (local, central, random)",
+        help="run each algorithm's seeds as one batched program (local, central, random, "
+        "fbo-fedgp)",
     )
     p.add_argument("--device", default=None, help="the batched runner's device: cpu or cuda")
 

@@ -184,7 +184,8 @@ class FBOGrid:
     def fit(self, t: int, X: Tensor, Yt: Tensor) -> None:
         r"""Every replication's federated fit (its coordinator's trust region from the
         current hyperparameters clamped into the domain), in lockstep."""
-        regions, pending = [], []
+        regions: list[SummaryTrustRegion] = []
+        pending: list[np.ndarray | None] = []
         for theta, support in zip(self.thetas, self.supports, strict=True):
             hyper = PITCHyperparameters(*deepcopy(global_modules(self.d)))
 

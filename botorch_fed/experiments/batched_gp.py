@@ -30,6 +30,7 @@ from botorch.acquisition import AcquisitionFunction, UpperConfidenceBound, qUppe
 from botorch.fit import fit_gpytorch_mll
 from botorch.generation.gen import gen_candidates_scipy
 from botorch.models import SingleTaskGP
+from botorch.models.model import Model
 from botorch.optim.initializers import initialize_q_batch
 from botorch.sampling import SobolQMCNormalSampler
 from botorch.utils.sampling import draw_sobol_samples
@@ -125,7 +126,7 @@ def maximize_batched_ucb(
 
 def maximize_batched(
     acqf: AcquisitionFunction,
-    model: SingleTaskGP,
+    model: Model,
     *,
     seeds: Sequence[int],
     num_restarts: int = 8,
@@ -144,7 +145,9 @@ def maximize_batched(
 
     Args:
         acqf: The acquisition on ``model``.
-        model: The batched model (batch shape ``B``) on ``d`` inputs in ``[0, 1]^d``.
+        model: The batched model (batch shape ``B``) on ``d`` inputs in ``[0, 1]^d``,
+            with ``train_inputs[0]`` of shape ``B x n x d`` (a batched ``SingleTaskGP``,
+            a :class:`~botorch_fed.experiments.batched_pic.BatchedPICGP`).
         seeds: ``B`` seeds, each member's search's own.
         num_restarts: Starting points of L-BFGS-B per member.
         raw_samples: Sobol points each member's starting points are chosen from.
@@ -153,7 +156,7 @@ def maximize_batched(
     Returns:
         ``(X, values)``: the ``B x d`` maximisers and their ``B`` acquisition values.
     """
-    X_train = model.train_inputs[0]
+    X_train: Tensor = model.train_inputs[0]  # type: ignore[index]  # a batched GP's
     B, d = X_train.shape[0], X_train.shape[-1]
     if len(seeds) != B:
         raise ValueError(f"`seeds` must hold one seed per member ({B}), got {len(seeds)}.")

@@ -24,7 +24,12 @@ of every replication is one member of a batch of ``B = R M``:
   sampler for the grid, so a replication's batch depends on the grid's first seed),
   point ``i`` to client ``i``;
 - ``random``: each client's uniform points from its own generator, the protocol
-  runner's decisions exactly.
+  runner's decisions exactly;
+- ``fbo-fedgp`` (its default preset's choices): the protocol's rounds with every secure
+  sum simulated in plaintext, whatever ``setup.aggregator``
+  (:class:`~botorch_fed.experiments.batched_fbo.FBOGrid`): each replication's support,
+  federated standardisation and trust-region fit, and every client's PIC model as one
+  :class:`~botorch_fed.experiments.batched_pic.BatchedPICGP` searched as ``local``'s.
 
 Evaluations stay per client (each client's own objective and noise stream); the
 black boxes must be built-in problems whose evaluations do not fail (a batch needs the
@@ -93,7 +98,8 @@ def run_grid(
         setup: The federation (:class:`~botorch_fed.protocol.setup.FederationSetup`) of a
             built-in ``problem``; its ``seed`` is replaced by each replication's, and the
             grid runs on its ``threads`` torch threads (restored afterwards).
-        settings: ``BOSettings`` (``None``: defaults; ``acquisition="ucb"`` only).
+        settings: The algorithm's settings (``None``: defaults; ``acquisition="ucb"``
+            only; FBO-FedGP's: :data:`~botorch_fed.experiments.batched_fbo.BATCHED_CHOICES`).
         seeds: The replications' seeds, or a count ``R`` (seeds ``setup.seed ...``).
         device: Where the models and searches run (``None``: CPU); the objectives are
             evaluated on the CPU in float64.

@@ -472,4 +472,3 @@ def pic_predict(
     K_UU = evaluate64(covar_module, X64, X64)
     cov = K_UU - W.mT @ W - T.mT @ T + E.mT @ E
     return mean, 0.5 * (cov + cov.mT)
-

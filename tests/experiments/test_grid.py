@@ -204,7 +204,7 @@ def test_a_local_grid_starts_from_the_protocol_runners_initial_designs_and_is_se
 @pytest.mark.parametrize(
     "args, match",
     [
-        (("fbo-fedgp",), "the batched runner runs"),
+        (("fts",), "the batched runner runs"),
         (
             ("local", FederationSetup(problem="branin"), BOSettings(acquisition="ei")),
             "maximises UCB",

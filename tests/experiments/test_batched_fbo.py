@@ -1,0 +1,204 @@
+r"""FBO-FedGP's default on the batched grid: the batched PIC models, summaries and fit
+Jacobians against each member's own (FederatedPICGP, PITCFitClient), and the batched
+rounds against the protocol runner's."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from botorch.models.transforms.outcome import Standardize
+
+from botorch_fed.algorithms import get_algorithm, run_federated
+from botorch_fed.algorithms.fbo_fedgp import FBOFedGPSettings
+from botorch_fed.algorithms.fbo_fedgp.settings import global_modules
+from botorch_fed.experiments import run_grid
+from botorch_fed.experiments.batched_fbo import FBOGrid
+from botorch_fed.experiments.batched_pic import (
+    BatchedPICGP,
+    batched_summaries,
+    batched_summary_and_jacobian,
+)
+from botorch_fed.models import (
+    FederatedPICGP,
+    FederatedPITCGP,
+    PITCFitClient,
+    PITCHyperparameters,
+    SparseSummary,
+    compute_local_summary,
+)
+from botorch_fed.problems.heterogeneity import initial_design
+from botorch_fed.protocol import FederationSetup
+from botorch_fed.protocol.runner import build_context
+
+EPS64 = torch.finfo(torch.float64).eps
+
+
+def _members(sizes=(4, 5), M=2, n=6, d=3, seed=0):
+    r"""Replications of ``M`` members each, replication ``r`` on a support of ``sizes[r]``
+    points and its own hyperparameters: ``(X, Y, supports, thetas)`` per member."""
+    g = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    R = len(sizes)
+    X = torch.rand(R * M, n, d, generator=g, dtype=torch.float64)
+    Y = torch.randn(R * M, n, 1, generator=g, dtype=torch.float64)
+    supports, thetas = [], []
+    for m in sizes:
+        hyper = PITCHyperparameters(*global_modules(d))
+        theta = hyper.get_theta()
+        theta[:d] += 0.4 * rng.standard_normal(d)  # lengthscales (raw); noise stays positive
+        theta[d] = 0.02 + 0.05 * rng.random()
+        theta[d + 1] = rng.standard_normal()
+        S = torch.rand(m, d, generator=g, dtype=torch.float64)
+        supports += [S] * M
+        thetas += [theta] * M
+    return X, Y, supports, thetas
+
+
+def _own_modules(theta, d):
+    modules = global_modules(d)
+    PITCHyperparameters(*modules).set_theta(theta)
+    return modules
+
+
+def _standardize(mean, std):
+    tf = Standardize(m=1).double()
+    tf.train(True)
+    tf(torch.tensor([[mean - std], [mean + std]], dtype=torch.float64))  # trains to (mean, std')
+    tf.means.fill_(mean)
+    tf.stdvs.fill_(std)
+    tf._stdvs_sq.fill_(std**2)
+    return tf.eval()
+
+
+def test_batched_summaries_and_jacobians_are_each_members_own():
+    X, Y, supports, thetas = _members()
+    d = X.shape[-1]
+    packed = batched_summaries(X, Y, supports, thetas)
+    with_jacobian = batched_summary_and_jacobian(X, Y, supports, thetas)
+    for b in range(len(supports)):
+        modules = _own_modules(thetas[b], d)
+        own = compute_local_summary(X[b], Y[b], supports[b], *modules).to_numpy()
+        np.testing.assert_allclose(packed[b], own, rtol=1e-10, atol=1e-12)
+        fit = PITCFitClient(X[b], Y[b], supports[b], *global_modules(d))
+        own_packed, own_jacobian = fit.summary_and_jacobian(thetas[b])
+        L = len(own_packed)
+        assert with_jacobian[b].shape == (L + own_jacobian.size,)
+        np.testing.assert_allclose(with_jacobian[b][:L], own_packed, rtol=1e-10, atol=1e-12)
+        jac = with_jacobian[b][L:].reshape(L, -1)
+        scale = np.abs(own_jacobian).max()
+        np.testing.assert_allclose(jac, own_jacobian, rtol=1e-8, atol=1e-10 * scale)
+        assert np.abs(jac).max() > 0  # the hyperparameters move the summary
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_batched_pic_model_is_each_clients_federated_pic_model(dtype):
+    X, Y, supports, thetas = _members(sizes=(4, 5, 4))
+    B, d = X.shape[0], X.shape[-1]
+    own_sums = batched_summaries(X, Y, supports, thetas)
+    totals = [own_sums[b - b % 2] + own_sums[b - b % 2 + 1] for b in range(B)]  # M = 2
+    summaries = [SparseSummary.from_numpy(t, len(S)) for t, S in zip(totals, supports, strict=True)]
+    means = torch.linspace(-1.0, 2.0, B, dtype=torch.float64)
+    stdvs = torch.linspace(0.5, 3.0, B, dtype=torch.float64)
+    model = BatchedPICGP(supports, summaries, thetas, X, Y, means, stdvs)
+    assert model.batch_shape == torch.Size([B])
+    g = torch.Generator().manual_seed(5)
+    X_test = torch.rand(4, B, 3, d, generator=g, dtype=torch.float64).to(dtype)
+    post = model.posterior(X_test)
+    assert post.mean.dtype == dtype and post.mean.shape == (4, B, 3, 1)
+    for b in range(B):
+        tf = _standardize(float(means[b]), float(stdvs[b]))
+        modules = _own_modules(thetas[b], d)
+        pitc = FederatedPITCGP(supports[b], summaries[b], *modules, outcome_transform=tf)
+        own = FederatedPICGP.from_pitc(pitc, X[b], Y[b]).posterior(X_test[:, b])
+        tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-9, atol=1e-10)
+        # the reference untransforms in its float64 buffers' dtype
+        own_mean, own_cov = own.mean.to(dtype), own.distribution.covariance_matrix.to(dtype)
+        torch.testing.assert_close(post.mean[:, b], own_mean, **tol)
+        torch.testing.assert_close(post.distribution.covariance_matrix[:, b], own_cov, **tol)
+
+
+def test_the_batched_pic_model_refuses_what_it_does_not_hold():
+    X, Y, supports, thetas = _members()
+    B = X.shape[0]
+    sums = [SparseSummary.from_numpy(v, len(S)) for v, S in
+            zip(batched_summaries(X, Y, supports, thetas), supports, strict=True)]  # fmt: skip
+    ones = torch.ones(B, dtype=torch.float64)
+    with pytest.raises(ValueError, match="`thetas` holds 3 members"):
+        BatchedPICGP(supports, sums, thetas[:3], X, Y, ones, ones)
+    with pytest.raises(ValueError, match="`stdvs` must be positive"):
+        BatchedPICGP(supports, sums, thetas, X, Y, ones, -ones)
+    with pytest.raises(ValueError, match="`means` has shape"):
+        BatchedPICGP(supports, sums, thetas, X, Y, ones[:1], ones)
+    model = BatchedPICGP(supports, sums, thetas, X, Y, ones, ones)
+    with pytest.raises(ValueError, match=r"`X` must be `\.\.\. x 4 x q x d`"):
+        model.posterior(torch.rand(3, 1, X.shape[-1], dtype=torch.float64))
+    with pytest.raises(NotImplementedError, match="observation noise"):
+        model.posterior(torch.rand(B, 1, X.shape[-1], dtype=torch.float64), observation_noise=True)
+
+
+SETTINGS = FBOFedGPSettings(num_init=5, num_rounds=7, num_restarts=2, raw_samples=16,
+                            support_size=6, support_every=3, hyper_every=3)  # fmt: skip
+
+
+def _setup(seed):
+    return FederationSetup(problem="hartmann", dim=3, num_clients=3, seed=seed,
+                           aggregator="plaintext", threads=1)  # fmt: skip
+
+
+def test_the_batched_rounds_take_the_protocol_runners_decisions():
+    r"""R = 1: every client's point of every round is the protocol client's (plaintext
+    sums), through support re-selections (rounds 4, 7) and refits (rounds 1, 4, 7)."""
+    setup = _setup(4)
+    protocol = run_federated("fbo-fedgp", setup, SETTINGS)
+    spec = get_algorithm("fbo-fedgp")
+    ctx = build_context(spec, setup, SETTINGS, "seed")
+    fbo = FBOGrid([ctx], SETTINGS, torch.device("cpu"))
+    M, d = 3, 3
+    X = torch.stack([initial_design(5, d, s, r) for s, r in
+                     zip(ctx.client_seeds, ctx.init_regions, strict=True)])  # fmt: skip
+    Y = torch.stack([-o.evaluate(x)[0].reshape(-1, 1) for o, x in
+                     zip(ctx.objectives, X, strict=True)])  # fmt: skip  # hartmann: minimised
+    fbo.select_support(0, X)
+    moved = 0
+    for t in range(1, SETTINGS.num_rounds + 1):
+        x = fbo.step(t, X, Y)
+        for i in range(M):
+            (own,) = [e["x"] for e in protocol.evaluations if e["client"] == i and e["round"] == t]
+            torch.testing.assert_close(x[i], torch.as_tensor(own, dtype=torch.float64),
+                                       rtol=0, atol=1e-6)  # fmt: skip
+        moved += int(not torch.allclose(x, X[:, -1]))
+        y = torch.stack([-o.evaluate(xi.unsqueeze(0))[0].reshape(1, 1) for o, xi in
+                         zip(ctx.objectives, x, strict=True)])  # fmt: skip
+        X, Y = torch.cat([X, x.unsqueeze(1)], 1), torch.cat([Y, y], 1)
+    assert moved == SETTINGS.num_rounds
+    assert fbo._hyper_round == 7 and fbo.thetas[0].shape == (d + 2,)
+
+
+def test_an_fbo_grid_scores_as_the_protocol_and_its_replications_are_independent():
+    r"""Scores agree to the points' agreement: the models agree to float64 rounding, and
+    L-BFGS-B stops a few ulps of the model apart, at points ~1e-9 apart."""
+    grid = run_grid("fbo-fedgp", _setup(2), SETTINGS, seeds=[2, 9])
+    alone = run_grid("fbo-fedgp", _setup(9), SETTINGS, seeds=[9])[0]
+    assert grid[1].best_per_round == pytest.approx(alone.best_per_round, rel=1e-6)
+    assert grid[1].best_per_round[-1] < grid[1].best_per_round[0]  # the rounds mattered
+    protocol = run_federated("fbo-fedgp", _setup(2), SETTINGS)
+    assert grid[0].best_per_round == pytest.approx(protocol.best_per_round, rel=1e-6)
+    assert grid[0].best_per_client == pytest.approx(protocol.best_per_client, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "settings, match",
+    [
+        (FBOFedGPSettings(preset="paper"), "`settings.mixing`='sample'"),
+        (FBOFedGPSettings(hyperparameters="average"), "`settings.hyperparameters`='average'"),
+        (FBOFedGPSettings(global_model="pitc"), "`settings.global_model`='pitc'"),
+        (FBOFedGPSettings(acquisition="ei"), "maximises UCB"),
+    ],
+)
+def test_an_fbo_grid_refuses_settings_other_than_the_defaults_choices(settings, match):
+    settings = dataclasses.replace(settings, num_init=4, num_rounds=1)
+    with pytest.raises(ValueError, match=match):
+        run_grid("fbo-fedgp", _setup(0), settings, seeds=1)
