@@ -1,7 +1,7 @@
 r"""Do batched grids give the protocol runner's results? The plan:
 ``benchmarks/batched_grid_equivalence_plan.md`` (issue 37, item 3).
 
-Each experiment runs seeds 0-31 with ``compare_algorithms`` on both runners (records
+Each experiment runs seeds 0-63 with ``compare_algorithms`` on both runners (records
 under ``--out``/<experiment>-{protocol,batched}, reused when run again) and tests the
 paired log10 final scores as the plan says.
 
@@ -31,6 +31,7 @@ EXPERIMENTS = {
     "hartmann6": ("local", {}),
     "hartmann6-mild": ("local", {"shift": 0.05, "rotation": 0.1}),
     "hartmann6-central": ("central", {}),
+    "hartmann6-fbo-fedgp": ("fbo-fedgp", {}),  # the plan's second amendment
 }
 
 
@@ -43,15 +44,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from scipy import stats
 
-    from botorch_fed.protocol import BOSettings, FederationSetup
+    from botorch_fed.algorithms import get_algorithm
+    from botorch_fed.protocol import FederationSetup
     from botorch_fed.runs.compare import compare_algorithms
 
     rounds, init = (2, 3) if args.smoke else (20, 4)
-    settings = BOSettings(num_init=init, num_rounds=rounds)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name, (algorithm, hetero) in EXPERIMENTS.items():
         setup = FederationSetup(problem="hartmann", dim=6, num_clients=5, seed=0, **hetero)
+        # each algorithm's default settings (FBO-FedGP: its default preset)
+        settings = get_algorithm(algorithm).settings_class(num_init=init, num_rounds=rounds)
         runs = {}
         for runner in ("protocol", "batched"):
             c = compare_algorithms({algorithm: settings}, setup, seeds=args.seeds, jobs=args.jobs,
