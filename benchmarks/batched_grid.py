@@ -10,8 +10,8 @@ runner's time per replication does not depend on ``R``, so it is measured on
 
 Usage::
 
-    python benchmarks/batched_grid.py                       # R = 1, 8, 32 on the CPU
-    python benchmarks/batched_grid.py --reps 1 8 32 128 --device cuda
+    python benchmarks/batched_grid.py --algorithms local fbo-fedgp --reps 1 8 32 128
+    python benchmarks/batched_grid.py --algorithms local fbo-fedgp --reps 1 8 32 128 --device cuda
     python benchmarks/batched_grid.py --smoke --out /tmp/bg
 """
 
@@ -35,16 +35,18 @@ STEM = "batched_grid"
 def measure(algorithm: str, reps: list[int], device: str, protocol_reps: int, args) -> list[dict]:
     import torch
 
-    from botorch_fed.algorithms import run_federated
+    from botorch_fed.algorithms import get_algorithm, run_federated
     from botorch_fed.experiments import run_grid
-    from botorch_fed.protocol import BOSettings, FederationSetup
+    from botorch_fed.protocol import FederationSetup
 
     torch.set_num_threads(args.threads)
-    settings = BOSettings(num_init=args.init, num_rounds=args.rounds)
+    # each algorithm's defaults (FBO-FedGP: the default preset)
+    settings = get_algorithm(algorithm).settings_class(num_init=args.init, num_rounds=args.rounds)
 
     def setup(seed: int) -> FederationSetup:
+        # the protocol runner's secure sums in plaintext, as the batched runner simulates them
         return FederationSetup(problem=args.problem, dim=args.dim, num_clients=args.clients,
-                               seed=seed, threads=args.threads)  # fmt: skip
+                               seed=seed, threads=args.threads, aggregator="plaintext")  # fmt: skip
 
     # untimed warm-up of both (imports, first-call costs)
     run_federated(algorithm, setup(10_000), settings)
@@ -112,7 +114,9 @@ def main(argv=None) -> int:
         f"Experiment: `{args.problem}` {args.dim}-D, {args.clients} clients, {args.init} initial "
         f"points each, {args.rounds} rounds; {args.threads} torch thread(s) for both runners; "
         "the protocol runner's time per replication measured on the replications said and "
-        "multiplied by R.",
+        "multiplied by R. Each algorithm at its default settings (FBO-FedGP: the default "
+        "preset); both runners sum in plaintext (the protocol runner with "
+        "`aggregator=\"plaintext\"`, the batched runner simulates every secure sum so).",
         "",
         "| algorithm | device | R | protocol (s) | measured on | batched (s) | protocol reps/s | "
         "batched reps/s | ratio |",

@@ -202,3 +202,13 @@ def test_an_fbo_grid_refuses_settings_other_than_the_defaults_choices(settings, 
     settings = dataclasses.replace(settings, num_init=4, num_rounds=1)
     with pytest.raises(ValueError, match=match):
         run_grid("fbo-fedgp", _setup(0), settings, seeds=1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_an_fbo_grid_on_cuda_runs_the_cpus_federations():
+    cpu = run_grid("fbo-fedgp", _setup(1), SETTINGS, seeds=2)
+    gpu = run_grid("fbo-fedgp", _setup(1), SETTINGS, seeds=2, device="cuda")
+    for c, g in zip(cpu, gpu, strict=True):
+        assert c.best_per_round[0] == g.best_per_round[0]  # the same initial designs
+        assert len(g.best_per_round) == SETTINGS.num_rounds + 1
+        assert g.best_per_round[-1] <= g.best_per_round[0]  # hartmann: minimised
