@@ -21,6 +21,12 @@ as the ``plaintext`` backend adds them):
 
 Only the default's choices run batched (``mixing="global"``, ``global_model="pic"``,
 ``hyperparameters="federated"``, UCB); other settings are refused.
+
+At ``R = 1`` on the CPU the points are the protocol clients' to about 1e-9: the models agree
+to float64 rounding (so do a replication's models alone and among other replications, whose
+batches round a little differently). A refit can amplify such differences where the
+trust region's inner L-BFGS-B stops abnormally (rare); regret distributions are compared in
+``benchmarks/batched_grid_equivalence.py``.
 """
 
 from __future__ import annotations
@@ -87,12 +93,19 @@ class FBOGrid:
 
     Args:
         contexts: Each replication's :class:`~botorch_fed.protocol.registry.BuildContext`
-            (built with ``private_randomness="seed"``, as the protocol runner builds it).
+            (built with ``private_randomness="seed"`` as the protocol runner builds a
+            simulation's, or with a crypto seed).
         settings: FBO-FedGP's settings (:func:`check_batched_settings`).
         device: Where the models and the search run.
     """
 
     def __init__(self, contexts, settings: FBOFedGPSettings, device: torch.device) -> None:
+        settings.validate()
+        if any(ctx.private_randomness == "os" for ctx in contexts):
+            raise ValueError(
+                "`contexts` must be built with private_randomness='seed' or a crypto seed "
+                "(the clients' private generators of a simulation, reproducible)."
+            )
         self.cfg = check_batched_settings(settings)
         self.R, self.M, self.d = len(contexts), len(contexts[0].objectives), contexts[0].dim
         self.device = device

@@ -201,7 +201,9 @@ class BatchedPICGP(Model):
     ``y = means[b] + stdvs[b] * z``: its posterior is that model's
     (:func:`~botorch_fed.models.pic.pic_predict`, the same maths), without observation
     noise. Members are computed in one batch per support size. The factors are computed
-    once, at construction, from the tensors given.
+    once, at construction, from the tensors given, on their device (plain tensors: build
+    the model where it runs; ``.to()`` does not move them). ``posterior`` takes inputs
+    ``... x B x q x d`` (one batch entry per member, no broadcasting over members).
 
     Args:
         supports: ``B`` supports (member ``b``'s ``m_b x d``, unit cube).
