@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean test-matrix
+.PHONY: demo test docs lint clean test-matrix
 
 # Bytecode caching stays on for what make runs, whatever the environment says: the suite
 # starts dozens of Python processes (xdist workers, CLI runs, Flower's processes, notebook
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --no-compile torch==2.13.0
-	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev,secure,cec,flower]"
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev,secure,cec,flower,docs]"
 	$(BIN)/python -c "import importlib, importlib.util, pkgutil, sys, botorch_fed; \
 	  [importlib.import_module(m.name) for m in pkgutil.walk_packages(botorch_fed.__path__, \
 	  'botorch_fed.') if not m.name.endswith('__main__')]; \
@@ -41,6 +41,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The documentation site into docs/_build/html (warnings are errors; the tutorials are
+# executed in smoke mode: a few minutes on 2 cores)
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -E -W --keep-going -j auto -b html docs docs/_build/html
 
 # By hand, not in CI: the suite under every setting that changes how linear algebra
 # rounds, one setting changed at a time from `make test`'s (each entry: variables joined
@@ -80,4 +85,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check botorch_fed tests benchmarks
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache docs/_build docs/generated
