@@ -1,6 +1,6 @@
 r"""``botorch-fed run`` on the user's own black box: ``--objective module:function
 --bounds ...``, per-client functions in a ``--config`` TOML file, failed evaluations,
-``--checkpoint`` / ``--resume``, and the README's "Your own black box" examples."""
+``--checkpoint`` / ``--resume``, and the examples of the documentation's "Your own black box" page."""
 
 from __future__ import annotations
 
@@ -588,7 +588,7 @@ def test_an_interrupted_run_exits_130_and_resumes_from_its_checkpoint(
     assert b["best_per_round"] == a["best_per_round"] and b["best_point"] == a["best_point"]
 
 
-# ----------------------------------------------------------------------- README
+# ------------------------------------------------- docs/own_black_box.md
 
 
 def _readme_section() -> str:
@@ -604,13 +604,13 @@ def test_readme_python_api_example_runs(tmp_path, monkeypatch):
     api = next(b for b in blocks if "run_federated" in b)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    exec(compile(api, "README.md", "exec"), namespace)
+    exec(compile(api, "docs/own_black_box.md", "exec"), namespace)
     result = namespace["result"]
     assert result.best_value is not None and len(result.best_per_round) > 1
 
 
 def test_readme_command_line_examples_run(tmp_path, monkeypatch, capsys):
-    r"""The README's module and config file, with the README's commands (fewer rounds)."""
+    r"""The page's module and config file, with its commands (fewer rounds)."""
     section = _readme_section()
     module = next(b for b in re.findall(r"```python\n(.*?)```", section, re.S)
                   if b.startswith("# mylab.py"))  # fmt: skip

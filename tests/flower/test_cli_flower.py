@@ -25,7 +25,7 @@ from botorch_fed.flower.policy_flags import add_policy_arguments, policy_from_ar
 from botorch_fed.flower.run_options import prepare  # noqa: E402
 from botorch_fed.protocol.registry import get_algorithm  # noqa: E402
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+FLOWER_PAGE = Path(__file__).resolve().parents[2] / "docs" / "flower.md"
 
 
 @pytest.fixture(autouse=True)
@@ -311,9 +311,8 @@ def test_flower_help_example_is_accepted_by_the_parties_it_starts():
     assert _check_accepted(_commands(FLOWER_HELP)) == 1
 
 
-def test_readme_flower_commands_are_accepted_by_the_parties_it_starts():
-    section = README.read_text().split("## A federation on Flower", 1)[1].split("\n## ", 1)[0]
-    assert _check_accepted(_commands(section)) >= 1
+def test_the_documented_flower_commands_are_accepted_by_the_parties_they_start():
+    assert _check_accepted(_commands(FLOWER_PAGE.read_text())) >= 1
 
 
 def test_flower_up_refuses_no_clients(tmp_path, capsys):
