@@ -56,15 +56,15 @@ support_size = 8
 
 
 def readme_example() -> str:
-    r"""README's ``run_federated`` example, printing its best value as JSON at the end."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index("## Your own black box")
-    section = text[start : text.find("\n## ", start + 1)]
+    r"""The ``run_federated`` example of the documentation's "Your own black box" page,
+    printing its best value as JSON at the end."""
+    text = (ROOT / "docs" / "own_black_box.md").read_text()
+    section = text[: text.find("\n## ")]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     code = next(b for b in blocks if "run_federated" in b)
     for needle in ("seed=0", 'aggregator="masking"', "num_init=4, num_rounds=5, support_size=8"):
         if needle not in code:
-            raise SystemExit(f"README's example changed ({needle!r} not found): update CONFIG")
+            raise SystemExit(f"The page's example changed ({needle!r} not found): update CONFIG")
     return code + "\nimport json\nprint('BEST', json.dumps(result.best_value))\n"
 
 

@@ -42,8 +42,8 @@ def entries() -> dict[str, tuple[str, str]]:
             if name.startswith("_") or not (inspect.isclass(obj) or inspect.isfunction(obj)):
                 continue
             home = getattr(obj, "__module__", "") or ""
-            if not home.startswith("botorch"):
-                continue
+            if not home.startswith("botorch") or any(p.startswith("_") for p in home.split(".")):
+                continue  # not BoTorch's, or defined in a private module (not in its reference)
             page = home.split(".")[1] if "." in home else "index"
             role = "class" if inspect.isclass(obj) else "function"
             uri = f"{page}.html#{home}.{obj.__qualname__}"

@@ -70,10 +70,22 @@ GENERATED = DOCS / "generated"
 
 
 def _write(path: Path, text: str) -> None:
-    r"""Write ``text`` unless the file holds it already (Sphinx rereads changed files)."""
+    r"""Write ``text`` unless the file holds it already (Sphinx rereads changed files), by
+    an atomic rename (another build reading the folder never sees half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
+    if path.exists() and path.read_text() == text:
+        return
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
+
+
+def _prune(folder: Path, keep: set[str], pattern: str) -> None:
+    r"""Remove the generated files of ``folder`` no longer generated (a removed API name,
+    tutorial or result file would otherwise break the build)."""
+    for stale in folder.glob(pattern):
+        if stale.name not in keep:
+            stale.unlink()
 
 
 def _api_pages() -> None:
@@ -93,7 +105,26 @@ def _api_pages() -> None:
         kind = "autoclass" if isinstance(obj, type) else "autofunction"
         title = f"``{name}``"
         text = f"{title}\n{'=' * len(title)}\n\n.. {kind}:: botorch_fed.{name}\n"
+        if isinstance(obj, type) and _OWN_BASES.get(name):
+            # what the class inherits from botorch-fed's own bases (settings' fields,
+            # the PITC snapshot's methods); not what torch, gpytorch, BoTorch give it
+            text += f"   :inherited-members: {_OWN_BASES[name]}\n"
         _write(GENERATED / "api" / f"{name}.rst", text)
+    _prune(GENERATED / "api", {f"{n}.rst" for n in botorch_fed._API}, "*.rst")
+
+
+def _foreign_bases(cls: type) -> str:
+    r"""The bases of ``cls`` from outside botorch-fed (autodoc leaves their members out)."""
+    names = {b.__name__ for b in cls.__mro__[1:] if not b.__module__.startswith("botorch_fed")}
+    return ", ".join(sorted(names))
+
+
+_OWN_BASES = {
+    name: _foreign_bases(obj)
+    for name in botorch_fed._API
+    if isinstance(obj := getattr(botorch_fed, name), type)
+    and any(b.__module__.startswith("botorch_fed") for b in obj.__mro__[1:])
+}
 
 
 def _tutorials() -> None:
@@ -106,9 +137,7 @@ def _tutorials() -> None:
         if not copy.exists() or copy.read_bytes() != path.read_bytes():
             shutil.copyfile(path, copy)
         names.append(path.stem)
-    for stale in target.glob("*.ipynb"):
-        if stale.stem not in names:
-            stale.unlink()
+    _prune(target, {f"{n}.ipynb" for n in names}, "*.ipynb")
 
 
 def _benchmarks() -> None:
@@ -117,6 +146,7 @@ def _benchmarks() -> None:
     for path in results:
         rel = os.path.relpath(path, GENERATED / "benchmarks")
         _write(GENERATED / "benchmarks" / path.name, f"```{{include}} {rel}\n```\n")
+    _prune(GENERATED / "benchmarks", {p.name for p in results}, "*.md")
     lines = ["```{toctree}", ":maxdepth: 1", ""]
     lines += [f"benchmarks/{p.stem}" for p in results] + ["```", ""]
     _write(GENERATED / "benchmarks.md", "# Result files\n\n" + "\n".join(lines))

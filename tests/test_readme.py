@@ -45,6 +45,11 @@ def test_every_python_example_compiles(page):
         compile(block, str(page), "exec")
 
 
+def test_readme_links_only_into_the_repository():
+    text = (ROOT / "README.md").read_text()
+    assert not re.findall(r"\]\((?:[a-z]+:|/)", text), "README links outside the repository"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_relative_link_points_to_a_file_of_the_repository(page):
     text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # not inside code

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 PRIVATE_ALGORITHMS = ("fbo-fedgp", "ldp-tgp", "ldp-ata", "ldp-moma", "local", "random")
 r"""The algorithms a party joins by default: those whose messages do not show the
-server the party's data, outcomes or posterior (README's table, "server sees")."""
+server the party's data, outcomes or posterior (docs/algorithms/index.md, "server sees")."""
 
 MAX_DIM = 1_000
 r"""The largest ``--dim`` (and the most dimensions of ``--bounds``) a party's agent takes:
@@ -327,8 +327,8 @@ class PartyPolicy:
         if spec.name not in self.algorithms and "all" not in self.algorithms:
             raise PolicyError(
                 f"The run is of {spec.name!r}, which this party does not join: its messages "
-                "show the server what this party's agent keeps (README's table, 'server "
-                f"sees'); --allow-algorithm {spec.name} allows it."
+                "show the server what this party's agent keeps (the documentation's "
+                f"algorithm table, 'server sees'); --allow-algorithm {spec.name} allows it."
             )
         settings = _resolved(settings)
         if getattr(settings, "support", None) == "clustered" and not self.allow_exact_centres:

@@ -16,7 +16,7 @@ from typing import Any
 
 from botorch_fed.protocol.declarations import Choice, field_domains
 
-# older flag names kept as aliases (README, Makefile, benchmarks use them); ``--support``
+# older flag names kept as aliases (the documentation, Makefile, benchmarks use them); ``--support``
 # is the support *size*, so the support-selection field is ``--support-selection``
 SETTING_ALIASES = dict(num_init=("--init",), num_rounds=("--rounds",), support_size=("--support",))
 SETTING_FLAGS = {"support": "--support-selection"}

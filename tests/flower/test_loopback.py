@@ -128,7 +128,7 @@ def test_every_algorithm_on_flower_equals_its_in_process_run(federation, tmp_pat
     cases = _cases()
     outs = {name: str(tmp_path / f"{name}.json") for name, _ in cases}
     # FBO-FedGP with CKKS (plaintext without TenSEAL) through the command line, as
-    # README starts it; the others as the command line submits them
+    # the documentation starts it; the others as the command line submits them
     cli = "fbo-fedgp-ckks" if "ckks" in available_backends() else "fbo-fedgp-plaintext"
 
     def start(name: str, argv: list[str]) -> None:
