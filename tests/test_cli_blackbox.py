@@ -1,6 +1,7 @@
 r"""``botorch-fed run`` on the user's own black box: ``--objective module:function
 --bounds ...``, per-client functions in a ``--config`` TOML file, failed evaluations,
-``--checkpoint`` / ``--resume``, and the examples of the documentation's "Your own black box" page."""
+``--checkpoint`` / ``--resume``, and the examples of the documentation's "Your own black
+box" page."""
 
 from __future__ import annotations
 
