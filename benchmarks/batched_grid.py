@@ -116,7 +116,7 @@ def main(argv=None) -> int:
         "the protocol runner's time per replication measured on the replications said and "
         "multiplied by R. Each algorithm at its default settings (FBO-FedGP: the default "
         "preset); both runners sum in plaintext (the protocol runner with "
-        "`aggregator=\"plaintext\"`, the batched runner simulates every secure sum so).",
+        '`aggregator="plaintext"`, the batched runner simulates every secure sum so).',
         "",
         "| algorithm | device | R | protocol (s) | measured on | batched (s) | protocol reps/s | "
         "batched reps/s | ratio |",
