@@ -10,6 +10,7 @@ name of the curated public API (``botorch_fed._API``), the tutorials copied from
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -105,9 +106,19 @@ def _api_pages() -> None:
         kind = "autoclass" if isinstance(obj, type) else "autofunction"
         title = f"``{name}``"
         text = f"{title}\n{'=' * len(title)}\n\n.. {kind}:: botorch_fed.{name}\n"
-        if isinstance(obj, type) and _OWN_BASES.get(name):
-            # what the class inherits from botorch-fed's own bases (settings' fields,
-            # the PITC snapshot's methods); not what torch, gpytorch, BoTorch give it
+        if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+            # a settings class: the fields its botorch-fed bases document (their
+            # ``Attributes`` sections, which autodoc does not carry over)
+            for base in obj.__mro__[1:]:
+                if base.__module__.startswith("botorch_fed") and "Attributes:" in (
+                    base.__doc__ or ""
+                ):
+                    where = f"{base.__module__}.{base.__qualname__}"
+                    text += f"\nFields from ``{base.__name__}``:\n\n.. autoclass:: {where}\n"
+                    text += "   :no-index:\n   :no-members:\n   :no-show-inheritance:\n"
+        elif isinstance(obj, type) and _OWN_BASES.get(name):
+            # what the class inherits from botorch-fed's own bases (the PITC snapshot's
+            # methods); not what torch, gpytorch, BoTorch give it
             text += f"   :inherited-members: {_OWN_BASES[name]}\n"
         _write(GENERATED / "api" / f"{name}.rst", text)
     _prune(GENERATED / "api", {f"{n}.rst" for n in botorch_fed._API}, "*.rst")

@@ -176,8 +176,9 @@ class BarycenterQKGSettings(KGFields, CollaborativeSettings):
     Attributes:
         mean_aggregation: ``"clear"`` (agents send their means) or ``"secure"`` (a masked
             sum of ``mu_n / M``: the server learns the uniform mean, not the agents', as
-            long as it follows the protocol; needs uniform weights, a grid or Sobol
-            support and ``--aggregator masking``).
+            ``masking`` hides any input: against an actively malicious server colluding
+            with fewer than ``M/3`` agents; needs uniform weights, a grid or Sobol support
+            and ``--aggregator masking``).
     """
 
     mean_aggregation: Annotated[str, Choice(MEAN_AGGREGATIONS)] = "clear"
