@@ -45,27 +45,38 @@ from botorch_fed.models.sparse_summary import summary_factor
 from botorch_fed.models.support_set import support_cholesky
 
 
-def batched_modules(thetas: Sequence[np.ndarray], dim: int, repeats: int, device=None):
-    r"""The global kernel, likelihood and mean with batch shape ``B = len(thetas) * repeats``:
-    member ``r * repeats + i`` holds ``thetas[r]`` (a replication's hyperparameters, in
-    the order of :class:`~botorch_fed.models.PITCHyperparameters` of
+def batched_modules(thetas: Sequence[np.ndarray], dim: int, device=None):
+    r"""The global kernel, likelihood and mean with batch shape ``B = len(thetas)``: member
+    ``b`` holds ``thetas[b]`` (raw hyperparameters in the order of
+    :class:`~botorch_fed.models.PITCHyperparameters` of
     :func:`~botorch_fed.algorithms.fbo_fedgp.settings.global_modules`).
 
     Args:
-        thetas: One raw hyperparameter vector per replication.
+        thetas: One raw hyperparameter vector per member.
         dim: The input dimension.
-        repeats: Members per replication (``M``).
         device: Where the modules live.
 
     Returns:
         ``(covar_module, likelihood, mean_module)`` in float64, batch shape ``B``.
     """
-    batch = torch.Size([len(thetas) * repeats])
+    batch = torch.Size([len(thetas)])
     covar = get_covar_module_with_dim_scaled_prior(ard_num_dims=dim, batch_shape=batch)
     likelihood = get_gaussian_likelihood_with_lognormal_prior(batch_shape=batch)
     mean = ConstantMean(batch_shape=batch)
     modules = tuple(m.to(device=device, dtype=torch.float64) for m in (covar, likelihood, mean))
-    set_batched_theta(modules, thetas, repeats)
+    params = batched_parameters(modules)
+    values = torch.as_tensor(np.stack(thetas), dtype=torch.float64, device=params[0].device)
+    if values.shape[1] != sum(p[0].numel() for p in params):
+        raise ValueError(
+            f"`thetas` hold {values.shape[1]} values; the modules take "
+            f"{sum(p[0].numel() for p in params)}."
+        )
+    with torch.no_grad():
+        i = 0
+        for p in params:
+            k = p[0].numel()
+            p.copy_(values[:, i : i + k].reshape(p.shape))
+            i += k
     return modules
 
 
@@ -73,25 +84,6 @@ def batched_parameters(modules) -> list[Tensor]:
     r"""The raw parameters of batched global modules in ``theta`` order (each with the
     batch dimension first)."""
     return list(PITCHyperparameters(*modules).parameters.values())
-
-
-def set_batched_theta(modules, thetas: Sequence[np.ndarray], repeats: int) -> None:
-    r"""Load ``thetas[r]`` into members ``r * repeats ... (r + 1) * repeats - 1`` of
-    batched global modules (:func:`batched_modules`)."""
-    params = batched_parameters(modules)
-    B = params[0].shape[0]
-    if len(thetas) * repeats != B:
-        raise ValueError(f"{len(thetas)} thetas x {repeats} members do not fill {B} members.")
-    values = torch.as_tensor(np.stack(thetas), dtype=torch.float64, device=params[0].device)
-    values = values.repeat_interleave(repeats, dim=0)  # B x P
-    with torch.no_grad():
-        i = 0
-        for p in params:
-            k = p[0].numel()
-            p.copy_(values[:, i : i + k].reshape(p.shape))
-            i += k
-    if i != values.shape[1]:
-        raise ValueError(f"`thetas` hold {values.shape[1]} values; the modules take {i}.")
 
 
 def support_groups(supports: Sequence[Tensor]) -> dict[int, list[int]]:
@@ -132,7 +124,7 @@ def _grouped(X: Tensor, supports: Sequence[Tensor], thetas: Sequence[np.ndarray]
     r"""``(members, stacked supports, batched modules)`` per support size."""
     for members in support_groups(supports).values():
         S = torch.stack([supports[b] for b in members]).to(X.device, torch.float64)
-        modules = batched_modules([thetas[b] for b in members], X.shape[-1], 1, X.device)
+        modules = batched_modules([thetas[b] for b in members], X.shape[-1], X.device)
         yield members, S, modules
 
 
