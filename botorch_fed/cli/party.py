@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,6 +24,7 @@ def add_party_parser(sub: argparse._SubParsersAction) -> None:
         ("status", "the party's run state, pending points and history"),
         ("suggest", "the pending point(s), each with its id"),
         ("report", "report the measurement at a pending point, or its failure"),
+        ("console", "a local web page to see the pending points and report them"),
     ):
         c = commands.add_parser(name, help=help_)
         where = c.add_mutually_exclusive_group(required=True)
@@ -44,6 +43,15 @@ def add_party_parser(sub: argparse._SubParsersAction) -> None:
         )
         if name in ("suggest", "status"):
             c.add_argument("--json", action="store_true", help="print JSON")
+        if name == "console":
+            c.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+            c.add_argument("--port", type=int, default=8050, help="the port (default 8050)")
+            c.add_argument(
+                "--allow-remote",
+                action="store_true",
+                help="listen on a --host other than 127.0.0.1: every visitor then needs the "
+                "token the console prints (a new one each start)",
+            )
         if name == "report":
             c.add_argument("--id", required=True, help="the point's id (from suggest)")
             given = c.add_mutually_exclusive_group(required=True)
@@ -67,6 +75,8 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
         print_error(console, "--state-dir goes with --party, not --folder.")
         return 2
     party = Party(folder)
+    if args.party_command == "console":  # it waits for the folder, as the operator does
+        return _console(party, args, console)
     if not party.folder.is_dir():
         print_error(
             console,
@@ -134,6 +144,38 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
     return 1 if status["damaged"] else 0
 
 
+def _console(party, args: argparse.Namespace, console: Console) -> int:
+    r"""``party console``: serve the party's web console until Ctrl-C; 2 if refused."""
+    import secrets
+
+    from botorch_fed.console.app import LOOPBACK_NAMES
+
+    loopback = args.host in (*LOOPBACK_NAMES, "::1")
+    if not loopback and not args.allow_remote:
+        print_error(
+            console,
+            f"--host {args.host}: the console listens on 127.0.0.1 unless --allow-remote "
+            "is given (visitors then need the token it prints).",
+        )
+        return 2
+    if not 0 < args.port < 65536:
+        print_error(console, f"--port {args.port} must be 1..65535.")
+        return 2
+    try:
+        from werkzeug.serving import run_simple
+
+        from botorch_fed.console import create_app
+    except ImportError:
+        print_error(console, 'the console needs Flask: pip install "botorch-fed[console]".')
+        return 2
+    token = None if loopback else secrets.token_urlsafe(24)
+    app = create_app(party.folder, token=token)
+    where = f"http://{args.host}:{args.port}/" + ("" if token is None else f"?token={token}")
+    console.print(f"party console of {party.folder}: {where} (Ctrl-C stops it)", markup=False)
+    run_simple(args.host, args.port, app, threaded=True)
+    return 0
+
+
 def _report(party, args: argparse.Namespace, console: Console) -> int:
     r"""``party report``: the value (or failure) recorded, echoed; 2 if refused."""
     point_id = args.id.lower()  # as `suggest` shows it
@@ -153,20 +195,11 @@ def _report(party, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-#: a decimal number as an operator types it (no digit separators, ASCII digits)
-_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-
-
 def _number(text: str) -> float:
     r"""``--value`` as a finite float; ValueError naming it otherwise."""
-    plain = text.strip()
-    named = plain.lower().lstrip("+-") in ("nan", "inf", "infinity")  # refused below, by name
-    if not (_NUMBER.fullmatch(plain) or named):
-        raise ValueError(f"--value {text!r:.40} is not a number (e.g. 12.5, -3, 1.2e-3).")
-    value = float(plain)
-    if not math.isfinite(value):
-        raise ValueError(f"--value {text!r:.40} must be finite (report a failure instead).")
-    return value
+    from botorch_fed.problems.ask_folder import parse_value
+
+    return parse_value(text, "--value")
 
 
 def _printable(text: str) -> str:

@@ -287,3 +287,20 @@ class Party:
         except FileExistsError:
             told = self.answer(point_id)
             raise ValueError(f"`id`={point_id!r} was reported already ({told}).") from None
+
+
+#: a decimal number as an operator types it (no digit separators, ASCII digits)
+_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
+def parse_value(text: str, name: str = "value") -> float:
+    r"""A measured value as an operator typed it (``12.5``, ``-3``, ``1.2e-3``): a finite
+    float, or ``ValueError`` naming ``name`` (not a number, NaN, infinite)."""
+    plain = str(text).strip()
+    named = plain.lower().lstrip("+-") in ("nan", "inf", "infinity")  # refused below, by name
+    if not (_NUMBER.fullmatch(plain) or named):
+        raise ValueError(f"{name} {str(text)!r:.40} is not a number (e.g. 12.5, -3, 1.2e-3).")
+    value = float(plain)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} {str(text)!r:.40} must be finite (report a failure instead).")
+    return value

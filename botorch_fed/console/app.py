@@ -1,0 +1,251 @@
+r"""The party console's web application (:func:`create_app`).
+
+One page (``GET /``): the party's state (waiting for you / waiting for the federation / no
+run active), its run and round, every pending point in the objective's own domain with a
+form to report its value or its failure, the history of every point asked, and a plot of
+the party's best value so far. ``POST /report`` records a report through
+:class:`~botorch_fed.problems.ask_folder.Party` -- which refuses an unknown, stale or
+already reported point, a value that is not a finite number, a failure without a reason --
+and a refusal is shown on the page and changes nothing. ``GET /status.json`` gives the
+same state to scripts.
+
+Who may use it: by default the console serves 127.0.0.1 only and answers only requests
+addressed to a loopback name (a web page elsewhere that makes the browser call it through
+a rebound DNS name is refused); bound elsewhere it needs a ``token``, given once as
+``?token=...`` (then kept in a same-site cookie) or as the ``X-Console-Token`` header. Every
+form carries a secret of the running console, so another site cannot make the operator's
+browser post a report.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from flask import Flask, Response, redirect, render_template_string, request
+
+from botorch_fed.problems.ask_folder import MAX_REASON, Party, parse_value
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+_COOKIE = "botorch_fed_console"
+
+
+def create_app(folder: str | os.PathLike, *, token: str | None = None, refresh_s: int = 5) -> Flask:
+    r"""The console of the ask/tell party whose folder is ``folder``.
+
+    Args:
+        folder: The party's ask/tell folder (need not exist yet: the page says so).
+        token: The secret every request must carry (``None``: loopback only, see the
+            module docstring). At least 16 characters.
+        refresh_s: Seconds between the page's reloads while nothing waits for the
+            operator (none while a point is pending: a reload would lose what is typed).
+
+    Returns:
+        The Flask application.
+    """
+    if token is not None and (not isinstance(token, str) or len(token) < 16):
+        raise ValueError("`token` must be a string of at least 16 characters.")
+    if isinstance(refresh_s, bool) or not isinstance(refresh_s, int) or refresh_s < 1:
+        raise ValueError(f"`refresh_s`={refresh_s!r} must be a whole number of seconds >= 1.")
+    party = Party(folder)
+    form_secret = secrets.token_urlsafe(32)
+    app = Flask(__name__)
+
+    @app.before_request
+    def _guard() -> Response | None:
+        if token is None:
+            if _host_name(request.host or "") not in LOOPBACK_NAMES:
+                return Response("This console answers on 127.0.0.1 only.", 403)
+            return None
+        given = request.args.get("token") or request.headers.get("X-Console-Token")
+        given = given or request.cookies.get(_COOKIE)
+        if not given or not hmac.compare_digest(given.encode(), token.encode()):
+            return Response("A token is needed (open the address the console printed).", 401)
+        if "token" in request.args:  # keep it in a cookie, out of the address bar
+            response = redirect(request.path, code=303)
+            response.set_cookie(_COOKIE, token, httponly=True, samesite="Strict")
+            return response
+        return None
+
+    @app.get("/")
+    def page() -> Response:
+        return _page(party, form_secret, refresh_s, message=request.args.get("reported"))
+
+    @app.get("/status.json")
+    def status() -> Any:
+        if not party.folder.is_dir():
+            return {"state": "no folder", "pending": [], "history": []}
+        return {"status": party.status(), "pending": party.pending(), "history": party.history()}
+
+    @app.post("/report")
+    def report() -> Response:
+        form = request.form
+        sent = form.get("secret", "")
+        if not hmac.compare_digest(sent.encode(), form_secret.encode()):
+            return _page(party, form_secret, refresh_s, error="The form is not this console's "
+                         "(reload the page and report again).", status=400)  # fmt: skip
+        point_id = form.get("id", "").strip().lower()
+        try:
+            if form.get("kind") == "failed":
+                reason = form.get("reason", "")
+                if not reason.strip():
+                    raise ValueError("A failure needs a reason (what went wrong).")
+                party.report_failure(point_id, reason)
+            else:
+                party.report(point_id, parse_value(form.get("value", ""), "The value"))
+        except ValueError as exc:
+            return _page(party, form_secret, refresh_s, error=str(exc), status=400,
+                         typed=(point_id, form.get("value", "")))  # fmt: skip
+        return redirect(f"/?reported={point_id}", code=303)
+
+    return app
+
+
+def _host_name(host: str) -> str:
+    r"""The name part of a ``Host`` header (``[::1]:8050`` -> ``[::1]``)."""
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0]
+
+
+def _best_so_far(history: list[dict]) -> list[float]:
+    r"""The party's best reported value after each report, in the order asked."""
+    best: list[float] = []
+    for entry in sorted(history, key=lambda e: (e.get("asked", 0.0), e.get("sequence", 0))):
+        if "value" not in entry:
+            continue
+        value = float(entry["value"])
+        if best:
+            value = min(value, best[-1]) if entry.get("minimize") else max(value, best[-1])
+        best.append(value)
+    return best
+
+
+def _svg(best: list[float], width: int = 480, height: int = 180) -> str:
+    r"""An SVG line of the best value so far (empty string with fewer than one point)."""
+    if not best:
+        return ""
+    lo, hi = min(best), max(best)
+    span = hi - lo or 1.0
+    pad = 24
+    xs = [pad + i * (width - 2 * pad) / max(len(best) - 1, 1) for i in range(len(best))]
+    ys = [height - pad - (v - lo) / span * (height - 2 * pad) for v in best]
+    points = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True))
+    return (
+        f'<svg width="{width}" height="{height}" role="img" aria-label="best value so far">'
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa"/>'
+        f'<polyline fill="none" stroke="#2962ff" stroke-width="2" points="{points}"/>'
+        f'<text x="{pad}" y="14" font-size="11">best {best[-1]:.6g}</text>'
+        f'<text x="{pad}" y="{height - 6}" font-size="11">{len(best)} reports; range '
+        f"{lo:.4g} .. {hi:.4g}</text></svg>"
+    )
+
+
+def _page(
+    party: Party,
+    form_secret: str,
+    refresh_s: int,
+    *,
+    message: str | None = None,
+    error: str | None = None,
+    status: int = 200,
+    typed: tuple[str, str] | None = None,
+) -> Response:
+    if not party.folder.is_dir():
+        state = {"state": "no folder yet", "pending": 0, "reported": 0, "asked": 0,
+                 "abandoned": 0, "damaged": [], "context": {}}  # fmt: skip
+        pending: list[dict] = []
+        history: list[dict] = []
+    else:
+        state, pending, history = party.status(), party.pending(), party.history()
+    refresh = None if pending else refresh_s
+    html = render_template_string(
+        _TEMPLATE,
+        folder=str(Path(party.folder)),
+        state=state,
+        pending=pending,
+        history=history,
+        refresh=refresh,
+        message=message,
+        error=error,
+        secret=form_secret,
+        typed=typed,
+        max_reason=MAX_REASON,
+        plot=_svg(_best_so_far(history)),
+    )
+    return Response(html, status=status, mimetype="text/html")
+
+
+_TEMPLATE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>Party console: {{ state.state }}</title>
+{% if refresh %}<meta http-equiv="refresh" content="{{ refresh }}">{% endif %}
+<style>
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 960px; color: #222; }
+table { border-collapse: collapse; margin: .5em 0; }
+td, th { border: 1px solid #ccc; padding: .25em .6em; text-align: left; }
+.state { font-size: 1.3em; font-weight: 600; }
+.error { background: #fdecea; border: 1px solid #e57373; padding: .6em; }
+.ok { background: #e8f5e9; border: 1px solid #81c784; padding: .6em; }
+.point { border: 1px solid #bbb; padding: .8em; margin: .8em 0; }
+code { font-size: .95em; }
+</style></head><body>
+<h1>Party console</h1>
+<p>Folder <code>{{ folder }}</code></p>
+<p class="state" id="state">{{ state.state }}</p>
+<p>{{ state.pending }} pending, {{ state.reported }} of {{ state.asked }} reported
+{% if state.abandoned %}, {{ state.abandoned }} abandoned{% endif %}
+{% for k, v in state.context.items() %}; {{ k }} {{ v }}{% endfor %}</p>
+{% if error %}<p class="error" id="error" role="alert">{{ error }}</p>{% endif %}
+{% if message %}<p class="ok" id="message">Reported at point <code>{{ message }}</code>.</p>
+{% endif %}
+{% for name in state.damaged %}<p class="error">{{ name }} is damaged (unreadable or
+edited): a pending point's file is written again by its run; a damaged report counts as a
+failed measurement.</p>{% endfor %}
+
+<h2>Waiting for you</h2>
+{% if not pending %}<p id="nothing">Nothing pending.</p>{% endif %}
+{% for ask in pending %}
+<div class="point" id="point-{{ ask.id }}">
+<p><b>{{ ask.objective }}</b>, point {{ ask.sequence }}
+{% if ask.context.round is defined %}(round {{ ask.context.round }}){% endif %};
+{{ "smaller" if ask.minimize else "larger" }} is better. Id <code>{{ ask.id }}</code></p>
+<table><tr><th>input</th><th>value</th><th>domain</th></tr>
+{% for x in ask.x %}<tr><td>{{ (ask.names or [])[loop.index0] or "x" ~ loop.index }}</td>
+<td class="x">{{ x }}</td>
+<td>{% if ask.bounds %}{% set b = ask.bounds[loop.index0] %}[{{ b[0] }}, {{ b[1] }}]{% endif %}</td>
+</tr>
+{% endfor %}</table>
+<form method="post" action="/report">
+<input type="hidden" name="secret" value="{{ secret }}">
+<input type="hidden" name="id" value="{{ ask.id }}">
+<input type="hidden" name="kind" value="value">
+<label>Measured value <input name="value" inputmode="decimal" autocomplete="off"
+ value="{{ typed[1] if typed and typed[0] == ask.id else '' }}"></label>
+<button type="submit">Report the value</button></form>
+<form method="post" action="/report">
+<input type="hidden" name="secret" value="{{ secret }}">
+<input type="hidden" name="id" value="{{ ask.id }}">
+<input type="hidden" name="kind" value="failed">
+<label>Or: it failed, because <input name="reason" maxlength="{{ max_reason }}"
+ autocomplete="off"></label>
+<button type="submit">Report a failure</button></form>
+</div>
+{% endfor %}
+
+<h2>Best value so far</h2>
+{% if plot %}{{ plot | safe }}{% else %}<p>No value reported yet.</p>{% endif %}
+
+<h2>History</h2>
+{% if not history %}<p>No point asked yet.</p>{% else %}
+<table id="history"><tr><th>objective</th><th>#</th><th>round</th><th>x</th><th>report</th></tr>
+{% for e in history %}<tr><td>{{ e.objective }}</td><td>{{ e.sequence }}</td>
+<td>{{ e.context.round if e.context.round is defined else "" }}</td><td>{{ e.x }}</td>
+<td>{% if e.value is defined %}{{ e.value }}{% elif e.failed is defined %}failed:
+{{ e.failed }}{% else %}{{ e.state }}{% endif %}</td></tr>
+{% endfor %}</table>{% endif %}
+</body></html>
+"""
