@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, redirect, render_template_string, request
+from werkzeug.wrappers import Response as BaseResponse
 
 from botorch_fed.problems.ask_folder import MAX_REASON, Party, parse_value
 
@@ -55,7 +56,7 @@ def create_app(folder: str | os.PathLike, *, token: str | None = None, refresh_s
     app = Flask(__name__)
 
     @app.before_request
-    def _guard() -> Response | None:
+    def _guard() -> BaseResponse | None:
         if token is None:
             if _host_name(request.host or "") not in LOOPBACK_NAMES:
                 return Response("This console answers on 127.0.0.1 only.", 403)
@@ -81,7 +82,7 @@ def create_app(folder: str | os.PathLike, *, token: str | None = None, refresh_s
         return {"status": party.status(), "pending": party.pending(), "history": party.history()}
 
     @app.post("/report")
-    def report() -> Response:
+    def report() -> BaseResponse:
         form = request.form
         sent = form.get("secret", "")
         if not hmac.compare_digest(sent.encode(), form_secret.encode()):
