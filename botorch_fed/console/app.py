@@ -139,6 +139,7 @@ def _svg(best: list[float], width: int = 480, height: int = 180) -> str:
         f'<svg width="{width}" height="{height}" role="img" aria-label="best value so far">'
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#fafafa"/>'
         f'<polyline fill="none" stroke="#2962ff" stroke-width="2" points="{points}"/>'
+        f'<circle cx="{xs[-1]:.1f}" cy="{ys[-1]:.1f}" r="3" fill="#2962ff"/>'
         f'<text x="{pad}" y="14" font-size="11">best {best[-1]:.6g}</text>'
         f'<text x="{pad}" y="{height - 6}" font-size="11">{len(best)} reports; range '
         f"{lo:.4g} .. {hi:.4g}</text></svg>"
@@ -198,8 +199,8 @@ code { font-size: .95em; }
 <p>Folder <code>{{ folder }}</code></p>
 <p class="state" id="state">{{ state.state }}</p>
 <p>{{ state.pending }} pending, {{ state.reported }} of {{ state.asked }} reported
-{% if state.abandoned %}, {{ state.abandoned }} abandoned{% endif %}
-{% for k, v in state.context.items() %}; {{ k }} {{ v }}{% endfor %}</p>
+{%- if state.abandoned %}, {{ state.abandoned }} abandoned{% endif %}
+{%- for k, v in state.context.items() %}; {{ k }} {{ v }}{% endfor %}</p>
 {% if error %}<p class="error" id="error" role="alert">{{ error }}</p>{% endif %}
 {% if message %}<p class="ok" id="message">Reported at point <code>{{ message }}</code>.</p>
 {% endif %}
@@ -239,6 +240,7 @@ failed measurement.</p>{% endfor %}
 
 <h2>Best value so far</h2>
 {% if plot %}{{ plot | safe }}{% else %}<p>No value reported yet.</p>{% endif %}
+<p>This party's own reports; the federation's best is not shared with parties.</p>
 
 <h2>History</h2>
 {% if not history %}<p>No point asked yet.</p>{% else %}
