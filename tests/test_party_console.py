@@ -168,3 +168,46 @@ def test_the_command_refuses_another_host_without_allow_remote(tmp_path, capsys)
     assert main(argv) == 2
     assert "--allow-remote" in capsys.readouterr().err
     assert main(["party", "console", "--folder", str(tmp_path), "--port", "0"]) == 2
+
+
+def test_named_inputs_and_a_declared_range_are_shown_and_the_range_is_enforced(tmp_path):
+    objective = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01, value_range=(0.0, 100.0),
+                                 input_names=["temperature (C)", "time (h)"])  # fmt: skip
+    thread = threading.Thread(
+        target=lambda: objective.evaluate(torch.tensor([[0.5, 0.5]], dtype=torch.float64)),
+        daemon=True,
+    )
+    thread.start()
+    while not objective.party.pending():
+        thread.join(0.01)
+    (ask,) = objective.party.pending()
+    client = _client(tmp_path)
+    page = client.get("/").get_data(as_text=True)
+    assert "temperature (C)" in page and "time (h)" in page
+    assert "measurements lie in [0.0, 100.0]" in page
+    secret = _secret(page)
+    refused = client.post("/report", data={"secret": secret, "id": ask["id"], "value": "100.5"})
+    assert refused.status_code == 400 and "outside the range [0, 100]" in refused.get_data(
+        as_text=True
+    )
+    assert objective.party.pending() == [ask]
+    told = client.post("/report", data={"secret": secret, "id": ask["id"], "value": "100"})
+    assert told.status_code == 303
+    thread.join(5)
+    objective.close()
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"input_names": ["a"]}, "`input_names`"),
+        ({"input_names": ["a", "a"]}, "`input_names`"),
+        ({"input_names": ["a", ""]}, "`input_names`"),
+        ({"value_range": (1.0, 1.0)}, "`value_range`"),
+        ({"value_range": (0.0, float("inf"))}, "`value_range`"),
+        ({"value_range": (0.0,)}, "`value_range`"),
+    ],
+)
+def test_bad_names_and_ranges_are_refused(tmp_path, options, match):
+    with pytest.raises(ValueError, match=match):
+        AskTellObjective(tmp_path, BOUNDS, **options)

@@ -123,10 +123,16 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
     for ask in rows[:1] if args.party_command == "suggest" else ():
         if "bounds" in ask:  # the domain and direction the run asks in
             better = "smaller" if ask.get("minimize") else "larger"
+            names = ask.get("names") or [f"x{i + 1}" for i in range(len(ask["bounds"]))]
             inputs = ", ".join(
-                f"x{i + 1} in [{lo:g}, {hi:g}]" for i, (lo, hi) in enumerate(ask["bounds"])
+                f"{_printable(n)} in [{lo:g}, {hi:g}]"
+                for n, (lo, hi) in zip(names, ask["bounds"], strict=True)
             )
-            console.print(f"domain: {inputs}; {better} is better", markup=False, soft_wrap=True)
+            span = ask.get("range")
+            within = "" if span is None else f"; values lie in [{span[0]:g}, {span[1]:g}]"
+            console.print(
+                f"domain: {inputs}; {better} is better{within}", markup=False, soft_wrap=True
+            )
     table = Table("objective", "#", "round")
     table.add_column("x", overflow="fold")  # what to measure: folded, never cut
     table.add_column("id", no_wrap=True)  # what the operator reports to: never cut

@@ -214,7 +214,9 @@ failed measurement.</p>{% endfor %}
 <div class="point" id="point-{{ ask.id }}">
 <p><b>{{ ask.objective }}</b>, point {{ ask.sequence }}
 {% if ask.context.round is defined %}(round {{ ask.context.round }}){% endif %};
-{{ "smaller" if ask.minimize else "larger" }} is better. Id <code>{{ ask.id }}</code></p>
+{{ "smaller" if ask.minimize else "larger" }} is better
+{%- if ask.range %}; measurements lie in [{{ ask.range[0] }}, {{ ask.range[1] }}]{% endif %}.
+Id <code>{{ ask.id }}</code></p>
 <table><tr><th>input</th><th>value</th><th>domain</th></tr>
 {% for x in ask.x %}<tr><td>{{ (ask.names or [])[loop.index0] or "x" ~ loop.index }}</td>
 <td class="x">{{ x }}</td>
