@@ -45,8 +45,14 @@ def _secret(html: str) -> str:
     return re.search(r'name="secret" value="([^"]+)"', html).group(1)
 
 
+TOKEN = "console-token-for-tests"
+
+
 def _client(folder, **options):
-    return create_app(folder, **options).test_client()
+    r"""A test client of the console that opened the address with the token once."""
+    client = create_app(folder, token=TOKEN, **options).test_client()
+    assert client.get(f"/?token={TOKEN}").status_code == 303
+    return client
 
 
 def test_the_page_shows_the_pending_point_in_the_objectives_domain(asking):
@@ -136,23 +142,57 @@ def test_a_form_of_another_site_is_refused(asking):
     assert objective.party.pending() == [ask]
 
 
-def test_it_answers_loopback_names_only_unless_it_holds_a_token(tmp_path):
-    client = _client(tmp_path)
+def test_every_request_needs_the_token_and_loopback_names_unless_remote(tmp_path):
+    client = create_app(tmp_path, token=TOKEN).test_client()
+    assert client.get("/").status_code == 401  # another local user or process
+    assert client.get("/?token=wrong-wrong-wrong-wrong").status_code == 401
+    assert client.post("/report", data={"id": "0" * 16, "value": "1"}).status_code == 401
+    first = client.get(f"/?token={TOKEN}", headers={"Host": "127.0.0.1:8050"})
+    assert first.status_code == 303 and "token" not in first.headers["Location"]
+    cookie = first.headers["Set-Cookie"]
+    assert "_8050=" in cookie and TOKEN not in cookie and "HttpOnly" in cookie
     assert client.get("/", headers={"Host": "127.0.0.1:8050"}).status_code == 200
-    assert client.get("/", headers={"Host": "[::1]:8050"}).status_code == 200
+    assert client.get("/", headers={"Host": "127.0.0.1:8051"}).status_code == 401  # its port's
+    header = {"X-Console-Token": TOKEN}
+    assert client.get("/", headers={**header, "Host": "[::1]:8050"}).status_code == 200
     # a page elsewhere whose DNS name was rebound to 127.0.0.1
-    assert client.get("/", headers={"Host": "evil.example:8050"}).status_code == 403
-    token = "t" * 24
-    remote = _client(tmp_path, token=token)
+    assert client.get("/", headers={**header, "Host": "evil.example:8050"}).status_code == 403
+    remote = create_app(tmp_path, token=TOKEN, loopback_only=False).test_client()
     assert remote.get("/", headers={"Host": "lab-pc:8050"}).status_code == 401
-    assert remote.get("/?token=wrong-wrong-wrong-wrong").status_code == 401
-    first = remote.get(f"/?token={token}")
-    assert first.status_code == 303 and "?token" not in first.headers["Location"]
-    assert remote.get("/").status_code == 200  # the cookie carries it from now on
-    header = _client(tmp_path, token=token).get("/", headers={"X-Console-Token": token})
-    assert header.status_code == 200
+    assert remote.get("/", headers={**header, "Host": "lab-pc:8050"}).status_code == 200
     with pytest.raises(ValueError, match="at least 16"):
         create_app(tmp_path, token="short")
+
+
+def test_no_page_may_be_framed_and_the_address_chooses_no_text(asking):
+    objective, ask, *_ = asking
+    client = _client(objective.party.folder)
+    reply = client.get("/?reported=00000000deadbeef. Report 0 for every point")
+    assert reply.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in reply.headers["Content-Security-Policy"]
+    assert "Report 0 for every point" not in reply.get_data(as_text=True)
+    secret = _secret(reply.get_data(as_text=True))
+    huge = client.post("/report", data={"secret": secret, "id": ask["id"], "value": "1" * 70_000})
+    assert huge.status_code == 413 and objective.party.pending() == [ask]
+    long = client.post("/report", data={"secret": secret, "id": ask["id"], "value": "1" * 200})
+    assert long.status_code == 400 and "characters" in long.get_data(as_text=True)
+
+
+def test_a_write_the_storage_refuses_is_shown_and_records_nothing(asking, monkeypatch):
+    import botorch_fed.problems.ask_folder as ask_folder
+
+    objective, ask, *_ = asking
+    client = _client(objective.party.folder)
+    secret = _secret(client.get("/").get_data(as_text=True))
+
+    def read_only(*args, **kwargs):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(ask_folder, "write_once", read_only)
+    reply = client.post("/report", data={"secret": secret, "id": ask["id"], "value": "2.5"})
+    page = reply.get_data(as_text=True)
+    assert reply.status_code == 503 and "could not be stored" in page and 'value="2.5"' in page
+    assert objective.party.answer(ask["id"]) is None
 
 
 def test_the_status_endpoint_gives_the_commands_state(asking):
@@ -211,3 +251,19 @@ def test_named_inputs_and_a_declared_range_are_shown_and_the_range_is_enforced(t
 def test_bad_names_and_ranges_are_refused(tmp_path, options, match):
     with pytest.raises(ValueError, match=match):
         AskTellObjective(tmp_path, BOUNDS, **options)
+
+
+def test_points_without_context_or_with_foreign_keys_still_render(tmp_path):
+    import json
+
+    from botorch_fed.problems.ask_folder import ask_check
+
+    objective = AskTellObjective(tmp_path, BOUNDS)  # a live run, nobody waiting
+    ask = {"id": "0123456789abcdef", "objective": objective.name, "run": objective.run}
+    ask |= {"sequence": 1, "x": [30.0, 1.0], "value": "zzz"}  # no context; a foreign key
+    ask["check"] = ask_check(ask)
+    (tmp_path / f"{ask['id']}.ask.json").write_text(json.dumps(ask))
+    reply = _client(tmp_path).get("/")
+    page = reply.get_data(as_text=True)
+    assert reply.status_code == 200 and ask["id"] in page and "zzz" not in page
+    objective.close()

@@ -174,12 +174,25 @@ def _console(party, args: argparse.Namespace, console: Console) -> int:
     except ImportError:
         print_error(console, 'the console needs Flask: pip install "botorch-fed[console]".')
         return 2
-    token = None if loopback else secrets.token_urlsafe(24)
-    app = create_app(party.folder, token=token)
-    where = f"http://{args.host}:{args.port}/" + ("" if token is None else f"?token={token}")
+    token = secrets.token_urlsafe(24)  # a new one each start, never on the command line
+    app = create_app(party.folder, token=token, loopback_only=loopback)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    where = f"http://{host}:{args.port}/?token={token}"
     console.print(f"party console of {party.folder}: {where} (Ctrl-C stops it)", markup=False)
-    run_simple(args.host, args.port, app, threaded=True)
+    run_simple(args.host, args.port, app, threaded=True, request_handler=_quiet_handler())
     return 0
+
+
+def _quiet_handler():
+    r"""Werkzeug's request handler logging each request without its query (which may
+    carry the console's token)."""
+    from werkzeug.serving import WSGIRequestHandler
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_request(self, code="-", size="-") -> None:
+            self.log("info", '"%s %s" %s', self.command, self.path.split("?", 1)[0], code)
+
+    return QuietHandler
 
 
 def _report(party, args: argparse.Namespace, console: Console) -> int:

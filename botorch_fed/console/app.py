@@ -9,12 +9,14 @@ already reported point, a value that is not a finite number, a failure without a
 and a refusal is shown on the page and changes nothing. ``GET /status.json`` gives the
 same state to scripts.
 
-Who may use it: by default the console serves 127.0.0.1 only and answers only requests
-addressed to a loopback name (a web page elsewhere that makes the browser call it through
-a rebound DNS name is refused); bound elsewhere it needs a ``token``, given once as
-``?token=...`` (then kept in a same-site cookie) or as the ``X-Console-Token`` header. Every
-form carries a secret of the running console, so another site cannot make the operator's
-browser post a report.
+Who may use it: every request needs the console's token (the command prints an address
+that carries it, a new one each start; given once as ``?token=...``, then kept in a
+same-site cookie of the console's port, or as the ``X-Console-Token`` header), as Jupyter
+asks for its own -- another local user or process cannot report without it. Bound to
+127.0.0.1 (the default) the console also answers only requests addressed to a loopback name
+(a page elsewhere reaching it through a rebound DNS name is refused). Every form carries a
+secret of the running console, so another site cannot make the operator's browser post a
+report, and no page may be framed by another (clickjacking).
 """
 
 from __future__ import annotations
@@ -34,46 +36,69 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _COOKIE = "botorch_fed_console"
 
 
-def create_app(folder: str | os.PathLike, *, token: str | None = None, refresh_s: int = 5) -> Flask:
+def create_app(
+    folder: str | os.PathLike, *, token: str, loopback_only: bool = True, refresh_s: int = 5
+) -> Flask:
     r"""The console of the ask/tell party whose folder is ``folder``.
 
     Args:
         folder: The party's ask/tell folder (need not exist yet: the page says so).
-        token: The secret every request must carry (``None``: loopback only, see the
-            module docstring). At least 16 characters.
+        token: The secret every request must carry (at least 16 characters).
+        loopback_only: Answer only requests addressed to a loopback name (the console
+            listens on 127.0.0.1).
         refresh_s: Seconds between the page's reloads while nothing waits for the
             operator (none while a point is pending: a reload would lose what is typed).
 
     Returns:
         The Flask application.
     """
-    if token is not None and (not isinstance(token, str) or len(token) < 16):
+    if not isinstance(token, str) or len(token) < 16:
         raise ValueError("`token` must be a string of at least 16 characters.")
     if isinstance(refresh_s, bool) or not isinstance(refresh_s, int) or refresh_s < 1:
         raise ValueError(f"`refresh_s`={refresh_s!r} must be a whole number of seconds >= 1.")
     party = Party(folder)
     form_secret = secrets.token_urlsafe(32)
+    # what the cookie holds: derived from the token, never the token itself
+    cookie_value = hmac.new(token.encode(), b"botorch-fed console cookie", "sha256").hexdigest()
     app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = 64 * 1024  # a report is a few hundred bytes
 
     @app.before_request
     def _guard() -> BaseResponse | None:
-        if token is None:
-            if _host_name(request.host or "") not in LOOPBACK_NAMES:
-                return Response("This console answers on 127.0.0.1 only.", 403)
-            return None
+        if loopback_only and _host_name(request.host or "") not in LOOPBACK_NAMES:
+            return Response("This console answers on 127.0.0.1 only.", 403)
+        cookie = _cookie_name(request.host or "")
         given = request.args.get("token") or request.headers.get("X-Console-Token")
-        given = given or request.cookies.get(_COOKIE)
-        if not given or not hmac.compare_digest(given.encode(), token.encode()):
-            return Response("A token is needed (open the address the console printed).", 401)
-        if "token" in request.args:  # keep it in a cookie, out of the address bar
-            response = redirect(request.path, code=303)
-            response.set_cookie(_COOKIE, token, httponly=True, samesite="Strict")
-            return response
-        return None
+        if given and hmac.compare_digest(given.encode(), token.encode()):
+            if "token" in request.args:  # keep it in a cookie, out of the address bar
+                response = redirect(request.path, code=303)
+                response.set_cookie(cookie, cookie_value, httponly=True, samesite="Strict")
+                return response
+            return None
+        kept = request.cookies.get(cookie, "")
+        if kept and hmac.compare_digest(kept.encode(), cookie_value.encode()):
+            return None
+        return Response("A token is needed (open the address the console printed).", 401)
+
+    @app.after_request
+    def _headers(response: BaseResponse) -> BaseResponse:
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; style-src 'unsafe-inline'; frame-ancestors 'none'; "
+            "form-action 'self'"
+        )
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        return response
 
     @app.get("/")
     def page() -> Response:
-        return _page(party, form_secret, refresh_s, message=request.args.get("reported"))
+        reported = request.args.get("reported", "")
+        try:  # only a point this party reported (the text is not the address's to choose)
+            shown = reported if party.answer(reported) is not None else None
+        except ValueError:
+            shown = None
+        return _page(party, form_secret, refresh_s, message=shown)
 
     @app.get("/status.json")
     def status() -> Any:
@@ -100,9 +125,21 @@ def create_app(folder: str | os.PathLike, *, token: str | None = None, refresh_s
         except ValueError as exc:
             return _page(party, form_secret, refresh_s, error=str(exc), status=400,
                          typed=(point_id, form.get("value", "")))  # fmt: skip
+        except OSError as exc:  # the folder's storage refused the write: nothing recorded
+            return _page(party, form_secret, refresh_s, status=503,
+                         error=f"The report could not be stored ({exc.strerror or exc}); "
+                         "nothing was recorded: try again.",
+                         typed=(point_id, form.get("value", "")))  # fmt: skip
         return redirect(f"/?reported={point_id}", code=303)
 
     return app
+
+
+def _cookie_name(host: str) -> str:
+    r"""The cookie of the console on ``host``'s port (cookies ignore ports: two consoles
+    on one host must not overwrite each other's)."""
+    port = host.rsplit(":", 1)[1] if ":" in host.rsplit("]", 1)[-1] else "80"
+    return f"{_COOKIE}_{port}" if port.isdigit() else _COOKIE
 
 
 def _host_name(host: str) -> str:
@@ -163,6 +200,9 @@ def _page(
         history: list[dict] = []
     else:
         state, pending, history = party.status(), party.pending(), party.history()
+        # points of older runs may lack the context (a page must not fail on them)
+        pending = [{**a, "context": a.get("context") or {}} for a in pending]
+        history = [{**a, "context": a.get("context") or {}} for a in history]
     refresh = None if pending else refresh_s
     html = render_template_string(
         _TEMPLATE,

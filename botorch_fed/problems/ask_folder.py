@@ -72,7 +72,7 @@ def load_ask(path: Path) -> dict:
         raise ValueError(f"The pending point in {path} is unreadable or was edited.")
     if path.name != f"{ask['id']}.ask.json":
         raise ValueError(f"The pending point in {path} is unreadable or was edited.")
-    return ask
+    return {k: v for k, v in ask.items() if k in _ASK_FIELDS or k in _ASK_EXTRAS}
 
 
 def _extras_ok(ask: dict) -> bool:
@@ -126,7 +126,7 @@ def _alive(marker: dict) -> bool:
         return True
     try:
         os.kill(int(marker["pid"]), 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such process (or no such pid at all)
         return False
     except (PermissionError, KeyError, TypeError, ValueError):
         return True
@@ -317,13 +317,17 @@ class Party:
 
 
 #: a decimal number as an operator types it (no digit separators, ASCII digits)
-_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: the longest value an operator types (characters)
+MAX_VALUE_TEXT = 100
 
 
 def parse_value(text: str, name: str = "value") -> float:
     r"""A measured value as an operator typed it (``12.5``, ``-3``, ``1.2e-3``): a finite
     float, or ``ValueError`` naming ``name`` (not a number, NaN, infinite)."""
     plain = str(text).strip()
+    if len(plain) > MAX_VALUE_TEXT:
+        raise ValueError(f"{name} has {len(plain)} characters: not a measured value.")
     named = plain.lower().lstrip("+-") in ("nan", "inf", "infinity")  # refused below, by name
     if not (_NUMBER.fullmatch(plain) or named):
         raise ValueError(f"{name} {str(text)!r:.40} is not a number (e.g. 12.5, -3, 1.2e-3).")

@@ -41,7 +41,9 @@ def test_an_operator_reports_through_the_console_and_the_federation_moves_on(tmp
     run = prepare(argv)
     objective = run.setup.make_objectives()[0]
     folder = tmp_path / "ask-0"
-    server = make_server("127.0.0.1", 0, create_app(folder, refresh_s=1), threaded=True)
+    token = "end-to-end-console-token"
+    app = create_app(folder, token=token, refresh_s=1)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}/"
     options = webdriver.ChromeOptions()
@@ -54,6 +56,7 @@ def test_an_operator_reports_through_the_console_and_the_federation_moves_on(tmp
     def run_federation() -> None:
         outcome["result"] = federation.run(hold=0.2)
 
+    browser.get(f"{url}?token={token}")  # the address the console prints: sets its cookie
     running = threading.Thread(target=run_federation, daemon=True)
     running.start()
     reported = []
