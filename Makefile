@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --no-compile torch==2.13.0
-	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev,secure,cec,flower,docs]"
+	$(BIN)/python -m pip install --quiet --no-compile -e ".[dev,secure,cec,flower,docs,console]"
 	$(BIN)/python -c "import importlib, importlib.util, pkgutil, sys, botorch_fed; \
 	  [importlib.import_module(m.name) for m in pkgutil.walk_packages(botorch_fed.__path__, \
 	  'botorch_fed.') if not m.name.endswith('__main__')]; \

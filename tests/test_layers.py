@@ -22,6 +22,7 @@ import botorch_fed
 # top to bottom; a package may import only packages with a smaller rank
 RANKS = {
     "cli": 60,
+    "console": 55,
     "flower": 50,
     "tasks": 50,
     "runs": 40,

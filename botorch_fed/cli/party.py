@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 
 from rich.console import Console
 from rich.markup import escape
@@ -26,6 +24,7 @@ def add_party_parser(sub: argparse._SubParsersAction) -> None:
         ("status", "the party's run state, pending points and history"),
         ("suggest", "the pending point(s), each with its id"),
         ("report", "report the measurement at a pending point, or its failure"),
+        ("console", "a local web page to see the pending points and report them"),
     ):
         c = commands.add_parser(name, help=help_)
         where = c.add_mutually_exclusive_group(required=True)
@@ -44,6 +43,15 @@ def add_party_parser(sub: argparse._SubParsersAction) -> None:
         )
         if name in ("suggest", "status"):
             c.add_argument("--json", action="store_true", help="print JSON")
+        if name == "console":
+            c.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+            c.add_argument("--port", type=int, default=8050, help="the port (default 8050)")
+            c.add_argument(
+                "--allow-remote",
+                action="store_true",
+                help="listen on a --host other than 127.0.0.1: every visitor then needs the "
+                "token the console prints (a new one each start)",
+            )
         if name == "report":
             c.add_argument("--id", required=True, help="the point's id (from suggest)")
             given = c.add_mutually_exclusive_group(required=True)
@@ -67,6 +75,8 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
         print_error(console, "--state-dir goes with --party, not --folder.")
         return 2
     party = Party(folder)
+    if args.party_command == "console":  # it waits for the folder, as the operator does
+        return _console(party, args, console)
     if not party.folder.is_dir():
         print_error(
             console,
@@ -113,10 +123,16 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
     for ask in rows[:1] if args.party_command == "suggest" else ():
         if "bounds" in ask:  # the domain and direction the run asks in
             better = "smaller" if ask.get("minimize") else "larger"
+            names = ask.get("names") or [f"x{i + 1}" for i in range(len(ask["bounds"]))]
             inputs = ", ".join(
-                f"x{i + 1} in [{lo:g}, {hi:g}]" for i, (lo, hi) in enumerate(ask["bounds"])
+                f"{_printable(n)} in [{lo:g}, {hi:g}]"
+                for n, (lo, hi) in zip(names, ask["bounds"], strict=True)
             )
-            console.print(f"domain: {inputs}; {better} is better", markup=False, soft_wrap=True)
+            span = ask.get("range")
+            within = "" if span is None else f"; values lie in [{span[0]:g}, {span[1]:g}]"
+            console.print(
+                f"domain: {inputs}; {better} is better{within}", markup=False, soft_wrap=True
+            )
     table = Table("objective", "#", "round")
     table.add_column("x", overflow="fold")  # what to measure: folded, never cut
     table.add_column("id", no_wrap=True)  # what the operator reports to: never cut
@@ -132,6 +148,51 @@ def party_main(args: argparse.Namespace, console: Console) -> int:
         table.add_row(*(escape(_printable(str(c))) for c in cells))
     console.print(table)
     return 1 if status["damaged"] else 0
+
+
+def _console(party, args: argparse.Namespace, console: Console) -> int:
+    r"""``party console``: serve the party's web console until Ctrl-C; 2 if refused."""
+    import secrets
+
+    from botorch_fed.console.app import LOOPBACK_NAMES
+
+    loopback = args.host in (*LOOPBACK_NAMES, "::1")
+    if not loopback and not args.allow_remote:
+        print_error(
+            console,
+            f"--host {args.host}: the console listens on 127.0.0.1 unless --allow-remote "
+            "is given (visitors then need the token it prints).",
+        )
+        return 2
+    if not 0 < args.port < 65536:
+        print_error(console, f"--port {args.port} must be 1..65535.")
+        return 2
+    try:
+        from werkzeug.serving import run_simple
+
+        from botorch_fed.console import create_app
+    except ImportError:
+        print_error(console, 'the console needs Flask: pip install "botorch-fed[console]".')
+        return 2
+    token = secrets.token_urlsafe(24)  # a new one each start, never on the command line
+    app = create_app(party.folder, token=token, loopback_only=loopback)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    where = f"http://{host}:{args.port}/?token={token}"
+    console.print(f"party console of {party.folder}: {where} (Ctrl-C stops it)", markup=False)
+    run_simple(args.host, args.port, app, threaded=True, request_handler=_quiet_handler())
+    return 0
+
+
+def _quiet_handler():
+    r"""Werkzeug's request handler logging each request without its query (which may
+    carry the console's token)."""
+    from werkzeug.serving import WSGIRequestHandler
+
+    class QuietHandler(WSGIRequestHandler):
+        def log_request(self, code="-", size="-") -> None:
+            self.log("info", '"%s %s" %s', self.command, self.path.split("?", 1)[0], code)
+
+    return QuietHandler
 
 
 def _report(party, args: argparse.Namespace, console: Console) -> int:
@@ -153,20 +214,11 @@ def _report(party, args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-#: a decimal number as an operator types it (no digit separators, ASCII digits)
-_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-
-
 def _number(text: str) -> float:
     r"""``--value`` as a finite float; ValueError naming it otherwise."""
-    plain = text.strip()
-    named = plain.lower().lstrip("+-") in ("nan", "inf", "infinity")  # refused below, by name
-    if not (_NUMBER.fullmatch(plain) or named):
-        raise ValueError(f"--value {text!r:.40} is not a number (e.g. 12.5, -3, 1.2e-3).")
-    value = float(plain)
-    if not math.isfinite(value):
-        raise ValueError(f"--value {text!r:.40} must be finite (report a failure instead).")
-    return value
+    from botorch_fed.problems.ask_folder import parse_value
+
+    return parse_value(text, "--value")
 
 
 def _printable(text: str) -> str:

@@ -16,7 +16,8 @@ from pathlib import Path
 _ID = re.compile(r"[0-9a-f]{16}")
 _ASK_FIELDS = {"id": str, "objective": str, "run": str, "sequence": int, "x": list, "check": str}
 #: what a point may also show its operator (what it was asked in)
-_ASK_EXTRAS = {"bounds": list, "minimize": bool, "context": dict, "asked": int | float}
+_ASK_EXTRAS = {"bounds": list, "minimize": bool, "context": dict, "asked": int | float,
+               "names": list, "range": list}  # fmt: skip
 #: the longest failure reason a report keeps (characters)
 MAX_REASON = 1000
 
@@ -41,10 +42,13 @@ def write_once(path: Path, content: dict) -> None:
 
 def ask_check(ask: dict) -> str:
     r"""The digest that tells an intact pending point from an edited one: over its id
-    and point, and the domain and direction it shows where it has them."""
+    and point, and the domain and direction it shows where it has them (and the inputs'
+    names and the values' declared range where it has them)."""
+    parts: list = [ask["id"], ask["x"]]
     if "bounds" in ask:
-        return point_digest(ask["id"], ask["x"], ask["bounds"], ask.get("minimize"))
-    return point_digest(ask["id"], ask["x"])
+        parts += [ask["bounds"], ask.get("minimize")]
+    parts += [ask[k] for k in ("names", "range") if k in ask]
+    return point_digest(*parts)
 
 
 def load_ask(path: Path) -> dict:
@@ -63,11 +67,28 @@ def load_ask(path: Path) -> dict:
         for k, t in _ASK_EXTRAS.items()
         if k in ask
     )
+    ok = ok and _extras_ok(ask)
     if not ok or ask is None or ask_check(ask) != ask["check"]:
         raise ValueError(f"The pending point in {path} is unreadable or was edited.")
     if path.name != f"{ask['id']}.ask.json":
         raise ValueError(f"The pending point in {path} is unreadable or was edited.")
-    return ask
+    return {k: v for k, v in ask.items() if k in _ASK_FIELDS or k in _ASK_EXTRAS}
+
+
+def _extras_ok(ask: dict) -> bool:
+    r"""Whether a point's input names and value range are what an objective writes: a
+    non-empty string per input; two finite numbers, lower < upper."""
+    names, span = ask.get("names"), ask.get("range")
+    if names is not None and not (
+        len(names) == len(ask["x"]) and all(isinstance(n, str) and n for n in names)
+    ):
+        return False
+    if span is not None:
+        numbers_ = [v for v in span if isinstance(v, int | float) and not isinstance(v, bool)]
+        if len(numbers_) != 2 or len(span) != 2 or not all(map(math.isfinite, numbers_)):
+            return False
+        return numbers_[0] < numbers_[1]
+    return True
 
 
 def load_report(path: Path) -> dict | None:
@@ -105,7 +126,7 @@ def _alive(marker: dict) -> bool:
         return True
     try:
         os.kill(int(marker["pid"]), 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # no such process (or no such pid at all)
         return False
     except (PermissionError, KeyError, TypeError, ValueError):
         return True
@@ -252,7 +273,7 @@ class Party:
             value = math.inf
         if not math.isfinite(value):
             raise ValueError(f"`value`={value!r} must be finite (report a failure instead).")
-        self._tell(point_id, {"value": value})
+        self._tell(point_id, {"value": value}, value)
 
     def report_failure(self, point_id: str, reason: str) -> None:
         r"""Report that the measurement at ``point_id`` failed (the algorithm records a
@@ -266,7 +287,7 @@ class Party:
             )
         self._tell(point_id, {"failed": reason})
 
-    def _tell(self, point_id: str, answer: dict) -> None:
+    def _tell(self, point_id: str, answer: dict, value: float | None = None) -> None:
         path = self._ask_path(point_id)
         live = self.live_runs()
         if not live:
@@ -277,6 +298,12 @@ class Party:
                 "the pending ones)."
             )
         ask = load_ask(path)
+        declared = ask.get("range")
+        if value is not None and declared is not None and not declared[0] <= value <= declared[1]:
+            raise ValueError(
+                f"`value`={value!r} is outside the range [{declared[0]:g}, {declared[1]:g}] "
+                "this objective declares for its measurements."
+            )
         if (ask["objective"], ask["run"]) not in live:
             raise ValueError(
                 f"`id`={point_id!r} was asked by a run that no longer runs: nothing waits "
@@ -287,3 +314,24 @@ class Party:
         except FileExistsError:
             told = self.answer(point_id)
             raise ValueError(f"`id`={point_id!r} was reported already ({told}).") from None
+
+
+#: a decimal number as an operator types it (no digit separators, ASCII digits)
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: the longest value an operator types (characters)
+MAX_VALUE_TEXT = 100
+
+
+def parse_value(text: str, name: str = "value") -> float:
+    r"""A measured value as an operator typed it (``12.5``, ``-3``, ``1.2e-3``): a finite
+    float, or ``ValueError`` naming ``name`` (not a number, NaN, infinite)."""
+    plain = str(text).strip()
+    if len(plain) > MAX_VALUE_TEXT:
+        raise ValueError(f"{name} has {len(plain)} characters: not a measured value.")
+    named = plain.lower().lstrip("+-") in ("nan", "inf", "infinity")  # refused below, by name
+    if not (_NUMBER.fullmatch(plain) or named):
+        raise ValueError(f"{name} {str(text)!r:.40} is not a number (e.g. 12.5, -3, 1.2e-3).")
+    value = float(plain)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} {str(text)!r:.40} must be finite (report a failure instead).")
+    return value

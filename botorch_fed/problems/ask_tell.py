@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import socket
@@ -53,6 +54,10 @@ class AskTellObjective(Objective):
         context: What each point is asked in, shown to the operator with it (e.g.
             ``{"run": ..., "round": ...}``; read when the point is asked, so its owner
             may update it).
+        input_names: A name per input, shown to the operator with each point (e.g.
+            ``["temperature (C)", "time (h)"]``; ``None``: ``x1``, ``x2``, ...).
+        value_range: ``(lower, upper)`` that every measurement lies in; a report outside
+            it is refused (``None``: any finite value).
     """
 
     def __init__(
@@ -64,6 +69,8 @@ class AskTellObjective(Objective):
         poll_s: float = 1.0,
         on_ask: Callable[[dict], None] | None = None,
         context: dict | None = None,
+        input_names: list[str] | None = None,
+        value_range: tuple[float, float] | None = None,
     ) -> None:
         if not isinstance(minimize, bool):
             raise ValueError(f"`minimize`={minimize!r} must be a bool.")
@@ -72,6 +79,32 @@ class AskTellObjective(Objective):
         if not isinstance(name, str) or not name:
             raise ValueError(f"`name`={name!r} must be a non-empty string.")
         self.bounds, self.minimize, self.name = check_bounds(bounds), minimize, name
+        d = self.bounds.shape[-1]
+        if input_names is not None:
+            names = list(input_names) if isinstance(input_names, list | tuple) else None
+            if (
+                names is None
+                or len(names) != d
+                or not all(isinstance(n, str) and n.strip() for n in names)
+                or len(set(names)) != d
+            ):
+                raise ValueError(
+                    f"`input_names`={input_names!r:.60} must be {d} distinct non-empty strings."
+                )
+            input_names = names
+        if value_range is not None:
+            ok = isinstance(value_range, list | tuple) and len(value_range) == 2
+            ok = ok and all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                for v in value_range
+            )
+            if not ok or not value_range[0] < value_range[1]:
+                raise ValueError(
+                    f"`value_range`={value_range!r:.60} must be (lower, upper), finite, "
+                    "lower < upper."
+                )
+            value_range = (float(value_range[0]), float(value_range[1]))
+        self.input_names, self.value_range = input_names, value_range
         self.party, self.poll_s, self.on_ask = Party(folder), float(poll_s), on_ask
         if context is not None and not isinstance(context, dict):
             raise ValueError(f"`context`={context!r:.40} must be a dict or None.")
@@ -124,6 +157,10 @@ class AskTellObjective(Objective):
         lower, upper = self.bounds.tolist()
         ask |= {"bounds": [list(b) for b in zip(lower, upper, strict=True)]}
         ask |= {"minimize": self.minimize, "context": dict(self.context), "asked": time.time()}
+        if self.input_names is not None:
+            ask["names"] = list(self.input_names)
+        if self.value_range is not None:
+            ask["range"] = list(self.value_range)
         ask["check"] = ask_check(ask)
         try:
             write_once(path, ask)
