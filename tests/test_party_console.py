@@ -267,3 +267,43 @@ def test_points_without_context_or_with_foreign_keys_still_render(tmp_path):
     page = reply.get_data(as_text=True)
     assert reply.status_code == 200 and ask["id"] in page and "zzz" not in page
     objective.close()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"range": [0, 10**400]},  # beyond float's range
+        {"range": [1.0, 1.0]},
+        {"bounds": [[20.0, 80.0]]},  # fewer domain pairs than inputs
+        {"names": ["a", "a"]},
+        {"names": [" ", "b"]},
+    ],
+)
+def test_a_point_file_an_objective_would_not_write_is_damaged_not_a_crash(tmp_path, extra):
+    import json
+
+    from botorch_fed.problems.ask_folder import ask_check
+
+    objective = AskTellObjective(tmp_path, BOUNDS)
+    ask = {"id": "0123456789abcdef", "objective": objective.name, "run": objective.run}
+    ask |= {"sequence": 1, "x": [30.0, 1.0], "bounds": BOUNDS_PAIRS, "minimize": True} | extra
+    ask["check"] = ask_check(ask)
+    (tmp_path / f"{ask['id']}.ask.json").write_text(json.dumps(ask))
+    client = _client(tmp_path)
+    page = client.get("/")
+    assert page.status_code == 200 and "is damaged" in page.get_data(as_text=True)
+    assert client.get("/status.json").get_json()["status"]["damaged"]
+    objective.close()
+
+
+BOUNDS_PAIRS = [[20.0, 80.0], [0.1, 2.0]]
+
+
+def test_signed_names_of_non_numbers_are_refused_by_name():
+    from botorch_fed.problems.ask_folder import parse_value
+
+    for text in ("+-inf", "--nan", "+infinity"):
+        with pytest.raises(ValueError, match="is not a number|must be finite"):
+            parse_value(text)
+    with pytest.raises(ValueError, match="`value_range`"):
+        AskTellObjective("unused", BOUNDS, value_range=(0, 10**400))

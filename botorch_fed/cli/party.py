@@ -178,7 +178,11 @@ def _console(party, args: argparse.Namespace, console: Console) -> int:
     app = create_app(party.folder, token=token, loopback_only=loopback)
     host = f"[{args.host}]" if ":" in args.host else args.host
     where = f"http://{host}:{args.port}/?token={token}"
-    console.print(f"party console of {party.folder}: {where} (Ctrl-C stops it)", markup=False)
+    console.print(
+        f"party console of {party.folder}: {where} (Ctrl-C stops it)",
+        markup=False,
+        soft_wrap=True,  # the address whole, to copy
+    )
     run_simple(args.host, args.port, app, threaded=True, request_handler=_quiet_handler())
     return 0
 
@@ -190,7 +194,9 @@ def _quiet_handler():
 
     class QuietHandler(WSGIRequestHandler):
         def log_request(self, code="-", size="-") -> None:
-            self.log("info", '"%s %s" %s', self.command, self.path.split("?", 1)[0], code)
+            path = getattr(self, "path", "") or ""  # unset on a malformed request line
+            command = getattr(self, "command", "") or ""
+            self.log("info", '"%s %s" %s', command, path.split("?", 1)[0], code)
 
     return QuietHandler
 

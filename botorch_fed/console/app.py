@@ -10,9 +10,11 @@ and a refusal is shown on the page and changes nothing. ``GET /status.json`` giv
 same state to scripts.
 
 Who may use it: every request needs the console's token (the command prints an address
-that carries it, a new one each start; given once as ``?token=...``, then kept in a
-same-site cookie of the console's port, or as the ``X-Console-Token`` header), as Jupyter
-asks for its own -- another local user or process cannot report without it. Bound to
+that carries it, a new one each start; given once as ``?token=...``, then kept for 12 hours
+in a same-site cookie of the console's port, or as the ``X-Console-Token`` header), as
+Jupyter asks for its own -- another local user or process cannot report without it, unless
+it can serve pages on a loopback port the operator's browser visits (cookies do not tell
+ports apart: the same limit as Jupyter's). Bound to
 127.0.0.1 (the default) the console also answers only requests addressed to a loopback name
 (a page elsewhere reaching it through a rebound DNS name is refused). Every form carries a
 secret of the running console, so another site cannot make the operator's browser post a
@@ -72,7 +74,9 @@ def create_app(
         if given and hmac.compare_digest(given.encode(), token.encode()):
             if "token" in request.args:  # keep it in a cookie, out of the address bar
                 response = redirect(request.path, code=303)
-                response.set_cookie(cookie, cookie_value, httponly=True, samesite="Strict")
+                response.set_cookie(
+                    cookie, cookie_value, httponly=True, samesite="Strict", max_age=12 * 3600
+                )
                 return response
             return None
         kept = request.cookies.get(cookie, "")

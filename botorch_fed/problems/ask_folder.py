@@ -76,18 +76,36 @@ def load_ask(path: Path) -> dict:
 
 
 def _extras_ok(ask: dict) -> bool:
-    r"""Whether a point's input names and value range are what an objective writes: a
-    non-empty string per input; two finite numbers, lower < upper."""
-    names, span = ask.get("names"), ask.get("range")
+    r"""Whether a point's domain, input names and value range are what an objective
+    writes: a ``[lower, upper]`` pair of numbers per input; distinct non-blank names, one
+    per input; two finite numbers, lower < upper."""
+    bounds, names, span = ask.get("bounds"), ask.get("names"), ask.get("range")
+    if bounds is not None and not (
+        len(bounds) == len(ask["x"])
+        and all(isinstance(b, list) and len(b) == 2 and _finite(*b) for b in bounds)
+    ):
+        return False
     if names is not None and not (
-        len(names) == len(ask["x"]) and all(isinstance(n, str) and n for n in names)
+        len(names) == len(ask["x"])
+        and all(isinstance(n, str) and n.strip() for n in names)
+        and len(set(names)) == len(names)
     ):
         return False
     if span is not None:
-        numbers_ = [v for v in span if isinstance(v, int | float) and not isinstance(v, bool)]
-        if len(numbers_) != 2 or len(span) != 2 or not all(map(math.isfinite, numbers_)):
+        return len(span) == 2 and _finite(*span) and float(span[0]) < float(span[1])
+    return True
+
+
+def _finite(*values: object) -> bool:
+    r"""Whether every value is a finite number (huge integers included: no overflow)."""
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float):
             return False
-        return numbers_[0] < numbers_[1]
+        try:
+            if not math.isfinite(float(v)):
+                return False
+        except OverflowError:
+            return False
     return True
 
 
@@ -328,7 +346,7 @@ def parse_value(text: str, name: str = "value") -> float:
     plain = str(text).strip()
     if len(plain) > MAX_VALUE_TEXT:
         raise ValueError(f"{name} has {len(plain)} characters: not a measured value.")
-    named = plain.lower().lstrip("+-") in ("nan", "inf", "infinity")  # refused below, by name
+    named = re.fullmatch(r"[+-]?(nan|inf|infinity)", plain.lower()) is not None  # by name
     if not (_NUMBER.fullmatch(plain) or named):
         raise ValueError(f"{name} {str(text)!r:.40} is not a number (e.g. 12.5, -3, 1.2e-3).")
     value = float(plain)

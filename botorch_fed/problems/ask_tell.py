@@ -57,7 +57,8 @@ class AskTellObjective(Objective):
         input_names: A name per input, shown to the operator with each point (e.g.
             ``["temperature (C)", "time (h)"]``; ``None``: ``x1``, ``x2``, ...).
         value_range: ``(lower, upper)`` that every measurement lies in; a report outside
-            it is refused (``None``: any finite value).
+            it is refused where reports are made (:meth:`Party.report`, ``party report``,
+            the console; ``None``: any finite value).
     """
 
     def __init__(
@@ -94,10 +95,13 @@ class AskTellObjective(Objective):
             input_names = names
         if value_range is not None:
             ok = isinstance(value_range, list | tuple) and len(value_range) == 2
-            ok = ok and all(
-                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-                for v in value_range
-            )
+            try:
+                ok = ok and all(
+                    isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                    for v in value_range
+                )
+            except OverflowError:  # an integer beyond float's range
+                ok = False
             if not ok or not value_range[0] < value_range[1]:
                 raise ValueError(
                     f"`value_range`={value_range!r:.60} must be (lower, upper), finite, "
