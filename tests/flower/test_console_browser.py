@@ -16,7 +16,7 @@ import torch
 pytest.importorskip("flwr")
 pytest.importorskip("flask", reason="needs the `console` extra")
 webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (dev extra)")
-
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 from werkzeug.serving import make_server  # noqa: E402
 
 from botorch_fed.console import create_app  # noqa: E402
@@ -77,6 +77,8 @@ def test_an_operator_reports_through_the_console_and_the_federation_moves_on(tmp
             field = point.find_element("name", "value")
             field.send_keys(repr(value))
             field.submit()
+            # the browser navigates on its own time: wait for the report's page
+            WebDriverWait(browser, 60).until(lambda b: "reported=" in b.current_url)
             assert "Reported at point" in browser.page_source
             reported.append(value)
             if len(reported) == 1:
