@@ -32,7 +32,6 @@ trust region's inner L-BFGS-B stops abnormally (rare); regret distributions are 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from copy import deepcopy
 
 import numpy as np
 import torch
@@ -200,7 +199,7 @@ class FBOGrid:
         regions: list[SummaryTrustRegion] = []
         pending: list[np.ndarray | None] = []
         for theta, support in zip(self.thetas, self.supports, strict=True):
-            hyper = PITCHyperparameters(*deepcopy(global_modules(self.d)))
+            hyper = PITCHyperparameters(*global_modules(self.d))  # fresh modules: the loss's own
 
             def loss(summary: np.ndarray, th: np.ndarray, hyper=hyper, m=support.shape[0]):
                 hyper.set_theta(th)
