@@ -182,7 +182,8 @@ def _svg(best: list[float], width: int = 480, height: int = 180) -> str:
         f'<polyline fill="none" stroke="#2962ff" stroke-width="2" points="{points}"/>'
         f'<circle cx="{xs[-1]:.1f}" cy="{ys[-1]:.1f}" r="3" fill="#2962ff"/>'
         f'<text x="{pad}" y="14" font-size="11">best {best[-1]:.6g}</text>'
-        f'<text x="{pad}" y="{height - 6}" font-size="11">{len(best)} reports; range '
+        f'<text x="{pad}" y="{height - 6}" font-size="11">{len(best)} '
+        f"report{'s' * (len(best) != 1)}; range "
         f"{lo:.4g} .. {hi:.4g}</text></svg>"
     )
 

@@ -538,6 +538,7 @@ class PartyAgent:
         self._runs.pop(key, None)
         if held is not None:
             self._over[key] = "it reported"
+            _finish_asking(held.client)
         if not self.policy.share_results:
             if held is not None and held.journal is not None:
                 held.journal.end({})
@@ -598,3 +599,13 @@ class PartyAgent:
     def _build(self, run_config: dict, role_key: bytes | None = None, context=None):
         r"""This party's client of a run (:func:`~.party_build.build_client`)."""
         return build_client(self, run_config, role_key, context)
+
+
+def _finish_asking(client) -> None:
+    r"""The ask/tell objective of a run that ended normally records it: its operator
+    reads ``"finished"`` (:meth:`~botorch_fed.problems.ask_tell.AskTellObjective.finish`)."""
+    from botorch_fed.problems.ask_tell import AskTellObjective
+
+    objective = getattr(client, "objective", None)
+    if isinstance(objective, AskTellObjective):
+        objective.finish()

@@ -206,6 +206,19 @@ class Party:
                 live.add((str(marker.get("objective")), str(marker.get("run"))))
         return live
 
+    def finished_runs(self) -> set[tuple[str, str]]:
+        r"""``(objective, run)`` of every run its objective recorded as finished
+        (:meth:`~botorch_fed.problems.ask_tell.AskTellObjective.finish`)."""
+        done = set()
+        for path in self.folder.glob("finished-*.json"):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict):
+                done.add((str(record.get("objective")), str(record.get("run"))))
+        return done
+
     def active(self) -> bool:
         r"""Whether an objective whose process still runs asks in this folder."""
         return bool(self.live_runs())
@@ -233,17 +246,20 @@ class Party:
 
     def status(self) -> dict:
         r"""Where the party stands: ``state`` (``"waiting for you"``: points are pending;
-        ``"waiting for the federation"``: a run is active and nothing is pending; ``"no
-        run active"``), ``pending``, ``asked``, ``reported`` (failures included) and
-        ``abandoned`` counts, ``damaged`` (the names of damaged files: a point's is
-        written again by the run that asked it) and ``context`` (the newest point's run
-        and round)."""
+        ``"waiting for the federation"``: a run is active and nothing is pending;
+        ``"finished"``: no run is active and the newest point's run was recorded as
+        finished; ``"no run active"`` otherwise), ``pending``, ``asked``, ``reported``
+        (failures included) and ``abandoned`` counts, ``damaged`` (the names of damaged
+        files: a point's is written again by the run that asked it) and ``context`` (the
+        newest point's run and round)."""
         entries, damaged = self._entries()
         count = {k: sum(e["state"] == k for e in entries) for k in ("pending", "abandoned")}
+        newest = max(entries, key=lambda a: a.get("asked", 0.0), default={})
         state = "no run active"
         if self.active():
             state = "waiting for you" if count["pending"] else "waiting for the federation"
-        newest = max(entries, key=lambda a: a.get("asked", 0.0), default={})
+        elif (newest.get("objective"), newest.get("run")) in self.finished_runs():
+            state = "finished"
         return {
             "state": state,
             "pending": count["pending"],

@@ -140,6 +140,19 @@ class AskTellObjective(Objective):
         r"""End the run: this objective no longer makes its folder active."""
         self._finalizer()
 
+    def finish(self) -> None:
+        r"""End the run as finished (its federation ended it normally): the folder records
+        it (``finished-<run>.json``), so that its operator reads ``"finished"`` rather than
+        ``"no run active"`` (:meth:`Party.status`); then :meth:`close`. A closed objective
+        records nothing."""
+        if self._finalizer.alive:
+            path = self.party.folder / f"finished-{self.run}.json"
+            record = {"objective": self.name, "run": self.run, "finished": time.time()}
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, path)
+        self.close()
+
     def __enter__(self) -> AskTellObjective:
         return self
 

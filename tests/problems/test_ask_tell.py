@@ -321,6 +321,8 @@ def test_the_operator_is_shown_the_domain_direction_run_and_round(tmp_path, caps
     waiting.join()
     asked.close()
     assert asked.party.status()["state"] == "no run active"
+    asked.finish()  # closed: records nothing
+    assert asked.party.status()["state"] == "no run active"
     with pytest.raises(ValueError, match="`context`=.* must be a dict"):
         AskTellObjective(tmp_path / "b", BOUNDS, context=[("round", 1)])
 
@@ -419,3 +421,18 @@ def test_the_operators_commands_load_neither_torch_nor_the_algorithms(tmp_path):
     assert main(["party", "report", "--folder", str(tmp_path), "--id", ask["id"]]) == 2
     assert main(["party", "suggest", "--help"]) == 0
     asked.party.report(ask["id"], 0.0)
+
+
+def test_a_finished_run_reads_finished_and_a_newer_run_does_not(tmp_path):
+    asked, ask = _one_pending(tmp_path)
+    asked.party.report(ask["id"], 1.0)
+    asked.finish()
+    assert asked.party.status()["state"] == "finished"
+    assert asked.party.finished_runs() == {(asked.name, asked.run)}
+    assert not asked.party.active()
+    # a newer run in the same folder that ends without finishing: no run active
+    later, second = _one_pending(tmp_path)
+    assert later.party.status()["state"] == "waiting for you"
+    later.party.report(second["id"], 2.0)
+    later.close()
+    assert later.party.status()["state"] == "no run active"

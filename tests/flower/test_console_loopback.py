@@ -1,0 +1,154 @@
+r"""End to end on a real loopback Flower federation: 2 parties (``botorch-fed flower up``,
+SuperLink, SuperNodes and party agents on 127.0.0.1), party 0 in ask/tell mode; its
+operator's console is started the way the documentation starts it (``botorch-fed party
+console --party 0 --state-dir``, a separate process), and headless Chromium, driven by
+Selenium, reads each pending point from the page and submits the measured value through
+the form. The campaign (``botorch-fed flower run ... --run-dir``) finishes with every
+reported value recorded -- the same result as the in-process run of the same options --
+and no process outlives the test.
+
+Costs about a minute of wall time (Flower's seconds per message), so it runs only where
+Chromium and its driver are installed (the suite's other browser tests are skipped there
+too)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("flwr")
+pytest.importorskip("flask", reason="needs the `console` extra")
+webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (dev extra)")
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+from botorch_fed.flower import launcher  # noqa: E402
+from botorch_fed.flower.ports import free_ports  # noqa: E402
+from botorch_fed.flower.run_options import prepare  # noqa: E402
+from botorch_fed.problems.ask_tell import Party  # noqa: E402
+from botorch_fed.protocol.runner import run_federated  # noqa: E402
+from tests.flower.test_loopback import _assert_all_stopped  # noqa: E402
+from tests.helpers.flower_runs import comparable, short_argv  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+CLI = [sys.executable, "-m", "botorch_fed.cli"]
+FLAGS = ["--allow-crypto-seed", "--share-results", "--allow-algorithm=all"]
+
+pytestmark = [
+    pytest.mark.flower,
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        CHROMIUM is None or DRIVER is None,
+        reason="needs Chromium and its driver (Debian: apt install chromium chromium-driver)",
+    ),
+]
+
+
+def _console_address(console: subprocess.Popen, deadline: float) -> str:
+    r"""The address with the token that ``party console`` prints when it starts."""
+    assert console.stdout is not None
+    while time.monotonic() < deadline:
+        line = console.stdout.readline()
+        if not line:
+            raise AssertionError(f"the console exited ({console.wait()}) before its address")
+        if line.startswith("party console of"):
+            return line.split(": ", 1)[1].split(" ", 1)[0]
+    raise AssertionError("the console printed no address")
+
+
+def _browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1200,1600"):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=webdriver.ChromeService(DRIVER), options=options)
+
+
+def test_an_operator_reports_through_the_console_on_a_loopback_flower_federation(
+    tmp_path, quiet_single_thread
+):
+    state, run_dir, out = tmp_path / "fed", tmp_path / "run", tmp_path / "out.json"
+    argv = short_argv("local", rounds=2, clients=2)
+    run = prepare(argv)
+    objective = run.setup.make_objectives()[0]
+    fed = launcher.up(2, state, agent_flags=FLAGS, ask_tell=(0,), timeout=120)
+    processes: list[subprocess.Popen] = []
+    browser = None
+    try:
+        (port,) = free_ports(1)
+        where = ["--party", "0", "--state-dir", str(state)]
+        console = subprocess.Popen(
+            [*CLI, "party", "console", *where, "--port", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "COLUMNS": "500"},
+        )
+        processes.append(console)
+        address = _console_address(console, time.monotonic() + 60)
+        assert address.startswith(f"http://127.0.0.1:{port}/?token=")
+        command = [*CLI, "flower", "run", *argv, "--state-dir", str(state)]
+        command += ["--run-dir", str(run_dir), "--out", str(out), "--hold", "600"]
+        campaign = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        processes.append(campaign)
+        browser = _browser()
+        browser.get(address)  # the printed address: sets the console's cookie
+        url = address.split("?", 1)[0]
+        reported: list[float] = []
+        deadline = time.monotonic() + 400
+        while campaign.poll() is None and time.monotonic() < deadline:
+            browser.get(url)
+            forms = browser.find_elements("css selector", "div.point")
+            if not forms:
+                time.sleep(0.5)
+                continue
+            point = forms[0]
+            if not reported:
+                browser.save_screenshot(str(tmp_path / "console-waiting-for-you.png"))
+            x = [float(c.text) for c in point.find_elements("css selector", "td.x")]
+            value = float(
+                objective.function.evaluate_true(torch.tensor([x], dtype=torch.float64)).item()
+            )
+            field = point.find_element("name", "value")
+            field.send_keys(repr(value))
+            field.submit()
+            WebDriverWait(browser, 60).until(lambda b: "reported=" in b.current_url)
+            assert "Reported at point" in browser.page_source
+            reported.append(value)
+            if len(reported) == 1:
+                browser.save_screenshot(str(tmp_path / "console-reported.png"))
+        output = campaign.communicate(timeout=60)[0]
+        assert campaign.returncode == 0, output[-4000:]
+        browser.get(url)
+        # the run ended normally: nothing pending, every point reported
+        assert browser.find_element("id", "state").text == "finished"
+        assert "0 pending, 5 of 5 reported" in browser.page_source
+        browser.save_screenshot(str(tmp_path / "console-finished.png"))
+    finally:
+        if browser is not None:
+            browser.quit()
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()
+                process.communicate(timeout=30)
+        launcher.down(state)
+        _assert_all_stopped(fed)
+    result = json.loads(out.read_text())
+    history = Party(launcher.ask_folder(state, 0)).history()
+    assert len(reported) == len(history) == 3 + 2  # --num-init 3, one point a round
+    assert [h["value"] for h in sorted(history, key=lambda h: h["sequence"])] == reported
+    local = comparable(run_federated(run.algorithm, run.setup, run.settings))
+    flower = {k: v for k, v in result.items() if k not in ("time_s", "versions", "ledger")}
+    flower["rounds"] = [[r["round"], sorted(r["stage_s"])] for r in result["ledger"]["rounds"]]
+    assert flower == local
+    for shot in ("waiting-for-you", "reported", "finished"):
+        assert (tmp_path / f"console-{shot}.png").stat().st_size > 10_000
