@@ -1,9 +1,9 @@
 r"""The party console's web application (:func:`create_app`).
 
-One page (``GET /``): the party's state (waiting for you / waiting for the federation / no
-run active), its run and round, every pending point in the objective's own domain with a
-form to report its value or its failure, the history of every point asked, and a plot of
-the party's best value so far. ``POST /report`` records a report through
+One page (``GET /``): the party's state (waiting for you / waiting for the federation /
+finished / no run active), its run and round, every pending point in the objective's own
+domain with a form to report its value or its failure, the history of every point asked,
+and a plot of the party's best value so far. ``POST /report`` records a report through
 :class:`~botorch_fed.problems.ask_folder.Party` -- which refuses an unknown, stale or
 already reported point, a value that is not a finite number, a failure without a reason --
 and a refusal is shown on the page and changes nothing. ``GET /status.json`` gives the

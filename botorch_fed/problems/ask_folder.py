@@ -10,8 +10,10 @@ import numbers
 import os
 import re
 import socket
+import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 _ID = re.compile(r"[0-9a-f]{16}")
 _ASK_FIELDS = {"id": str, "objective": str, "run": str, "sequence": int, "x": list, "check": str}
@@ -20,6 +22,36 @@ _ASK_EXTRAS = {"bounds": list, "minimize": bool, "context": dict, "asked": int |
                "names": list, "range": list}  # fmt: skip
 #: the longest failure reason a report keeps (characters)
 MAX_REASON = 1000
+
+
+#: the largest file of the folder that is read (a point, a report or a marker is < 4 KiB)
+MAX_FILE = 1 << 16
+
+
+def read_json(path: Path) -> Any:
+    r"""The JSON in the regular file ``path``, or ``None`` where it is missing, not a
+    regular file (a FIFO, a folder), larger than :data:`MAX_FILE`, unreadable or not
+    JSON (nesting too deep included): whatever another local user left in the folder."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO does not block the open
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = b""
+        while len(data) <= MAX_FILE and (chunk := os.read(fd, MAX_FILE + 1 - len(data))):
+            data += chunk
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE:
+        return None
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
 
 
 def point_digest(*parts: object) -> str:
@@ -54,10 +86,7 @@ def ask_check(ask: dict) -> str:
 def load_ask(path: Path) -> dict:
     r"""The pending point in ``path``, or ``ValueError`` if it is unreadable or was
     edited (its fields' types, or its point, domain or direction against its check)."""
-    try:
-        ask = json.loads(path.read_text())
-    except (OSError, ValueError):
-        ask = None
+    ask = read_json(path)
     ok = isinstance(ask, dict) and all(
         isinstance(ask.get(k), t) and not isinstance(ask.get(k), bool)
         for k, t in _ASK_FIELDS.items()
@@ -112,16 +141,9 @@ def _finite(*values: object) -> bool:
 def load_report(path: Path) -> dict | None:
     r"""The report in ``path`` (``{"value": v}`` or ``{"failed": reason}``), ``None`` if
     there is none yet, or ``ValueError`` if it is unreadable or was edited."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except OSError:
-        text = ""
-    try:
-        report = json.loads(text)
-    except ValueError:
-        report = None
+    report = read_json(path)
     value = report.get("value") if isinstance(report, dict) else None
     reason = report.get("failed") if isinstance(report, dict) else None
     if isinstance(report, dict) and len(report) == 1:
@@ -198,10 +220,7 @@ class Party:
         folder."""
         live = set()
         for path in self.folder.glob("active-*.json"):
-            try:
-                marker = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
+            marker = read_json(path)
             if isinstance(marker, dict) and _alive(marker):
                 live.add((str(marker.get("objective")), str(marker.get("run"))))
         return live
@@ -211,10 +230,7 @@ class Party:
         (:meth:`~botorch_fed.problems.ask_tell.AskTellObjective.finish`)."""
         done = set()
         for path in self.folder.glob("finished-*.json"):
-            try:
-                record = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
+            record = read_json(path)
             if isinstance(record, dict):
                 done.add((str(record.get("objective")), str(record.get("run"))))
         return done

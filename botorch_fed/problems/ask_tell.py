@@ -20,6 +20,7 @@ import math
 import os
 import re
 import socket
+import tempfile
 import time
 import warnings
 import weakref
@@ -35,13 +36,16 @@ from botorch_fed.problems.objectives import Objective, check_bounds
 
 __all__ = ["AskTellObjective", "Party"]
 
+_RUN = re.compile(r"[0-9a-f]{16}")
+
 
 class AskTellObjective(Objective):
     r"""A black box whose values a person reports: each point is asked in ``folder`` and
     the evaluation waits for :meth:`Party.report` (or :meth:`Party.report_failure`). The
     reported value is both what the client learns from and what results report (there
-    is no noise-free value). Use it as a context manager, or call :meth:`close`, to
-    end the run (reports are refused afterwards; so they are once its process ended).
+    is no noise-free value). Use it as a context manager, or call :meth:`finish` (the
+    run ended normally: its operator reads ``"finished"``) or :meth:`close`, to end the
+    run (reports are refused afterwards; so they are once its process ended).
 
     Args:
         folder: Where the pending points and the reports are kept (created).
@@ -128,8 +132,12 @@ class AskTellObjective(Objective):
 
     @run.setter
     def run(self, value: str) -> None:
+        if not (isinstance(value, str) and _RUN.fullmatch(value)):
+            raise ValueError(f"`run`={value!r:.40} must be 16 lower-case hex digits.")
         self._run = value
         if self._finalizer.alive:  # a closed objective marks nothing
+            # a run that asks again (a resumed campaign) is not finished any more
+            (self.party.folder / f"finished-{value}.json").unlink(missing_ok=True)
             marker = {"objective": self.name, "run": value, "pid": os.getpid()}
             marker["host"] = socket.gethostname()
             tmp = self._marker.with_name(f".{self._marker.name}.tmp")
@@ -145,19 +153,34 @@ class AskTellObjective(Objective):
         it (``finished-<run>.json``), so that its operator reads ``"finished"`` rather than
         ``"no run active"`` (:meth:`Party.status`); then :meth:`close`. A closed objective
         records nothing."""
-        if self._finalizer.alive:
+        if not self._finalizer.alive:
+            return
+        try:
             path = self.party.folder / f"finished-{self.run}.json"
             record = {"objective": self.name, "run": self.run, "finished": time.time()}
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_text(json.dumps(record))
-            os.replace(tmp, path)
-        self.close()
+            fd, tmp = tempfile.mkstemp(dir=self.party.folder, prefix=f".{path.name}.")
+            try:
+                with os.fdopen(fd, "w") as f:
+                    json.dump(record, f)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        finally:
+            self.close()
 
     def __enter__(self) -> AskTellObjective:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc: object) -> None:
+        r"""A ``with`` block that ends normally :meth:`finish`\ es the run; one that
+        raises only closes it."""
+        if exc_type is None:
+            self.finish()
+        else:
+            self.close()
 
     def evaluate(self, X: Tensor) -> tuple[Tensor, Tensor]:
         values = [self._ask_and_wait(x) for x in self.to_domain(X)]

@@ -20,7 +20,7 @@ import torch
 pytest.importorskip("flwr")
 
 from botorch_fed.flower import server_app  # noqa: E402
-from botorch_fed.flower.agent import PartyAgent  # noqa: E402
+from botorch_fed.flower.agent import REPORT, PartyAgent  # noqa: E402
 from botorch_fed.flower.party import serve  # noqa: E402
 from botorch_fed.flower.party_errors import is_public_refusal  # noqa: E402
 from botorch_fed.flower.run_options import MAX_HOLD, prepare  # noqa: E402
@@ -301,6 +301,34 @@ def test_a_waiting_answer_is_pending_then_given_once_ready(tmp_path):
         out = _message(agent, 0, 0, "init", hold=5.0)
     assert out[0] == {"ok": True}
     assert len(party.history()) == 3
+    assert party.status()["state"] == "waiting for the federation"
+    # the server asks for the final report: the run ended, and its operator reads so
+    _message(agent, 1, 1, REPORT)
+    assert party.status()["state"] == "finished"
+
+
+def test_a_finished_run_the_folder_cannot_record_still_reports(tmp_path, monkeypatch, capsys):
+    from botorch_fed.problems.ask_tell import AskTellObjective
+
+    def unwritable(self) -> None:
+        self.close()
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(AskTellObjective, "finish", unwritable)
+    agent = _campaign_agent(tmp_path, ask_tell=tmp_path / "ask")
+    party = Party(tmp_path / "ask")
+    _message(agent, 0, 0, "init", hold=0.2)
+    for k in range(3):
+        while not party.pending():
+            time.sleep(0.01)
+        (ask,) = party.pending()
+        party.report(ask["id"], float(k))
+        out = _message(agent, 0, 0, "init", hold=5.0)
+    assert out[0] == {"ok": True}
+    reply, report = _message(agent, 1, 1, REPORT)
+    assert reply == {"ok": True} and report  # the report leaves; the folder says why not
+    assert "could not record the run as finished: No space left" in capsys.readouterr().err
+    assert party.status()["state"] == "no run active"
 
 
 @pytest.mark.parametrize("hold", [0, -1.0, True, "60", MAX_HOLD * 2])

@@ -3,7 +3,8 @@ SuperLink, SuperNodes and party agents on 127.0.0.1), party 0 in ask/tell mode; 
 operator's console is started the way the documentation starts it (``botorch-fed party
 console --party 0 --state-dir``, a separate process), and headless Chromium, driven by
 Selenium, reads each pending point from the page and submits the measured value through
-the form. The campaign (``botorch-fed flower run ... --run-dir``) finishes with every
+the form (the first time a bad entry before it, which the page refuses, recording
+nothing). The campaign (``botorch-fed flower run ... --run-dir``) finishes with every
 reported value recorded -- the same result as the in-process run of the same options --
 and no process outlives the test.
 
@@ -19,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -51,16 +53,26 @@ pytestmark = [
 ]
 
 
-def _console_address(console: subprocess.Popen, deadline: float) -> str:
+def _console_address(log: Path, console: subprocess.Popen, deadline: float) -> str:
     r"""The address with the token that ``party console`` prints when it starts."""
-    assert console.stdout is not None
     while time.monotonic() < deadline:
-        line = console.stdout.readline()
-        if not line:
-            raise AssertionError(f"the console exited ({console.wait()}) before its address")
-        if line.startswith("party console of"):
-            return line.split(": ", 1)[1].split(" ", 1)[0]
-    raise AssertionError("the console printed no address")
+        for line in log.read_text().splitlines():
+            if line.startswith("party console of"):
+                return line.split(": ", 1)[1].split(" ", 1)[0]
+        if console.poll() is not None:
+            raise AssertionError(f"the console exited: {log.read_text()[-2000:]}")
+        time.sleep(0.2)
+    raise AssertionError(f"the console printed no address: {log.read_text()[-2000:]}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _browser():
@@ -81,24 +93,24 @@ def test_an_operator_reports_through_the_console_on_a_loopback_flower_federation
     fed = launcher.up(2, state, agent_flags=FLAGS, ask_tell=(0,), timeout=120)
     processes: list[subprocess.Popen] = []
     browser = None
+    console_log, campaign_log = tmp_path / "console.log", tmp_path / "campaign.log"
     try:
         (port,) = free_ports(1)
         where = ["--party", "0", "--state-dir", str(state)]
-        console = subprocess.Popen(
-            [*CLI, "party", "console", *where, "--port", str(port)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "COLUMNS": "500"},
-        )
+        with console_log.open("w") as sink:  # a file: a pipe nobody reads would fill up
+            console = subprocess.Popen(
+                [*CLI, "party", "console", *where, "--port", str(port)],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "COLUMNS": "500"},
+            )
         processes.append(console)
-        address = _console_address(console, time.monotonic() + 60)
+        address = _console_address(console_log, console, time.monotonic() + 60)
         assert address.startswith(f"http://127.0.0.1:{port}/?token=")
         command = [*CLI, "flower", "run", *argv, "--state-dir", str(state)]
         command += ["--run-dir", str(run_dir), "--out", str(out), "--hold", "600"]
-        campaign = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
+        with campaign_log.open("w") as sink:
+            campaign = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
         processes.append(campaign)
         browser = _browser()
         browser.get(address)  # the printed address: sets the console's cookie
@@ -112,13 +124,26 @@ def test_an_operator_reports_through_the_console_on_a_loopback_flower_federation
                 time.sleep(0.5)
                 continue
             point = forms[0]
+            point_id = point.find_element("name", "id").get_attribute("value")
             if not reported:
                 browser.save_screenshot(str(tmp_path / "console-waiting-for-you.png"))
+                # a bad entry first: refused on the page, nothing recorded
+                field = point.find_element("name", "value")
+                field.send_keys("abc")
+                field.submit()
+                WebDriverWait(browser, 60).until(lambda b: b.find_elements("id", "error"))
+                assert "is not a number" in browser.find_element("id", "error").text
+                browser.save_screenshot(str(tmp_path / "console-refused.png"))
+                folder = launcher.ask_folder(state, 0)
+                assert [a["id"] for a in Party(folder).pending()] == [point_id]
+                assert not (folder / f"{point_id}.report.json").exists()
+                point = browser.find_elements("css selector", "div.point")[0]
             x = [float(c.text) for c in point.find_elements("css selector", "td.x")]
             value = float(
                 objective.function.evaluate_true(torch.tensor([x], dtype=torch.float64)).item()
             )
             field = point.find_element("name", "value")
+            field.clear()
             field.send_keys(repr(value))
             field.submit()
             WebDriverWait(browser, 60).until(lambda b: "reported=" in b.current_url)
@@ -126,22 +151,24 @@ def test_an_operator_reports_through_the_console_on_a_loopback_flower_federation
             reported.append(value)
             if len(reported) == 1:
                 browser.save_screenshot(str(tmp_path / "console-reported.png"))
-        output = campaign.communicate(timeout=60)[0]
-        assert campaign.returncode == 0, output[-4000:]
+        assert campaign.poll() is not None, (
+            f"the campaign did not finish in time: {campaign_log.read_text()[-4000:]}"
+        )
+        assert campaign.returncode == 0, campaign_log.read_text()[-4000:]
         browser.get(url)
         # the run ended normally: nothing pending, every point reported
         assert browser.find_element("id", "state").text == "finished"
         assert "0 pending, 5 of 5 reported" in browser.page_source
         browser.save_screenshot(str(tmp_path / "console-finished.png"))
     finally:
-        if browser is not None:
-            browser.quit()
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()
-                process.communicate(timeout=30)
-        launcher.down(state)
-        _assert_all_stopped(fed)
+        try:
+            if browser is not None:
+                browser.quit()
+        finally:
+            for process in processes:
+                _stop(process)
+            launcher.down(state)
+    _assert_all_stopped(fed)
     result = json.loads(out.read_text())
     history = Party(launcher.ask_folder(state, 0)).history()
     assert len(reported) == len(history) == 3 + 2  # --num-init 3, one point a round
@@ -150,5 +177,5 @@ def test_an_operator_reports_through_the_console_on_a_loopback_flower_federation
     flower = {k: v for k, v in result.items() if k not in ("time_s", "versions", "ledger")}
     flower["rounds"] = [[r["round"], sorted(r["stage_s"])] for r in result["ledger"]["rounds"]]
     assert flower == local
-    for shot in ("waiting-for-you", "reported", "finished"):
+    for shot in ("waiting-for-you", "refused", "reported", "finished"):
         assert (tmp_path / f"console-{shot}.png").stat().st_size > 10_000

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import threading
 import time
 
@@ -436,3 +437,31 @@ def test_a_finished_run_reads_finished_and_a_newer_run_does_not(tmp_path):
     later.party.report(second["id"], 2.0)
     later.close()
     assert later.party.status()["state"] == "no run active"
+
+
+def test_hostile_files_in_the_folder_do_not_break_status(tmp_path):
+    asked, ask = _one_pending(tmp_path)
+    (tmp_path / "finished-deep.json").write_text("[" * 200_000)  # too deep for json
+    (tmp_path / "active-big.json").write_text(" " * (1 << 17) + "{}")  # over the size cap
+    os.mkfifo(tmp_path / "finished-fifo.json")  # would block a plain read
+    (tmp_path / "finished-dir.json").mkdir()
+    status = asked.party.status()
+    assert status["state"] == "waiting for you" and status["pending"] == 1
+    asked.party.report(ask["id"], 1.0)
+    asked.finish()
+    assert asked.party.status()["state"] == "finished"
+
+
+def test_a_run_that_asks_again_is_not_finished_and_run_ids_are_checked(tmp_path):
+    with AskTellObjective(tmp_path, BOUNDS, poll_s=0.01) as asked:
+        run = asked.run
+    assert asked.party.finished_runs() == {(asked.name, run)}  # a `with` that ended normally
+    again = AskTellObjective(tmp_path, BOUNDS, poll_s=0.01)
+    again.run = run  # a resumed campaign asks under its run again
+    assert again.party.finished_runs() == set()
+    for bad in ("../outside", "ABCDEF0123456789", 7):
+        with pytest.raises(ValueError, match="`run`=.* must be 16 lower-case hex digits"):
+            again.run = bad
+    with pytest.raises(RuntimeError), AskTellObjective(tmp_path, BOUNDS) as failed:
+        raise RuntimeError("the run failed")
+    assert (failed.name, failed.run) not in failed.party.finished_runs()
