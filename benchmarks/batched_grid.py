@@ -12,6 +12,8 @@ Usage::
 
     python benchmarks/batched_grid.py --algorithms local fbo-fedgp --reps 1 8 32 128
     python benchmarks/batched_grid.py --algorithms local fbo-fedgp --reps 1 8 32 128 --device cuda
+    python benchmarks/batched_grid.py --algorithms ldp-tgp ldp-ata ldp-moma --reps 1 8 32 128 \
+        --stem batched_grid_ldp
     python benchmarks/batched_grid.py --smoke --out /tmp/bg
 """
 
@@ -37,13 +39,22 @@ def measure(algorithm: str, reps: list[int], device: str, protocol_reps: int, ar
 
     from botorch_fed.algorithms import get_algorithm, run_federated
     from botorch_fed.experiments import run_grid
+    from botorch_fed.experiments.batched_ldp import LDP_ALGORITHMS
     from botorch_fed.protocol import FederationSetup
 
     torch.set_num_threads(args.threads)
-    # each algorithm's defaults (FBO-FedGP: the default preset)
-    settings = get_algorithm(algorithm).settings_class(num_init=args.init, num_rounds=args.rounds)
+    ldp = algorithm in LDP_ALGORITHMS
+    spec = get_algorithm(algorithm)
+    if ldp:  # LDP-BO on its finite-domain problem; MoMA's epochs of --plays-per-epoch plays
+        moma = {"plays_per_epoch": args.plays_per_epoch} if "moma" in algorithm else {}
+        settings = spec.settings_class(num_rounds=args.ldp_rounds, **moma)
+    else:  # each algorithm's defaults (FBO-FedGP: the default preset)
+        settings = spec.settings_class(num_init=args.init, num_rounds=args.rounds)
 
     def setup(seed: int) -> FederationSetup:
+        if ldp:
+            return FederationSetup(problem=args.ldp_problem, num_clients=args.clients,
+                                   seed=seed, threads=args.threads)  # fmt: skip
         # the protocol runner's secure sums in plaintext, as the batched runner simulates them
         return FederationSetup(problem=args.problem, dim=args.dim, num_clients=args.clients,
                                seed=seed, threads=args.threads, aggregator="plaintext")  # fmt: skip
@@ -87,6 +98,10 @@ def main(argv=None) -> int:
     parser.add_argument("--init", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of both runners")
+    parser.add_argument("--ldp-problem", default="ldp-synthetic", help="LDP-BO's problem")
+    parser.add_argument("--ldp-rounds", type=int, default=200, help="LDP-BO's rounds")
+    parser.add_argument("--plays-per-epoch", type=int, default=10, help="MoMA's k")
+    parser.add_argument("--stem", default=STEM, help="the results' file name")
     parser.add_argument("--protocol-reps", type=int, default=4)
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -112,7 +127,9 @@ def main(argv=None) -> int:
         f"torch {torch.__version__}, botorch {botorch.__version__}.",
         "",
         f"Experiment: `{args.problem}` {args.dim}-D, {args.clients} clients, {args.init} initial "
-        f"points each, {args.rounds} rounds; {args.threads} torch thread(s) for both runners; "
+        f"points each, {args.rounds} rounds (LDP-BO: `{args.ldp_problem}`, {args.clients} "
+        f"users, {args.ldp_rounds} rounds, MoMA's k = {args.plays_per_epoch}); "
+        f"{args.threads} torch thread(s) for both runners; "
         "the protocol runner's time per replication measured on the replications said and "
         "multiplied by R. Each algorithm at its default settings (FBO-FedGP: the default "
         "preset); both runners sum in plaintext (the protocol runner with "
@@ -131,8 +148,8 @@ def main(argv=None) -> int:
     text = "\n".join(lines) + "\n"
     args.out.mkdir(parents=True, exist_ok=True)
     suffix = "" if args.device == "cpu" else f"_{args.device.replace(':', '')}"
-    (args.out / f"{STEM}{suffix}.md").write_text(text)
-    (args.out / f"{STEM}{suffix}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (args.out / f"{args.stem}{suffix}.md").write_text(text)
+    (args.out / f"{args.stem}{suffix}.json").write_text(json.dumps(rows, indent=1) + "\n")
     print(text)
     return 0
 

@@ -25,6 +25,12 @@ of every replication is one member of a batch of ``B = R M``:
   point ``i`` to client ``i``;
 - ``random``: each client's uniform points from its own generator, the protocol
   runner's decisions exactly;
+- the LDP-BO algorithms on a finite domain (``gp-ucb``, ``tgp``, ``ldp-tgp``, ``ata``,
+  ``ldp-ata``, ``moma``, ``ldp-moma``): each replication's learner, users and choice of
+  users as the protocol builds them; the exact learners' GP posteriors on the whole domain
+  as one batched factorisation a round, ATA's and MoMA's learners one replication at a
+  time (:class:`~botorch_fed.experiments.batched_ldp.LDPGrid`); the users answer through
+  their own handlers (evaluation, clipping, privatisation);
 - ``fbo-fedgp`` (its default preset's choices): the protocol's rounds with every secure
   sum simulated in plaintext, whatever ``setup.aggregator``
   (:class:`~botorch_fed.experiments.batched_fbo.FBOGrid`): each replication's support,
@@ -53,9 +59,11 @@ from botorch_fed.experiments.batched_gp import (
     maximize_batched_qucb,
     maximize_batched_ucb,
 )
+from botorch_fed.experiments.batched_ldp import LDP_ALGORITHMS, LDPGrid, build_replications
 from botorch_fed.protocol.round_budget import round_seed
 
-GRID_ALGORITHMS = ("local", "central", "random", "fbo-fedgp")  #: what :func:`run_grid` runs batched
+#: what :func:`run_grid` runs batched
+GRID_ALGORITHMS = ("local", "central", "random", "fbo-fedgp", *LDP_ALGORITHMS)
 
 
 @dataclass
@@ -143,6 +151,8 @@ def _run(algorithm, spec, setup, settings, seed_list, device, on_round) -> list[
     contexts = [  # private generators seeded as the protocol runner's simulation seeds them
         build_context(spec, dataclasses.replace(setup, seed=s), settings, "seed") for s in seed_list
     ]
+    if algorithm in LDP_ALGORITHMS:
+        return _run_ldp(algorithm, spec, contexts, settings, seed_list, device, on_round, t0)
     objectives = [o for ctx in contexts for o in ctx.objectives]
     if not all(isinstance(o, ClientObjective) for o in objectives):
         raise ValueError("The batched runner runs built-in problems (`setup.problem`).")
@@ -215,6 +225,38 @@ def _run(algorithm, spec, setup, settings, seed_list, device, on_round) -> list[
             algorithm=algorithm, seed=seed, minimize=minimize, optimal_value=optimum,
             best_value=best_rounds[-1][k], best_per_round=[b[k] for b in best_rounds],
             best_per_client={i: float(v) for i, v in enumerate(client_best)}, time_s=elapsed,
+        ))  # fmt: skip
+    return out
+
+
+def _run_ldp(algorithm, spec, contexts, settings, seed_list, device, on_round, t0):
+    r"""LDP-BO: one query a round in every replication
+    (:class:`~botorch_fed.experiments.batched_ldp.LDPGrid`)."""
+    from botorch_fed.protocol.results import _BestTracker
+
+    servers, clients = build_replications(spec, contexts)
+    grid = LDPGrid(servers, clients, device)
+    minimize = contexts[0].objectives[0].minimize
+    trackers = [_BestTracker(users, minimize) for users in clients]
+    best_rounds = [[None if (b := tr.update()) is None else b["value"] for tr in trackers]]
+    for t in range(1, settings.num_rounds + 1):
+        grid.step(t)
+        best_rounds.append([None if (b := tr.update()) is None else b["value"] for tr in trackers])
+        if on_round is not None:
+            on_round(t)
+    elapsed = (time.perf_counter() - t0) / len(seed_list)
+    out = []
+    for k, (seed, ctx) in enumerate(zip(seed_list, contexts, strict=True)):
+        objs = ctx.objectives
+        optimum = objs[0].optimal_value
+        if any(o.optimal_value != optimum for o in objs):
+            optimum = None
+        per_client = trackers[k].best_per_client
+        out.append(GridResult(
+            algorithm=algorithm, seed=seed, minimize=minimize, optimal_value=optimum,
+            best_value=best_rounds[-1][k], best_per_round=[b[k] for b in best_rounds],
+            best_per_client={c: None if h is None else h["value"] for c, h in per_client.items()},
+            time_s=elapsed,
         ))  # fmt: skip
     return out
 

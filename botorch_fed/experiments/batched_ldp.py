@@ -1,0 +1,177 @@
+r"""LDP-BO on a finite domain for a batched grid: ``R`` replications in lockstep, the exact
+learners' surrogates as one program.
+
+Each replication is the federation the protocol runner builds: its learner (the server's,
+:func:`~botorch_fed.algorithms.ldp_bo.settings.make_learner`, whose seeded generator
+breaks the ties), its users (the protocol's clients, with their noise streams and, for a
+private variant, their Laplace mechanisms and budgets) and the server's choice of user
+each round (:class:`~botorch_fed.algorithms.ldp_bo.LDPServer`). A round of every
+replication is what the protocol round does ([LDP-BO] Alg. 2; IGP-UCB for ``gp-ucb``):
+
+1. the posterior mean and variance of the exact GP of every replication on the whole
+   finite domain ``D`` (``n`` points) at once, from the counts ``c`` and sums ``s`` of the
+   (truncated) rewards per point: with ``A = C^{1/2} K C^{1/2} + lam I`` (``C = diag(c)``,
+   ``K = k(D, D)``),
+   ``mu = K C^{1/2} A^{-1} C^{-1/2} s`` and ``sigma^2 = diag(K - K C^{1/2} A^{-1} C^{1/2} K)``,
+   the GP posterior of the plays with their repetitions (the push-through identity; what
+   the learner's Nystrom features on the distinct played points compute, up to float64
+   rounding). One ``R x n x n`` Cholesky factorisation a round;
+2. each replication's UCB maximiser over ``D`` with its learner's ``beta_t`` (ties broken by
+   the learner's generator, as :meth:`~botorch_fed.ldp.ucb_learner.UCBLearner.propose`);
+3. the query to the user the server picks, answered by the protocol client's own handler
+   (evaluation, clipping and privatisation), and the learner's bookkeeping: the
+   information gain ``gamma``, the truncation of the reward (``tgp``, ``ldp-tgp``) and the
+   counts and sums.
+
+Only the users' answers stay per replication (a few Python calls each); the posteriors and
+the searches are batched, on ``device``. ATA's and MoMA's learners (``ata``, ``ldp-ata``,
+``moma``, ``ldp-moma``), whose Nystrom dictionaries are random subsets of a different size
+in every replication, run one replication at a time in the same lockstep
+(:class:`LDPGrid`).
+
+.. [LDP-BO] X. Zhou, J. Tan. Local differential privacy for Bayesian optimization
+   (paper 002 in ``shared/papers``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from botorch_fed.algorithms.ldp_bo import LDPServer
+from botorch_fed.algorithms.ldp_bo.messages import Query
+from botorch_fed.ldp.exact_learners import GPUCB
+
+#: the LDP-BO algorithms whose posteriors run batched (the exact GP, on a finite domain)
+EXACT_LEARNERS = ("gp-ucb", "tgp", "ldp-tgp")
+#: the LDP-BO algorithms a grid runs (the Nystrom learners one replication at a time)
+LDP_ALGORITHMS = (*EXACT_LEARNERS, "ata", "ldp-ata", "moma", "ldp-moma")
+
+
+def exact_posterior(K: Tensor, counts: Tensor, sums: Tensor, lam: float) -> tuple[Tensor, Tensor]:
+    r"""The exact GP posterior on a finite domain from repeated plays.
+
+    Args:
+        K: ``n x n`` kernel matrix of the domain (float64).
+        counts: ``batch x n`` plays of each point (``>= 0``).
+        sums: ``batch x n`` sums of the targets received at each point (0 where unplayed).
+        lam: The noise variance (ridge) ``lambda > 0``.
+
+    Returns:
+        ``(mean, variance)``, each ``batch x n``; variances clamped at 0.
+    """
+    root = counts.sqrt()
+    A = root.unsqueeze(-1) * K * root.unsqueeze(-2)
+    A = A + lam * torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
+    L = torch.linalg.cholesky(A)
+    W = torch.linalg.solve_triangular(L, root.unsqueeze(-1) * K, upper=False)
+    u = torch.where(counts > 0, sums / root.clamp_min(1.0), torch.zeros_like(sums))
+    z = torch.linalg.solve_triangular(L, u.unsqueeze(-1), upper=False)
+    mean = (W.mT @ z).squeeze(-1)
+    variance = K.diagonal() - W.square().sum(-2)
+    return mean, variance.clamp_min(0.0)
+
+
+def build_replications(spec, contexts) -> tuple[list[LDPServer], list[dict]]:
+    r"""Each replication's server and users (``client id -> client``), built as the
+    protocol runner builds them (:func:`~botorch_fed.protocol.runner.make_client`, the
+    spec's server over an in-process transport the grid does not use)."""
+    from botorch_fed.protocol.runner import make_client
+    from botorch_fed.protocol.transport import InProcessTransport
+
+    servers, clients = [], []
+    for ctx in contexts:
+        users = {cid: make_client(spec, ctx, cid) for cid in ctx.client_ids}
+        servers.append(spec.make_server(ctx, InProcessTransport(users)))
+        clients.append(users)
+    return servers, clients
+
+
+class LDPGrid:
+    r"""``R`` replications of an LDP-BO learner and its users in lockstep.
+
+    The exact learners (:data:`EXACT_LEARNERS`) share one batched posterior a round
+    (:func:`exact_posterior`); ATA's and MoMA's learners, whose Nystrom dictionaries are
+    random subsets of a different size in each replication, propose and observe one
+    replication at a time (their work is a small part of a round: MoMA's once an epoch).
+    Every replication's users answer through their own handlers.
+
+    Args:
+        servers: Each replication's :class:`~botorch_fed.algorithms.ldp_bo.LDPServer`
+            (its learner, its choice of users), as the protocol runner builds it.
+        clients: Each replication's users (``client id -> client``).
+        device: Where the batched posteriors and searches run.
+    """
+
+    def __init__(
+        self,
+        servers: Sequence[LDPServer],
+        clients: Sequence[dict],
+        device: torch.device,
+    ) -> None:
+        learners = [s.learner for s in servers]
+        first = learners[0]
+        if first.candidates is None:
+            raise ValueError(
+                "The batched runner runs LDP-BO on a finite domain (an objective with "
+                "`candidates`, e.g. ldp-synthetic)."
+            )
+        self.servers, self.clients, self.learners = list(servers), list(clients), learners
+        self.device = device
+        self.exact = isinstance(first, GPUCB)
+        if not self.exact:
+            return
+        with torch.no_grad():
+            K = first.kernel(first.candidates).to_dense().to(torch.float64)
+            for lr in learners[1:]:
+                if lr.candidates is None or not torch.equal(lr.candidates, first.candidates):
+                    raise ValueError("Every replication must share the finite domain.")
+                if not torch.equal(lr.kernel(lr.candidates).to_dense(), K):
+                    raise ValueError("Every replication must share the kernel.")
+        self.K = K.to(device)
+        R, n = len(learners), len(first.candidates)
+        self.counts = torch.zeros(R, n, dtype=torch.float64, device=device)
+        self.sums = torch.zeros(R, n, dtype=torch.float64, device=device)
+
+    def _ask(self, r: int, x: Tensor, t: int) -> float:
+        r"""The reward replication ``r``'s server receives for ``x`` in round ``t``."""
+        server = self.servers[r]
+        user = server._user(t)
+        server.queries[user] = server.queries.get(user, 0) + 1
+        reply = self.clients[r][user].on_query(Query(x=x.reshape(-1).numpy(), t=t))
+        if "y" not in reply:
+            raise ValueError(
+                f"user {user} of replication {r} returned no reward in round {t}: the "
+                "batched runner needs evaluations that do not fail."
+            )
+        return float(reply["y"])
+
+    def step(self, t: int) -> None:
+        r"""Round ``t`` of every replication: propose, query, observe."""
+        if not self.exact:
+            for r, learner in enumerate(self.learners):
+                x = learner.propose()
+                learner.observe(x, self._ask(r, x, t))
+            return
+        mean, var = exact_posterior(self.K, self.counts, self.sums, self.learners[0].lam)
+        betas = torch.tensor([lr.beta() for lr in self.learners], dtype=torch.float64)
+        ucb = (mean + betas.to(self.device).unsqueeze(-1) * var.sqrt()).cpu()
+        var = var.cpu()
+        counts, sums = self.counts.cpu(), self.sums.cpu()
+        for r, learner in enumerate(self.learners):
+            row = ucb[r]
+            # UCBLearner.propose's tie rule and its generator's draw
+            best = (row >= row.max() - 1e-12 * max(1.0, float(row.abs().max()))).nonzero()
+            pick = int(best[int(torch.randint(len(best), (1,), generator=learner.generator))])
+            x = learner.candidates[pick].unsqueeze(0)
+            y = self._ask(r, x, t)
+            # UCBLearner.observe's bookkeeping, with the variance of the batched posterior
+            learner.gamma += 0.5 * math.log1p(float(var[r, pick]) / learner.lam)
+            learner.X = torch.cat([learner.X, x])
+            learner.y = torch.cat([learner.y, torch.tensor([y], dtype=torch.float64)])
+            counts[r, pick] += 1
+            sums[r, pick] += learner._target(learner.t, y)
+        self.counts, self.sums = counts.to(self.device), sums.to(self.device)
