@@ -80,7 +80,8 @@ def add_compare_parser(sub: argparse._SubParsersAction) -> None:
             "Run R seeds of ALG as one batched tensor program (every seed's every client one "
             "member of a batched GP and a batched search; botorch_fed.experiments) and write "
             "the per-seed records `compare` reads (`compare ... --batched --out DIR` reuses "
-            "them), with the same table. Batched: local, central, random, fbo-fedgp (default).",
+            "them), with the same table. Batched: local, central, random, fbo-fedgp "
+            "(default), the LDP-BO algorithms (finite domains).",
             88,
         ),
         epilog="run options: those of `botorch-fed run ALG`.",

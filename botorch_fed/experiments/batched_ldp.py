@@ -9,19 +9,20 @@ each round (:class:`~botorch_fed.algorithms.ldp_bo.LDPServer`). A round of every
 replication is what the protocol round does ([LDP-BO] Alg. 2; IGP-UCB for ``gp-ucb``):
 
 1. the posterior mean and variance of the exact GP of every replication on the whole
-   finite domain ``D`` (``n`` points) at once, from the counts ``c`` and sums ``s`` of the
-   (truncated) rewards per point: with ``A = C^{1/2} K C^{1/2} + lam I`` (``C = diag(c)``,
-   ``K = k(D, D)``),
-   ``mu = K C^{1/2} A^{-1} C^{-1/2} s`` and ``sigma^2 = diag(K - K C^{1/2} A^{-1} C^{1/2} K)``,
-   the GP posterior of the plays with their repetitions (the push-through identity; what
-   the learner's Nystrom features on the distinct played points compute, up to float64
-   rounding). One ``R x n x n`` Cholesky factorisation a round;
+   finite domain ``D`` at once, from the counts and sums of the (truncated) rewards per
+   point (:func:`exact_posterior`, one batched Cholesky factorisation over the points
+   played). The learner computes the same posterior in the feature space of the Nystrom
+   map on its distinct played points, which drops the kernel matrix's eigenvalues below
+   ``1e-10`` of the largest: the two agree to about that relative size (more where
+   ``lam`` is small), not to the last bits;
 2. each replication's UCB maximiser over ``D`` with its learner's ``beta_t`` (ties broken by
-   the learner's generator, as :meth:`~botorch_fed.ldp.ucb_learner.UCBLearner.propose`);
+   the learner's generator, as :meth:`~botorch_fed.ldp.ucb_learner.UCBLearner.propose`), so
+   the points are the protocol's unless two UCB values lie within that difference;
 3. the query to the user the server picks, answered by the protocol client's own handler
-   (evaluation, clipping and privatisation), and the learner's bookkeeping: the
-   information gain ``gamma``, the truncation of the reward (``tgp``, ``ldp-tgp``) and the
-   counts and sums.
+   (evaluation, clipping and privatisation), and the learner's own bookkeeping
+   (:meth:`~botorch_fed.ldp.exact_learners.GPUCB.observe_with_variance`: the information
+   gain ``gamma`` from the batched variance, the truncation of the reward for ``tgp`` and
+   ``ldp-tgp``, the counts and sums); its surrogate is refitted only when read.
 
 Only the users' answers stay per replication (a few Python calls each); the posteriors and
 the searches are batched, on ``device``. ATA's and MoMA's learners (``ata``, ``ldp-ata``,
@@ -43,7 +44,7 @@ from torch import Tensor
 
 from botorch_fed.algorithms.ldp_bo import LDPServer
 from botorch_fed.algorithms.ldp_bo.messages import Query
-from botorch_fed.ldp.exact_learners import GPUCB
+from botorch_fed.ldp.exact_learners import GPUCB, TGPUCB
 
 #: the LDP-BO algorithms whose posteriors run batched (the exact GP, on a finite domain)
 EXACT_LEARNERS = ("gp-ucb", "tgp", "ldp-tgp")
@@ -54,8 +55,16 @@ LDP_ALGORITHMS = (*EXACT_LEARNERS, "ata", "ldp-ata", "moma", "ldp-moma")
 def exact_posterior(K: Tensor, counts: Tensor, sums: Tensor, lam: float) -> tuple[Tensor, Tensor]:
     r"""The exact GP posterior on a finite domain from repeated plays.
 
+    With ``P`` the points played (``m`` of them, padded to the batch's largest ``m`` with
+    unplayed points, which add nothing), ``C = diag(counts_P)`` and
+    ``A = C^{1/2} K_PP C^{1/2} + lam I``: ``mu = K_DP C^{1/2} A^{-1} C^{-1/2} s_P`` and
+    ``sigma^2 = diag(K) - diag(K_DP C^{1/2} A^{-1} C^{1/2} K_PD)``, the posterior of the
+    plays with their repetitions (``K_xX (K_XX + lam I)^{-1} y`` by the push-through
+    identity). ``A``'s eigenvalues are at least ``lam``: duplicate domain points and a
+    singular ``K`` are harmless. ``O(batch (m^3 + m^2 n))`` time, ``O(batch m n)`` memory.
+
     Args:
-        K: ``n x n`` kernel matrix of the domain (float64).
+        K: ``n x n`` kernel matrix of the domain (its dtype and device are the result's).
         counts: ``batch x n`` plays of each point (``>= 0``).
         sums: ``batch x n`` sums of the targets received at each point (0 where unplayed).
         lam: The noise variance (ridge) ``lambda > 0``.
@@ -63,12 +72,33 @@ def exact_posterior(K: Tensor, counts: Tensor, sums: Tensor, lam: float) -> tupl
     Returns:
         ``(mean, variance)``, each ``batch x n``; variances clamped at 0.
     """
-    root = counts.sqrt()
-    A = root.unsqueeze(-1) * K * root.unsqueeze(-2)
-    A = A + lam * torch.eye(K.shape[-1], dtype=K.dtype, device=K.device)
+    n = K.shape[-1]
+    if K.shape != (n, n):
+        raise ValueError(f"`K` must be n x n, got shape {tuple(K.shape)}.")
+    if counts.shape[-1:] != (n,) or counts.shape != sums.shape or counts.ndim != 2:
+        raise ValueError(
+            f"`counts` and `sums` must both be batch x {n}, got {tuple(counts.shape)} and "
+            f"{tuple(sums.shape)}."
+        )
+    if (counts < 0).any():
+        raise ValueError("`counts` must be >= 0.")
+    if not (isinstance(lam, int | float) and math.isfinite(lam) and lam > 0):
+        raise ValueError(f"`lam`={lam!r} must be a finite number > 0.")
+    counts, sums = counts.to(K), sums.to(K)
+    played = counts > 0
+    m = int(played.sum(-1).max())
+    if m == 0:  # the prior
+        return torch.zeros_like(counts), K.diagonal().expand_as(counts).clone()
+    # the played points first (stable: in domain order), then unplayed padding
+    index = torch.argsort((~played).to(torch.int8), dim=-1, stable=True)[:, :m]
+    c, s = counts.gather(-1, index), sums.gather(-1, index)
+    root = c.sqrt()
+    K_P = K[index]  # batch x m x n
+    A = root.unsqueeze(-1) * K_P.gather(-1, index.unsqueeze(-2).expand(-1, m, -1))
+    A = A * root.unsqueeze(-2) + lam * torch.eye(m, dtype=K.dtype, device=K.device)
     L = torch.linalg.cholesky(A)
-    W = torch.linalg.solve_triangular(L, root.unsqueeze(-1) * K, upper=False)
-    u = torch.where(counts > 0, sums / root.clamp_min(1.0), torch.zeros_like(sums))
+    W = torch.linalg.solve_triangular(L, root.unsqueeze(-1) * K_P, upper=False)
+    u = torch.where(c > 0, s / torch.where(c > 0, root, torch.ones_like(root)), 0.0)
     z = torch.linalg.solve_triangular(L, u.unsqueeze(-1), upper=False)
     mean = (W.mT @ z).squeeze(-1)
     variance = K.diagonal() - W.square().sum(-2)
@@ -112,8 +142,15 @@ class LDPGrid:
         clients: Sequence[dict],
         device: torch.device,
     ) -> None:
+        if len(servers) != len(clients) or not servers:
+            raise ValueError(
+                f"`servers` and `clients` must hold the same replications, got "
+                f"{len(servers)} and {len(clients)}."
+            )
         learners = [s.learner for s in servers]
         first = learners[0]
+        if any(type(lr) is not type(first) for lr in learners):
+            raise ValueError("Every replication must run the same learner.")
         if first.candidates is None:
             raise ValueError(
                 "The batched runner runs LDP-BO on a finite domain (an objective with "
@@ -121,7 +158,7 @@ class LDPGrid:
             )
         self.servers, self.clients, self.learners = list(servers), list(clients), learners
         self.device = device
-        self.exact = isinstance(first, GPUCB)
+        self.exact = type(first) in (GPUCB, TGPUCB)
         if not self.exact:
             return
         with torch.no_grad():
@@ -131,6 +168,8 @@ class LDPGrid:
                     raise ValueError("Every replication must share the finite domain.")
                 if not torch.equal(lr.kernel(lr.candidates).to_dense(), K):
                     raise ValueError("Every replication must share the kernel.")
+                if lr.lam != first.lam:
+                    raise ValueError("Every replication must share `lam`.")
         self.K = K.to(device)
         R, n = len(learners), len(first.candidates)
         self.counts = torch.zeros(R, n, dtype=torch.float64, device=device)
@@ -168,10 +207,8 @@ class LDPGrid:
             pick = int(best[int(torch.randint(len(best), (1,), generator=learner.generator))])
             x = learner.candidates[pick].unsqueeze(0)
             y = self._ask(r, x, t)
-            # UCBLearner.observe's bookkeeping, with the variance of the batched posterior
-            learner.gamma += 0.5 * math.log1p(float(var[r, pick]) / learner.lam)
-            learner.X = torch.cat([learner.X, x])
-            learner.y = torch.cat([learner.y, torch.tensor([y], dtype=torch.float64)])
+            # the learner's own bookkeeping, with the variance of the batched posterior
+            learner.observe_with_variance(x, y, float(var[r, pick]))
             counts[r, pick] += 1
-            sums[r, pick] += learner._target(learner.t, y)
+            sums[r, pick] = learner._sums[learner._inverse[-1]]
         self.counts, self.sums = counts.to(self.device), sums.to(self.device)

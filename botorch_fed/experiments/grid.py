@@ -151,11 +151,11 @@ def _run(algorithm, spec, setup, settings, seed_list, device, on_round) -> list[
     contexts = [  # private generators seeded as the protocol runner's simulation seeds them
         build_context(spec, dataclasses.replace(setup, seed=s), settings, "seed") for s in seed_list
     ]
-    if algorithm in LDP_ALGORITHMS:
-        return _run_ldp(algorithm, spec, contexts, settings, seed_list, device, on_round, t0)
     objectives = [o for ctx in contexts for o in ctx.objectives]
     if not all(isinstance(o, ClientObjective) for o in objectives):
         raise ValueError("The batched runner runs built-in problems (`setup.problem`).")
+    if algorithm in LDP_ALGORITHMS:
+        return _run_ldp(algorithm, spec, contexts, settings, seed_list, device, on_round, t0)
     M, d = len(contexts[0].objectives), contexts[0].dim
     seeds_b = [s for ctx in contexts for s in ctx.client_seeds]
     regions = [r for ctx in contexts for r in ctx.init_regions]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import Tensor
 
 from botorch_fed.ldp import parameters as P
 from botorch_fed.ldp.ucb_learner import UCBLearner
@@ -45,7 +46,7 @@ class GPUCB(UCBLearner):
     def _reset_sums(self) -> None:
         self._bias_sq = 0.0  # sum over plays of the squared truncation bias bound
         self._sums = torch.empty(0, dtype=torch.float64)  # per distinct point: sum of targets
-        self._embedding = NystromEmbedding(self.kernel, self._points)
+        self._embedding: NystromEmbedding | None = NystromEmbedding(self.kernel, self._points)
 
     def beta_formula(self) -> float:
         rw = self.rewards
@@ -56,17 +57,53 @@ class GPUCB(UCBLearner):
         r"""What the exact GP regresses on for the reward ``y`` of play ``t``."""
         return y
 
-    def _update(self) -> None:
+    @property
+    def model(self) -> FeatureSpaceGP:
+        r"""The current surrogate (``mu_t``, ``sigma_t``), refitted here if plays were
+        recorded without it (:meth:`observe_with_variance`)."""
+        if self._model is None:
+            self._refresh()
+        assert self._model is not None
+        return self._model
+
+    def _refresh(self) -> None:
+        if self._embedding is None:  # a new distinct point: the exact embedding grows
+            self._embedding = NystromEmbedding(self.kernel, self._points)
+        self._model = self._fit()
+
+    def observe_with_variance(self, x: Tensor, y: float | Tensor, variance: float) -> None:
+        r""":meth:`observe` with ``sigma_{t-1}^2(x)`` computed elsewhere (a batched grid's
+        exact posterior of every replication,
+        :func:`~botorch_fed.experiments.batched_ldp.exact_posterior`): the same
+        bookkeeping -- ``gamma``, the plays, the truncation, the counts and sums -- and the
+        surrogate refitted only when it is next read (:attr:`model`).
+
+        Args:
+            x: The point played (``1 x d``).
+            y: The reward received (maximisation convention).
+            variance: The posterior variance at ``x`` before this play (``>= 0``).
+        """
+        x, value = self._checked_play(x, y)
+        if not (isinstance(variance, int | float) and math.isfinite(variance) and variance >= 0):
+            raise ValueError(f"`variance`={variance!r} must be a finite number >= 0.")
+        self.gamma += 0.5 * math.log1p(float(variance) / self.lam)
+        self._append_play(x, value)
+        self._update(refit=False)
+
+    def _update(self, refit: bool = True) -> None:
         i = int(self._inverse[-1])
         target = self._target(self.t, float(self.y[-1]))
         if i < len(self._sums):
             self._sums[i] += target
-        else:  # a new distinct point: the exact embedding grows
+        else:  # a new distinct point: the exact embedding grows (when next read)
             self._sums = torch.cat([self._sums, torch.tensor([target], dtype=torch.float64)])
-            self._embedding = NystromEmbedding(self.kernel, self._points)
-        self._model = self._fit()
+            self._embedding = None
+        self._model = None
+        if refit:  # now, as every play of the protocol does
+            self._refresh()
 
     def _fit(self) -> FeatureSpaceGP:
+        assert self._embedding is not None  # built by `model` first
         Phi = self._embedding(self._points)  # distinct points x m
         gram = Phi.mT @ (self._counts.unsqueeze(-1) * Phi)
         rhs = Phi.mT @ self._sums

@@ -144,7 +144,7 @@ class UCBLearner(ABC):
         self.y = torch.empty(0, dtype=torch.float64)  # every received reward
         self.gamma = 0.0  # information gain of the plays (chain rule of the exact GP)
         self._reset_points()
-        self._model = self._prior()
+        self._model: FeatureSpaceGP | None = self._prior()  # None: refit when read
 
     def _reset_points(self) -> None:
         r"""The distinct points played, how often, and which one each play was."""
@@ -176,6 +176,7 @@ class UCBLearner(ABC):
     @property
     def model(self) -> FeatureSpaceGP:
         r"""The current surrogate (``mu_t``, ``sigma_t``) as a BoTorch model."""
+        assert self._model is not None  # only the exact learners defer their refit
         return self._model
 
     @property
@@ -224,6 +225,14 @@ class UCBLearner(ABC):
             y: The reward in the maximisation convention (privatised for a private
                 learner).
         """
+        x, value = self._checked_play(x, y)
+        self.gamma += self._information_gain(x)
+        self._append_play(x, value)
+        self._update()
+
+    def _checked_play(self, x: Tensor, y: float | Tensor) -> tuple[Tensor, float]:
+        r"""``x`` as a ``d`` float64 point of the domain and ``y`` as a finite float, or
+        ``ValueError`` naming what is wrong."""
         x = torch.as_tensor(x, dtype=torch.float64).reshape(-1)
         if x.shape != (self.dim,) or not torch.isfinite(x).all():
             raise ValueError(f"`x` must be one finite point of dimension {self.dim}.")
@@ -235,16 +244,18 @@ class UCBLearner(ABC):
             raise ValueError(f"The reward `y` must be one number, got {y!r}.") from None
         if y.numel() != 1:
             raise ValueError(f"The reward `y` must be one number, got shape {tuple(y.shape)}.")
-        y = float(y.reshape(()))
-        if not math.isfinite(y):
-            raise ValueError(f"The reward `y` must be finite, got {y!r}.")
+        value = float(y.reshape(()))
+        if not math.isfinite(value):
+            raise ValueError(f"The reward `y` must be finite, got {value!r}.")
         if self.candidates is not None and self._candidate_index(x) is None:
             raise ValueError(f"`x`={x.tolist()} is not a point of the finite domain.")
-        self.gamma += self._information_gain(x)
+        return x, value
+
+    def _append_play(self, x: Tensor, y: float) -> None:
+        r"""Book the play (``X``, ``y`` and the distinct points)."""
         self.X = torch.cat([self.X, x.unsqueeze(0)])
         self.y = torch.cat([self.y, torch.tensor([y], dtype=torch.float64)])
         self._record_point(x)
-        self._update()
 
     @abstractmethod
     def _update(self) -> None:
