@@ -171,9 +171,22 @@ class LDPGrid:
                 if lr.lam != first.lam:
                     raise ValueError("Every replication must share `lam`.")
         self.K = K.to(device)
-        R, n = len(learners), len(first.candidates)
-        self.counts = torch.zeros(R, n, dtype=torch.float64, device=device)
-        self.sums = torch.zeros(R, n, dtype=torch.float64, device=device)
+        self._where: list[list[int]] = [[] for _ in learners]  # domain index of each point
+
+    def plays(self) -> tuple[Tensor, Tensor]:
+        r"""Every replication's plays per domain point and the sums of their targets
+        (``R x n`` each, on ``device``), read from the learners' own counts and sums."""
+        assert self.exact  # the exact learners' state only
+        n = len(self.K)
+        counts = torch.zeros(len(self.learners), n, dtype=torch.float64)
+        sums = torch.zeros(len(self.learners), n, dtype=torch.float64)
+        for r, learner in enumerate(self.learners):
+            where = self._where[r]
+            for x in learner._points[len(where) :]:  # points first played since
+                where.append(int((learner.candidates == x).all(-1).nonzero()[0]))
+            index = torch.tensor(where, dtype=torch.long)
+            counts[r, index], sums[r, index] = learner._counts, learner._sums
+        return counts.to(self.device), sums.to(self.device)
 
     def _ask(self, r: int, x: Tensor, t: int) -> float:
         r"""The reward replication ``r``'s server receives for ``x`` in round ``t``."""
@@ -195,11 +208,11 @@ class LDPGrid:
                 x = learner.propose()
                 learner.observe(x, self._ask(r, x, t))
             return
-        mean, var = exact_posterior(self.K, self.counts, self.sums, self.learners[0].lam)
+        counts, sums = self.plays()
+        mean, var = exact_posterior(self.K, counts, sums, self.learners[0].lam)
         betas = torch.tensor([lr.beta() for lr in self.learners], dtype=torch.float64)
         ucb = (mean + betas.to(self.device).unsqueeze(-1) * var.sqrt()).cpu()
         var = var.cpu()
-        counts, sums = self.counts.cpu(), self.sums.cpu()
         for r, learner in enumerate(self.learners):
             row = ucb[r]
             # UCBLearner.propose's tie rule and its generator's draw
@@ -209,6 +222,3 @@ class LDPGrid:
             y = self._ask(r, x, t)
             # the learner's own bookkeeping, with the variance of the batched posterior
             learner.observe_with_variance(x, y, float(var[r, pick]))
-            counts[r, pick] += 1
-            sums[r, pick] = learner._sums[learner._inverse[-1]]
-        self.counts, self.sums = counts.to(self.device), sums.to(self.device)

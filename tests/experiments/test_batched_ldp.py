@@ -70,11 +70,13 @@ def test_the_batched_posterior_is_the_learners_own_after_many_plays():
     for t in range(1, 61):
         grid.step(t)
     learner = servers[0].learner
-    mean, var = exact_posterior(grid.K, grid.counts, grid.sums, learner.lam)
+    counts, sums = grid.plays()
+    assert counts.sum() == 60 and counts.max() > 1  # repeated plays
+    mean, var = exact_posterior(grid.K, counts, sums, learner.lam)
     own_mean, own_var = learner.model.mean_and_variance(learner.candidates)  # refitted here
     # the learner's Nystrom map drops eigenvalues below 1e-10 of the largest
     n = len(learner.candidates)
-    tol = 1e-10 * n * max(1.0, grid.sums.abs().max().item()) / learner.lam
+    tol = 1e-10 * n * max(1.0, sums.abs().max().item()) / learner.lam
     torch.testing.assert_close(mean[0], own_mean, rtol=0, atol=tol)
     torch.testing.assert_close(var[0], own_var, rtol=0, atol=tol)
 
