@@ -87,7 +87,8 @@ def test_an_operator_reports_through_the_console_on_a_loopback_flower_federation
     tmp_path, quiet_single_thread
 ):
     state, run_dir, out = tmp_path / "fed", tmp_path / "run", tmp_path / "out.json"
-    argv = short_argv("local", rounds=2, clients=2)
+    argv = short_argv("local", rounds=1, clients=2)
+    argv[argv.index("--num-init") + 1] = "2"  # 2 initial points, then one a round
     run = prepare(argv)
     objective = run.setup.make_objectives()[0]
     fed = launcher.up(2, state, agent_flags=FLAGS, ask_tell=(0,), timeout=120)
@@ -158,7 +159,7 @@ def test_an_operator_reports_through_the_console_on_a_loopback_flower_federation
         browser.get(url)
         # the run ended normally: nothing pending, every point reported
         assert browser.find_element("id", "state").text == "finished"
-        assert "0 pending, 5 of 5 reported" in browser.page_source
+        assert "0 pending, 3 of 3 reported" in browser.page_source
         browser.save_screenshot(str(tmp_path / "console-finished.png"))
     finally:
         try:
@@ -171,7 +172,7 @@ def test_an_operator_reports_through_the_console_on_a_loopback_flower_federation
     _assert_all_stopped(fed)
     result = json.loads(out.read_text())
     history = Party(launcher.ask_folder(state, 0)).history()
-    assert len(reported) == len(history) == 3 + 2  # --num-init 3, one point a round
+    assert len(reported) == len(history) == 2 + 1  # --num-init 2, one point a round
     assert [h["value"] for h in sorted(history, key=lambda h: h["sequence"])] == reported
     local = comparable(run_federated(run.algorithm, run.setup, run.settings))
     flower = {k: v for k, v in result.items() if k not in ("time_s", "versions", "ledger")}
