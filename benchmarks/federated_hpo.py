@@ -317,7 +317,7 @@ def report(runs: dict[str, dict], out: Path, stem: str, meta: dict, task) -> str
     t = task.describe()
     sizes = [list(p) for p in zip(t["client_train_sizes"], t["client_val_sizes"], strict=True)]
     lines = [
-        "# Federated hyperparameter tuning (HistGradientBoostingClassifier, breast_cancer)",
+        f"# Federated hyperparameter tuning (HistGradientBoostingClassifier, {t['dataset']})",
         "",
         f"- commands: {'; '.join(f'`{c}`' for c in meta['commands'])}"
         + (
@@ -333,7 +333,13 @@ def report(runs: dict[str, dict], out: Path, stem: str, meta: dict, task) -> str
         f"Dirichlet({t['quantity_alpha']}), label skew Dirichlet({t['label_alpha']}), data "
         f"seed {t['seed']} (one partition for every run); train/validation sizes {sizes}, "
         f"class counts {t['client_class_counts']}; shared test set {t['test_size']} samples; "
-        f"HGB max_iter = {t['max_iter']}, 1 OpenMP thread per evaluation",
+        f"HGB max_iter = {t['max_iter']}, 1 OpenMP thread per evaluation"
+        + (
+            f"; each client's black box: the {t['cv_folds']}-fold cross-validated log-loss on "
+            "its whole slice (its 'validation loss' below), incumbents trained on the whole slice"
+            if t.get("cv_folds")
+            else ""
+        ),
         "- search space (d = 5): "
         + ", ".join(
             f"{h['name']} {'' if h['scale'] == 'linear' else h['scale'] + ' '}"
