@@ -242,8 +242,11 @@ def _campaign_agent(tmp_path, **kwargs) -> PartyAgent:
     return PartyAgent(0, 3, policy=EXPERIMENT, state_file=tmp_path / "party-0.json", **kwargs)
 
 
-def _message(agent: PartyAgent, seq: int, round_: int, type_: str, payload=None, **config):
+def _message(
+    agent: PartyAgent, seq: int, round_: int, type_: str, payload=None, num_init=3, **config
+):
     argv = short_argv("local", rounds=3)
+    argv[argv.index("--num-init") + 1] = str(num_init)
     run_config = {"argv": json.dumps(argv), "keyset": "", "campaign": "c1", **config}
     meta = {"run": 7, "type": type_, "config": run_config, "seq": seq, "round": round_}
     return agent.answer(meta, payload or {})
@@ -317,15 +320,13 @@ def test_a_finished_run_the_folder_cannot_record_still_reports(tmp_path, monkeyp
     monkeypatch.setattr(AskTellObjective, "finish", unwritable)
     agent = _campaign_agent(tmp_path, ask_tell=tmp_path / "ask")
     party = Party(tmp_path / "ask")
-    _message(agent, 0, 0, "init", hold=0.2)
-    for k in range(3):
-        while not party.pending():
-            time.sleep(0.01)
-        (ask,) = party.pending()
-        party.report(ask["id"], float(k))
-        out = _message(agent, 0, 0, "init", hold=5.0)
-    assert out[0] == {"ok": True}
-    reply, report = _message(agent, 1, 1, REPORT)
+    _message(agent, 0, 0, "init", hold=0.2, num_init=1)
+    while not party.pending():
+        time.sleep(0.01)
+    (ask,) = party.pending()
+    party.report(ask["id"], 1.0)
+    assert _message(agent, 0, 0, "init", hold=5.0, num_init=1)[0] == {"ok": True}
+    reply, report = _message(agent, 1, 1, REPORT, num_init=1)
     assert reply == {"ok": True} and report  # the report leaves; the folder says why not
     assert "could not record the run as finished: No space left" in capsys.readouterr().err
     assert party.status()["state"] == "no run active"

@@ -1,5 +1,6 @@
-r"""End to end on a real loopback Flower federation: 2 parties (``botorch-fed flower up``,
-SuperLink, SuperNodes and party agents on 127.0.0.1), party 0 in ask/tell mode; its
+r"""End to end on a real loopback Flower federation (``botorch-fed flower up``: a SuperLink,
+a SuperNode and a party agent on 127.0.0.1, the ServerApp and ClientApps as Flower starts
+them) of one party in ask/tell mode -- the other Flower tests federate several; its
 operator's console is started the way the documentation starts it (``botorch-fed party
 console --party 0 --state-dir``, a separate process), and headless Chromium, driven by
 Selenium, reads each pending point from the page and submits the measured value through
@@ -8,9 +9,8 @@ nothing). The campaign (``botorch-fed flower run ... --run-dir``) finishes with 
 reported value recorded -- the same result as the in-process run of the same options --
 and no process outlives the test.
 
-Costs about a minute of wall time (Flower's seconds per message), so it runs only where
-Chromium and its driver are installed (the suite's other browser tests are skipped there
-too)."""
+Costs about a minute of wall time (Flower's seconds per message); it runs where Chromium
+and its driver are installed."""
 
 from __future__ import annotations
 
@@ -87,11 +87,11 @@ def test_an_operator_reports_through_the_console_on_a_loopback_flower_federation
     tmp_path, quiet_single_thread
 ):
     state, run_dir, out = tmp_path / "fed", tmp_path / "run", tmp_path / "out.json"
-    argv = short_argv("local", rounds=1, clients=2)
+    argv = short_argv("local", rounds=1, clients=1)
     argv[argv.index("--num-init") + 1] = "2"  # 2 initial points, then one a round
     run = prepare(argv)
     objective = run.setup.make_objectives()[0]
-    fed = launcher.up(2, state, agent_flags=FLAGS, ask_tell=(0,), timeout=120)
+    fed = launcher.up(1, state, agent_flags=FLAGS, ask_tell=(0,), timeout=120)
     processes: list[subprocess.Popen] = []
     browser = None
     console_log, campaign_log = tmp_path / "console.log", tmp_path / "campaign.log"
