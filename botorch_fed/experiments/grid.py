@@ -211,20 +211,29 @@ def _run(algorithm, spec, setup, settings, seed_list, device, on_round) -> list[
         best_rounds.append(_best(reported, M, objectives[0].minimize))
         if on_round is not None:
             on_round(t)
+    minimize = objectives[0].minimize
+    per_member = reported.min(dim=1).values if minimize else reported.max(dim=1).values
+    client_best = [
+        {i: float(v) for i, v in enumerate(per_member[k * M : (k + 1) * M])}
+        for k in range(len(seed_list))
+    ]
+    return _results(algorithm, seed_list, contexts, best_rounds, client_best, t0)
+
+
+def _results(algorithm, seed_list, contexts, best_rounds, client_best, t0) -> list[GridResult]:
+    r"""Each replication's :class:`GridResult` from the grid's bests after every round
+    (``best_rounds[t][k]``) and each replication's clients' bests (``client_best[k]``)."""
     elapsed = (time.perf_counter() - t0) / len(seed_list)
     out = []
     for k, (seed, ctx) in enumerate(zip(seed_list, contexts, strict=True)):
         objs = ctx.objectives
-        minimize = objs[0].minimize
-        per_client = reported[k * M : (k + 1) * M]
-        client_best = per_client.min(dim=1).values if minimize else per_client.max(dim=1).values
         optimum = objs[0].optimal_value
         if any(o.optimal_value != optimum for o in objs):
             optimum = None
         out.append(GridResult(
-            algorithm=algorithm, seed=seed, minimize=minimize, optimal_value=optimum,
+            algorithm=algorithm, seed=seed, minimize=objs[0].minimize, optimal_value=optimum,
             best_value=best_rounds[-1][k], best_per_round=[b[k] for b in best_rounds],
-            best_per_client={i: float(v) for i, v in enumerate(client_best)}, time_s=elapsed,
+            best_per_client=client_best[k], time_s=elapsed,
         ))  # fmt: skip
     return out
 
@@ -244,21 +253,11 @@ def _run_ldp(algorithm, spec, contexts, settings, seed_list, device, on_round, t
         best_rounds.append([None if (b := tr.update()) is None else b["value"] for tr in trackers])
         if on_round is not None:
             on_round(t)
-    elapsed = (time.perf_counter() - t0) / len(seed_list)
-    out = []
-    for k, (seed, ctx) in enumerate(zip(seed_list, contexts, strict=True)):
-        objs = ctx.objectives
-        optimum = objs[0].optimal_value
-        if any(o.optimal_value != optimum for o in objs):
-            optimum = None
-        per_client = trackers[k].best_per_client
-        out.append(GridResult(
-            algorithm=algorithm, seed=seed, minimize=minimize, optimal_value=optimum,
-            best_value=best_rounds[-1][k], best_per_round=[b[k] for b in best_rounds],
-            best_per_client={c: None if h is None else h["value"] for c, h in per_client.items()},
-            time_s=elapsed,
-        ))  # fmt: skip
-    return out
+    client_best = [
+        {c: None if h is None else h["value"] for c, h in tr.best_per_client.items()}
+        for tr in trackers
+    ]
+    return _results(algorithm, seed_list, contexts, best_rounds, client_best, t0)
 
 
 def _evaluate(objectives, X: Tensor) -> tuple[Tensor, Tensor]:
