@@ -52,6 +52,8 @@ from botorch_fed.flower.agent_runs import (
     Held,
     Job,
     describe_run,
+    epsilon_guard,
+    finish_asking,
     hold_of,
     options_digest,
     position_of,
@@ -258,7 +260,13 @@ class PartyAgent:
                             "what it answered but cannot go on with the campaign."
                         )
                     )
-                spent = self._check_total_epsilon(held.client, releases(type_, payload))
+                spent = epsilon_guard(
+                    held.client,
+                    self.epsilon_spent,
+                    self.policy.max_total_epsilon,
+                    self.partition_id,
+                    releases(type_, payload),
+                )
                 seq, round_ = position if position is not None else (held.next_seq, 0)
                 job = held.job = Job(seq, round_, digest)
                 if held.journal is not None:
@@ -538,7 +546,7 @@ class PartyAgent:
         self._runs.pop(key, None)
         if held is not None:
             self._over[key] = "it reported"
-            _finish_asking(held.client)
+            finish_asking(held.client)
         if not self.policy.share_results:
             if held is not None and held.journal is not None:
                 held.journal.end({})
@@ -575,41 +583,6 @@ class PartyAgent:
         if not isinstance(oldest, tuple):  # a campaign resumes from its journal
             self._over[oldest] = f"dropped after {idle:.0f} s idle to make room for a new run"
 
-    def _check_total_epsilon(self, client, answers: int = 1):
-        r"""Refuse a message whose ``answers`` LDP releases could take this party's total
-        epsilon over ``max_total_epsilon``; return a function giving the epsilon the
-        client released since (``None`` for a client that releases nothing)."""
-        mechanism = getattr(client, "mechanism", None)
-        ledger = getattr(client, "privacy_ledger", None)
-        if mechanism is None or ledger is None:
-            return None
-        cap = self.policy.max_total_epsilon
-        if self.epsilon_spent + answers * float(mechanism.epsilon) > cap * (1 + 1e-12):
-            what = "Another answer" if answers == 1 else f"{answers} more answers"
-            raise refusal(
-                PolicyError(
-                    f"{what} at epsilon = {float(mechanism.epsilon):g} would take this "
-                    "party past the epsilon it spends over all its runs "
-                    "(--max-total-epsilon)."
-                )
-            )
-        before = ledger.spent(self.partition_id)[0]
-        return lambda: ledger.spent(self.partition_id)[0] - before
-
     def _build(self, run_config: dict, role_key: bytes | None = None, context=None):
         r"""This party's client of a run (:func:`~.party_build.build_client`)."""
         return build_client(self, run_config, role_key, context)
-
-
-def _finish_asking(client) -> None:
-    r"""The ask/tell objective of a run that ended (the server asked for the final
-    report) records it: its operator reads ``"finished"``
-    (:meth:`~botorch_fed.problems.ask_tell.AskTellObjective.finish`)."""
-    from botorch_fed.problems.ask_tell import AskTellObjective
-
-    objective = getattr(client, "objective", None)
-    if isinstance(objective, AskTellObjective):
-        try:
-            objective.finish()
-        except OSError as exc:  # what the operator reads only: the report still leaves
-            print(f"could not record the run as finished: {exc}", file=sys.stderr)

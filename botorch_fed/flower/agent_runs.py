@@ -2,8 +2,9 @@ r"""What a party's agent holds of each run it answers (:mod:`.agent`).
 
 A run's :class:`Held` client, the message being computed at its position (:class:`Job`),
 what a campaign's journal (:mod:`.campaign`) stores of the client between rounds
-(:func:`saved_state`) and how a restarted agent catches up with a round it had begun
-(:func:`replay_round`).
+(:func:`saved_state`), how a restarted agent catches up with a round it had begun
+(:func:`replay_round`), the epsilon a message may spend (:func:`epsilon_guard`) and what
+the end of a run leaves (:func:`report_of`, :func:`finish_asking`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import threading
 from botorch_fed.flower.campaign import CampaignJournal
 from botorch_fed.flower.party_build import quiet
 from botorch_fed.flower.party_errors import refusal
+from botorch_fed.flower.policy import PolicyError
 from botorch_fed.flower.records import decode_frame, encode_frame
 from botorch_fed.flower.run_options import run_hold
 from botorch_fed.protocol.bundle import BUNDLE, MAX_PARTS
@@ -192,3 +194,39 @@ def hold_of(run_config) -> float:
         return run_hold(run_config if hasattr(run_config, "get") else {})
     except ValueError as exc:
         raise refusal(exc) from None
+
+
+def finish_asking(client) -> None:
+    r"""The ask/tell objective of a run that ended (the server asked for the final
+    report) records it: its operator reads ``"finished"``
+    (:meth:`~botorch_fed.problems.ask_tell.AskTellObjective.finish`)."""
+    from botorch_fed.problems.ask_tell import AskTellObjective
+
+    objective = getattr(client, "objective", None)
+    if isinstance(objective, AskTellObjective):
+        try:
+            objective.finish()
+        except OSError as exc:  # what the operator reads only: the report still leaves
+            print(f"could not record the run as finished: {exc}", file=sys.stderr)
+
+
+def epsilon_guard(client, spent: float, cap: float, party: int, answers: int = 1):
+    r"""Refuse a message whose ``answers`` LDP releases could take a party that has spent
+    ``spent`` epsilon over all its runs past ``cap`` (``--max-total-epsilon``); return a
+    function giving the epsilon ``client`` released since (``None`` for a client that
+    releases nothing). ``party``: the party's client id in the client's ledger."""
+    mechanism = getattr(client, "mechanism", None)
+    ledger = getattr(client, "privacy_ledger", None)
+    if mechanism is None or ledger is None:
+        return None
+    if spent + answers * float(mechanism.epsilon) > cap * (1 + 1e-12):
+        what = "Another answer" if answers == 1 else f"{answers} more answers"
+        raise refusal(
+            PolicyError(
+                f"{what} at epsilon = {float(mechanism.epsilon):g} would take this "
+                "party past the epsilon it spends over all its runs "
+                "(--max-total-epsilon)."
+            )
+        )
+    before = ledger.spent(party)[0]
+    return lambda: ledger.spent(party)[0] - before
