@@ -22,13 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 
-from run_records import cpu_model  # benchmarks/run_records.py (the script's folder)
+from run_records import command_line, cpu_model, write_report  # the script's folder
 
 RESULTS = Path(__file__).parent / "results"
 STEM = "batched_grid"
@@ -115,9 +114,7 @@ def main(argv=None) -> int:
 
     rows = [r for a in args.algorithms for r in measure(a, args.reps, args.device,
                                                         args.protocol_reps, args)]  # fmt: skip
-    command = "python benchmarks/batched_grid.py " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
+    command = command_line("batched_grid.py", argv)
     gpu = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "none used"
     lines = [
         "# Batched grids against the protocol runner (issue 37)",
@@ -146,11 +143,8 @@ def main(argv=None) -> int:
             f"{r['protocol_reps_per_s']:.3f} | {r['batched_reps_per_s']:.3f} | {r['ratio']:.1f}x |"
         )
     text = "\n".join(lines) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
     suffix = "" if args.device == "cpu" else f"_{args.device.replace(':', '')}"
-    (args.out / f"{args.stem}{suffix}.md").write_text(text)
-    (args.out / f"{args.stem}{suffix}.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print(text)
+    write_report(args.out, f"{args.stem}{suffix}", text, rows)
     return 0
 
 

@@ -16,12 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from run_records import cpu_model  # benchmarks/run_records.py (the script's folder)
+from run_records import command_line, cpu_model, write_report  # the script's folder
 
 RESULTS = Path(__file__).parent / "results"
 STEM = "batched_grid_equivalence"
@@ -80,9 +79,7 @@ def main(argv=None) -> int:
             if all(paths[k][s] is not None for k in paths for s in seeds) else None,
         })  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
-    command = "python benchmarks/batched_grid_equivalence.py " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
+    command = command_line("batched_grid_equivalence.py", argv)
     lines = [
         "# Batched grids against the protocol runner: equivalence (issue 37, item 3)",
         "",
@@ -121,9 +118,7 @@ def main(argv=None) -> int:
     ]
     text = "\n".join(lines) + "\n"
     target = RESULTS if args.out.resolve() == (RESULTS / STEM).resolve() else args.out
-    (target / f"{STEM}.md").write_text(text)
-    (target / f"{STEM}.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print(text)
+    write_report(target, STEM, text, rows)
     return 0
 
 

@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from run_records import cpu_model  # benchmarks/run_records.py (the script's folder)
+from run_records import command_line, cpu_model, write_report  # the script's folder
 
 RESULTS = Path(__file__).parent / "results"
 STEM = "federation_size"
@@ -61,9 +60,7 @@ def main(argv=None) -> int:
                 "exchanges_per_round": result.exchanges_per_round,
             })  # fmt: skip
             print(json.dumps(rows[-1]), flush=True)
-    command = "python benchmarks/federation_size.py " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
+    command = command_line("federation_size.py", argv)
     lines = [
         "# FBO-FedGP's default against the federation's size",
         "",
@@ -86,10 +83,7 @@ def main(argv=None) -> int:
             f"{r['per_round_s']:.1f} | {to / 1e6:.1f} | {back / 1e6:.1f} |"
         )
     text = "\n".join(lines) + "\n"
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{STEM}.md").write_text(text)
-    (args.out / f"{STEM}.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print(text)
+    write_report(args.out, STEM, text, rows)
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sys
 from pathlib import Path
 
 
@@ -29,3 +30,16 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def command_line(script: str, argv: list[str] | None) -> str:
+    r"""How ``benchmarks/<script>`` was run: its arguments (``argv``, else the process's)."""
+    return f"python benchmarks/{script} " + " ".join(sys.argv[1:] if argv is None else argv)
+
+
+def write_report(folder: Path, stem: str, text: str, rows: list[dict]) -> None:
+    r"""``<stem>.md`` (``text``) and ``<stem>.json`` (``rows``) in ``folder``; prints the text."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{stem}.md").write_text(text)
+    (folder / f"{stem}.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(text)
