@@ -171,7 +171,6 @@ class LDPGrid:
                 if lr.lam != first.lam:
                     raise ValueError("Every replication must share `lam`.")
         self.K = K.to(device)
-        self._where: list[list[int]] = [[] for _ in learners]  # domain index of each point
 
     def plays(self) -> tuple[Tensor, Tensor]:
         r"""Every replication's plays per domain point and the sums of their targets
@@ -181,10 +180,9 @@ class LDPGrid:
         counts = torch.zeros(len(self.learners), n, dtype=torch.float64)
         sums = torch.zeros(len(self.learners), n, dtype=torch.float64)
         for r, learner in enumerate(self.learners):
-            where = self._where[r]
-            for x in learner._points[len(where) :]:  # points first played since
-                where.append(int((learner.candidates == x).all(-1).nonzero()[0]))
-            index = torch.tensor(where, dtype=torch.long)
+            points, domain = learner._points, learner.candidates
+            # the domain index of each distinct point played (every one is in the domain)
+            index = (points.unsqueeze(-2) == domain).all(-1).long().argmax(-1)
             counts[r, index], sums[r, index] = learner._counts, learner._sums
         return counts.to(self.device), sums.to(self.device)
 
